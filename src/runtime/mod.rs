@@ -1,0 +1,288 @@
+//! The runtime seam: CRI verbs on nanolet's own domain types.
+//!
+//! Everything above this module talks to containers through [`Runtime`]; nothing above it
+//! imports tokio, tonic or prost. Implementations:
+//! - [`cri::CriRuntime`]: tonic over containerd's Unix socket (CRI `runtime.v1`), plus
+//!   containerd's native event stream for task exits.
+//! - [`fake::FakeRuntime`]: in memory, with a call log, error injection and simulated exits,
+//!   for unit tests of the decision logic.
+//!
+//! The trait is blocking: callers are plain threads (pod workers, PLEG, prober). The CRI
+//! implementation drives one current-thread tokio runtime on its own thread.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub mod cri;
+pub mod fake;
+
+/// Labels the kubelet puts on every CRI sandbox and container (kuberuntime_labels.go).
+pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
+pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
+pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
+/// Annotations the kubelet puts on containers.
+pub const ANN_CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+pub const ANN_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+pub const ANN_TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+pub const ANN_TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+pub const ANN_POD_TERMINATION_GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
+/// nanolet's own marker: which manager created the object (so we never touch foreign pods).
+pub const LABEL_MANAGED_BY: &str = "io.nanolet.managed";
+/// nanolet's own annotation: "init" / "sidecar" / "regular".
+pub const ANN_CONTAINER_TYPE: &str = "io.nanolet.container.type";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    NotFound,
+    Unavailable,
+    DeadlineExceeded,
+    Other,
+}
+
+/// A failed runtime call: which verb, on what, and why.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{op} {target}: {kind:?}: {message}")]
+pub struct RuntimeError {
+    pub op: &'static str,
+    pub target: String,
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl RuntimeError {
+    pub fn new(op: &'static str, target: impl Into<String>, kind: ErrorKind, message: impl Into<String>) -> Self {
+        RuntimeError { op, target: target.into(), kind, message: message.into() }
+    }
+    pub fn is_not_found(&self) -> bool {
+        self.kind == ErrorKind::NotFound
+    }
+}
+
+pub type Result<T> = std::result::Result<T, RuntimeError>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    #[default]
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PortMapping {
+    pub protocol: Protocol,
+    pub container_port: i32,
+    pub host_port: i32,
+    pub host_ip: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DnsConfig {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
+
+/// CRI PodSandboxConfig, reduced to what nanolet sets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodSandboxConfig {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub attempt: u32,
+    pub hostname: String,
+    /// Absolute directory for container logs: `<podLogsDir>/<ns>_<name>_<uid>`.
+    pub log_directory: String,
+    pub host_network: bool,
+    pub host_pid: bool,
+    pub host_ipc: bool,
+    pub dns: Option<DnsConfig>,
+    pub port_mappings: Vec<PortMapping>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub cgroup_parent: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Mount {
+    pub container_path: String,
+    pub host_path: String,
+    pub readonly: bool,
+}
+
+/// CRI LinuxContainerResources (0 = unset).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LinuxResources {
+    pub cpu_period: i64,
+    pub cpu_quota: i64,
+    pub cpu_shares: i64,
+    pub memory_limit_in_bytes: i64,
+    pub oom_score_adj: i64,
+}
+
+/// CRI ContainerConfig, reduced to what nanolet sets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerConfig {
+    pub name: String,
+    pub attempt: u32,
+    pub image: String,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub working_dir: String,
+    pub envs: Vec<(String, String)>,
+    pub mounts: Vec<Mount>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Relative to the sandbox's log_directory: `<container>/<restartCount>.log`.
+    pub log_path: String,
+    pub stdin: bool,
+    pub stdin_once: bool,
+    pub tty: bool,
+    pub resources: Option<LinuxResources>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxState {
+    Ready,
+    NotReady,
+}
+
+/// One entry of ListPodSandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxInfo {
+    pub id: String,
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub attempt: u32,
+    pub state: SandboxState,
+    /// Unix nanoseconds.
+    pub created_at: i64,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// PodSandboxStatus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxStatus {
+    pub info: SandboxInfo,
+    /// Primary pod IP ("" for none; the host IP is used for hostNetwork by the caller).
+    pub ip: String,
+    pub additional_ips: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+/// One entry of ListContainers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub sandbox_id: String,
+    pub name: String,
+    pub attempt: u32,
+    pub image: String,
+    pub image_ref: String,
+    pub state: ContainerState,
+    /// Unix nanoseconds.
+    pub created_at: i64,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// ContainerStatus (times in Unix nanoseconds, 0 = unset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerStatus {
+    pub id: String,
+    pub name: String,
+    pub attempt: u32,
+    pub state: ContainerState,
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub image: String,
+    pub image_ref: String,
+    pub reason: String,
+    pub message: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub log_path: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageInfo {
+    pub id: String,
+    pub repo_tags: Vec<String>,
+    pub repo_digests: Vec<String>,
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeVersion {
+    pub runtime_name: String,
+    pub runtime_version: String,
+    pub runtime_api_version: String,
+}
+
+/// A lifecycle event pushed by the runtime (containerd's native event stream, namespace k8s.io).
+/// Only a hint: PLEG reacts by relisting, it never trusts the event's content for state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeEvent {
+    /// A task (container or sandbox) exited; `id` is the containerd container id == CRI id.
+    TaskExit { id: String, exit_code: u32 },
+    /// A task started.
+    TaskStart { id: String },
+    /// The event stream broke; the subscriber should relist (and resubscribe).
+    StreamLost,
+}
+
+/// The CRI verbs nanolet uses, on its own types. Blocking; implementations bound every call
+/// with a deadline so a hung runtime cannot wedge a caller forever.
+pub trait Runtime: Send + Sync {
+    fn version(&self) -> Result<RuntimeVersion>;
+
+    fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<String>;
+    fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
+    fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()>;
+    fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<SandboxStatus>;
+    fn list_pod_sandboxes(&self) -> Result<Vec<SandboxInfo>>;
+
+    fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: &ContainerConfig,
+        sandbox_config: &PodSandboxConfig,
+    ) -> Result<String>;
+    fn start_container(&self, container_id: &str) -> Result<()>;
+    /// Stop with a grace period: SIGTERM (or STOPSIGNAL), SIGKILL after `timeout`.
+    fn stop_container(&self, container_id: &str, timeout: Duration) -> Result<()>;
+    fn remove_container(&self, container_id: &str) -> Result<()>;
+    fn list_containers(&self) -> Result<Vec<ContainerInfo>>;
+    fn container_status(&self, container_id: &str) -> Result<ContainerStatus>;
+
+    /// Ok(None) when the image is not present locally.
+    fn image_status(&self, image: &str) -> Result<Option<ImageInfo>>;
+    /// Returns the image ref (id/digest).
+    fn pull_image(&self, image: &str) -> Result<String>;
+
+    fn exec_sync(&self, container_id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult>;
+
+    /// Subscribe to task lifecycle events. The receiver yields `StreamLost` and then closes if
+    /// the stream breaks; callers resubscribe with backoff.
+    fn subscribe_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>>;
+}
