@@ -1,1 +1,132 @@
-//! (being written)
+//! The authoritative pod status cache: what `/pods`, `/healthz` and the CLI read.
+//! Written by the sync loop and pod workers; read by the HTTP server. Cheap clones under a lock.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::pod::Pod;
+use crate::source::ManifestError;
+
+/// One named health check for `/healthz`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HealthCheck {
+    pub name: String,
+    pub ok: bool,
+    pub message: String,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// By pod UID: the pod as desired, with `status` filled in.
+    pods: BTreeMap<String, Pod>,
+    manifest_errors: Vec<ManifestError>,
+    last_sync: Option<Instant>,
+    last_relist: Option<Instant>,
+    runtime_error: Option<String>,
+}
+
+pub struct StatusStore {
+    inner: Mutex<Inner>,
+    /// How long the sync loop may be silent before healthz fails.
+    sync_deadline: std::time::Duration,
+}
+
+impl StatusStore {
+    pub fn new(sync_deadline: std::time::Duration) -> Self {
+        StatusStore { inner: Mutex::new(Inner::default()), sync_deadline }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A poisoned lock only means another thread panicked mid-update; the data is plain
+        // values, so keep serving it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// All pods with their status, sorted by namespace/name.
+    pub fn pods(&self) -> Vec<Pod> {
+        let mut v: Vec<Pod> = self.lock().pods.values().cloned().collect();
+        v.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        v
+    }
+
+    pub fn get(&self, uid: &str) -> Option<Pod> {
+        self.lock().pods.get(uid).cloned()
+    }
+
+    pub fn set_pod(&self, pod: Pod) {
+        let uid = pod.metadata.uid.clone();
+        self.lock().pods.insert(uid, pod);
+    }
+
+    pub fn remove_pod(&self, uid: &str) {
+        self.lock().pods.remove(uid);
+    }
+
+    pub fn uids(&self) -> Vec<String> {
+        self.lock().pods.keys().cloned().collect()
+    }
+
+    pub fn manifest_errors(&self) -> Vec<ManifestError> {
+        self.lock().manifest_errors.clone()
+    }
+
+    pub fn set_manifest_errors(&self, errors: Vec<ManifestError>) {
+        self.lock().manifest_errors = errors;
+    }
+
+    /// The sync loop calls this on every iteration.
+    pub fn mark_sync(&self) {
+        self.lock().last_sync = Some(Instant::now());
+    }
+
+    /// PLEG calls this after every relist; `Err` records that the runtime did not answer.
+    pub fn mark_relist(&self, result: Result<(), String>) {
+        let mut g = self.lock();
+        match result {
+            Ok(()) => {
+                g.last_relist = Some(Instant::now());
+                g.runtime_error = None;
+            }
+            Err(e) => g.runtime_error = Some(e),
+        }
+    }
+
+    /// Checks behind `/healthz`: the sync loop ran recently, the runtime answered its last call,
+    /// PLEG relisted within 3 minutes (the kubelet's "PLEG is not healthy" threshold).
+    pub fn health(&self) -> Vec<HealthCheck> {
+        let g = self.lock();
+        let now = Instant::now();
+        let sync_ok = g.last_sync.is_some_and(|t| now.duration_since(t) <= self.sync_deadline);
+        let pleg_ok = g.last_relist.is_some_and(|t| now.duration_since(t) <= std::time::Duration::from_secs(180));
+        vec![
+            HealthCheck {
+                name: "syncloop".into(),
+                ok: sync_ok,
+                message: match g.last_sync {
+                    None => "sync loop has not run yet".into(),
+                    Some(t) => format!("last sync {:.1}s ago", now.duration_since(t).as_secs_f64()),
+                },
+            },
+            HealthCheck {
+                name: "runtime".into(),
+                ok: g.runtime_error.is_none() && g.last_relist.is_some(),
+                message: match (&g.runtime_error, g.last_relist) {
+                    (Some(e), _) => format!("container runtime is down: {e}"),
+                    (None, None) => "container runtime not contacted yet".into(),
+                    (None, Some(_)) => "container runtime answers".into(),
+                },
+            },
+            HealthCheck {
+                name: "pleg".into(),
+                ok: pleg_ok,
+                message: match g.last_relist {
+                    None => "PLEG has not relisted yet".into(),
+                    Some(t) => format!("last relist {:.1}s ago", now.duration_since(t).as_secs_f64()),
+                },
+            },
+        ]
+    }
+}
