@@ -1,1 +1,1207 @@
-//! (being written)
+//! `nanolet run` flags and the KubeletConfiguration file, merged into one validated [`Config`].
+//!
+//! Precedence is the current kubelet's: built-in defaults < config file (`--config`) < flags.
+//! Flag names, config-file field names and duration syntax are the kubelet's, so an existing
+//! kubelet command line or `KubeletConfiguration` file keeps working; fields nanolet does not
+//! support are warned about and ignored.
+//!
+//! The command-line parser is hand-written (no clap) and follows Go's pflag conventions:
+//! `--flag=value`, `--flag value`, boolean `--flag` / `--flag=false`, repeatable flags, and the
+//! one shorthand the kubelet has, `-v` (`-v 3`, `-v=3`, `-v3`).
+//!
+//! Secrets: the values of manifest URL headers (and credentials embedded in the manifest URL) are
+//! never printed: `Debug` is written by hand, error messages do not echo them, and
+//! [`Config::redacted_json`] replaces them with `"<redacted>"`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::timeutil::{format_go_duration, parse_go_duration};
+
+/// The placeholder for secret values in `Debug`, logs and `/configz`.
+pub const REDACTED: &str = "<redacted>";
+
+const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+const CONFIG_KIND: &str = "KubeletConfiguration";
+
+/// Errors from flags or the config file. Messages name the flag or the file and field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("unknown flag: {0} (see `nanolet run --help`)")]
+    UnknownFlag(String),
+    #[error("flag needs an argument: {0}")]
+    MissingValue(String),
+    #[error("unexpected argument {0:?}: `nanolet run` takes only flags (see `nanolet run --help`)")]
+    UnexpectedArgument(String),
+    /// `--sync-frequency: invalid duration "x": ...`
+    #[error("{flag}: {reason}")]
+    InvalidFlag { flag: String, reason: String },
+    #[error("reading config file {}: {source}", path.display())]
+    ReadFile { path: PathBuf, source: std::io::Error },
+    /// The file as a whole is unusable (syntax, wrong kind).
+    #[error("{}: {reason}", path.display())]
+    InvalidFile { path: PathBuf, reason: String },
+    /// `config.yaml: fileCheckFrequency: ...`
+    #[error("{}: {field}: {reason}", path.display())]
+    InvalidField { path: PathBuf, field: String, reason: String },
+    #[error("node name: {0}")]
+    NodeName(String),
+}
+
+/// What `nanolet run <args>` should do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParseOutcome {
+    Run(Config),
+    /// `--help` / `-h` was given: print this text and exit 0.
+    Help(String),
+}
+
+/// The validated configuration of `nanolet run`.
+#[derive(Clone, PartialEq)]
+pub struct Config {
+    /// Directory of static pod manifests (`staticPodPath`). An empty path disables the file
+    /// source, as in the kubelet.
+    pub pod_manifest_path: PathBuf,
+    /// `staticPodURL`; `None` disables the URL source.
+    pub manifest_url: Option<String>,
+    /// `staticPodURLHeader` as (name, value) pairs in the order they are sent. SECRET values.
+    pub manifest_url_headers: Vec<(String, String)>,
+    pub file_check_frequency: Duration,
+    pub http_check_frequency: Duration,
+    pub sync_frequency: Duration,
+    /// `containerRuntimeEndpoint`, e.g. `unix:///run/containerd/containerd.sock`.
+    pub runtime_endpoint: String,
+    pub runtime_request_timeout: Duration,
+    /// `--hostname-override` or the machine hostname, lowercased; a DNS-1123 subdomain.
+    pub node_name: String,
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    /// Bind address of the read-only port.
+    pub address: IpAddr,
+    /// 0 disables the read-only server.
+    pub read_only_port: u16,
+    pub healthz_bind_address: IpAddr,
+    /// 0 disables the healthz server.
+    pub healthz_port: u16,
+    pub max_pods: u32,
+    /// `--v`, 0..=10; see [`verbosity_level`].
+    pub verbosity: u8,
+    /// Warnings found while loading the config file (ignored fields). They are also logged with
+    /// `tracing::warn!` while parsing; because tracing is usually initialized only after the
+    /// config is known, `main` should call [`Config::log_warnings`] once logging is set up.
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// The built-in defaults (before the config file and flags), for the given node name.
+    pub fn defaults(node_name: String) -> Config {
+        Config {
+            pod_manifest_path: PathBuf::from("/etc/kubernetes/manifests"),
+            manifest_url: None,
+            manifest_url_headers: Vec::new(),
+            file_check_frequency: Duration::from_secs(20),
+            http_check_frequency: Duration::from_secs(20),
+            sync_frequency: Duration::from_secs(60),
+            runtime_endpoint: "unix:///run/containerd/containerd.sock".into(),
+            runtime_request_timeout: Duration::from_secs(120),
+            node_name,
+            root_dir: PathBuf::from("/var/lib/nanolet"),
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            address: IpAddr::from([127, 0, 0, 1]),
+            read_only_port: 10255,
+            healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
+            healthz_port: 10248,
+            max_pods: 110,
+            verbosity: 0,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The tracing level for `self.verbosity`.
+    pub fn log_level(&self) -> tracing::Level {
+        verbosity_level(self.verbosity)
+    }
+
+    /// Logs [`Config::warnings`] through `tracing::warn!`.
+    pub fn log_warnings(&self) {
+        for w in &self.warnings {
+            tracing::warn!("{w}");
+        }
+    }
+
+    /// The configuration in KubeletConfiguration field names (for a `/configz`-style endpoint),
+    /// with header values and URL credentials replaced by `"<redacted>"`. Fields that are not
+    /// KubeletConfiguration fields (`nodeName`, `rootDir`, `verbosity`) use the same casing.
+    pub fn redacted_json(&self) -> serde_json::Value {
+        let mut headers = serde_json::Map::new();
+        for (name, _) in &self.manifest_url_headers {
+            let entry = headers.entry(name.clone()).or_insert_with(|| serde_json::json!([]));
+            if let Some(list) = entry.as_array_mut() {
+                list.push(serde_json::Value::String(REDACTED.into()));
+            }
+        }
+        serde_json::json!({
+            "kind": CONFIG_KIND,
+            "apiVersion": CONFIG_API_VERSION,
+            "staticPodPath": self.pod_manifest_path.to_string_lossy(),
+            "staticPodURL": self.manifest_url.as_deref().map(redact_url).unwrap_or_default(),
+            "staticPodURLHeader": headers,
+            "fileCheckFrequency": format_go_duration(self.file_check_frequency),
+            "httpCheckFrequency": format_go_duration(self.http_check_frequency),
+            "syncFrequency": format_go_duration(self.sync_frequency),
+            "containerRuntimeEndpoint": self.runtime_endpoint,
+            "runtimeRequestTimeout": format_go_duration(self.runtime_request_timeout),
+            "address": self.address.to_string(),
+            "readOnlyPort": self.read_only_port,
+            "healthzBindAddress": self.healthz_bind_address.to_string(),
+            "healthzPort": self.healthz_port,
+            "maxPods": self.max_pods,
+            "podLogsDir": self.pod_logs_dir.to_string_lossy(),
+            "nodeName": self.node_name,
+            "rootDir": self.root_dir.to_string_lossy(),
+            "verbosity": self.verbosity,
+        })
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<String> =
+            self.manifest_url_headers.iter().map(|(n, _)| format!("{n}: {REDACTED}")).collect();
+        f.debug_struct("Config")
+            .field("pod_manifest_path", &self.pod_manifest_path)
+            .field("manifest_url", &self.manifest_url.as_deref().map(redact_url))
+            .field("manifest_url_headers", &headers)
+            .field("file_check_frequency", &self.file_check_frequency)
+            .field("http_check_frequency", &self.http_check_frequency)
+            .field("sync_frequency", &self.sync_frequency)
+            .field("runtime_endpoint", &self.runtime_endpoint)
+            .field("runtime_request_timeout", &self.runtime_request_timeout)
+            .field("node_name", &self.node_name)
+            .field("root_dir", &self.root_dir)
+            .field("pod_logs_dir", &self.pod_logs_dir)
+            .field("address", &self.address)
+            .field("read_only_port", &self.read_only_port)
+            .field("healthz_bind_address", &self.healthz_bind_address)
+            .field("healthz_port", &self.healthz_port)
+            .field("max_pods", &self.max_pods)
+            .field("verbosity", &self.verbosity)
+            .field("warnings", &self.warnings)
+            .finish()
+    }
+}
+
+/// Maps `--v` to a tracing level, following the Kubernetes logging conventions
+/// (V(2) is the usual production level, V(4) is debug, V(5)+ is trace):
+/// 0-2 → INFO, 3-4 → DEBUG, 5-10 → TRACE.
+pub fn verbosity_level(v: u8) -> tracing::Level {
+    match v {
+        0..=2 => tracing::Level::INFO,
+        3..=4 => tracing::Level::DEBUG,
+        _ => tracing::Level::TRACE,
+    }
+}
+
+/// Replaces `user:password@` in a URL's authority with `<redacted>@`.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else { return url.to_string() };
+    let auth_start = scheme_end + 3;
+    let rest = &url[auth_start..];
+    let auth_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..auth_len].rfind('@') {
+        Some(at) => format!("{}{REDACTED}{}", &url[..auth_start], &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flags
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Bool,
+    Value,
+    /// A value flag whose occurrences accumulate.
+    Repeated,
+}
+
+struct FlagSpec {
+    name: &'static str,
+    shorthand: Option<char>,
+    kind: Kind,
+    /// Placeholder for the value in `--help`.
+    value_name: &'static str,
+    /// Shown as `(default ...)`; empty shows nothing.
+    default: &'static str,
+    help: &'static str,
+}
+
+const FLAGS: &[FlagSpec] = &[
+    FlagSpec {
+        name: "address",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "ip",
+        default: "127.0.0.1",
+        help: "IP address the read-only port listens on (config: address). NOTE: the kubelet defaults to 0.0.0.0; nanolet defaults to loopback only",
+    },
+    FlagSpec {
+        name: "config",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "file",
+        default: "",
+        help: "KubeletConfiguration file (YAML or JSON, apiVersion kubelet.config.k8s.io/v1beta1); flags override its fields, unsupported fields are warned about and ignored",
+    },
+    FlagSpec {
+        name: "container-runtime-endpoint",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "string",
+        default: "unix:///run/containerd/containerd.sock",
+        help: "CRI endpoint of containerd (config: containerRuntimeEndpoint)",
+    },
+    FlagSpec {
+        name: "file-check-frequency",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "duration",
+        default: "20s",
+        help: "How often to rescan --pod-manifest-path for changes (config: fileCheckFrequency)",
+    },
+    FlagSpec {
+        name: "healthz-bind-address",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "ip",
+        default: "127.0.0.1",
+        help: "IP address the healthz server listens on (config: healthzBindAddress)",
+    },
+    FlagSpec {
+        name: "healthz-port",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "port",
+        default: "10248",
+        help: "Port of the healthz server, 0 disables it (config: healthzPort)",
+    },
+    FlagSpec {
+        name: "help",
+        shorthand: Some('h'),
+        kind: Kind::Bool,
+        value_name: "",
+        default: "",
+        help: "Print this help and exit",
+    },
+    FlagSpec {
+        name: "hostname-override",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "string",
+        default: "",
+        help: "Node name used in static pod names (default: the machine hostname, lowercased)",
+    },
+    FlagSpec {
+        name: "http-check-frequency",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "duration",
+        default: "20s",
+        help: "How often to fetch --manifest-url (config: httpCheckFrequency)",
+    },
+    FlagSpec {
+        name: "manifest-url",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "url",
+        default: "",
+        help: "http(s) URL serving static pod manifests; empty disables the URL source (config: staticPodURL)",
+    },
+    FlagSpec {
+        name: "manifest-url-header",
+        shorthand: None,
+        kind: Kind::Repeated,
+        value_name: "Name:Value,...",
+        default: "",
+        help: "HTTP header(s) sent with --manifest-url requests; repeatable and comma-separated, e.g. 'a:hello,b:again' (config: staticPodURLHeader); values are never logged",
+    },
+    FlagSpec {
+        name: "max-pods",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "int",
+        default: "110",
+        help: "Maximum number of pods nanolet runs (config: maxPods)",
+    },
+    FlagSpec {
+        name: "pod-logs-dir",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "/var/log/pods",
+        help: "Directory for container log files (config: podLogsDir)",
+    },
+    FlagSpec {
+        name: "pod-manifest-path",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "/etc/kubernetes/manifests",
+        help: "Directory of static pod manifest files; empty disables the file source (config: staticPodPath)",
+    },
+    FlagSpec {
+        name: "read-only-port",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "port",
+        default: "10255",
+        help: "Port of the unauthenticated read-only API (/pods, /healthz), 0 disables it (config: readOnlyPort)",
+    },
+    FlagSpec {
+        name: "root-dir",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "/var/lib/nanolet",
+        help: "Directory for nanolet's own state",
+    },
+    FlagSpec {
+        name: "runtime-request-timeout",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "duration",
+        default: "2m0s",
+        help: "Timeout of every CRI request except long-running ones (config: runtimeRequestTimeout)",
+    },
+    FlagSpec {
+        name: "sync-frequency",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "duration",
+        default: "1m0s",
+        help: "Maximum period between resyncs of running pods (config: syncFrequency)",
+    },
+    FlagSpec {
+        name: "v",
+        shorthand: Some('v'),
+        kind: Kind::Value,
+        value_name: "int",
+        default: "0",
+        help: "Log verbosity 0-10: 0-2 info, 3-4 debug, 5+ trace",
+    },
+];
+
+fn find_flag(name: &str) -> Option<&'static FlagSpec> {
+    FLAGS.iter().find(|f| f.name == name)
+}
+
+fn find_shorthand(c: char) -> Option<&'static FlagSpec> {
+    FLAGS.iter().find(|f| f.shorthand == Some(c))
+}
+
+/// The text printed by `nanolet run --help`.
+pub fn help_text() -> String {
+    let mut out = String::from(
+        "Usage: nanolet run [flags]\n\n\
+         Runs the static pods in --pod-manifest-path and --manifest-url on containerd (CRI),\n\
+         with the kubelet's semantics.\n\
+         Precedence: built-in defaults < --config file < flags.\n\n\
+         Flags:\n",
+    );
+    let left: Vec<String> = FLAGS
+        .iter()
+        .map(|f| {
+            let short = match f.shorthand {
+                Some(c) => format!("-{c}, "),
+                None => "    ".into(),
+            };
+            let value = if f.value_name.is_empty() { String::new() } else { format!(" {}", f.value_name) };
+            format!("  {short}--{}{value}", f.name)
+        })
+        .collect();
+    let width = left.iter().map(|s| s.chars().count()).max().unwrap_or(0);
+    for (f, l) in FLAGS.iter().zip(left) {
+        let default = if f.default.is_empty() { String::new() } else { format!(" (default {})", f.default) };
+        out.push_str(&format!("{l:width$}   {}{default}\n", f.help));
+    }
+    out
+}
+
+/// Go's `strconv.ParseBool`.
+fn parse_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Splits the arguments into (flag, value) occurrences, in order.
+fn lex(args: &[String]) -> Result<Vec<(&'static FlagSpec, String)>, ConfigError> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        i += 1;
+        if arg == "--" {
+            if let Some(extra) = args.get(i) {
+                return Err(ConfigError::UnexpectedArgument(extra.clone()));
+            }
+            break;
+        }
+        let (spec, inline, shown) = if let Some(body) = arg.strip_prefix("--") {
+            let (name, inline) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (body, None),
+            };
+            let spec = find_flag(name).ok_or_else(|| ConfigError::UnknownFlag(format!("--{name}")))?;
+            (spec, inline, format!("--{name}"))
+        } else if let Some(body) = arg.strip_prefix('-').filter(|b| !b.is_empty()) {
+            let mut chars = body.chars();
+            let c = chars.next().unwrap_or('-');
+            let spec = find_shorthand(c).ok_or_else(|| ConfigError::UnknownFlag(format!("-{c}")))?;
+            let rest = chars.as_str();
+            let inline = if rest.is_empty() {
+                None
+            } else if let Some(v) = rest.strip_prefix('=') {
+                Some(v.to_string())
+            } else if spec.kind == Kind::Bool {
+                // pflag would read `-hx` as `-h -x`; nanolet has no other boolean shorthand.
+                return Err(ConfigError::UnknownFlag(format!("-{}", rest.chars().next().unwrap_or('-'))));
+            } else {
+                Some(rest.to_string()) // `-v3`
+            };
+            (spec, inline, format!("-{c}"))
+        } else {
+            return Err(ConfigError::UnexpectedArgument(arg.clone()));
+        };
+        let value = match (spec.kind, inline) {
+            (Kind::Bool, None) => "true".to_string(),
+            (Kind::Bool, Some(v)) => match parse_bool(&v) {
+                Some(b) => b.to_string(),
+                None => {
+                    return Err(ConfigError::InvalidFlag {
+                        flag: shown,
+                        reason: format!("invalid boolean {v:?}: use true or false"),
+                    });
+                }
+            },
+            (_, Some(v)) => v,
+            (_, None) => match args.get(i) {
+                // Like pflag, the next argument is the value even if it starts with '-'.
+                Some(v) => {
+                    i += 1;
+                    v.clone()
+                }
+                None => return Err(ConfigError::MissingValue(shown)),
+            },
+        };
+        out.push((spec, value));
+    }
+    Ok(out)
+}
+
+/// Parses the arguments that follow `nanolet run` (without the program name and without `run`),
+/// loads `--config` if given, and validates the result.
+pub fn parse_run_args(args: &[String]) -> Result<ParseOutcome, ConfigError> {
+    parse_run_args_with(args, &machine_hostname)
+}
+
+fn machine_hostname() -> Result<String, String> {
+    let name = nix::unistd::gethostname().map_err(|e| format!("reading the hostname: {e}"))?;
+    name.into_string().map_err(|_| "the hostname is not valid UTF-8".to_string())
+}
+
+fn parse_run_args_with(
+    args: &[String],
+    hostname: &dyn Fn() -> Result<String, String>,
+) -> Result<ParseOutcome, ConfigError> {
+    let flags = lex(args)?;
+    if flags.iter().any(|(f, v)| f.name == "help" && v == "true") {
+        return Ok(ParseOutcome::Help(help_text()));
+    }
+
+    // Placeholder node name until flags are applied; resolved last.
+    let mut cfg = Config::defaults(String::new());
+
+    if let Some((_, path)) = flags.iter().rev().find(|(f, _)| f.name == "config") {
+        if !path.is_empty() {
+            let path = PathBuf::from(path);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|source| ConfigError::ReadFile { path: path.clone(), source })?;
+            apply_file(&mut cfg, &path, &text)?;
+            for w in &cfg.warnings {
+                tracing::warn!("{w}");
+            }
+        }
+    }
+
+    let mut hostname_override = String::new();
+    let mut header_flags: Option<Vec<(String, String)>> = None;
+    for (spec, value) in &flags {
+        let flag = format!("--{}", spec.name);
+        let err = |reason: String| ConfigError::InvalidFlag { flag: flag.clone(), reason };
+        match spec.name {
+            "config" | "help" => {}
+            "pod-manifest-path" => cfg.pod_manifest_path = PathBuf::from(value),
+            "manifest-url" => cfg.manifest_url = parse_manifest_url(value).map_err(err)?,
+            "manifest-url-header" => {
+                // Like the kubelet, the flag replaces the file's headers instead of merging.
+                let list = header_flags.get_or_insert_with(Vec::new);
+                list.extend(parse_header_list(value).map_err(err)?);
+            }
+            "file-check-frequency" => cfg.file_check_frequency = parse_frequency(value).map_err(err)?,
+            "http-check-frequency" => cfg.http_check_frequency = parse_frequency(value).map_err(err)?,
+            "sync-frequency" => cfg.sync_frequency = parse_frequency(value).map_err(err)?,
+            "container-runtime-endpoint" => cfg.runtime_endpoint = parse_endpoint(value).map_err(err)?,
+            "runtime-request-timeout" => cfg.runtime_request_timeout = parse_frequency(value).map_err(err)?,
+            "hostname-override" => hostname_override = value.clone(),
+            "root-dir" => cfg.root_dir = parse_nonempty_path(value).map_err(err)?,
+            "pod-logs-dir" => cfg.pod_logs_dir = parse_nonempty_path(value).map_err(err)?,
+            "address" => cfg.address = parse_ip(value).map_err(err)?,
+            "read-only-port" => cfg.read_only_port = parse_port(value).map_err(err)?,
+            "healthz-bind-address" => cfg.healthz_bind_address = parse_ip(value).map_err(err)?,
+            "healthz-port" => cfg.healthz_port = parse_port(value).map_err(err)?,
+            "max-pods" => cfg.max_pods = parse_max_pods(value).map_err(err)?,
+            "v" => cfg.verbosity = parse_verbosity(value).map_err(err)?,
+            other => return Err(ConfigError::UnknownFlag(format!("--{other}"))),
+        }
+    }
+    if let Some(headers) = header_flags {
+        cfg.manifest_url_headers = headers;
+    }
+
+    let raw_name = if hostname_override.trim().is_empty() {
+        hostname().map_err(ConfigError::NodeName)?
+    } else {
+        hostname_override
+    };
+    cfg.node_name = normalize_node_name(&raw_name)?;
+    Ok(ParseOutcome::Run(cfg))
+}
+
+fn normalize_node_name(raw: &str) -> Result<String, ConfigError> {
+    let name = raw.trim().to_lowercase();
+    if name.is_empty() {
+        return Err(ConfigError::NodeName("the hostname is empty; set --hostname-override".into()));
+    }
+    if !is_dns_subdomain(&name) {
+        return Err(ConfigError::NodeName(format!(
+            "{name:?} is not a valid node name (lowercase letters, digits, '-' and '.', \
+             starting and ending with a letter or digit, at most 253 characters); \
+             set --hostname-override"
+        )));
+    }
+    Ok(name)
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|label| {
+            let b = label.as_bytes();
+            !b.is_empty()
+                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Value parsers shared by flags and the config file. They return the reason only; the caller
+// adds the flag name or the file and field.
+
+fn parse_frequency(s: &str) -> Result<Duration, String> {
+    let d = parse_go_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))?;
+    if d.is_zero() {
+        return Err(format!("must be greater than zero, got {s:?}"));
+    }
+    Ok(d)
+}
+
+fn parse_ip(s: &str) -> Result<IpAddr, String> {
+    s.trim().parse().map_err(|_| format!("invalid IP address {s:?}"))
+}
+
+fn parse_port(s: &str) -> Result<u16, String> {
+    s.trim().parse().map_err(|_| format!("invalid port {s:?}: must be an integer from 0 to 65535"))
+}
+
+fn port_from_int(n: i64) -> Result<u16, String> {
+    u16::try_from(n).map_err(|_| format!("invalid port {n}: must be from 0 to 65535"))
+}
+
+fn parse_max_pods(s: &str) -> Result<u32, String> {
+    s.trim().parse().map_err(|_| format!("invalid number {s:?}: must be a non-negative integer"))
+}
+
+fn max_pods_from_int(n: i64) -> Result<u32, String> {
+    u32::try_from(n).map_err(|_| format!("invalid number {n}: must be a non-negative integer"))
+}
+
+fn parse_verbosity(s: &str) -> Result<u8, String> {
+    let v: u64 = s.trim().parse().map_err(|_| format!("invalid level {s:?}: must be an integer from 0 to 10"))?;
+    Ok(v.min(10) as u8)
+}
+
+fn parse_nonempty_path(s: &str) -> Result<PathBuf, String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(PathBuf::from(s))
+}
+
+fn parse_endpoint(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(s.to_string())
+}
+
+fn parse_manifest_url(s: &str) -> Result<Option<String>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let lower = s.to_ascii_lowercase();
+    let host = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("https://"));
+    match host {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(Some(s.to_string())),
+        _ => Err(format!("invalid URL {:?}: must be an http:// or https:// URL with a host", redact_url(s))),
+    }
+}
+
+/// HTTP token characters (RFC 9110) for header names.
+fn is_header_name(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Checks one header; messages never contain the value.
+fn check_header(name: &str, value: &str) -> Result<(), String> {
+    if !is_header_name(name) {
+        return Err(format!("invalid header name {name:?}"));
+    }
+    if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(format!("header {name:?}: value contains a line break or NUL"));
+    }
+    Ok(())
+}
+
+/// `--manifest-url-header` value: `Name:Value[,Name:Value...]`, split like the kubelet
+/// (on ',' then on the first ':', both sides trimmed, empty items skipped).
+fn parse_header_list(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (i, item) in s.split(',').enumerate() {
+        if item.is_empty() {
+            continue;
+        }
+        let Some((name, value)) = item.split_once(':') else {
+            // Do not echo the item: it may be a secret with a missing name.
+            return Err(format!("malformed header #{} (expected Name:Value; value not shown)", i + 1));
+        };
+        let (name, value) = (name.trim(), value.trim());
+        check_header(name, value)?;
+        out.push((name.to_string(), value.to_string()));
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config file
+
+/// The KubeletConfiguration fields nanolet reads. `staticPodURLHeader` is read by hand so that
+/// type errors never echo a header value.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FileConfig {
+    static_pod_path: Option<String>,
+    #[serde(rename = "staticPodURL")]
+    static_pod_url: Option<String>,
+    file_check_frequency: Option<String>,
+    http_check_frequency: Option<String>,
+    sync_frequency: Option<String>,
+    address: Option<String>,
+    read_only_port: Option<i64>,
+    healthz_bind_address: Option<String>,
+    healthz_port: Option<i64>,
+    max_pods: Option<i64>,
+    pod_logs_dir: Option<String>,
+    container_runtime_endpoint: Option<String>,
+    runtime_request_timeout: Option<String>,
+}
+
+const FILE_FIELDS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "staticPodPath",
+    "staticPodURL",
+    "staticPodURLHeader",
+    "fileCheckFrequency",
+    "httpCheckFrequency",
+    "syncFrequency",
+    "address",
+    "readOnlyPort",
+    "healthzBindAddress",
+    "healthzPort",
+    "maxPods",
+    "podLogsDir",
+    "containerRuntimeEndpoint",
+    "runtimeRequestTimeout",
+];
+
+/// Parses the file text (YAML, or JSON when it starts with `{`) into a YAML value.
+fn parse_document(path: &Path, text: &str) -> Result<serde_yaml::Value, ConfigError> {
+    let invalid = |reason: String| ConfigError::InvalidFile { path: path.to_path_buf(), reason };
+    if text.trim_start().starts_with('{') {
+        let json: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| invalid(format!("invalid JSON: {e}")))?;
+        serde_yaml::to_value(json).map_err(|e| invalid(format!("invalid JSON: {e}")))
+    } else {
+        serde_yaml::from_str(text).map_err(|e| invalid(format!("invalid YAML: {e}")))
+    }
+}
+
+/// Loads the config file text onto `cfg` (fields present in the file replace the defaults).
+fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigError> {
+    let field_err = |field: &str, reason: String| ConfigError::InvalidField {
+        path: path.to_path_buf(),
+        field: field.to_string(),
+        reason,
+    };
+    let doc = parse_document(path, text)?;
+    let serde_yaml::Value::Mapping(map) = &doc else {
+        return Err(ConfigError::InvalidFile {
+            path: path.to_path_buf(),
+            reason: format!("expected a {CONFIG_KIND} mapping, found {}", yaml_kind(&doc)),
+        });
+    };
+
+    // apiVersion and kind are required, as in the kubelet.
+    for (field, want) in [("apiVersion", CONFIG_API_VERSION), ("kind", CONFIG_KIND)] {
+        match map.get(field) {
+            Some(serde_yaml::Value::String(s)) if s == want => {}
+            Some(serde_yaml::Value::String(s)) => {
+                return Err(field_err(field, format!("expected {want:?}, found {s:?}")));
+            }
+            Some(other) => return Err(field_err(field, format!("expected the string {want:?}, found {}", yaml_kind(other)))),
+            None => return Err(field_err(field, format!("missing; expected {want:?}"))),
+        }
+    }
+
+    for key in map.keys() {
+        match key.as_str() {
+            Some(k) if FILE_FIELDS.contains(&k) => {}
+            Some(k) => cfg.warnings.push(format!(
+                "{}: ignoring field {k:?}: unknown or not supported by nanolet",
+                path.display()
+            )),
+            None => cfg.warnings.push(format!("{}: ignoring non-string key {key:?}", path.display())),
+        }
+    }
+
+    let fc: FileConfig = serde_path_to_error::deserialize(doc.clone()).map_err(|e| {
+        let field = e.path().to_string();
+        let field = if field == "." { String::new() } else { field };
+        field_err(&field, e.inner().to_string())
+    })?;
+
+    // Relative paths in the file are relative to the file's directory, as in the kubelet.
+    let base = path.parent().unwrap_or_else(|| Path::new(""));
+    let resolve = |p: &str| {
+        let p = PathBuf::from(p);
+        if p.as_os_str().is_empty() || p.is_absolute() { p } else { base.join(p) }
+    };
+
+    if let Some(p) = &fc.static_pod_path {
+        cfg.pod_manifest_path = resolve(p);
+    }
+    if let Some(u) = &fc.static_pod_url {
+        cfg.manifest_url = parse_manifest_url(u).map_err(|r| field_err("staticPodURL", r))?;
+    }
+    if let Some(v) = map.get("staticPodURLHeader") {
+        cfg.manifest_url_headers = file_headers(v).map_err(|(f, r)| field_err(&f, r))?;
+    }
+    let durations = [
+        ("fileCheckFrequency", &fc.file_check_frequency, &mut cfg.file_check_frequency),
+        ("httpCheckFrequency", &fc.http_check_frequency, &mut cfg.http_check_frequency),
+        ("syncFrequency", &fc.sync_frequency, &mut cfg.sync_frequency),
+        ("runtimeRequestTimeout", &fc.runtime_request_timeout, &mut cfg.runtime_request_timeout),
+    ];
+    for (field, value, slot) in durations {
+        if let Some(s) = value {
+            *slot = parse_frequency(s).map_err(|r| field_err(field, r))?;
+        }
+    }
+    if let Some(s) = &fc.address {
+        cfg.address = parse_ip(s).map_err(|r| field_err("address", r))?;
+    }
+    if let Some(s) = &fc.healthz_bind_address {
+        cfg.healthz_bind_address = parse_ip(s).map_err(|r| field_err("healthzBindAddress", r))?;
+    }
+    if let Some(n) = fc.read_only_port {
+        cfg.read_only_port = port_from_int(n).map_err(|r| field_err("readOnlyPort", r))?;
+    }
+    if let Some(n) = fc.healthz_port {
+        cfg.healthz_port = port_from_int(n).map_err(|r| field_err("healthzPort", r))?;
+    }
+    if let Some(n) = fc.max_pods {
+        cfg.max_pods = max_pods_from_int(n).map_err(|r| field_err("maxPods", r))?;
+    }
+    if let Some(p) = &fc.pod_logs_dir {
+        parse_nonempty_path(p).map_err(|r| field_err("podLogsDir", r))?;
+        cfg.pod_logs_dir = resolve(p);
+    }
+    if let Some(s) = &fc.container_runtime_endpoint {
+        cfg.runtime_endpoint = parse_endpoint(s).map_err(|r| field_err("containerRuntimeEndpoint", r))?;
+    }
+    Ok(())
+}
+
+/// `staticPodURLHeader: {Name: [value, ...]}`. Errors name the field path but never a value.
+fn file_headers(v: &serde_yaml::Value) -> Result<Vec<(String, String)>, (String, String)> {
+    const FIELD: &str = "staticPodURLHeader";
+    let map = match v {
+        serde_yaml::Value::Null => return Ok(Vec::new()),
+        serde_yaml::Value::Mapping(m) => m,
+        other => {
+            return Err((FIELD.into(), format!("expected a map of header name to list of values, found {}", yaml_kind(other))));
+        }
+    };
+    // Sorted by name for a deterministic order (the kubelet's map has none).
+    let mut sorted: BTreeMap<String, &serde_yaml::Value> = BTreeMap::new();
+    for (k, vals) in map {
+        let Some(name) = k.as_str() else {
+            return Err((FIELD.into(), format!("header names must be strings, found {}", yaml_kind(k))));
+        };
+        sorted.insert(name.to_string(), vals);
+    }
+    let mut out = Vec::new();
+    for (name, vals) in sorted {
+        let field = format!("{FIELD}.{name}");
+        let serde_yaml::Value::Sequence(list) = vals else {
+            return Err((field, format!("expected a list of strings, found {} (value not shown)", yaml_kind(vals))));
+        };
+        for (i, item) in list.iter().enumerate() {
+            let Some(value) = item.as_str() else {
+                return Err((format!("{field}[{i}]"), format!("expected a string, found {} (value not shown)", yaml_kind(item))));
+            };
+            check_header(&name, value).map_err(|r| (field.clone(), r))?;
+            out.push((name.clone(), value.to_string()));
+        }
+    }
+    Ok(out)
+}
+
+fn yaml_kind(v: &serde_yaml::Value) -> &'static str {
+    match v {
+        serde_yaml::Value::Null => "null",
+        serde_yaml::Value::Bool(_) => "a boolean",
+        serde_yaml::Value::Number(_) => "a number",
+        serde_yaml::Value::String(_) => "a string",
+        serde_yaml::Value::Sequence(_) => "a list",
+        serde_yaml::Value::Mapping(_) => "a map",
+        serde_yaml::Value::Tagged(_) => "a tagged value",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn host() -> Result<String, String> {
+        Ok("Edge-Box-01".into())
+    }
+
+    fn parse(a: &[&str]) -> Result<Config, ConfigError> {
+        match parse_run_args_with(&args(a), &host)? {
+            ParseOutcome::Run(c) => Ok(c),
+            ParseOutcome::Help(_) => panic!("unexpected help"),
+        }
+    }
+
+    fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    }
+
+    const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).unwrap();
+        let mut want = Config::defaults("edge-box-01".into());
+        want.warnings.clear();
+        assert_eq!(c, want);
+        assert_eq!(c.pod_manifest_path, PathBuf::from("/etc/kubernetes/manifests"));
+        assert_eq!(c.sync_frequency, Duration::from_secs(60));
+        assert_eq!(c.runtime_request_timeout, Duration::from_secs(120));
+        assert_eq!(c.address.to_string(), "127.0.0.1");
+        assert_eq!((c.read_only_port, c.healthz_port, c.max_pods), (10255, 10248, 110));
+        assert_eq!(c.runtime_endpoint, "unix:///run/containerd/containerd.sock");
+        assert_eq!(c.manifest_url, None);
+        assert_eq!(c.log_level(), tracing::Level::INFO);
+    }
+
+    #[test]
+    fn flag_syntaxes() {
+        let c = parse(&[
+            "--sync-frequency=30s",
+            "--file-check-frequency",
+            "5s",
+            "-v",
+            "4",
+            "--read-only-port=0",
+            "--address",
+            "0.0.0.0",
+            "--hostname-override=Node-A",
+            "--max-pods=5",
+            "--help=false",
+            "--pod-manifest-path=",
+        ])
+        .unwrap();
+        assert_eq!(c.sync_frequency, Duration::from_secs(30));
+        assert_eq!(c.file_check_frequency, Duration::from_secs(5));
+        assert_eq!(c.verbosity, 4);
+        assert_eq!(c.log_level(), tracing::Level::DEBUG);
+        assert_eq!(c.read_only_port, 0);
+        assert_eq!(c.address.to_string(), "0.0.0.0");
+        assert_eq!(c.node_name, "node-a");
+        assert_eq!(c.max_pods, 5);
+        assert_eq!(c.pod_manifest_path, PathBuf::new());
+        assert_eq!(parse(&["-v=7"]).unwrap().verbosity, 7);
+        assert_eq!(parse(&["-v3"]).unwrap().verbosity, 3);
+        assert_eq!(parse(&["--v=99"]).unwrap().verbosity, 10);
+        assert_eq!(parse(&["--v=6"]).unwrap().log_level(), tracing::Level::TRACE);
+        // Last occurrence of a single-valued flag wins.
+        assert_eq!(parse(&["--max-pods=1", "--max-pods=2"]).unwrap().max_pods, 2);
+    }
+
+    #[test]
+    fn help() {
+        for a in [&["--help"][..], &["-h"], &["--sync-frequency=1s", "--help=true"]] {
+            match parse_run_args_with(&args(a), &host).unwrap() {
+                ParseOutcome::Help(text) => {
+                    for f in FLAGS {
+                        assert!(text.contains(&format!("--{} ", f.name)), "{} missing", f.name);
+                        if !f.default.is_empty() {
+                            assert!(text.contains(&format!("(default {})", f.default)));
+                        }
+                    }
+                    assert!(text.contains("kubelet defaults to 0.0.0.0"));
+                    assert_eq!(text.lines().filter(|l| l.trim_start().starts_with('-')).count(), FLAGS.len());
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn flag_errors() {
+        let e = parse(&["--sync-frequency=x"]).unwrap_err().to_string();
+        assert!(e.starts_with("--sync-frequency: invalid duration \"x\": "), "{e}");
+        let e = parse(&["--sync-frequency=0s"]).unwrap_err().to_string();
+        assert!(e.contains("greater than zero"), "{e}");
+        assert!(matches!(parse(&["--nope"]), Err(ConfigError::UnknownFlag(f)) if f == "--nope"));
+        assert!(matches!(parse(&["-x"]), Err(ConfigError::UnknownFlag(f)) if f == "-x"));
+        assert!(matches!(parse(&["--max-pods"]), Err(ConfigError::MissingValue(f)) if f == "--max-pods"));
+        assert!(matches!(parse(&["extra"]), Err(ConfigError::UnexpectedArgument(_))));
+        assert!(matches!(parse(&["--", "extra"]), Err(ConfigError::UnexpectedArgument(_))));
+        assert!(parse(&["--help=maybe"]).unwrap_err().to_string().contains("invalid boolean"));
+        assert!(parse(&["--read-only-port=70000"]).unwrap_err().to_string().starts_with("--read-only-port: invalid port"));
+        assert!(parse(&["--max-pods=-1"]).is_err());
+        assert!(parse(&["--address=localhost"]).unwrap_err().to_string().contains("invalid IP address"));
+        assert!(parse(&["--manifest-url=ftp://x/"]).is_err());
+        assert!(parse(&["--hostname-override=bad_name"]).unwrap_err().to_string().contains("--hostname-override"));
+        let e = parse_run_args_with(&args(&[]), &|| Err("boom".into())).unwrap_err();
+        assert!(matches!(e, ConfigError::NodeName(_)));
+    }
+
+    #[test]
+    fn header_parsing() {
+        let c = parse(&[
+            "--manifest-url=https://example.com/pods",
+            "--manifest-url-header=a:hello,b:again,c:world",
+            "--manifest-url-header",
+            "b:beautiful",
+            "--manifest-url-header=Authorization: Bearer x:y ,",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.manifest_url_headers,
+            vec![
+                ("a".to_string(), "hello".to_string()),
+                ("b".into(), "again".into()),
+                ("c".into(), "world".into()),
+                ("b".into(), "beautiful".into()),
+                ("Authorization".into(), "Bearer x:y".into()),
+            ]
+        );
+        let e = parse(&["--manifest-url-header=Bearer-secret-token"]).unwrap_err().to_string();
+        assert!(e.starts_with("--manifest-url-header: malformed header"), "{e}");
+        assert!(!e.contains("secret"), "{e}");
+        assert!(parse(&["--manifest-url-header=bad name:x"]).is_err());
+        assert!(parse(&["--manifest-url-header=:x"]).is_err());
+    }
+
+    #[test]
+    fn file_then_flags_precedence() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!(
+                "{HEAD}staticPodPath: manifests\nsyncFrequency: 10s\nfileCheckFrequency: 1m30s\n\
+                 readOnlyPort: 0\nhealthzPort: 1234\nmaxPods: 20\naddress: 0.0.0.0\n\
+                 staticPodURL: http://10.0.0.1/pods\nstaticPodURLHeader:\n  X-Token: [\"file-secret\"]\n\
+                 podLogsDir: /data/logs\ncontainerRuntimeEndpoint: unix:///tmp/c.sock\nruntimeRequestTimeout: 30s\n"
+            ),
+        );
+        let c = parse(&["--config", &path, "--sync-frequency=5s", "--healthz-port=0"]).unwrap();
+        // File values over defaults.
+        assert_eq!(c.pod_manifest_path, dir.path().join("manifests"));
+        assert_eq!(c.file_check_frequency, Duration::from_secs(90));
+        assert_eq!(c.read_only_port, 0);
+        assert_eq!(c.max_pods, 20);
+        assert_eq!(c.address.to_string(), "0.0.0.0");
+        assert_eq!(c.manifest_url.as_deref(), Some("http://10.0.0.1/pods"));
+        assert_eq!(c.manifest_url_headers, vec![("X-Token".to_string(), "file-secret".to_string())]);
+        assert_eq!(c.pod_logs_dir, PathBuf::from("/data/logs"));
+        assert_eq!(c.runtime_endpoint, "unix:///tmp/c.sock");
+        assert_eq!(c.runtime_request_timeout, Duration::from_secs(30));
+        // Flags over file values, regardless of flag order relative to --config.
+        assert_eq!(c.sync_frequency, Duration::from_secs(5));
+        assert_eq!(c.healthz_port, 0);
+        let c = parse(&["--max-pods=3", &format!("--config={path}")]).unwrap();
+        assert_eq!(c.max_pods, 3);
+        // Header flags replace the file's headers.
+        let c = parse(&["--config", &path, "--manifest-url-header=A:b"]).unwrap();
+        assert_eq!(c.manifest_url_headers, vec![("A".to_string(), "b".to_string())]);
+        assert!(c.warnings.is_empty());
+    }
+
+    #[test]
+    fn json_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "config.json",
+            "{\n\t\"apiVersion\": \"kubelet.config.k8s.io/v1beta1\",\n\t\"kind\": \"KubeletConfiguration\",\n\t\"staticPodPath\": \"/srv/m\", \"maxPods\": 7}",
+        );
+        let c = parse(&["--config", &path]).unwrap();
+        assert_eq!((c.pod_manifest_path, c.max_pods), (PathBuf::from("/srv/m"), 7));
+    }
+
+    #[test]
+    fn unknown_fields_warn_but_do_not_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!("{HEAD}cgroupDriver: systemd\nauthentication:\n  anonymous: {{enabled: false}}\nmaxPods: 9\n"),
+        );
+        let c = parse(&["--config", &path]).unwrap();
+        assert_eq!(c.max_pods, 9);
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+        assert!(c.warnings.iter().any(|w| w.contains("\"cgroupDriver\"") && w.contains("config.yaml")));
+        assert!(c.warnings.iter().any(|w| w.contains("\"authentication\"")));
+    }
+
+    #[test]
+    fn bad_type_names_file_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(&dir, "config.yaml", &format!("{HEAD}fileCheckFrequency: 20\n"));
+        let e = parse(&["--config", &path]).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(&e, ConfigError::InvalidField { field, .. } if field == "fileCheckFrequency"), "{msg}");
+        assert!(msg.starts_with(&format!("{path}: fileCheckFrequency: ")), "{msg}");
+
+        let path = write(&dir, "c2.yaml", &format!("{HEAD}fileCheckFrequency: 20x\n"));
+        let msg = parse(&["--config", &path]).unwrap_err().to_string();
+        assert!(msg.starts_with(&format!("{path}: fileCheckFrequency: invalid duration \"20x\"")), "{msg}");
+
+        let path = write(&dir, "c3.yaml", &format!("{HEAD}readOnlyPort: 99999\n"));
+        assert!(parse(&["--config", &path]).unwrap_err().to_string().contains(": readOnlyPort: invalid port"));
+
+        let path = write(&dir, "c4.yaml", &format!("{HEAD}maxPods: lots\n"));
+        assert!(parse(&["--config", &path]).unwrap_err().to_string().contains(": maxPods: invalid type"));
+
+        let path = write(&dir, "c5.yaml", "kind: KubeletConfiguration\n");
+        assert!(parse(&["--config", &path]).unwrap_err().to_string().contains(": apiVersion: missing"));
+
+        let path = write(&dir, "c6.yaml", "apiVersion: v1\nkind: Pod\n");
+        assert!(parse(&["--config", &path]).is_err());
+
+        for (name, text) in [("c7.yaml", "a: [\n"), ("c8.yaml", "- 1\n"), ("c9.yaml", ""), ("c10.json", "{\"a\":")] {
+            let path = write(&dir, name, text);
+            let e = parse(&["--config", &path]).unwrap_err();
+            assert!(e.to_string().starts_with(&path), "{e}");
+        }
+
+        let e = parse(&["--config", "/nonexistent/nanolet.yaml"]).unwrap_err();
+        assert!(matches!(e, ConfigError::ReadFile { .. }));
+        assert!(e.to_string().contains("/nonexistent/nanolet.yaml"));
+    }
+
+    #[test]
+    fn header_type_errors_do_not_leak_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(&dir, "config.yaml", &format!("{HEAD}staticPodURLHeader:\n  Authorization: Bearer s3cr3t\n"));
+        let msg = parse(&["--config", &path]).unwrap_err().to_string();
+        assert!(msg.contains("staticPodURLHeader.Authorization"), "{msg}");
+        assert!(!msg.contains("s3cr3t"), "{msg}");
+        let path = write(&dir, "c2.yaml", &format!("{HEAD}staticPodURLHeader:\n  Authorization: [\"a\\r\\nb: s3cr3t\"]\n"));
+        let msg = parse(&["--config", &path]).unwrap_err().to_string();
+        assert!(msg.contains("line break") && !msg.contains("s3cr3t"), "{msg}");
+    }
+
+    #[test]
+    fn redaction() {
+        let c = parse(&[
+            "--manifest-url=https://user:pa55@example.com/pods?x=1",
+            "--manifest-url-header=Authorization:Bearer s3cr3t,Authorization:second-s3cr3t,X-A:t0ken",
+        ])
+        .unwrap();
+        let dbg = format!("{c:?} {c:#?}");
+        assert!(!dbg.contains("s3cr3t") && !dbg.contains("t0ken") && !dbg.contains("pa55"), "{dbg}");
+        assert!(dbg.contains("Authorization: <redacted>"), "{dbg}");
+        assert!(dbg.contains("https://<redacted>@example.com/pods?x=1"), "{dbg}");
+        let j = c.redacted_json();
+        let s = j.to_string();
+        assert!(!s.contains("s3cr3t") && !s.contains("t0ken") && !s.contains("pa55"), "{s}");
+        assert_eq!(j["staticPodURLHeader"]["Authorization"], serde_json::json!(["<redacted>", "<redacted>"]));
+        assert_eq!(j["staticPodURLHeader"]["X-A"], serde_json::json!(["<redacted>"]));
+        assert_eq!(j["syncFrequency"], "1m0s");
+        assert_eq!(j["runtimeRequestTimeout"], "2m0s");
+        assert_eq!(j["readOnlyPort"], 10255);
+        assert_eq!(j["nodeName"], "edge-box-01");
+        assert_eq!(j["kind"], "KubeletConfiguration");
+        // The real values are still there for the URL source to use.
+        assert_eq!(c.manifest_url_headers[0].1, "Bearer s3cr3t");
+    }
+
+    #[test]
+    fn url_redaction() {
+        assert_eq!(redact_url("http://h/p"), "http://h/p");
+        assert_eq!(redact_url("http://u@h:80/p@q"), "http://<redacted>@h:80/p@q");
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
+
+    #[test]
+    fn node_names() {
+        assert_eq!(normalize_node_name(" My.Host-1 \n").unwrap(), "my.host-1");
+        assert!(normalize_node_name("").is_err());
+        assert!(normalize_node_name("-a").is_err());
+        assert!(normalize_node_name("a..b").is_err());
+        assert!(normalize_node_name(&"a".repeat(254)).is_err());
+    }
+}

@@ -1,1 +1,493 @@
-//! (being written)
+//! The local HTTP endpoints, on `tiny_http` with one plain thread per server.
+//!
+//! - healthz server (`--healthz-bind-address:--healthz-port`, default 127.0.0.1:10248):
+//!   `/healthz`, `/healthz/<check>`.
+//! - read-only server (`--address:--read-only-port`, default 127.0.0.1:10255): `/healthz`,
+//!   `/healthz/<check>`, `/pods` (a v1 PodList), `/manifests/errors` (nanolet extra).
+//!
+//! The healthz text mirrors the kubelet/apiserver healthz handler: `ok`; with `?verbose` one
+//! `[+]name ok` line per check and `healthz check passed`; on failure (always verbose, status 500)
+//! `[-]name failed: reason withheld` lines and `healthz check failed`. As there, the reasons are
+//! not in the aggregate body (the read-only port may be exposed); `GET /healthz/<name>` answers
+//! `internal server error: <reason>` for one check, and the reasons are logged at debug level.
+//! `?exclude=<name>` skips a check, as in the apiserver.
+//!
+//! Only GET and HEAD are served (405 with `Allow: GET, HEAD` otherwise); unknown paths are 404.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use tiny_http::{Header, Method, Response, Server};
+
+use crate::pod::PodList;
+use crate::status::{HealthCheck, StatusStore};
+
+/// A running server. `stop()` or dropping it stops the thread and closes the socket.
+pub struct ServerHandle {
+    server: Arc<Server>,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    local_addr: SocketAddr,
+}
+
+impl ServerHandle {
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops serving and waits for the server thread to finish.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.stopping.store(true, Ordering::SeqCst);
+            self.server.unblock();
+            if thread.join().is_err() {
+                tracing::error!(addr = %self.local_addr, "HTTP server thread panicked");
+            }
+            tracing::debug!(addr = %self.local_addr, "HTTP server stopped");
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle").field("local_addr", &self.local_addr).finish()
+    }
+}
+
+/// Which set of endpoints a server exposes.
+#[derive(Debug, Clone)]
+enum Endpoints {
+    Healthz,
+    ReadOnly {
+        #[allow(dead_code)] // kept for node-scoped endpoints (/stats/summary) to come
+        node_name: String,
+    },
+}
+
+/// Starts the healthz server on `addr`.
+pub fn spawn_healthz(addr: SocketAddr, store: Arc<StatusStore>) -> io::Result<ServerHandle> {
+    spawn("healthz", addr, store, Endpoints::Healthz)
+}
+
+/// Starts the read-only API server on `addr`.
+pub fn spawn_read_only(addr: SocketAddr, store: Arc<StatusStore>, node_name: String) -> io::Result<ServerHandle> {
+    spawn("read-only", addr, store, Endpoints::ReadOnly { node_name })
+}
+
+fn spawn(kind: &'static str, addr: SocketAddr, store: Arc<StatusStore>, endpoints: Endpoints) -> io::Result<ServerHandle> {
+    let server = Server::http(addr)
+        .map_err(|e| io::Error::new(io::ErrorKind::Other, format!("{kind} server: binding {addr}: {e}")))?;
+    let local_addr = server.server_addr().to_ip().ok_or_else(|| {
+        io::Error::new(io::ErrorKind::Other, format!("{kind} server: {addr} is not an IP listener"))
+    })?;
+    let server = Arc::new(server);
+    let stopping = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let server = Arc::clone(&server);
+        let stopping = Arc::clone(&stopping);
+        std::thread::Builder::new()
+            .name(format!("http-{kind}"))
+            .spawn(move || serve(kind, &server, &stopping, &store, &endpoints))?
+    };
+    tracing::info!(addr = %local_addr, "{kind} server listening");
+    Ok(ServerHandle { server, stopping, thread: Some(thread), local_addr })
+}
+
+fn serve(kind: &str, server: &Server, stopping: &AtomicBool, store: &StatusStore, endpoints: &Endpoints) {
+    loop {
+        let request = match server.recv() {
+            Ok(r) => r,
+            Err(e) => {
+                if stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                // An accept/read error of one connection; keep serving, but do not spin.
+                tracing::debug!("{kind} server: receiving request: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                continue;
+            }
+        };
+        if stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let reply = route(endpoints, request.method(), request.url(), store);
+        tracing::trace!(method = %request.method(), url = request.url(), status = reply.status, "{kind} server");
+        let mut response = Response::from_data(reply.body).with_status_code(reply.status);
+        for (name, value) in reply.headers {
+            if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+                response.add_header(h);
+            }
+        }
+        if let Err(e) = request.respond(response) {
+            tracing::debug!("{kind} server: writing response: {e}");
+        }
+    }
+}
+
+/// A response, independent of tiny_http so routing can be tested directly.
+#[derive(Debug, Clone, PartialEq)]
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, &'static str)>,
+    body: Vec<u8>,
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+const JSON: &str = "application/json";
+
+impl Reply {
+    fn text(status: u16, body: String) -> Reply {
+        Reply {
+            status,
+            headers: vec![("Content-Type", TEXT), ("X-Content-Type-Options", "nosniff")],
+            body: body.into_bytes(),
+        }
+    }
+
+    fn json<T: serde::Serialize>(value: &T) -> Reply {
+        match serde_json::to_vec(value) {
+            Ok(body) => Reply { status: 200, headers: vec![("Content-Type", JSON)], body },
+            Err(e) => {
+                tracing::error!("serializing response: {e}");
+                Reply::text(500, "internal server error: cannot serialize the response\n".into())
+            }
+        }
+    }
+}
+
+fn route(endpoints: &Endpoints, method: &Method, url: &str, store: &StatusStore) -> Reply {
+    let (path, query) = split_url(url);
+    let known = match path {
+        "/healthz" => true,
+        p if p.starts_with("/healthz/") => true,
+        "/pods" | "/manifests/errors" => matches!(endpoints, Endpoints::ReadOnly { .. }),
+        _ => false,
+    };
+    if !known {
+        return Reply::text(404, "404 page not found\n".into());
+    }
+    if !matches!(method, Method::Get | Method::Head) {
+        let mut r = Reply::text(405, "405 method not allowed\n".into());
+        r.headers.push(("Allow", "GET, HEAD"));
+        return r;
+    }
+    match path {
+        "/healthz" => healthz(&checks(store), query),
+        "/pods" => Reply::json(&PodList {
+            kind: "PodList".into(),
+            api_version: "v1".into(),
+            metadata: serde_json::Map::new(),
+            items: store.pods(),
+        }),
+        "/manifests/errors" => Reply::json(&store.manifest_errors()),
+        p => {
+            let name = p.trim_start_matches("/healthz/");
+            match checks(store).into_iter().find(|c| c.name == name) {
+                Some(c) if c.ok => Reply::text(200, "ok".into()),
+                Some(c) => Reply::text(500, format!("internal server error: {}\n", c.message)),
+                None => Reply::text(404, "404 page not found\n".into()),
+            }
+        }
+    }
+}
+
+/// Path and query of a request target (origin-form, or absolute-form `http://host/path`).
+fn split_url(url: &str) -> (&str, &str) {
+    let mut target = url;
+    for scheme in ["http://", "https://"] {
+        if let Some(rest) = target.strip_prefix(scheme) {
+            target = rest.find('/').map_or("/", |i| &rest[i..]);
+        }
+    }
+    let target = target.split('#').next().unwrap_or("");
+    match target.split_once('?') {
+        Some((p, q)) => (p, q),
+        None => (target, ""),
+    }
+}
+
+/// The store's checks behind the always-passing `ping` check the kubelet also has.
+fn checks(store: &StatusStore) -> Vec<HealthCheck> {
+    let mut v = vec![HealthCheck { name: "ping".into(), ok: true, message: "ok".into() }];
+    v.extend(store.health());
+    v
+}
+
+fn healthz(checks: &[HealthCheck], query: &str) -> Reply {
+    let mut verbose = false;
+    let mut exclude: Vec<String> = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "verbose" => verbose = true,
+            "exclude" => exclude.extend(value.split(',').filter(|s| !s.is_empty()).map(String::from)),
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    let mut failed: Vec<&HealthCheck> = Vec::new();
+    for c in checks {
+        if let Some(i) = exclude.iter().position(|e| *e == c.name) {
+            exclude.remove(i);
+            out.push_str(&format!("[+]{} excluded: ok\n", c.name));
+        } else if c.ok {
+            out.push_str(&format!("[+]{} ok\n", c.name));
+        } else {
+            out.push_str(&format!("[-]{} failed: reason withheld\n", c.name));
+            failed.push(c);
+        }
+    }
+    if !exclude.is_empty() {
+        let names: Vec<String> = exclude.iter().map(|e| format!("{e:?}")).collect();
+        out.push_str(&format!("warn: some health checks cannot be excluded: no matches for {}\n", names.join(",")));
+    }
+    if !failed.is_empty() {
+        let details: Vec<String> = failed.iter().map(|c| format!("{}: {}", c.name, c.message)).collect();
+        tracing::debug!("healthz check failed: {}", details.join("; "));
+        out.push_str("healthz check failed\n");
+        return Reply::text(500, out);
+    }
+    if !verbose {
+        return Reply::text(200, "ok".into());
+    }
+    out.push_str("healthz check passed\n");
+    Reply::text(200, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    use crate::pod::{ObjectMeta, Pod};
+    use crate::source::ManifestError;
+
+    fn pod() -> Pod {
+        Pod {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            metadata: ObjectMeta {
+                name: "web-node1".into(),
+                namespace: "default".into(),
+                uid: "0123456789abcdef0123456789abcdef".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn healthy_store() -> Arc<StatusStore> {
+        let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
+        store.mark_sync();
+        store.mark_relist(Ok(()));
+        store.set_pod(pod());
+        store.set_manifest_errors(vec![ManifestError {
+            origin: "/etc/kubernetes/manifests/bad.yaml".into(),
+            field: "spec.containers[0].image".into(),
+            reason: "Required value".into(),
+        }]);
+        store
+    }
+
+    struct Resp {
+        status: u16,
+        headers: String,
+        body: String,
+    }
+
+    /// A minimal HTTP/1.0 client: the server closes the connection after the response.
+    fn request(addr: SocketAddr, method: &str, path: &str) -> Resp {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "{method} {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        Resp { status, headers: head.to_ascii_lowercase(), body: body.to_string() }
+    }
+
+    /// tiny_http's accept thread closes the socket a moment after the server is dropped.
+    fn closed_soon(addr: SocketAddr) -> bool {
+        for _ in 0..200 {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    fn get(addr: SocketAddr, path: &str) -> Resp {
+        request(addr, "GET", path)
+    }
+
+    #[test]
+    fn read_only_server_endpoints() {
+        let store = healthy_store();
+        let srv = spawn_read_only("127.0.0.1:0".parse().unwrap(), store.clone(), "node1".into()).unwrap();
+        let addr = srv.local_addr();
+        assert_ne!(addr.port(), 0);
+
+        let r = get(addr, "/pods");
+        assert_eq!(r.status, 200);
+        assert!(r.headers.contains("content-type: application/json"), "{}", r.headers);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["kind"], "PodList");
+        assert_eq!(v["apiVersion"], "v1");
+        assert_eq!(v["metadata"], serde_json::json!({}));
+        assert_eq!(v["items"].as_array().unwrap().len(), 1);
+        assert_eq!(v["items"][0]["metadata"]["name"], "web-node1");
+        assert_eq!(v["items"][0]["metadata"]["namespace"], "default");
+
+        let r = get(addr, "/manifests/errors");
+        assert_eq!(r.status, 200);
+        assert!(r.headers.contains("content-type: application/json"));
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!([{
+                "origin": "/etc/kubernetes/manifests/bad.yaml",
+                "field": "spec.containers[0].image",
+                "reason": "Required value"
+            }])
+        );
+
+        let r = get(addr, "/healthz");
+        assert_eq!((r.status, r.body.as_str()), (200, "ok"));
+        assert!(r.headers.contains("content-type: text/plain"));
+
+        let r = get(addr, "/nope");
+        assert_eq!(r.status, 404);
+        let r = get(addr, "/pods/");
+        assert_eq!(r.status, 404);
+
+        for m in ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"] {
+            let r = request(addr, m, "/pods");
+            assert_eq!(r.status, 405, "{m}");
+            assert!(r.headers.contains("allow: get, head"), "{m}: {}", r.headers);
+        }
+
+        let r = request(addr, "HEAD", "/pods");
+        assert_eq!(r.status, 200);
+        assert!(r.body.is_empty());
+
+        // Query strings do not change routing.
+        assert_eq!(get(addr, "/pods?fieldSelector=x").status, 200);
+
+        // The server sees later updates of the store.
+        store.remove_pod("0123456789abcdef0123456789abcdef");
+        let v: serde_json::Value = serde_json::from_str(&get(addr, "/pods").body).unwrap();
+        assert_eq!(v["items"], serde_json::json!([]));
+
+        srv.stop();
+        assert!(closed_soon(addr), "still listening after stop");
+    }
+
+    #[test]
+    fn healthz_server_texts() {
+        let store = healthy_store();
+        let srv = spawn_healthz("127.0.0.1:0".parse().unwrap(), store.clone()).unwrap();
+        let addr = srv.local_addr();
+
+        let r = get(addr, "/healthz");
+        assert_eq!((r.status, r.body.as_str()), (200, "ok"));
+        let r = get(addr, "/healthz?verbose");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, "[+]ping ok\n[+]syncloop ok\n[+]runtime ok\n[+]pleg ok\nhealthz check passed\n");
+        let r = get(addr, "/healthz/syncloop");
+        assert_eq!((r.status, r.body.as_str()), (200, "ok"));
+
+        // The healthz server has no API endpoints.
+        assert_eq!(get(addr, "/pods").status, 404);
+        assert_eq!(get(addr, "/manifests/errors").status, 404);
+        assert_eq!(request(addr, "POST", "/healthz").status, 405);
+
+        // Runtime down: 500, always verbose, reason withheld in the aggregate.
+        store.mark_relist(Err("connection refused".into()));
+        let r = get(addr, "/healthz");
+        assert_eq!(r.status, 500);
+        assert_eq!(
+            r.body,
+            "[+]ping ok\n[+]syncloop ok\n[-]runtime failed: reason withheld\n[+]pleg ok\nhealthz check failed\n"
+        );
+        let r = get(addr, "/healthz/runtime");
+        assert_eq!(r.status, 500);
+        assert_eq!(r.body, "internal server error: container runtime is down: connection refused\n");
+        assert_eq!(get(addr, "/healthz/nope").status, 404);
+
+        // Excluding the failing check passes.
+        let r = get(addr, "/healthz?exclude=runtime&verbose");
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(r.body.contains("[+]runtime excluded: ok\n"));
+        drop(srv); // Drop stops the server too.
+        assert!(closed_soon(addr), "still listening after drop");
+    }
+
+    #[test]
+    fn healthz_fails_before_first_sync() {
+        let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
+        let srv = spawn_healthz("127.0.0.1:0".parse().unwrap(), store).unwrap();
+        let r = get(srv.local_addr(), "/healthz");
+        assert_eq!(r.status, 500);
+        assert!(r.body.contains("[-]syncloop failed: reason withheld\n"), "{}", r.body);
+        assert!(r.body.ends_with("healthz check failed\n"));
+    }
+
+    #[test]
+    fn garbage_requests_do_not_kill_the_server() {
+        let srv = spawn_read_only("127.0.0.1:0".parse().unwrap(), healthy_store(), "node1".into()).unwrap();
+        let addr = srv.local_addr();
+        for junk in ["\r\n\r\n", "GARBAGE\r\n\r\n", "GET\r\n\r\n", "GET /pods HTTP/9.9\r\n\r\n", "\u{0}\u{1}\u{2}"] {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let _ = s.write_all(junk.as_bytes());
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink);
+        }
+        assert_eq!(get(addr, "/healthz").status, 200);
+    }
+
+    #[test]
+    fn bind_error_is_reported() {
+        let srv = spawn_healthz("127.0.0.1:0".parse().unwrap(), healthy_store()).unwrap();
+        let e = spawn_healthz(srv.local_addr(), healthy_store()).unwrap_err();
+        assert!(e.to_string().contains("binding"), "{e}");
+    }
+
+    #[test]
+    fn url_splitting() {
+        assert_eq!(split_url("/pods"), ("/pods", ""));
+        assert_eq!(split_url("/healthz?verbose&exclude=a"), ("/healthz", "verbose&exclude=a"));
+        assert_eq!(split_url("http://127.0.0.1:10255/pods?x"), ("/pods", "x"));
+        assert_eq!(split_url("http://host"), ("/", ""));
+    }
+
+    #[test]
+    fn healthz_exclude_unknown_warns() {
+        let checks = vec![HealthCheck { name: "a".into(), ok: true, message: String::new() }];
+        let r = healthz(&checks, "verbose&exclude=zz");
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            String::from_utf8(r.body).unwrap(),
+            "[+]a ok\nwarn: some health checks cannot be excluded: no matches for \"zz\"\nhealthz check passed\n"
+        );
+    }
+}
