@@ -13,6 +13,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(false)
+        // Labels and annotations land in our BTreeMap-based domain types without conversion.
+        .btree_map(".")
         .compile_with_config(config, &[PROTO], &["proto"])?;
     Ok(())
 }
