@@ -1,1 +1,216 @@
-//! (being written)
+//! `nanolet run`: wires sources, podconfig, the sync loop, PLEG, the runtime and the HTTP
+//! endpoints together. Everything here is plain threads and channels.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Sender};
+use std::time::Duration;
+
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::pleg::Pleg;
+use crate::podconfig::PodConfig;
+use crate::runtime::Runtime;
+use crate::runtime::cri::CriRuntime;
+use crate::server;
+use crate::source::{Snapshot, SourceKind};
+use crate::status::StatusStore;
+use crate::sync::{LoopMsg, SyncLoop, SyncSettings, WorkerContext};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("container runtime {endpoint}: {source}")]
+    Runtime {
+        endpoint: String,
+        #[source]
+        source: crate::runtime::RuntimeError,
+    },
+    #[error("{what} on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("starting {what}: {source}")]
+    Start {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("blocking signals: {0}")]
+    Signals(nix::Error),
+}
+
+/// The node's primary IPv4 address: the address of the interface carrying the default route,
+/// else the first non-loopback IPv4 address, else 127.0.0.1.
+pub fn detect_host_ip() -> IpAddr {
+    let default_iface = std::fs::read_to_string("/proc/net/route").ok().and_then(|s| {
+        s.lines().skip(1).find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 2 && f[1] == "00000000").then(|| f[0].to_string())
+        })
+    });
+    let mut first: Option<IpAddr> = None;
+    if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
+        for a in addrs {
+            let Some(ip) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| IpAddr::V4(s.ip())) else {
+                continue;
+            };
+            if ip.is_loopback() {
+                continue;
+            }
+            if default_iface.as_deref() == Some(a.interface_name.as_str()) {
+                return ip;
+            }
+            first.get_or_insert(ip);
+        }
+    }
+    first.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// The legacy `/var/log/containers` directory: the `containers` sibling of podLogsDir.
+pub fn container_logs_dir(pod_logs_dir: &std::path::Path) -> PathBuf {
+    match pod_logs_dir.parent() {
+        Some(p) => p.join("containers"),
+        None => PathBuf::from("/var/log/containers"),
+    }
+}
+
+/// Run the agent until SIGTERM/SIGINT. Pods keep running after nanolet exits.
+pub fn run(cfg: Config) -> Result<(), AgentError> {
+    // Block the stop signals in every thread; one thread waits for them.
+    let mut sigs = nix::sys::signal::SigSet::empty();
+    sigs.add(nix::sys::signal::Signal::SIGTERM);
+    sigs.add(nix::sys::signal::Signal::SIGINT);
+    sigs.thread_block().map_err(AgentError::Signals)?;
+
+    let runtime: Arc<dyn Runtime> = Arc::new(
+        CriRuntime::connect(&cfg.runtime_endpoint, cfg.runtime_request_timeout)
+            .map_err(|source| AgentError::Runtime { endpoint: cfg.runtime_endpoint.clone(), source })?,
+    );
+    match runtime.version() {
+        Ok(v) => info!(runtime = %v.runtime_name, version = %v.runtime_version, api = %v.runtime_api_version, "connected to container runtime"),
+        Err(e) => warn!(error = %e, "container runtime does not answer yet; will keep trying"),
+    }
+
+    let health_deadline = (cfg.sync_frequency * 2).max(Duration::from_secs(300));
+    let store = Arc::new(StatusStore::new(health_deadline));
+    let host_ip = detect_host_ip();
+    info!(node = %cfg.node_name, host_ip = %host_ip, "starting nanolet");
+
+    let mut servers = vec![];
+    if cfg.healthz_port != 0 {
+        let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
+        servers.push(
+            server::spawn_healthz(addr, store.clone()).map_err(|source| AgentError::Bind { what: "healthz", addr, source })?,
+        );
+    }
+    if cfg.read_only_port != 0 {
+        let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
+        servers.push(
+            server::spawn_read_only(addr, store.clone(), cfg.node_name.clone())
+                .map_err(|source| AgentError::Bind { what: "read-only server", addr, source })?,
+        );
+    }
+
+    let (loop_tx, loop_rx) = mpsc::channel::<LoopMsg>();
+
+    // Sources -> podconfig -> sync loop.
+    let (snap_tx, snap_rx) = mpsc::channel::<Snapshot>();
+    let mut expected = vec![SourceKind::File];
+    if cfg.manifest_url.is_some() {
+        expected.push(SourceKind::Http);
+    }
+    {
+        let loop_tx = loop_tx.clone();
+        let expected = expected.clone();
+        std::thread::Builder::new()
+            .name("podconfig".into())
+            .spawn(move || {
+                let mut pc = PodConfig::new(&expected);
+                for snap in snap_rx.iter() {
+                    for e in &snap.errors {
+                        warn!(error = %e, "manifest rejected");
+                    }
+                    if let Some(d) = pc.update(snap) {
+                        if loop_tx.send(LoopMsg::Desired(Box::new(d))).is_err() {
+                            return;
+                        }
+                    }
+                }
+            })
+            .map_err(|source| AgentError::Start { what: "podconfig", source })?;
+    }
+    let _file = crate::source::file::FileSource::spawn(
+        crate::source::file::FileSourceConfig {
+            dir: cfg.pod_manifest_path.clone(),
+            node_name: cfg.node_name.clone(),
+            check_frequency: cfg.file_check_frequency,
+        },
+        snap_tx.clone(),
+    )
+    .map_err(|source| AgentError::Start { what: "file source", source })?;
+    let _url = match &cfg.manifest_url {
+        Some(url) => Some(
+            crate::source::url::UrlSource::spawn(
+                crate::source::url::UrlSourceConfig {
+                    url: url.clone(),
+                    headers: cfg.manifest_url_headers.clone(),
+                    node_name: cfg.node_name.clone(),
+                    check_frequency: cfg.http_check_frequency,
+                },
+                snap_tx.clone(),
+            )
+            .map_err(|source| AgentError::Start { what: "URL source", source })?,
+        ),
+        None => None,
+    };
+    drop(snap_tx);
+
+    // PLEG.
+    let (pleg_stop_tx, pleg_stop_rx) = mpsc::channel::<()>();
+    {
+        let pleg = Pleg::new(runtime.clone(), store.clone(), loop_tx.clone());
+        std::thread::Builder::new()
+            .name("pleg".into())
+            .spawn(move || pleg.run(pleg_stop_rx))
+            .map_err(|source| AgentError::Start { what: "PLEG", source })?;
+    }
+
+    spawn_signal_waiter(sigs, loop_tx.clone())?;
+
+    let ctx = Arc::new(WorkerContext {
+        runtime: runtime.clone(),
+        store: store.clone(),
+        settings: SyncSettings {
+            node_name: cfg.node_name.clone(),
+            host_ip: host_ip.to_string(),
+            pod_logs_dir: cfg.pod_logs_dir.clone(),
+            container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
+            resync: cfg.sync_frequency,
+        },
+    });
+    SyncLoop::new(ctx, loop_tx).run(loop_rx);
+    let _ = pleg_stop_tx.send(());
+    drop(servers);
+    info!("nanolet stopped; pods keep running");
+    Ok(())
+}
+
+fn spawn_signal_waiter(sigs: nix::sys::signal::SigSet, tx: Sender<LoopMsg>) -> Result<(), AgentError> {
+    std::thread::Builder::new()
+        .name("signals".into())
+        .stack_size(64 * 1024)
+        .spawn(move || match sigs.wait() {
+            Ok(sig) => {
+                info!(signal = ?sig, "stopping");
+                let _ = tx.send(LoopMsg::Shutdown);
+            }
+            Err(e) => error!(error = %e, "waiting for signals failed"),
+        })
+        .map(|_| ())
+        .map_err(|source| AgentError::Start { what: "signal waiter", source })
+}

@@ -1,1 +1,388 @@
-//! (being written)
+//! In-memory runtime for unit tests of the decision logic: records every call, lets a test
+//! inject errors per verb, and simulate container exits.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, mpsc};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::*;
+
+#[derive(Debug, Clone)]
+struct FakeSandbox {
+    config: PodSandboxConfig,
+    state: SandboxState,
+    created_at: i64,
+    ip: String,
+}
+
+#[derive(Debug, Clone)]
+struct FakeContainer {
+    sandbox_id: String,
+    config: ContainerConfig,
+    state: ContainerState,
+    created_at: i64,
+    started_at: i64,
+    finished_at: i64,
+    exit_code: i32,
+    reason: String,
+}
+
+#[derive(Default)]
+struct Inner {
+    sandboxes: BTreeMap<String, FakeSandbox>,
+    containers: BTreeMap<String, FakeContainer>,
+    images: BTreeMap<String, ImageInfo>,
+    calls: Vec<String>,
+    /// verb -> errors to return on the next calls of that verb (FIFO).
+    errors: HashMap<&'static str, Vec<ErrorKind>>,
+    /// Exit code a container gets when it is started, by container name (simulated crash).
+    exit_on_start: HashMap<String, i32>,
+    subscribers: Vec<mpsc::Sender<RuntimeEvent>>,
+    down: bool,
+}
+
+/// See module docs.
+pub struct FakeRuntime {
+    inner: Mutex<Inner>,
+    next_id: AtomicU64,
+}
+
+impl Default for FakeRuntime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn now_nanos() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+impl FakeRuntime {
+    pub fn new() -> Self {
+        FakeRuntime { inner: Mutex::new(Inner::default()), next_id: AtomicU64::new(1) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn id(&self, prefix: &str) -> String {
+        format!("{prefix}{:04}", self.next_id.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// Make an image present locally.
+    pub fn add_image(&self, name: &str) {
+        let info = ImageInfo {
+            id: format!("sha256:{:064x}", name.len()),
+            repo_tags: vec![name.to_string()],
+            repo_digests: vec![],
+            size: 1,
+        };
+        self.lock().images.insert(name.to_string(), info);
+    }
+
+    /// Inject an error for the next call of `verb` (e.g. "create_container").
+    pub fn inject_error(&self, verb: &'static str, kind: ErrorKind) {
+        self.lock().errors.entry(verb).or_default().push(kind);
+    }
+
+    /// Every container named `name` exits with `code` as soon as it starts.
+    pub fn exit_on_start(&self, name: &str, code: i32) {
+        self.lock().exit_on_start.insert(name.to_string(), code);
+    }
+
+    pub fn clear_exit_on_start(&self, name: &str) {
+        self.lock().exit_on_start.remove(name);
+    }
+
+    /// Simulate the runtime being down: every call fails with Unavailable.
+    pub fn set_down(&self, down: bool) {
+        self.lock().down = down;
+    }
+
+    /// Simulate a running container exiting with `code`.
+    pub fn exit_container(&self, id: &str, code: i32) {
+        let mut g = self.lock();
+        if let Some(c) = g.containers.get_mut(id) {
+            c.state = ContainerState::Exited;
+            c.exit_code = code;
+            c.finished_at = now_nanos();
+            c.reason = if code == 0 { "Completed".into() } else { "Error".into() };
+        }
+        let ev = RuntimeEvent::TaskExit { id: id.to_string(), exit_code: code as u32 };
+        g.subscribers.retain(|s| s.send(ev.clone()).is_ok());
+    }
+
+    /// Simulate the sandbox dying (pause container killed).
+    pub fn kill_sandbox(&self, id: &str) {
+        if let Some(s) = self.lock().sandboxes.get_mut(id) {
+            s.state = SandboxState::NotReady;
+        }
+    }
+
+    /// All calls so far, as "verb target" strings.
+    pub fn calls(&self) -> Vec<String> {
+        self.lock().calls.clone()
+    }
+
+    pub fn clear_calls(&self) {
+        self.lock().calls.clear();
+    }
+
+    /// Count calls whose string starts with `prefix`.
+    pub fn count_calls(&self, prefix: &str) -> usize {
+        self.lock().calls.iter().filter(|c| c.starts_with(prefix)).count()
+    }
+
+    /// Ids of running containers named `name`.
+    pub fn running(&self, name: &str) -> Vec<String> {
+        self.lock()
+            .containers
+            .iter()
+            .filter(|(_, c)| c.config.name == name && c.state == ContainerState::Running)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    pub fn container_count(&self) -> usize {
+        self.lock().containers.len()
+    }
+
+    pub fn sandbox_count(&self) -> usize {
+        self.lock().sandboxes.len()
+    }
+
+    fn enter(&self, verb: &'static str, target: &str) -> Result<MutexGuard<'_, Inner>> {
+        let mut g = self.lock();
+        g.calls.push(format!("{verb} {target}"));
+        if g.down {
+            return Err(RuntimeError::new(verb, target, ErrorKind::Unavailable, "runtime is down"));
+        }
+        if let Some(q) = g.errors.get_mut(verb) {
+            if !q.is_empty() {
+                let kind = q.remove(0);
+                return Err(RuntimeError::new(verb, target, kind, "injected error"));
+            }
+        }
+        Ok(g)
+    }
+}
+
+fn not_found(op: &'static str, id: &str) -> RuntimeError {
+    RuntimeError::new(op, id, ErrorKind::NotFound, "not found")
+}
+
+impl Runtime for FakeRuntime {
+    fn version(&self) -> Result<RuntimeVersion> {
+        let _g = self.enter("version", "")?;
+        Ok(RuntimeVersion {
+            runtime_name: "fake".into(),
+            runtime_version: "0".into(),
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<String> {
+        let id = self.id("sb");
+        let mut g = self.enter("run_pod_sandbox", &config.name)?;
+        let ip = if config.host_network { String::new() } else { format!("10.0.0.{}", g.sandboxes.len() + 2) };
+        g.sandboxes.insert(
+            id.clone(),
+            FakeSandbox { config: config.clone(), state: SandboxState::Ready, created_at: now_nanos(), ip },
+        );
+        Ok(id)
+    }
+
+    fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
+        let mut g = self.enter("stop_pod_sandbox", sandbox_id)?;
+        let now = now_nanos();
+        if let Some(s) = g.sandboxes.get_mut(sandbox_id) {
+            s.state = SandboxState::NotReady;
+        }
+        for c in g.containers.values_mut().filter(|c| c.sandbox_id == sandbox_id) {
+            if c.state == ContainerState::Running {
+                c.state = ContainerState::Exited;
+                c.exit_code = 137;
+                c.finished_at = now;
+                c.reason = "Error".into();
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
+        let mut g = self.enter("remove_pod_sandbox", sandbox_id)?;
+        g.sandboxes.remove(sandbox_id);
+        g.containers.retain(|_, c| c.sandbox_id != sandbox_id);
+        Ok(())
+    }
+
+    fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<SandboxStatus> {
+        let g = self.enter("pod_sandbox_status", sandbox_id)?;
+        let s = g.sandboxes.get(sandbox_id).ok_or_else(|| not_found("pod_sandbox_status", sandbox_id))?;
+        Ok(SandboxStatus { info: sandbox_info(sandbox_id, s), ip: s.ip.clone(), additional_ips: vec![] })
+    }
+
+    fn list_pod_sandboxes(&self) -> Result<Vec<SandboxInfo>> {
+        let g = self.enter("list_pod_sandboxes", "")?;
+        Ok(g.sandboxes.iter().map(|(id, s)| sandbox_info(id, s)).collect())
+    }
+
+    fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: &ContainerConfig,
+        _sandbox_config: &PodSandboxConfig,
+    ) -> Result<String> {
+        let id = self.id("ctr");
+        let mut g = self.enter("create_container", &config.name)?;
+        if !g.sandboxes.contains_key(sandbox_id) {
+            return Err(not_found("create_container", sandbox_id));
+        }
+        if !g.images.contains_key(&config.image) {
+            return Err(RuntimeError::new("create_container", &config.name, ErrorKind::Other, "image not found"));
+        }
+        g.containers.insert(
+            id.clone(),
+            FakeContainer {
+                sandbox_id: sandbox_id.to_string(),
+                config: config.clone(),
+                state: ContainerState::Created,
+                created_at: now_nanos(),
+                started_at: 0,
+                finished_at: 0,
+                exit_code: 0,
+                reason: String::new(),
+            },
+        );
+        Ok(id)
+    }
+
+    fn start_container(&self, container_id: &str) -> Result<()> {
+        let mut g = self.enter("start_container", container_id)?;
+        let now = now_nanos();
+        let exit = {
+            let c = g.containers.get(container_id).ok_or_else(|| not_found("start_container", container_id))?;
+            g.exit_on_start.get(&c.config.name).copied()
+        };
+        if let Some(c) = g.containers.get_mut(container_id) {
+            c.started_at = now;
+            match exit {
+                Some(code) => {
+                    c.state = ContainerState::Exited;
+                    c.exit_code = code;
+                    c.finished_at = now;
+                    c.reason = if code == 0 { "Completed".into() } else { "Error".into() };
+                }
+                None => c.state = ContainerState::Running,
+            }
+        }
+        Ok(())
+    }
+
+    fn stop_container(&self, container_id: &str, _timeout: Duration) -> Result<()> {
+        let mut g = self.enter("stop_container", container_id)?;
+        let now = now_nanos();
+        let c = g.containers.get_mut(container_id).ok_or_else(|| not_found("stop_container", container_id))?;
+        if c.state == ContainerState::Running {
+            c.state = ContainerState::Exited;
+            c.exit_code = 143;
+            c.finished_at = now;
+            c.reason = "Error".into();
+        }
+        Ok(())
+    }
+
+    fn remove_container(&self, container_id: &str) -> Result<()> {
+        let mut g = self.enter("remove_container", container_id)?;
+        g.containers.remove(container_id);
+        Ok(())
+    }
+
+    fn list_containers(&self) -> Result<Vec<ContainerInfo>> {
+        let g = self.enter("list_containers", "")?;
+        Ok(g.containers
+            .iter()
+            .map(|(id, c)| ContainerInfo {
+                id: id.clone(),
+                sandbox_id: c.sandbox_id.clone(),
+                name: c.config.name.clone(),
+                attempt: c.config.attempt,
+                image: c.config.image.clone(),
+                image_ref: g.images.get(&c.config.image).map(|i| i.id.clone()).unwrap_or_default(),
+                state: c.state,
+                created_at: c.created_at,
+                labels: c.config.labels.clone(),
+                annotations: c.config.annotations.clone(),
+            })
+            .collect())
+    }
+
+    fn container_status(&self, container_id: &str) -> Result<ContainerStatus> {
+        let g = self.enter("container_status", container_id)?;
+        let c = g.containers.get(container_id).ok_or_else(|| not_found("container_status", container_id))?;
+        let log_dir = g.sandboxes.get(&c.sandbox_id).map(|s| s.config.log_directory.clone()).unwrap_or_default();
+        Ok(ContainerStatus {
+            id: container_id.to_string(),
+            name: c.config.name.clone(),
+            attempt: c.config.attempt,
+            state: c.state,
+            created_at: c.created_at,
+            started_at: c.started_at,
+            finished_at: c.finished_at,
+            exit_code: c.exit_code,
+            image: c.config.image.clone(),
+            image_ref: g.images.get(&c.config.image).map(|i| i.id.clone()).unwrap_or_default(),
+            reason: c.reason.clone(),
+            message: String::new(),
+            labels: c.config.labels.clone(),
+            annotations: c.config.annotations.clone(),
+            log_path: format!("{log_dir}/{}", c.config.log_path),
+        })
+    }
+
+    fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
+        let g = self.enter("image_status", image)?;
+        Ok(g.images.get(image).cloned())
+    }
+
+    fn pull_image(&self, image: &str) -> Result<String> {
+        let g = self.enter("pull_image", image)?;
+        match g.images.get(image) {
+            Some(i) => Ok(i.id.clone()),
+            None => Err(RuntimeError::new("pull_image", image, ErrorKind::Other, "no registry reachable")),
+        }
+    }
+
+    fn exec_sync(&self, container_id: &str, _cmd: &[String], _timeout: Duration) -> Result<ExecResult> {
+        let g = self.enter("exec_sync", container_id)?;
+        match g.containers.get(container_id) {
+            Some(c) if c.state == ContainerState::Running => {
+                Ok(ExecResult { exit_code: 0, stdout: vec![], stderr: vec![] })
+            }
+            _ => Err(not_found("exec_sync", container_id)),
+        }
+    }
+
+    fn subscribe_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>> {
+        let mut g = self.enter("subscribe_events", "")?;
+        let (tx, rx) = mpsc::channel();
+        g.subscribers.push(tx);
+        Ok(rx)
+    }
+}
+
+fn sandbox_info(id: &str, s: &FakeSandbox) -> SandboxInfo {
+    SandboxInfo {
+        id: id.to_string(),
+        name: s.config.name.clone(),
+        namespace: s.config.namespace.clone(),
+        uid: s.config.uid.clone(),
+        attempt: s.config.attempt,
+        state: s.state,
+        created_at: s.created_at,
+        labels: s.config.labels.clone(),
+        annotations: s.config.annotations.clone(),
+    }
+}

@@ -1,1 +1,621 @@
-//! (being written)
+//! The sync loop: turns the desired pod set (from podconfig) and runtime changes (from PLEG)
+//! into work for per-pod workers, and cleans up pods no source has any more.
+//!
+//! Static pods are serialised by full name, as in the kubelet: a new UID for `ns/name` (an
+//! edited manifest) starts only after the previous UID is fully terminated.
+
+pub mod actions;
+pub mod apistatus;
+pub mod backoff;
+pub mod state;
+pub mod worker;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::pod::Pod;
+use crate::source::ManifestError;
+use crate::runtime::{ANN_POD_TERMINATION_GRACE, LABEL_POD_NAME, LABEL_POD_NAMESPACE};
+
+pub use worker::{SyncSettings, WorkerContext, WorkerMsg, WorkerReport};
+
+/// The merged desired set, as the sync loop consumes it.
+#[derive(Debug, Clone, Default)]
+pub struct DesiredPods {
+    /// By pod UID.
+    pub pods: BTreeMap<String, Pod>,
+    pub errors: Vec<ManifestError>,
+    /// Every configured source delivered at least one snapshot: orphan cleanup is allowed.
+    pub all_sources_ready: bool,
+}
+
+/// Everything the sync loop reacts to.
+#[derive(Debug)]
+pub enum LoopMsg {
+    /// A new merged desired set from podconfig.
+    Desired(Box<DesiredPods>),
+    /// PLEG saw changes for these pod UIDs.
+    PodsChanged(Vec<String>),
+    /// PLEG's full view of pods nanolet owns in the runtime: uid -> (namespace, name, grace).
+    RuntimePods(BTreeMap<String, RuntimePodRef>),
+    Worker(WorkerReport),
+    Shutdown,
+}
+
+/// Enough about a runtime pod to terminate it without its manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimePodRef {
+    pub namespace: String,
+    pub name: String,
+    pub grace_seconds: Option<i64>,
+}
+
+impl RuntimePodRef {
+    pub fn from_labels(
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Option<RuntimePodRef> {
+        Some(RuntimePodRef {
+            namespace: labels.get(LABEL_POD_NAMESPACE)?.clone(),
+            name: labels.get(LABEL_POD_NAME)?.clone(),
+            grace_seconds: annotations.get(ANN_POD_TERMINATION_GRACE).and_then(|g| g.parse().ok()),
+        })
+    }
+}
+
+struct WorkerHandle {
+    tx: Sender<WorkerMsg>,
+    full_name: String,
+    terminating: bool,
+    pod: Pod,
+    join: Option<JoinHandle<()>>,
+}
+
+/// Stack size for pod worker threads: they only hold small state and call the runtime.
+const WORKER_STACK: usize = 256 * 1024;
+
+pub struct SyncLoop {
+    ctx: Arc<WorkerContext>,
+    tx: Sender<LoopMsg>,
+    workers: HashMap<String, WorkerHandle>,
+    desired: BTreeMap<String, Pod>,
+    all_sources_ready: bool,
+    runtime_pods: BTreeMap<String, RuntimePodRef>,
+}
+
+/// Two pods are the same desired state when they differ only in `kubernetes.io/config.seen`.
+fn same_spec(a: &Pod, b: &Pod) -> bool {
+    let strip = |p: &Pod| {
+        let mut p = p.clone();
+        p.metadata.annotations.remove("kubernetes.io/config.seen");
+        p.status = None;
+        p
+    };
+    strip(a) == strip(b)
+}
+
+impl SyncLoop {
+    pub fn new(ctx: Arc<WorkerContext>, tx: Sender<LoopMsg>) -> Self {
+        SyncLoop {
+            ctx,
+            tx,
+            workers: HashMap::new(),
+            desired: BTreeMap::new(),
+            all_sources_ready: false,
+            runtime_pods: BTreeMap::new(),
+        }
+    }
+
+    /// Run until `Shutdown`. Pods keep running when nanolet stops (they are adopted on start).
+    pub fn run(mut self, rx: Receiver<LoopMsg>) {
+        loop {
+            self.ctx.store.mark_sync();
+            match rx.recv_timeout(Duration::from_secs(1)) {
+                Ok(LoopMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
+                Ok(msg) => self.handle(msg),
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+        self.shutdown();
+    }
+
+    pub fn handle(&mut self, msg: LoopMsg) {
+        match msg {
+            LoopMsg::Desired(d) => self.set_desired(*d),
+            LoopMsg::PodsChanged(uids) => {
+                for uid in uids {
+                    if let Some(w) = self.workers.get(&uid) {
+                        let _ = w.tx.send(WorkerMsg::Sync);
+                    }
+                }
+            }
+            LoopMsg::RuntimePods(pods) => {
+                self.runtime_pods = pods;
+                self.cleanup_orphans();
+            }
+            LoopMsg::Worker(WorkerReport::Terminated { uid }) => {
+                if let Some(mut w) = self.workers.remove(&uid) {
+                    if let Some(j) = w.join.take() {
+                        let _ = j.join();
+                    }
+                }
+                self.runtime_pods.remove(&uid);
+                self.start_pending();
+            }
+            LoopMsg::Shutdown => {}
+        }
+    }
+
+    fn set_desired(&mut self, d: DesiredPods) {
+        self.ctx.store.set_manifest_errors(d.errors.clone());
+        self.all_sources_ready = d.all_sources_ready;
+        self.desired = d.pods;
+        // Pods no source has any more: terminate.
+        let gone: Vec<String> =
+            self.workers.iter().filter(|(uid, w)| !w.terminating && !self.desired.contains_key(*uid)).map(|(u, _)| u.clone()).collect();
+        for uid in gone {
+            self.terminate(&uid);
+        }
+        // Updates for running workers.
+        for (uid, pod) in &self.desired {
+            if let Some(w) = self.workers.get_mut(uid) {
+                if !w.terminating && !same_spec(&w.pod, pod) {
+                    w.pod = pod.clone();
+                    let _ = w.tx.send(WorkerMsg::Update(Box::new(pod.clone())));
+                }
+            }
+        }
+        self.start_pending();
+        self.cleanup_orphans();
+    }
+
+    fn terminate(&mut self, uid: &str) {
+        if let Some(w) = self.workers.get_mut(uid) {
+            if !w.terminating {
+                info!(pod = %w.full_name, uid, "pod removed from config; terminating");
+                w.terminating = true;
+                let _ = w.tx.send(WorkerMsg::Terminate);
+            }
+        }
+    }
+
+    /// Start workers for desired pods, unless another UID with the same full name is still
+    /// around (it is terminated first).
+    fn start_pending(&mut self) {
+        let todo: Vec<(String, Pod)> =
+            self.desired.iter().filter(|(uid, _)| !self.workers.contains_key(*uid)).map(|(u, p)| (u.clone(), p.clone())).collect();
+        for (uid, pod) in todo {
+            let full = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
+            let blockers: Vec<String> =
+                self.workers.iter().filter(|(u, w)| **u != uid && w.full_name == full).map(|(u, _)| u.clone()).collect();
+            if !blockers.is_empty() {
+                for b in blockers {
+                    self.terminate(&b);
+                }
+                continue;
+            }
+            // An orphan runtime pod with the same full name (e.g. the previous version of an edited
+            // manifest, found after a restart) must go first too.
+            if self.all_sources_ready {
+                let orphan = self.runtime_pods.iter().find(|(u, r)| {
+                    **u != uid && format!("{}/{}", r.namespace, r.name) == full && !self.desired.contains_key(*u)
+                });
+                if let Some((ou, r)) = orphan {
+                    let (ou, r) = (ou.clone(), r.clone());
+                    self.spawn_terminator(&ou, &r);
+                    continue;
+                }
+            }
+            self.spawn(uid, pod, false);
+        }
+    }
+
+    /// Pods in the runtime that no source has: only once every source delivered its first
+    /// snapshot (so a slow manifest URL never makes nanolet kill its pods).
+    fn cleanup_orphans(&mut self) {
+        if !self.all_sources_ready {
+            return;
+        }
+        let orphans: Vec<(String, RuntimePodRef)> = self
+            .runtime_pods
+            .iter()
+            .filter(|(uid, _)| !self.desired.contains_key(*uid) && !self.workers.contains_key(*uid))
+            .map(|(u, r)| (u.clone(), r.clone()))
+            .collect();
+        for (uid, r) in orphans {
+            self.spawn_terminator(&uid, &r);
+        }
+    }
+
+    fn spawn_terminator(&mut self, uid: &str, r: &RuntimePodRef) {
+        if self.workers.contains_key(uid) {
+            return;
+        }
+        info!(pod = %format!("{}/{}", r.namespace, r.name), uid, "pod in runtime has no manifest; terminating");
+        let mut pod = Pod::default();
+        pod.metadata.name = r.name.clone();
+        pod.metadata.namespace = r.namespace.clone();
+        pod.metadata.uid = uid.to_string();
+        pod.spec.termination_grace_period_seconds = r.grace_seconds;
+        self.spawn(uid.to_string(), pod, true);
+    }
+
+    fn spawn(&mut self, uid: String, pod: Pod, terminate: bool) {
+        let (tx, rx) = channel();
+        let full_name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
+        let worker = worker::PodWorker::new(self.ctx.clone(), pod.clone());
+        let reports = self.tx.clone();
+        let _ = tx.send(if terminate { WorkerMsg::Terminate } else { WorkerMsg::Sync });
+        let join = std::thread::Builder::new()
+            .name(format!("pod-{}", &uid[..uid.len().min(8)]))
+            .stack_size(WORKER_STACK)
+            .spawn(move || worker.run(rx, reports));
+        match join {
+            Ok(j) => {
+                self.workers.insert(uid, WorkerHandle { tx, full_name, terminating: terminate, pod, join: Some(j) });
+            }
+            Err(e) => warn!(pod = %full_name, error = %e, "cannot start pod worker thread"),
+        }
+    }
+
+    /// Stop worker threads without touching the pods (they keep running).
+    fn shutdown(&mut self) {
+        self.workers.clear();
+    }
+
+    pub fn worker_uids(&self) -> BTreeSet<String> {
+        self.workers.keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The sync loop, pod workers and PLEG together over the fake runtime.
+    use super::*;
+    use crate::pleg::Pleg;
+    use crate::pod::{Container, PodStatus};
+    use crate::runtime::fake::FakeRuntime;
+    use crate::runtime::{ContainerState, Runtime};
+    use crate::status::StatusStore;
+    use std::time::Instant;
+
+    const IMAGE: &str = "localhost/busybox:1.36";
+
+    struct Harness {
+        rt: Arc<FakeRuntime>,
+        store: Arc<StatusStore>,
+        tx: Sender<LoopMsg>,
+        pleg_stop: Sender<()>,
+        join: Option<JoinHandle<()>>,
+        _logs: tempfile::TempDir,
+    }
+
+    impl Harness {
+        fn start(rt: Arc<FakeRuntime>) -> Harness {
+            let logs = tempfile::tempdir().expect("tempdir");
+            let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
+            let ctx = Arc::new(WorkerContext {
+                runtime: rt.clone(),
+                store: store.clone(),
+                settings: SyncSettings {
+                    node_name: "node1".into(),
+                    host_ip: "192.0.2.10".into(),
+                    pod_logs_dir: logs.path().join("pods"),
+                    container_logs_dir: logs.path().join("containers"),
+                    resync: Duration::from_secs(60),
+                },
+            });
+            let (tx, rx) = channel();
+            let sl = SyncLoop::new(ctx, tx.clone());
+            let join = std::thread::spawn(move || sl.run(rx));
+            let (pleg_stop, pleg_rx) = channel();
+            let pleg = Pleg::new(rt.clone(), store.clone(), tx.clone());
+            std::thread::spawn(move || pleg.run(pleg_rx));
+            Harness { rt, store, tx, pleg_stop, join: Some(join), _logs: logs }
+        }
+
+        fn desire(&self, pods: &[Pod], ready: bool) {
+            let d = DesiredPods {
+                pods: pods.iter().map(|p| (p.metadata.uid.clone(), p.clone())).collect(),
+                errors: vec![],
+                all_sources_ready: ready,
+            };
+            self.tx.send(LoopMsg::Desired(Box::new(d))).expect("sync loop alive");
+        }
+
+        fn status(&self, uid: &str) -> Option<PodStatus> {
+            self.store.get(uid).and_then(|p| p.status)
+        }
+
+        fn wait<F: Fn(&Harness) -> bool>(&self, what: &str, f: F) {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if f(self) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            panic!("timed out waiting for {what}; calls: {:?}; pods: {:#?}", self.rt.calls(), self.store.pods());
+        }
+    }
+
+    impl Drop for Harness {
+        fn drop(&mut self) {
+            let _ = self.pleg_stop.send(());
+            let _ = self.tx.send(LoopMsg::Shutdown);
+            if let Some(j) = self.join.take() {
+                let _ = j.join();
+            }
+        }
+    }
+
+    fn fake() -> Arc<FakeRuntime> {
+        let rt = Arc::new(FakeRuntime::new());
+        rt.add_image(IMAGE);
+        rt
+    }
+
+    fn pod(uid: &str, name: &str, policy: &str, containers: &[&str]) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = format!("{name}-node1");
+        p.metadata.namespace = "default".into();
+        p.metadata.uid = uid.into();
+        p.spec.restart_policy = policy.into();
+        p.spec.termination_grace_period_seconds = Some(30);
+        p.spec.containers = containers
+            .iter()
+            .map(|n| Container {
+                name: n.to_string(),
+                image: IMAGE.into(),
+                image_pull_policy: "IfNotPresent".into(),
+                ..Default::default()
+            })
+            .collect();
+        p
+    }
+
+    fn phase(h: &Harness, uid: &str) -> String {
+        h.status(uid).map(|s| s.phase).unwrap_or_default()
+    }
+
+    fn restarts(h: &Harness, uid: &str, c: &str) -> i32 {
+        h.status(uid)
+            .and_then(|s| s.container_statuses.into_iter().find(|x| x.name == c))
+            .map(|x| x.restart_count)
+            .unwrap_or(-1)
+    }
+
+    #[test]
+    fn starts_pod_and_reports_running_with_kubelet_conditions() {
+        let h = Harness::start(fake());
+        h.desire(&[pod("u1", "web", "Always", &["a", "b"])], true);
+        h.wait("pod Running", |h| phase(h, "u1") == "Running");
+        let st = h.status("u1").expect("status");
+        let types: Vec<_> = st.conditions.iter().map(|c| (c.type_.as_str(), c.status.as_str())).collect();
+        assert_eq!(
+            types,
+            vec![
+                ("PodReadyToStartContainers", "True"),
+                ("Initialized", "True"),
+                ("Ready", "True"),
+                ("ContainersReady", "True"),
+                ("PodScheduled", "True")
+            ]
+        );
+        assert_eq!(st.container_statuses.len(), 2);
+        assert!(st.container_statuses.iter().all(|c| c.ready && c.state.running.is_some() && c.restart_count == 0));
+        assert!(st.pod_ip.starts_with("10.0.0."), "CNI pod gets the sandbox IP: {}", st.pod_ip);
+        assert_eq!(st.host_ip, "192.0.2.10");
+        assert_eq!(st.qos_class, "BestEffort");
+        assert_eq!(h.rt.count_calls("run_pod_sandbox"), 1);
+        assert_eq!(h.rt.count_calls("start_container"), 2);
+    }
+
+    #[test]
+    fn crash_restarts_immediately_then_crash_loop_backoff() {
+        let h = Harness::start(fake());
+        h.desire(&[pod("u1", "web", "Always", &["a"])], true);
+        h.wait("running", |h| h.rt.running("a").len() == 1);
+        // First crash: the kubelet restarts at once (no backoff entry yet).
+        let id = h.rt.running("a")[0].clone();
+        h.rt.exit_container(&id, 1);
+        h.wait("restart count 1 and running", |h| restarts(h, "u1", "a") == 1 && h.rt.running("a").len() == 1);
+        // Second crash within 10s: CrashLoopBackOff with "back-off 10s".
+        let id = h.rt.running("a")[0].clone();
+        h.rt.exit_container(&id, 2);
+        h.wait("CrashLoopBackOff", |h| {
+            h.status("u1")
+                .and_then(|s| s.container_statuses.first().cloned())
+                .and_then(|c| c.state.waiting)
+                .is_some_and(|w| w.reason == "CrashLoopBackOff" && w.message.starts_with("back-off 10s restarting failed container=a pod=web-node1_default(u1)"))
+        });
+        let st = h.status("u1").expect("status");
+        let c = &st.container_statuses[0];
+        assert_eq!(c.restart_count, 1);
+        assert_eq!(c.last_state.terminated.as_ref().map(|t| t.exit_code), Some(2));
+        assert!(!c.ready);
+        assert_eq!(st.phase, "Running", "restartPolicy Always: a crash-looping pod stays Running");
+        assert_eq!(h.rt.running("a").len(), 0);
+    }
+
+    #[test]
+    fn restart_policy_final_phases() {
+        // kubelet getPhase: Never + failure -> Failed; OnFailure + success -> Succeeded;
+        // Never + success -> Succeeded.
+        for (policy, code, want, starts) in
+            [("Never", 1, "Failed", 1), ("OnFailure", 0, "Succeeded", 1), ("Never", 0, "Succeeded", 1)]
+        {
+            let rt = fake();
+            rt.exit_on_start("a", code);
+            let h = Harness::start(rt);
+            h.desire(&[pod("u1", "job", policy, &["a"])], true);
+            h.wait(&format!("{policy} exit {code} -> {want}"), |h| phase(h, "u1") == want);
+            // The sandbox is stopped once nothing runs and nothing will.
+            h.wait("sandbox stopped", |h| h.rt.calls().iter().any(|c| c.starts_with("stop_pod_sandbox")));
+            assert_eq!(h.rt.count_calls("start_container"), starts, "{policy}: no restart");
+            let st = h.status("u1").expect("status");
+            let ready = st.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
+            assert_eq!(ready.status, "False");
+            if want == "Succeeded" {
+                assert_eq!(ready.reason, "PodCompleted");
+            }
+        }
+    }
+
+    #[test]
+    fn on_failure_restarts_failed_container() {
+        let rt = fake();
+        rt.exit_on_start("a", 3);
+        let h = Harness::start(rt);
+        h.desire(&[pod("u1", "job", "OnFailure", &["a"])], true);
+        h.wait("restarted once", |h| h.rt.count_calls("start_container") >= 2);
+        h.wait("backoff", |h| {
+            h.status("u1")
+                .and_then(|s| s.container_statuses.first().and_then(|c| c.state.waiting.clone()))
+                .is_some_and(|w| w.reason == "CrashLoopBackOff")
+        });
+        assert_eq!(phase(&h, "u1"), "Running");
+    }
+
+    #[test]
+    fn removed_pod_is_terminated_and_cleaned_up() {
+        let h = Harness::start(fake());
+        h.desire(&[pod("u1", "web", "Always", &["a"])], true);
+        h.wait("running", |h| phase(h, "u1") == "Running");
+        h.desire(&[], true);
+        h.wait("gone", |h| h.store.get("u1").is_none() && h.rt.sandbox_count() == 0 && h.rt.container_count() == 0);
+        let calls = h.rt.calls();
+        let stop = calls.iter().position(|c| c.starts_with("stop_container")).expect("stopped");
+        let rm = calls.iter().position(|c| c.starts_with("remove_pod_sandbox")).expect("removed");
+        assert!(stop < rm, "containers stop before the sandbox is removed");
+    }
+
+    #[test]
+    fn edited_manifest_terminates_old_uid_before_starting_new() {
+        let h = Harness::start(fake());
+        h.desire(&[pod("u1", "web", "Always", &["a"])], true);
+        h.wait("running", |h| phase(h, "u1") == "Running");
+        h.rt.clear_calls();
+        let mut p2 = pod("u2", "web", "Always", &["a"]);
+        p2.spec.containers[0].args = vec!["changed".into()];
+        h.desire(&[p2], true);
+        h.wait("new running", |h| phase(h, "u2") == "Running");
+        assert!(h.store.get("u1").is_none());
+        let calls = h.rt.calls();
+        let removed_old = calls.iter().position(|c| c.starts_with("remove_pod_sandbox")).expect("old removed");
+        let created_new = calls.iter().position(|c| c.starts_with("run_pod_sandbox")).expect("new created");
+        assert!(removed_old < created_new, "static pods with one full name are serialised: {calls:?}");
+    }
+
+    #[test]
+    fn restart_of_nanolet_adopts_running_containers() {
+        let rt = fake();
+        {
+            let h = Harness::start(rt.clone());
+            h.desire(&[pod("u1", "web", "Always", &["a"])], true);
+            h.wait("running", |h| phase(h, "u1") == "Running");
+            // Crash once so the restart count is 1 before nanolet "restarts".
+            let id = h.rt.running("a")[0].clone();
+            h.rt.exit_container(&id, 1);
+            h.wait("restarted", |h| restarts(h, "u1", "a") == 1 && h.rt.running("a").len() == 1);
+        }
+        rt.clear_calls();
+        let h = Harness::start(rt.clone());
+        h.desire(&[pod("u1", "web", "Always", &["a"])], true);
+        h.wait("adopted and Running", |h| phase(h, "u1") == "Running");
+        assert_eq!(restarts(&h, "u1", "a"), 1, "restart count continues from the runtime's annotation");
+        assert_eq!(rt.count_calls("create_container"), 0, "no container is restarted by a nanolet restart");
+        assert_eq!(rt.count_calls("run_pod_sandbox"), 0);
+        assert_eq!(rt.count_calls("stop_container"), 0);
+    }
+
+    #[test]
+    fn orphans_are_removed_only_after_all_sources_are_ready() {
+        let rt = fake();
+        {
+            let h = Harness::start(rt.clone());
+            h.desire(&[pod("u1", "web", "Always", &["a"])], true);
+            h.wait("running", |h| phase(h, "u1") == "Running");
+        }
+        let h = Harness::start(rt.clone());
+        // A source (say the manifest URL) has not answered yet: nothing may be killed.
+        h.desire(&[], false);
+        // Wait for at least two PLEG relists so the sync loop has seen the runtime pods.
+        let before = rt.count_calls("list_pod_sandboxes");
+        h.wait("two relists", |h| h.rt.count_calls("list_pod_sandboxes") >= before + 2);
+        assert_eq!(rt.count_calls("stop_container"), 0);
+        assert_eq!(rt.running("a").len(), 1);
+        h.desire(&[], true);
+        h.wait("orphan removed", |h| h.rt.sandbox_count() == 0 && h.rt.container_count() == 0);
+    }
+
+    #[test]
+    fn init_containers_run_in_order_before_regular_containers() {
+        let rt = fake();
+        rt.exit_on_start("init1", 0);
+        rt.exit_on_start("init2", 0);
+        let h = Harness::start(rt);
+        let mut p = pod("u1", "web", "Always", &["a"]);
+        p.spec.init_containers = ["init1", "init2"]
+            .iter()
+            .map(|n| Container { name: n.to_string(), image: IMAGE.into(), image_pull_policy: "IfNotPresent".into(), ..Default::default() })
+            .collect();
+        h.desire(&[p], true);
+        h.wait("running", |h| phase(h, "u1") == "Running");
+        let calls = h.rt.calls();
+        let order: Vec<&String> = calls.iter().filter(|c| c.starts_with("create_container")).collect();
+        assert_eq!(order, vec!["create_container init1", "create_container init2", "create_container a"]);
+        let st = h.status("u1").expect("status");
+        assert!(st.init_container_statuses.iter().all(|c| c.state.terminated.as_ref().is_some_and(|t| t.reason == "Completed")));
+    }
+
+    #[test]
+    fn failed_init_container_with_never_fails_pod() {
+        let rt = fake();
+        rt.exit_on_start("init1", 1);
+        let h = Harness::start(rt);
+        let mut p = pod("u1", "web", "Never", &["a"]);
+        p.spec.init_containers =
+            vec![Container { name: "init1".into(), image: IMAGE.into(), image_pull_policy: "IfNotPresent".into(), ..Default::default() }];
+        h.desire(&[p], true);
+        h.wait("Failed", |h| phase(h, "u1") == "Failed");
+        assert_eq!(h.rt.count_calls("create_container a"), 0, "regular containers never start");
+        let st = h.status("u1").expect("status");
+        let init = st.conditions.iter().find(|c| c.type_ == "Initialized").expect("Initialized");
+        assert_eq!((init.status.as_str(), init.reason.as_str()), ("False", "ContainersNotInitialized"));
+        assert_eq!(init.message, "containers with incomplete status: [init1]");
+    }
+
+    #[test]
+    fn dead_sandbox_is_recreated_with_next_attempt() {
+        let h = Harness::start(fake());
+        h.desire(&[pod("u1", "web", "Always", &["a"])], true);
+        h.wait("running", |h| phase(h, "u1") == "Running");
+        let sb = h.rt.calls().iter().find(|c| c.starts_with("run_pod_sandbox")).cloned();
+        assert!(sb.is_some());
+        let sid = h.rt.list_pod_sandboxes().expect("list")[0].id.clone();
+        h.rt.kill_sandbox(&sid);
+        h.wait("new sandbox", |h| {
+            h.rt.list_pod_sandboxes().is_ok_and(|l| l.iter().any(|s| s.attempt == 1 && s.state == crate::runtime::SandboxState::Ready))
+        });
+        h.wait("running again", |h| h.rt.running("a").len() == 1);
+    }
+
+    #[test]
+    fn runtime_down_is_reported_and_work_resumes() {
+        let rt = fake();
+        rt.set_down(true);
+        let h = Harness::start(rt.clone());
+        h.desire(&[pod("u1", "web", "Always", &["a"])], true);
+        h.wait("runtime check fails", |h| h.store.health().iter().any(|c| c.name == "runtime" && !c.ok));
+        rt.set_down(false);
+        h.wait("running after runtime returns", |h| phase(h, "u1") == "Running");
+        assert!(h.store.health().iter().all(|c| c.ok));
+        let _ = ContainerState::Running;
+    }
+}

@@ -1,0 +1,391 @@
+//! Pure computation of the v1 PodStatus from the runtime's view, after the kubelet's
+//! `generateAPIPodStatus`, `convertToAPIContainerStatuses`, `getPhase` and
+//! pkg/kubelet/status/generate.go.
+
+use std::collections::BTreeMap;
+
+use crate::pod::{
+    ContainerStateView, ContainerStatus, IpEntry, Pod, PodCondition, PodStatus, StateRunning, StateTerminated,
+    StateWaiting,
+};
+use crate::runtime::ContainerState;
+use crate::timeutil;
+
+use super::state::{ObservedContainer, PodRuntimeState};
+
+/// Why a container is waiting, as the worker last saw it (CrashLoopBackOff, ErrImagePull, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingReason {
+    pub reason: String,
+    pub message: String,
+}
+
+/// Inputs beside the spec and runtime state.
+#[derive(Debug, Clone, Default)]
+pub struct StatusInputs {
+    pub host_ip: String,
+    /// Unix nanoseconds "now" for transition times.
+    pub now_nanos: i64,
+    /// Pod start time (Unix nanoseconds) once known.
+    pub start_time_nanos: Option<i64>,
+    pub waiting: BTreeMap<String, WaitingReason>,
+    /// Set when the pod must end Failed for a pod-level reason (DeadlineExceeded, init failure).
+    pub failed_reason: Option<(String, String)>,
+    /// The worker is terminating the pod (its manifest is gone).
+    pub terminating: bool,
+}
+
+fn ts(n: i64) -> Option<String> {
+    (n > 0).then(|| timeutil::rfc3339(timeutil::from_unix_nanos(n)))
+}
+
+fn cri_id(id: &str) -> String {
+    format!("containerd://{id}")
+}
+
+fn terminated_of(c: &ObservedContainer) -> StateTerminated {
+    let reason = if !c.reason.is_empty() {
+        c.reason.clone()
+    } else if c.exit_code == 0 {
+        "Completed".into()
+    } else {
+        "Error".into()
+    };
+    StateTerminated {
+        exit_code: c.exit_code,
+        signal: None,
+        reason,
+        message: c.message.clone(),
+        started_at: ts(c.started_at),
+        finished_at: ts(c.finished_at),
+        container_id: cri_id(&c.id),
+    }
+}
+
+fn state_of(c: &ObservedContainer) -> ContainerStateView {
+    match c.state {
+        ContainerState::Running => {
+            ContainerStateView { running: Some(StateRunning { started_at: ts(c.started_at) }), ..Default::default() }
+        }
+        ContainerState::Exited => ContainerStateView { terminated: Some(terminated_of(c)), ..Default::default() },
+        ContainerState::Created => ContainerStateView {
+            waiting: Some(StateWaiting { reason: "ContainerCreating".into(), message: String::new() }),
+            ..Default::default()
+        },
+        ContainerState::Unknown => ContainerStateView {
+            terminated: Some(StateTerminated {
+                exit_code: 137,
+                reason: "ContainerStatusUnknown".into(),
+                message: "The container could not be located when the pod was terminated".into(),
+                container_id: cri_id(&c.id),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    }
+}
+
+fn container_statuses(
+    specs: &[crate::pod::Container],
+    state: &PodRuntimeState,
+    inputs: &StatusInputs,
+    default_waiting: &str,
+    old: &[ContainerStatus],
+) -> Vec<ContainerStatus> {
+    specs
+        .iter()
+        .map(|spec| {
+            let old = old.iter().find(|o| o.name == spec.name);
+            let latest = state.latest(&spec.name);
+            let mut st = ContainerStatus {
+                name: spec.name.clone(),
+                image: spec.image.clone(),
+                image_id: String::new(),
+                ready: false,
+                restart_count: 0,
+                started: Some(false),
+                ..Default::default()
+            };
+            match latest {
+                Some(l) => {
+                    st.state = state_of(l);
+                    st.restart_count = l.restart_count as i32;
+                    st.container_id = cri_id(&l.id);
+                    st.image_id = l.image_ref.clone();
+                    if let Some(prev) = state.previous(&spec.name) {
+                        st.last_state = state_of(prev);
+                    }
+                    let running = l.state == ContainerState::Running;
+                    st.ready = running;
+                    st.started = Some(running);
+                    // A dead container that will be restarted shows Waiting with the reason,
+                    // and the dead one moves to lastState (kubelet: CrashLoopBackOff).
+                    if l.state != ContainerState::Running {
+                        if let Some(w) = inputs.waiting.get(&spec.name) {
+                            if l.state == ContainerState::Exited {
+                                st.last_state = state_of(l);
+                            }
+                            st.state = ContainerStateView {
+                                waiting: Some(StateWaiting { reason: w.reason.clone(), message: w.message.clone() }),
+                                ..Default::default()
+                            };
+                        }
+                    }
+                }
+                None => {
+                    let w = inputs.waiting.get(&spec.name).cloned().unwrap_or(WaitingReason {
+                        reason: default_waiting.into(),
+                        message: String::new(),
+                    });
+                    st.state = ContainerStateView {
+                        waiting: Some(StateWaiting { reason: w.reason, message: w.message }),
+                        ..Default::default()
+                    };
+                }
+            }
+            // Restart counts never decrease (e.g. after the runtime lost old containers).
+            if let Some(o) = old {
+                st.restart_count = st.restart_count.max(o.restart_count);
+            }
+            st
+        })
+        .collect()
+}
+
+fn is_terminated(s: &ContainerStatus) -> Option<&StateTerminated> {
+    s.state.terminated.as_ref()
+}
+
+/// The kubelet's `getPhase`.
+pub fn phase(pod: &Pod, init: &[ContainerStatus], regular: &[ContainerStatus]) -> &'static str {
+    let policy = pod.spec.restart_policy.as_str();
+    let mut pending_init = 0;
+    let mut failed_init = 0;
+    for (spec, s) in pod.spec.init_containers.iter().zip(init) {
+        if crate::sync::actions::is_sidecar(spec) {
+            if s.state.running.is_none() {
+                pending_init += 1;
+            }
+            continue;
+        }
+        if let Some(t) = is_terminated(s) {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else if s.state.waiting.is_some() {
+            match s.last_state.terminated.as_ref() {
+                Some(t) if t.exit_code != 0 => failed_init += 1,
+                _ => pending_init += 1,
+            }
+        } else {
+            pending_init += 1;
+        }
+    }
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for s in regular {
+        if s.state.running.is_some() {
+            running += 1;
+        } else if let Some(t) = is_terminated(s) {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if s.state.waiting.is_some() {
+            if s.last_state.terminated.is_some() {
+                stopped += 1;
+            } else {
+                waiting += 1;
+            }
+        } else {
+            unknown += 1;
+        }
+    }
+    if failed_init > 0 && policy == "Never" {
+        return "Failed";
+    }
+    if pending_init > 0 || failed_init > 0 || waiting > 0 {
+        return "Pending";
+    }
+    if running > 0 && unknown == 0 {
+        return "Running";
+    }
+    if running == 0 && stopped > 0 && unknown == 0 {
+        if policy == "Always" {
+            return "Running";
+        }
+        if stopped == succeeded {
+            return "Succeeded";
+        }
+        if policy == "Never" {
+            return "Failed";
+        }
+        return "Running";
+    }
+    "Pending"
+}
+
+fn cond(type_: &str, ok: bool, reason: &str, message: String) -> PodCondition {
+    PodCondition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        last_probe_time: None,
+        last_transition_time: None,
+        reason: if ok { String::new() } else { reason.into() },
+        message: if ok { String::new() } else { message },
+    }
+}
+
+fn names(v: &[&str]) -> String {
+    format!("[{}]", v.join(" "))
+}
+
+/// Compute the full v1 PodStatus.
+pub fn compute(pod: &Pod, state: &PodRuntimeState, inputs: &StatusInputs, old: Option<&PodStatus>) -> PodStatus {
+    let empty = PodStatus::default();
+    let old = old.unwrap_or(&empty);
+    let init = container_statuses(&pod.spec.init_containers, state, inputs, "PodInitializing", &old.init_container_statuses);
+    let regular_default = if pod.spec.init_containers.is_empty() { "ContainerCreating" } else { "PodInitializing" };
+    let regular = container_statuses(&pod.spec.containers, state, inputs, regular_default, &old.container_statuses);
+
+    let mut phase = phase(pod, &init, &regular).to_string();
+    let mut reason = String::new();
+    let mut message = String::new();
+    if let Some((r, m)) = &inputs.failed_reason {
+        phase = "Failed".into();
+        reason = r.clone();
+        message = m.clone();
+    }
+    // A terminal phase never goes back (the kubelet refuses Succeeded/Failed -> Running).
+    if matches!(old.phase.as_str(), "Succeeded" | "Failed") {
+        phase = old.phase.clone();
+        if reason.is_empty() {
+            reason = old.reason.clone();
+            message = old.message.clone();
+        }
+    }
+    let mut regular = regular;
+    let mut init = init;
+    if phase == "Succeeded" || phase == "Failed" {
+        for s in regular.iter_mut().chain(init.iter_mut()) {
+            s.ready = false;
+        }
+    }
+
+    // --- conditions (order as the kubelet reports them) -------------------------------
+    let sandbox_ready = state.newest_sandbox().is_some_and(|s| s.ready);
+    let ready_to_start = cond("PodReadyToStartContainers", sandbox_ready, "", String::new());
+
+    let incomplete: Vec<&str> = pod
+        .spec
+        .init_containers
+        .iter()
+        .zip(&init)
+        .filter(|(spec, s)| {
+            if crate::sync::actions::is_sidecar(spec) {
+                s.started != Some(true)
+            } else {
+                !is_terminated(s).is_some_and(|t| t.exit_code == 0)
+            }
+        })
+        .map(|(spec, _)| spec.name.as_str())
+        .collect();
+    let was_initialized = old.conditions.iter().any(|c| c.type_ == "Initialized" && c.status == "True");
+    let initialized_ok = incomplete.is_empty() || was_initialized;
+    let initialized = cond(
+        "Initialized",
+        initialized_ok,
+        "ContainersNotInitialized",
+        format!("containers with incomplete status: {}", names(&incomplete)),
+    );
+
+    let mut unready: Vec<&str> = regular.iter().filter(|s| !s.ready).map(|s| s.name.as_str()).collect();
+    for (spec, s) in pod.spec.init_containers.iter().zip(&init) {
+        if crate::sync::actions::is_sidecar(spec) && !s.ready {
+            unready.push(spec.name.as_str());
+        }
+    }
+    let (cr, rr, msg) = if phase == "Succeeded" {
+        (false, false, ("PodCompleted", String::new()))
+    } else if !initialized_ok {
+        (
+            false,
+            false,
+            ("ContainersNotInitialized", format!("containers with incomplete status: {}", names(&incomplete))),
+        )
+    } else {
+        let ok = unready.is_empty();
+        (ok, ok, ("ContainersNotReady", format!("containers with unready status: {}", names(&unready))))
+    };
+    let ready = cond("Ready", rr, msg.0, msg.1.clone());
+    let containers_ready = cond("ContainersReady", cr, msg.0, msg.1);
+    let scheduled = cond("PodScheduled", true, "", String::new());
+
+    let mut conditions = vec![ready_to_start, initialized, ready, containers_ready, scheduled];
+    for c in &mut conditions {
+        let prev = old.conditions.iter().find(|o| o.type_ == c.type_);
+        c.last_transition_time = match prev {
+            Some(p) if p.status == c.status => p.last_transition_time.clone(),
+            _ => ts(inputs.now_nanos),
+        };
+    }
+
+    let (pod_ip, pod_ips) = if pod.spec.host_network {
+        (inputs.host_ip.clone(), vec![IpEntry { ip: inputs.host_ip.clone() }])
+    } else {
+        match state.newest_sandbox().filter(|s| s.ready && !s.ip.is_empty()) {
+            Some(s) => {
+                let mut ips = vec![IpEntry { ip: s.ip.clone() }];
+                ips.extend(s.additional_ips.iter().map(|ip| IpEntry { ip: ip.clone() }));
+                (s.ip.clone(), ips)
+            }
+            // Keep the last known IP while the pod is being torn down, as the kubelet does.
+            None if inputs.terminating || matches!(phase.as_str(), "Succeeded" | "Failed") => {
+                (old.pod_ip.clone(), old.pod_ips.clone())
+            }
+            None => (String::new(), vec![]),
+        }
+    };
+
+    PodStatus {
+        phase,
+        conditions,
+        message,
+        reason,
+        host_ip: inputs.host_ip.clone(),
+        host_ips: if inputs.host_ip.is_empty() { vec![] } else { vec![IpEntry { ip: inputs.host_ip.clone() }] },
+        pod_ip,
+        pod_ips,
+        start_time: old.start_time.clone().or_else(|| inputs.start_time_nanos.and_then(ts)),
+        init_container_statuses: init,
+        container_statuses: regular,
+        qos_class: qos_class(pod),
+    }
+}
+
+/// QoS class from requests/limits (pkg/apis/core/v1/helper/qos): Guaranteed when every
+/// container has cpu and memory limits equal to requests, BestEffort when nobody sets any,
+/// Burstable otherwise.
+pub fn qos_class(pod: &Pod) -> String {
+    let all: Vec<_> = pod.spec.init_containers.iter().chain(&pod.spec.containers).collect();
+    let any_set = all.iter().any(|c| {
+        c.resources.requests.keys().chain(c.resources.limits.keys()).any(|k| k == "cpu" || k == "memory")
+    });
+    if !any_set {
+        return "BestEffort".into();
+    }
+    let guaranteed = all.iter().all(|c| {
+        ["cpu", "memory"].iter().all(|r| {
+            let lim = c.resources.limits.get(*r);
+            let req = c.resources.requests.get(*r).or(lim);
+            match (lim, req) {
+                (Some(l), Some(q)) => {
+                    let pl = crate::pod::quantity::parse_quantity(l).map(|x| x.milli_value()).ok();
+                    let pq = crate::pod::quantity::parse_quantity(q).map(|x| x.milli_value()).ok();
+                    pl.is_some() && pl == pq
+                }
+                _ => false,
+            }
+        })
+    });
+    if guaranteed { "Guaranteed".into() } else { "Burstable".into() }
+}

@@ -1,0 +1,710 @@
+//! One pod worker: a thread per pod UID that syncs the pod whenever something changes
+//! (spec update, PLEG event, backoff expiry, periodic resync), and terminates it when its
+//! manifest goes away. Mirrors the kubelet's podWorkers: sync -> terminating -> terminated.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+
+use super::LoopMsg;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tracing::{debug, info, warn};
+
+use crate::pod::{Container, Pod};
+use crate::pod::quantity::parse_quantity;
+use crate::runtime::{
+    ANN_CONTAINER_HASH, ANN_CONTAINER_TYPE, ANN_POD_TERMINATION_GRACE, ANN_RESTART_COUNT,
+    ANN_TERMINATION_MESSAGE_PATH, ANN_TERMINATION_MESSAGE_POLICY, ContainerConfig, ContainerState,
+    LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, LinuxResources,
+    PodSandboxConfig, PortMapping, Protocol, Runtime, RuntimeError,
+};
+use crate::status::StatusStore;
+
+use super::actions::{Now, PodActions, backoff_key, compute_pod_actions, container_hash, is_sidecar};
+use super::apistatus::{self, StatusInputs, WaitingReason};
+use super::backoff::Backoff;
+use super::state::{PodRuntimeState, observe_pod};
+
+/// The kubelet always gives containers at least this long to stop unless told otherwise
+/// (kuberuntime `minimumGracePeriodInSeconds`).
+pub const MIN_GRACE_SECONDS: i64 = 2;
+
+/// Settings every worker shares.
+#[derive(Debug, Clone)]
+pub struct SyncSettings {
+    pub node_name: String,
+    pub host_ip: String,
+    pub pod_logs_dir: PathBuf,
+    /// Directory of the legacy `<pod>_<ns>_<container>-<id>.log` symlinks.
+    pub container_logs_dir: PathBuf,
+    /// How often a pod is re-synced with no event (the kubelet's syncFrequency).
+    pub resync: Duration,
+}
+
+pub struct WorkerContext {
+    pub runtime: Arc<dyn Runtime>,
+    pub store: Arc<StatusStore>,
+    pub settings: SyncSettings,
+}
+
+#[derive(Debug)]
+pub enum WorkerMsg {
+    /// The desired spec (same UID; only annotations like config.seen may differ).
+    Update(Box<Pod>),
+    /// Something changed in the runtime for this pod.
+    Sync,
+    /// The pod's manifest is gone: terminate with its grace period.
+    Terminate,
+}
+
+/// What a worker tells the sync loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerReport {
+    /// The pod is fully terminated and its runtime objects removed.
+    Terminated { uid: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("pod {pod}: {source}")]
+    Runtime {
+        pod: String,
+        #[source]
+        source: RuntimeError,
+    },
+    #[error("pod {pod}: creating log directory {path}: {source}")]
+    LogDir {
+        pod: String,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn now_wall_nanos() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+fn now() -> Now {
+    Now { instant: Instant::now(), wall_nanos: now_wall_nanos() }
+}
+
+/// `<namespace>_<name>_<uid>`: the pod's log directory name.
+pub fn pod_log_dir_name(pod: &Pod) -> String {
+    format!("{}_{}_{}", pod.metadata.namespace, pod.metadata.name, pod.metadata.uid)
+}
+
+pub struct PodWorker {
+    ctx: Arc<WorkerContext>,
+    pod: Pod,
+    full_name: String,
+    backoff: Backoff,
+    image_backoff: Backoff,
+    waiting: BTreeMap<String, WaitingReason>,
+    start_time_nanos: Option<i64>,
+    first_seen: Instant,
+    failed_reason: Option<(String, String)>,
+    last_state: PodRuntimeState,
+}
+
+impl PodWorker {
+    pub fn new(ctx: Arc<WorkerContext>, pod: Pod) -> Self {
+        let full_name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
+        PodWorker {
+            ctx,
+            pod,
+            full_name,
+            backoff: Backoff::default(),
+            image_backoff: Backoff::default(),
+            waiting: BTreeMap::new(),
+            start_time_nanos: None,
+            first_seen: Instant::now(),
+            failed_reason: None,
+            last_state: PodRuntimeState::default(),
+        }
+    }
+
+    fn uid(&self) -> &str {
+        &self.pod.metadata.uid
+    }
+
+    fn rt(&self) -> &dyn Runtime {
+        self.ctx.runtime.as_ref()
+    }
+
+    fn wrap(&self, source: RuntimeError) -> SyncError {
+        SyncError::Runtime { pod: self.full_name.clone(), source }
+    }
+
+    /// The worker thread's body.
+    pub fn run(mut self, rx: Receiver<WorkerMsg>, reports: Sender<LoopMsg>) {
+        let mut wake = Instant::now();
+        let mut terminate = false;
+        loop {
+            let timeout = wake.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(timeout) {
+                Ok(msg) => {
+                    self.apply(msg, &mut terminate);
+                    // Coalesce a burst of messages into one sync.
+                    while let Ok(msg) = rx.try_recv() {
+                        self.apply(msg, &mut terminate);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                // The sync loop is gone (nanolet is stopping): leave the pod running.
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if terminate {
+                self.terminate();
+                let _ = reports.send(LoopMsg::Worker(WorkerReport::Terminated { uid: self.uid().to_string() }));
+                return;
+            }
+            let next = match self.sync() {
+                Ok(next) => next,
+                Err(e) => {
+                    warn!(pod = %self.full_name, error = %e, "sync failed; retrying");
+                    Duration::from_secs(2)
+                }
+            };
+            wake = Instant::now() + next;
+        }
+    }
+
+    fn apply(&mut self, msg: WorkerMsg, terminate: &mut bool) {
+        match msg {
+            WorkerMsg::Update(p) => self.pod = *p,
+            WorkerMsg::Sync => {}
+            WorkerMsg::Terminate => *terminate = true,
+        }
+    }
+
+    fn is_terminal(&self) -> bool {
+        self.ctx
+            .store
+            .get(self.uid())
+            .and_then(|p| p.status)
+            .is_some_and(|s| s.phase == "Succeeded" || s.phase == "Failed")
+    }
+
+    /// One sync pass. Returns how long until the next pass is due without an event.
+    pub fn sync(&mut self) -> Result<Duration, SyncError> {
+        let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        if self.start_time_nanos.is_none() {
+            // Adopted pods keep the start time of their sandbox; new pods start now.
+            self.start_time_nanos = Some(
+                state.sandboxes.iter().map(|s| s.created_at).min().filter(|t| *t > 0).unwrap_or_else(now_wall_nanos),
+            );
+        }
+        let mut next = self.ctx.settings.resync;
+
+        // activeDeadlineSeconds: the pod fails with DeadlineExceeded.
+        if let (Some(deadline), Some(start)) = (self.pod.spec.active_deadline_seconds, self.start_time_nanos) {
+            let active = Duration::from_nanos(now_wall_nanos().saturating_sub(start).max(0) as u64);
+            let limit = Duration::from_secs(deadline.max(0) as u64);
+            if active >= limit {
+                if self.failed_reason.is_none() {
+                    info!(pod = %self.full_name, "active deadline exceeded; killing pod");
+                    self.failed_reason = Some((
+                        "DeadlineExceeded".into(),
+                        "Pod was active on the node longer than the specified deadline".into(),
+                    ));
+                }
+            } else {
+                next = next.min(limit - active);
+            }
+        }
+
+        let terminal = self.failed_reason.is_some() || self.is_terminal();
+        if terminal {
+            // Nothing starts any more; whatever still runs is stopped.
+            if state.running().next().is_some() || state.sandboxes.iter().any(|s| s.ready) {
+                self.kill_pod(&state, None);
+            }
+        } else {
+            let n = now();
+            let acts = compute_pod_actions(&self.pod, &state, &self.backoff, n);
+            self.waiting.retain(|name, _| state.latest(name).is_none_or(|c| c.state != ContainerState::Running));
+            if let Some(d) = self.execute(&acts, &state, n)? {
+                next = next.min(d);
+            }
+            if acts.init_failed {
+                self.failed_reason = None; // phase Failed follows from the init status itself
+            }
+        }
+
+        let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        self.gc(&state);
+        self.publish(&state, false);
+        self.last_state = state;
+        Ok(next)
+    }
+
+    /// Run the actions. Returns the shortest backoff wait, if any.
+    fn execute(&mut self, acts: &PodActions, state: &PodRuntimeState, n: Now) -> Result<Option<Duration>, SyncError> {
+        let mut wake: Option<Duration> = None;
+        if acts.kill_pod {
+            info!(pod = %self.full_name, reason = %acts.sandbox_reason, "killing pod");
+            self.kill_pod(state, None);
+        }
+        for k in &acts.containers_to_kill {
+            info!(pod = %self.full_name, container = %k.name, reason = %k.reason, "killing container");
+            let grace = self.grace_seconds(None);
+            if let Err(e) = self.rt().stop_container(&k.id, Duration::from_secs(grace as u64)) {
+                warn!(pod = %self.full_name, container = %k.name, error = %e, "stopping container failed");
+            }
+        }
+        let mut sandbox = acts.sandbox_id.clone();
+        let sandbox_cfg = self.sandbox_config(if acts.create_sandbox { acts.attempt } else { self.current_attempt(state) });
+        if acts.create_sandbox {
+            sandbox = Some(self.create_sandbox(&sandbox_cfg)?);
+        }
+        for w in &acts.backoff {
+            let spec = self.find_spec(&w.name);
+            let msg = format!(
+                "back-off {} restarting failed container={} pod={}_{}({})",
+                fmt_secs(w.delay),
+                w.name,
+                self.pod.metadata.name,
+                self.pod.metadata.namespace,
+                self.pod.metadata.uid
+            );
+            debug!(pod = %self.full_name, container = %w.name, remaining = ?w.remaining, "in CrashLoopBackOff");
+            if spec.is_some() {
+                self.waiting.insert(w.name.clone(), WaitingReason { reason: "CrashLoopBackOff".into(), message: msg });
+            }
+            wake = Some(wake.map_or(w.remaining, |x| x.min(w.remaining)));
+        }
+        let Some(sandbox_id) = sandbox else { return Ok(wake) };
+        // After a new sandbox the state of old containers still matters for restart counts.
+        let mut starts: Vec<(Container, &'static str)> = vec![];
+        if let Some(i) = acts.init_to_start {
+            if let Some(c) = self.pod.spec.init_containers.get(i) {
+                starts.push((c.clone(), if is_sidecar(c) { "sidecar" } else { "init" }));
+            }
+        }
+        for &i in &acts.containers_to_start {
+            if let Some(c) = self.pod.spec.containers.get(i) {
+                starts.push((c.clone(), "regular"));
+            }
+        }
+        for (c, kind) in starts {
+            if let Some(d) = self.start_container(&c, kind, &sandbox_id, &sandbox_cfg, state, n) {
+                wake = Some(wake.map_or(d, |x| x.min(d)));
+            }
+        }
+        Ok(wake)
+    }
+
+    fn find_spec(&self, name: &str) -> Option<&Container> {
+        self.pod.spec.containers.iter().chain(&self.pod.spec.init_containers).find(|c| c.name == name)
+    }
+
+    fn current_attempt(&self, state: &PodRuntimeState) -> u32 {
+        state.newest_sandbox().map(|s| s.attempt).unwrap_or(0)
+    }
+
+    fn grace_seconds(&self, override_secs: Option<i64>) -> i64 {
+        match override_secs {
+            Some(g) => g.max(0),
+            None => self.pod.spec.termination_grace_period_seconds.unwrap_or(30).max(MIN_GRACE_SECONDS),
+        }
+    }
+
+    fn log_dir(&self) -> PathBuf {
+        self.ctx.settings.pod_logs_dir.join(pod_log_dir_name(&self.pod))
+    }
+
+    fn sandbox_config(&self, attempt: u32) -> PodSandboxConfig {
+        let p = &self.pod;
+        let mut labels = p.metadata.labels.clone();
+        labels.insert(LABEL_POD_NAME.into(), p.metadata.name.clone());
+        labels.insert(LABEL_POD_NAMESPACE.into(), p.metadata.namespace.clone());
+        labels.insert(LABEL_POD_UID.into(), p.metadata.uid.clone());
+        labels.insert(LABEL_MANAGED_BY.into(), "nanolet".into());
+        let mut port_mappings = vec![];
+        for c in &p.spec.containers {
+            for port in &c.ports {
+                let host_port = port.host_port.unwrap_or(0);
+                if host_port == 0 {
+                    continue;
+                }
+                port_mappings.push(PortMapping {
+                    protocol: match port.protocol.as_str() {
+                        "UDP" => Protocol::Udp,
+                        "SCTP" => Protocol::Sctp,
+                        _ => Protocol::Tcp,
+                    },
+                    container_port: port.container_port,
+                    host_port,
+                    host_ip: port.host_ip.clone(),
+                });
+            }
+        }
+        let hostname = if p.spec.host_network {
+            String::new()
+        } else if !p.spec.hostname.is_empty() {
+            p.spec.hostname.clone()
+        } else {
+            p.metadata.name.chars().take(63).collect::<String>().trim_end_matches(['-', '.']).to_string()
+        };
+        PodSandboxConfig {
+            name: p.metadata.name.clone(),
+            namespace: p.metadata.namespace.clone(),
+            uid: p.metadata.uid.clone(),
+            attempt,
+            hostname,
+            log_directory: self.log_dir().to_string_lossy().into_owned(),
+            host_network: p.spec.host_network,
+            host_pid: p.spec.host_pid,
+            host_ipc: p.spec.host_ipc,
+            dns: None,
+            port_mappings,
+            labels,
+            annotations: p.metadata.annotations.clone(),
+            cgroup_parent: String::new(),
+        }
+    }
+
+    fn create_sandbox(&mut self, cfg: &PodSandboxConfig) -> Result<String, SyncError> {
+        let dir = self.log_dir();
+        std::fs::create_dir_all(&dir).map_err(|source| SyncError::LogDir {
+            pod: self.full_name.clone(),
+            path: dir.display().to_string(),
+            source,
+        })?;
+        info!(pod = %self.full_name, attempt = cfg.attempt, "creating pod sandbox");
+        let id = self.rt().run_pod_sandbox(cfg).map_err(|e| self.wrap(e))?;
+        Ok(id)
+    }
+
+    /// Ensure the image, create and start one container. Returns a retry delay when it could
+    /// not (image pull backoff, create/start failure).
+    fn start_container(
+        &mut self,
+        c: &Container,
+        kind: &'static str,
+        sandbox_id: &str,
+        sandbox_cfg: &PodSandboxConfig,
+        state: &PodRuntimeState,
+        n: Now,
+    ) -> Option<Duration> {
+        let name = c.name.clone();
+        // kubelet doBackOff: record the restart against the newest exited container's finish.
+        if let Some(exited) = state.latest_exited(&name) {
+            self.backoff.next(&backoff_key(&self.pod, c), n.instant_of(exited.finished_at));
+        }
+        if let Err(w) = self.ensure_image(c, n) {
+            let retry = w.1;
+            self.waiting.insert(name, w.0);
+            return Some(retry);
+        }
+        let restart_count = state.latest(&name).map(|l| l.restart_count + 1).unwrap_or(0);
+        let log_rel = format!("{name}/{restart_count}.log");
+        let cdir = self.log_dir().join(&name);
+        if let Err(e) = std::fs::create_dir_all(&cdir) {
+            warn!(pod = %self.full_name, container = %name, error = %e, "creating container log directory");
+        }
+        let cfg = self.container_config(c, kind, restart_count, log_rel);
+        info!(pod = %self.full_name, container = %name, restart_count, kind, "starting container");
+        let id = match self.rt().create_container(sandbox_id, &cfg, sandbox_cfg) {
+            Ok(id) => id,
+            Err(e) => {
+                warn!(pod = %self.full_name, container = %name, error = %e, "create container failed");
+                self.waiting.insert(name, WaitingReason { reason: "CreateContainerError".into(), message: e.message });
+                return Some(Duration::from_secs(2));
+            }
+        };
+        if let Err(e) = self.rt().start_container(&id) {
+            warn!(pod = %self.full_name, container = %name, error = %e, "start container failed");
+            self.waiting.insert(name, WaitingReason { reason: "RunContainerError".into(), message: e.message });
+            return Some(Duration::from_secs(2));
+        }
+        self.waiting.remove(&name);
+        self.link_legacy_log(&name, &id, &cfg.log_path);
+        None
+    }
+
+    fn ensure_image(&mut self, c: &Container, n: Now) -> Result<(), (WaitingReason, Duration)> {
+        let image = c.image.as_str();
+        let policy = c.image_pull_policy.as_str();
+        let present = match self.rt().image_status(image) {
+            Ok(p) => p.is_some(),
+            Err(e) => {
+                return Err((
+                    WaitingReason { reason: "ErrImagePull".into(), message: e.to_string() },
+                    Duration::from_secs(2),
+                ));
+            }
+        };
+        let must_pull = match policy {
+            "Always" => true,
+            "Never" => {
+                if present {
+                    return Ok(());
+                }
+                return Err((
+                    WaitingReason {
+                        reason: "ErrImageNeverPull".into(),
+                        message: format!("Container image \"{image}\" is not present with pull policy of Never"),
+                    },
+                    self.ctx.settings.resync,
+                ));
+            }
+            _ => !present,
+        };
+        if !must_pull {
+            return Ok(());
+        }
+        let key = format!("image:{}:{}", self.uid(), image);
+        if let Some(rem) = self.image_backoff.remaining(&key, n.instant, n.instant) {
+            return Err((
+                WaitingReason { reason: "ImagePullBackOff".into(), message: format!("Back-off pulling image \"{image}\"") },
+                rem,
+            ));
+        }
+        match self.rt().pull_image(image) {
+            Ok(_) => Ok(()),
+            Err(e) if policy == "Always" && present => {
+                // An air-gapped box cannot reach the registry, but the image is here: use it.
+                warn!(pod = %self.full_name, container = %c.name, image, error = %e,
+                    "pulling image failed; using the local copy");
+                Ok(())
+            }
+            Err(e) => {
+                self.image_backoff.next(&key, n.instant);
+                let delay = self.image_backoff.delay(&key).unwrap_or(Duration::from_secs(10));
+                warn!(pod = %self.full_name, container = %c.name, image, error = %e, "pulling image failed");
+                Err((WaitingReason { reason: "ErrImagePull".into(), message: e.message }, delay))
+            }
+        }
+    }
+
+    fn container_config(&self, c: &Container, kind: &str, restart_count: u32, log_path: String) -> ContainerConfig {
+        let p = &self.pod;
+        let mut labels = BTreeMap::new();
+        labels.insert(LABEL_POD_NAME.to_string(), p.metadata.name.clone());
+        labels.insert(LABEL_POD_NAMESPACE.to_string(), p.metadata.namespace.clone());
+        labels.insert(LABEL_POD_UID.to_string(), p.metadata.uid.clone());
+        labels.insert(LABEL_CONTAINER_NAME.to_string(), c.name.clone());
+        labels.insert(LABEL_MANAGED_BY.to_string(), "nanolet".into());
+        let mut ann = BTreeMap::new();
+        ann.insert(ANN_CONTAINER_HASH.to_string(), container_hash(c));
+        ann.insert(ANN_RESTART_COUNT.to_string(), restart_count.to_string());
+        ann.insert(ANN_TERMINATION_MESSAGE_PATH.to_string(), c.termination_message_path.clone());
+        ann.insert(ANN_TERMINATION_MESSAGE_POLICY.to_string(), c.termination_message_policy.clone());
+        ann.insert(ANN_POD_TERMINATION_GRACE.to_string(), self.grace_seconds(None).to_string());
+        ann.insert(ANN_CONTAINER_TYPE.to_string(), kind.to_string());
+        let envs = c
+            .env
+            .iter()
+            .filter_map(|e| match (&e.value, &e.value_from) {
+                (_, Some(_)) => {
+                    warn!(pod = %self.full_name, container = %c.name, env = %e.name, "env valueFrom is not supported yet; skipped");
+                    None
+                }
+                (v, None) => Some((e.name.clone(), v.clone().unwrap_or_default())),
+            })
+            .collect();
+        ContainerConfig {
+            name: c.name.clone(),
+            attempt: restart_count,
+            image: c.image.clone(),
+            command: c.command.clone(),
+            args: c.args.clone(),
+            working_dir: c.working_dir.clone(),
+            envs,
+            mounts: vec![],
+            labels,
+            annotations: ann,
+            log_path,
+            stdin: c.stdin,
+            stdin_once: c.stdin_once,
+            tty: c.tty,
+            resources: Some(linux_resources(c)),
+        }
+    }
+
+    fn link_legacy_log(&self, name: &str, id: &str, log_rel: &str) {
+        let dir = &self.ctx.settings.container_logs_dir;
+        if std::fs::create_dir_all(dir).is_err() {
+            return;
+        }
+        let link = dir.join(format!("{}_{}_{}-{}.log", self.pod.metadata.name, self.pod.metadata.namespace, name, id));
+        let target = self.log_dir().join(log_rel);
+        let _ = std::fs::remove_file(&link);
+        if let Err(e) = std::os::unix::fs::symlink(&target, &link) {
+            debug!(pod = %self.full_name, container = %name, error = %e, "legacy log symlink");
+        }
+    }
+
+    /// Stop every container (regular and init first, sidecars last), then the sandboxes.
+    fn kill_pod(&self, state: &PodRuntimeState, grace_override: Option<i64>) {
+        let grace = Duration::from_secs(self.grace_seconds(grace_override) as u64);
+        let running: Vec<_> = state.running().cloned().collect();
+        let (sidecars, main): (Vec<_>, Vec<_>) = running.into_iter().partition(|c| c.kind == "sidecar");
+        for group in [main, sidecars] {
+            std::thread::scope(|s| {
+                for c in &group {
+                    s.spawn(move || {
+                        info!(pod = %self.full_name, container = %c.name, grace = ?grace, "stopping container");
+                        if let Err(e) = self.rt().stop_container(&c.id, grace) {
+                            if !e.is_not_found() {
+                                warn!(pod = %self.full_name, container = %c.name, error = %e, "stopping container failed");
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        for sb in state.sandboxes.iter().filter(|s| s.ready) {
+            if let Err(e) = self.rt().stop_pod_sandbox(&sb.id) {
+                if !e.is_not_found() {
+                    warn!(pod = %self.full_name, sandbox = %sb.id, error = %e, "stopping sandbox failed");
+                }
+            }
+        }
+    }
+
+    /// Remove dead containers beyond the newest two per name (current + lastState), and old
+    /// sandboxes that no kept container needs (the kubelet's GC with MaxPerPodContainer=1).
+    fn gc(&self, state: &PodRuntimeState) {
+        let mut kept: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut keep_sandboxes: Vec<&str> = state.newest_sandbox().map(|s| s.id.as_str()).into_iter().collect();
+        for c in &state.containers {
+            let n = kept.entry(c.name.as_str()).or_default();
+            *n += 1;
+            if *n <= 2 || c.state == ContainerState::Running {
+                keep_sandboxes.push(&c.sandbox_id);
+                continue;
+            }
+            debug!(pod = %self.full_name, container = %c.name, id = %c.id, "removing dead container");
+            if let Err(e) = self.rt().remove_container(&c.id) {
+                debug!(pod = %self.full_name, container = %c.name, error = %e, "removing dead container failed");
+            }
+        }
+        for sb in &state.sandboxes {
+            if !sb.ready && !keep_sandboxes.contains(&sb.id.as_str()) {
+                if let Err(e) = self.rt().remove_pod_sandbox(&sb.id) {
+                    debug!(pod = %self.full_name, sandbox = %sb.id, error = %e, "removing old sandbox failed");
+                }
+            }
+        }
+    }
+
+    fn publish(&self, state: &PodRuntimeState, terminating: bool) {
+        let old = self.ctx.store.get(self.uid()).and_then(|p| p.status);
+        let inputs = StatusInputs {
+            host_ip: self.ctx.settings.host_ip.clone(),
+            now_nanos: now_wall_nanos(),
+            start_time_nanos: self.start_time_nanos,
+            waiting: self.waiting.clone(),
+            failed_reason: self.failed_reason.clone(),
+            terminating,
+        };
+        let status = apistatus::compute(&self.pod, state, &inputs, old.as_ref());
+        let mut pod = self.pod.clone();
+        pod.status = Some(status);
+        self.ctx.store.set_pod(pod);
+    }
+
+    /// Terminate: stop everything with the pod's grace period, remove containers, sandboxes and
+    /// log files, and drop the pod from the status store.
+    pub fn terminate(&mut self) {
+        info!(pod = %self.full_name, "terminating pod");
+        let mut attempts = 0;
+        loop {
+            match self.try_terminate() {
+                Ok(()) => break,
+                Err(e) => {
+                    attempts += 1;
+                    warn!(pod = %self.full_name, error = %e, attempts, "terminating pod failed; retrying");
+                    // Runtime unavailable: retry with a capped backoff; the pod must not leak.
+                    std::thread::sleep(Duration::from_secs((1u64 << attempts.min(5)).min(30)));
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(self.log_dir());
+        self.remove_legacy_links();
+        self.ctx.store.remove_pod(self.uid());
+        info!(pod = %self.full_name, "pod terminated");
+    }
+
+    fn try_terminate(&mut self) -> Result<(), SyncError> {
+        let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        self.publish(&state, true);
+        self.kill_pod(&state, None);
+        let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        for c in &state.containers {
+            match self.rt().remove_container(&c.id) {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(self.wrap(e)),
+            }
+        }
+        for sb in &state.sandboxes {
+            match self.rt().remove_pod_sandbox(&sb.id) {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(self.wrap(e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_legacy_links(&self) {
+        let prefix = format!("{}_{}_", self.pod.metadata.name, self.pod.metadata.namespace);
+        let dir = &self.ctx.settings.container_logs_dir;
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        let ours = self.log_dir();
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with(&prefix) {
+                continue;
+            }
+            if std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with(&ours)) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+
+    pub fn first_seen(&self) -> Instant {
+        self.first_seen
+    }
+}
+
+fn fmt_secs(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 && s % 60 == 0 {
+        format!("{}m0s", s / 60)
+    } else if s >= 60 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// CPU and memory limits to CRI resources, as the kubelet does for cgroup v1/v2
+/// (shares from the request, CFS quota from the limit over a 100ms period).
+pub fn linux_resources(c: &Container) -> LinuxResources {
+    const PERIOD: i64 = 100_000;
+    let milli = |m: &BTreeMap<String, serde_json::Value>, k: &str| {
+        m.get(k).and_then(|v| parse_quantity(v).ok()).map(|q| q.milli_value() as i64)
+    };
+    let cpu_req = milli(&c.resources.requests, "cpu").or_else(|| milli(&c.resources.limits, "cpu"));
+    let cpu_lim = milli(&c.resources.limits, "cpu");
+    let mem_lim = c.resources.limits.get("memory").and_then(|v| parse_quantity(v).ok()).map(|q| q.value() as i64);
+    let shares = match cpu_req {
+        Some(m) if m > 0 => ((m * 1024) / 1000).max(2),
+        _ => 2,
+    };
+    let quota = cpu_lim.map(|m| ((m * PERIOD) / 1000).max(1000)).unwrap_or(0);
+    LinuxResources {
+        cpu_period: if quota > 0 { PERIOD } else { 0 },
+        cpu_quota: quota,
+        cpu_shares: shares,
+        memory_limit_in_bytes: mem_lim.unwrap_or(0),
+        oom_score_adj: 0,
+    }
+}
