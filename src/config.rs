@@ -55,6 +55,7 @@ pub enum ConfigError {
 
 /// What `nanolet run <args>` should do.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // built once at startup
 pub enum ParseOutcome {
     Run(Config),
     /// `--help` / `-h` was given: print this text and exit 0.
@@ -91,9 +92,9 @@ pub struct Config {
     pub max_pods: u32,
     /// `--v`, 0..=10; see [`verbosity_level`].
     pub verbosity: u8,
-    /// Warnings found while loading the config file (ignored fields). They are also logged with
-    /// `tracing::warn!` while parsing; because tracing is usually initialized only after the
-    /// config is known, `main` should call [`Config::log_warnings`] once logging is set up.
+    /// Warnings found while loading the config file (ignored fields, each naming the file and
+    /// field). Tracing is initialized only once the config (and `--v`) is known, so they are not
+    /// logged while parsing: `main` calls [`Config::log_warnings`] (`tracing::warn!`) after.
     pub warnings: Vec<String>,
 }
 
@@ -534,10 +535,8 @@ fn parse_run_args_with(
             let path = PathBuf::from(path);
             let text = std::fs::read_to_string(&path)
                 .map_err(|source| ConfigError::ReadFile { path: path.clone(), source })?;
+            // Warnings are kept in `cfg.warnings`: tracing is not set up yet at this point.
             apply_file(&mut cfg, &path, &text)?;
-            for w in &cfg.warnings {
-                tracing::warn!("{w}");
-            }
         }
     }
 
@@ -1114,6 +1113,31 @@ mod tests {
         assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
         assert!(c.warnings.iter().any(|w| w.contains("\"cgroupDriver\"") && w.contains("config.yaml")));
         assert!(c.warnings.iter().any(|w| w.contains("\"authentication\"")));
+    }
+
+    #[test]
+    fn warnings_are_logged_with_tracing() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(&dir, "config.yaml", &format!("{HEAD}evictionHard: {{}}\n"));
+        let c = parse(&["--config", &path]).unwrap();
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let sub = tracing_subscriber::fmt().with_ansi(false).with_writer(move || writer.clone()).finish();
+        tracing::subscriber::with_default(sub, || c.log_warnings());
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(out.contains("WARN") && out.contains("\"evictionHard\""), "{out}");
     }
 
     #[test]

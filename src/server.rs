@@ -90,9 +90,9 @@ pub fn spawn_read_only(addr: SocketAddr, store: Arc<StatusStore>, node_name: Str
 
 fn spawn(kind: &'static str, addr: SocketAddr, store: Arc<StatusStore>, endpoints: Endpoints) -> io::Result<ServerHandle> {
     let server = Server::http(addr)
-        .map_err(|e| io::Error::new(io::ErrorKind::Other, format!("{kind} server: binding {addr}: {e}")))?;
+        .map_err(|e| io::Error::other(format!("{kind} server: binding {addr}: {e}")))?;
     let local_addr = server.server_addr().to_ip().ok_or_else(|| {
-        io::Error::new(io::ErrorKind::Other, format!("{kind} server: {addr} is not an IP listener"))
+        io::Error::other(format!("{kind} server: {addr} is not an IP listener"))
     })?;
     let server = Arc::new(server);
     let stopping = Arc::new(AtomicBool::new(false));
