@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Builds the local test images from Debian's busybox-static, as OCI image-layout archives that
+# `ctr images import` understands:
+#
+#   OUTDIR/busybox.tar  ->  localhost/busybox:1.36   (default Cmd: sh)
+#   OUTDIR/pause.tar    ->  localhost/pause:3.9      (sleeps until SIGTERM/SIGINT, exits 0)
+#
+# Both share one layer: /bin/.busybox-static plus one relative symlink per applet in /bin (never
+# one named "busybox", which would loop), /usr/bin/env, /etc/passwd, /etc/group and empty
+# /tmp /proc /sys /dev /etc /root /var dirs. Everything is deterministic (sorted entries, fixed
+# mtimes and owners, gzip -n), so image digests only change when busybox or this script does.
+#
+# Needs only bash, coreutils, GNU tar, gzip and sha256sum.
+# Usage: scripts/build-images.sh OUTDIR
+set -euo pipefail
+
+out=${1:?usage: $0 OUTDIR}
+busybox=${BUSYBOX:-/bin/busybox}
+[ -x "$busybox" ] || { echo "build-images: $busybox missing; run scripts/install-deps.sh" >&2; exit 1; }
+
+case "$(uname -m)" in
+  x86_64) arch=amd64 variant= ;;
+  aarch64|arm64) arch=arm64 variant= ;;
+  armv7l|armv8l) arch=arm variant=v7 ;;
+  armv6l) arch=arm variant=v6 ;;
+  i?86) arch=386 variant= ;;
+  *) arch=$(uname -m) variant= ;;
+esac
+platform="\"architecture\":\"$arch\",\"os\":\"linux\""
+[ -n "$variant" ] && platform="$platform,\"variant\":\"$variant\""
+
+mkdir -p "$out"
+work=$(mktemp -d "${TMPDIR:-/tmp}/nanolet-images.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# Deterministic tar of a directory's contents (no leading ./).
+dtar() { # dir output
+  (cd "$1" && find . -mindepth 1 -printf '%P\n' | LC_ALL=C sort) >"$work/list"
+  tar -C "$1" --no-recursion --format=posix \
+      --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+      --mtime=@0 --owner=0 --group=0 --numeric-owner \
+      -cf "$2" -T "$work/list"
+}
+
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+size() { stat -c %s "$1"; }
+
+# ---- rootfs ----
+root="$work/rootfs"
+mkdir -p "$root"/{bin,usr/bin,etc,tmp,proc,sys,dev,root,var}
+chmod 1777 "$root/tmp"
+cp "$busybox" "$root/bin/.busybox-static"
+chmod 0755 "$root/bin/.busybox-static"
+"$busybox" --list | while read -r applet; do
+  case "$applet" in busybox|""|*/*) continue ;; esac
+  ln -s .busybox-static "$root/bin/$applet"
+done
+ln -s ../../bin/env "$root/usr/bin/env"
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+find "$root" -exec touch -h -d @0 {} +
+
+# ---- layer (shared) ----
+blobs="$work/blobs"
+mkdir -p "$blobs"
+dtar "$root" "$work/layer.tar"
+diff_id=$(sha "$work/layer.tar")
+gzip -n -9 -c "$work/layer.tar" >"$work/layer.tar.gz"
+layer_digest=$(sha "$work/layer.tar.gz")
+layer_size=$(size "$work/layer.tar.gz")
+
+# image NAME TAG CMD_JSON OUTFILE
+image() {
+  local name=$1 tag=$2 cmd=$3 outfile=$4
+  local d="$work/$name" cfg mf idx
+  mkdir -p "$d/blobs/sha256"
+  cp "$work/layer.tar.gz" "$d/blobs/sha256/$layer_digest"
+
+  printf '{%s,"config":{"Env":["PATH=/bin:/usr/bin:/sbin:/usr/sbin"],"Cmd":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+    "$platform" "$cmd" "$diff_id" >"$d/config.json"
+  cfg=$(sha "$d/config.json")
+  mv "$d/config.json" "$d/blobs/sha256/$cfg"
+
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' \
+    "$cfg" "$(size "$d/blobs/sha256/$cfg")" "$layer_digest" "$layer_size" >"$d/manifest.json"
+  mf=$(sha "$d/manifest.json")
+  mv "$d/manifest.json" "$d/blobs/sha256/$mf"
+
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"annotations":{"io.containerd.image.name":"%s:%s","org.opencontainers.image.ref.name":"%s"},"platform":{%s}}]}' \
+    "$mf" "$(size "$d/blobs/sha256/$mf")" "$name" "$tag" "$tag" "$platform" >"$d/index.json"
+  printf '{"imageLayoutVersion":"1.0.0"}' >"$d/oci-layout"
+  find "$d" -exec touch -h -d @0 {} +
+
+  dtar "$d" "$outfile.tmp"
+  mv "$outfile.tmp" "$outfile"
+  echo "built $name:$tag ($outfile, manifest sha256:$mf)"
+}
+
+pause_cmd='["sh","-c","trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait; done"]'
+image localhost/busybox 1.36 '["sh"]' "$out/busybox.tar"
+image localhost/pause 3.9 "$pause_cmd" "$out/pause.tar"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what nanolet's integration tests need to run a private containerd, if missing:
+# containerd (+ ctr), runc, the CNI plugins (bridge, host-local, portmap, loopback),
+# busybox-static (test images are built from it), iproute2, iptables (bridge/portmap),
+# mount (umount for tear-down), tar/gzip/coreutils (image build).
+#
+# Idempotent and non-interactive; runs `apt-get update` only when something is missing.
+# Needs root (or sudo) when it has to install anything.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+missing=()
+need() { # package test...
+  local pkg=$1; shift
+  if ! "$@" >/dev/null 2>&1; then missing+=("$pkg"); fi
+}
+have() { command -v "$1"; }
+static_busybox() { [ -x /bin/busybox ] && dpkg -s busybox-static 2>/dev/null | grep -q '^Status: install ok installed'; }
+
+need containerd have containerd
+need containerd have ctr
+need runc have runc
+need containernetworking-plugins test -x /usr/lib/cni/bridge -a -x /usr/lib/cni/host-local -a -x /usr/lib/cni/portmap -a -x /usr/lib/cni/loopback
+need busybox-static static_busybox
+need iproute2 have ip
+need iptables have iptables
+need mount have umount
+need tar have tar
+need gzip have gzip
+need coreutils have sha256sum
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: everything present"
+  exit 0
+fi
+
+# De-duplicate (containerd appears twice when both binaries are missing).
+mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | sort -u)
+echo "install-deps: installing ${pkgs[*]}"
+sudo=
+if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${pkgs[@]}"
+
+# containerd's Debian package enables a system-wide daemon; the tests run their own private
+# one and do not need it, but leave the system service as the package set it up.
+echo "install-deps: done"
