@@ -1,1 +1,836 @@
-//! (being written)
+//! Pod defaulting (the apiserver's v1 defaults the kubelet relies on) and validation with
+//! field paths and apiserver-style reasons. Pure: no I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value};
+
+use super::quantity::{Quantity, parse_quantity};
+use super::types::{Container, Pod};
+
+/// One validation failure: `field` is a path like `spec.containers[1].ports[0].containerPort`,
+/// `reason` reads like the apiserver's (`Required value`, `Invalid value: "Foo": ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.reason)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defaulting
+
+/// All defaults: the API-level ones (see [`apply_api_defaults`]) plus namespace `default`.
+pub fn apply_defaults(pod: &mut Pod) {
+    apply_api_defaults(pod);
+    if pod.metadata.namespace.is_empty() {
+        pod.metadata.namespace = "default".to_string();
+    }
+}
+
+/// The defaults the apiserver's v1 decoding applies (SetDefaults_Pod / _PodSpec / _Container /
+/// _Probe ...). The namespace is *not* an API default: the kubelet sets it after hashing the
+/// pod for its UID (see `naming`).
+pub fn apply_api_defaults(pod: &mut Pod) {
+    let spec = &mut pod.spec;
+    if spec.restart_policy.is_empty() {
+        spec.restart_policy = "Always".to_string();
+    }
+    if spec.termination_grace_period_seconds.is_none() {
+        spec.termination_grace_period_seconds = Some(30);
+    }
+    if spec.dns_policy.is_empty() {
+        spec.dns_policy = "ClusterFirst".to_string();
+    }
+    if spec.scheduler_name.is_empty() {
+        spec.scheduler_name = "default-scheduler".to_string();
+    }
+    if spec.enable_service_links.is_none() {
+        spec.enable_service_links = Some(true);
+    }
+    if spec.priority.is_none() {
+        spec.priority = Some(0);
+    }
+    let host_network = spec.host_network;
+    for c in spec.init_containers.iter_mut().chain(spec.containers.iter_mut()) {
+        default_container(c, host_network);
+    }
+}
+
+fn default_container(c: &mut Container, host_network: bool) {
+    if c.image_pull_policy.is_empty() {
+        c.image_pull_policy = default_pull_policy(&c.image).to_string();
+    }
+    if c.termination_message_path.is_empty() {
+        c.termination_message_path = "/dev/termination-log".to_string();
+    }
+    if c.termination_message_policy.is_empty() {
+        c.termination_message_policy = "File".to_string();
+    }
+    for p in &mut c.ports {
+        if p.protocol.is_empty() {
+            p.protocol = "TCP".to_string();
+        }
+        if host_network && p.host_port.unwrap_or(0) == 0 {
+            p.host_port = Some(p.container_port);
+        }
+    }
+    // Requests default to limits for every resource that has a limit but no request.
+    let limits: Vec<(String, Value)> =
+        c.resources.limits.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    for (k, v) in limits {
+        c.resources.requests.entry(k).or_insert(v);
+    }
+    for key in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(Value::Object(probe)) = c.extra.get_mut(key) {
+            default_probe(probe);
+        }
+    }
+    if let Some(Value::Object(lifecycle)) = c.extra.get_mut("lifecycle") {
+        for hook in ["postStart", "preStop"] {
+            if let Some(Value::Object(h)) = lifecycle.get_mut(hook) {
+                default_handler(h);
+            }
+        }
+    }
+}
+
+fn default_probe(probe: &mut Map<String, Value>) {
+    for (k, v) in [("timeoutSeconds", 1), ("periodSeconds", 10), ("successThreshold", 1), ("failureThreshold", 3)]
+    {
+        let missing = match probe.get(k) {
+            None | Some(Value::Null) => true,
+            Some(Value::Number(n)) => n.as_i64() == Some(0),
+            _ => false,
+        };
+        if missing {
+            probe.insert(k.to_string(), Value::from(v));
+        }
+    }
+    // Go drops a zero int32 with omitempty: explicit 0 and omitted are the same object.
+    if probe.get("initialDelaySeconds").and_then(Value::as_i64) == Some(0) {
+        probe.remove("initialDelaySeconds");
+    }
+    default_handler(probe);
+}
+
+fn default_handler(h: &mut Map<String, Value>) {
+    if let Some(Value::Object(get)) = h.get_mut("httpGet") {
+        let empty = |v: Option<&Value>| matches!(v, None | Some(Value::Null)) || v.and_then(Value::as_str) == Some("");
+        if empty(get.get("path")) {
+            get.insert("path".to_string(), Value::from("/"));
+        }
+        if empty(get.get("scheme")) {
+            get.insert("scheme".to_string(), Value::from("HTTP"));
+        }
+    }
+}
+
+/// Kubernetes' rule: `Always` when the tag is `latest` or there is neither tag nor digest,
+/// else `IfNotPresent` (a digest without a tag means `IfNotPresent`).
+pub fn default_pull_policy(image: &str) -> &'static str {
+    let (name, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    let last_slash = name.rfind('/').map(|i| i + 1).unwrap_or(0);
+    let tag = name[last_slash..].rsplit_once(':').map(|(_, t)| t);
+    match (tag, digest) {
+        (Some("latest"), _) => "Always",
+        (Some(_), _) => "IfNotPresent",
+        (None, Some(_)) => "IfNotPresent",
+        (None, None) => "Always",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+
+const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric \
+characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or \
+'123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
+alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. \
+'example.com', regex used for validation is \
+'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const QUALIFIED_NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or \
+'.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
+'123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric \
+characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. \
+'MyValue',  or 'my_value',  or '12345', regex used for validation is \
+'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const TOTAL_ANNOTATION_SIZE: usize = 256 * 1024;
+
+fn quote(s: &str) -> String {
+    // Go's %q-ish quoting; serde_json escapes the same characters that matter here.
+    serde_json::to_string(s).unwrap_or_else(|_| format!("\"{s}\""))
+}
+
+struct Errs(Vec<FieldError>);
+
+impl Errs {
+    fn push(&mut self, field: impl Into<String>, reason: impl Into<String>) {
+        self.0.push(FieldError { field: field.into(), reason: reason.into() });
+    }
+    fn required(&mut self, field: impl Into<String>) {
+        self.push(field, "Required value");
+    }
+    fn invalid_str(&mut self, field: impl Into<String>, value: &str, msg: &str) {
+        self.push(field, format!("Invalid value: {}: {msg}", quote(value)));
+    }
+    fn invalid_int(&mut self, field: impl Into<String>, value: i64, msg: &str) {
+        self.push(field, format!("Invalid value: {value}: {msg}"));
+    }
+    fn duplicate(&mut self, field: impl Into<String>, value: &str) {
+        self.push(field, format!("Duplicate value: {}", quote(value)));
+    }
+    fn unsupported(&mut self, field: impl Into<String>, value: &str, supported: &[&str]) {
+        let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
+        self.push(field, format!("Unsupported value: {}: supported values: {}", quote(value), list.join(", ")));
+    }
+    fn forbidden(&mut self, field: impl Into<String>, msg: &str) {
+        self.push(field, format!("Forbidden: {msg}"));
+    }
+}
+
+fn is_dns1123_label_chars(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// Reasons a string is not a DNS-1123 label (≤63), empty when it is one.
+pub fn dns1123_label_errors(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.len() > 63 {
+        out.push("must be no more than 63 characters".to_string());
+    }
+    if !is_dns1123_label_chars(s) {
+        out.push(DNS1123_LABEL_MSG.to_string());
+    }
+    out
+}
+
+/// Reasons a string is not a DNS-1123 subdomain (≤253), empty when it is one.
+pub fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.len() > 253 {
+        out.push("must be no more than 253 characters".to_string());
+    }
+    if s.is_empty() || !s.split('.').all(is_dns1123_label_chars) {
+        out.push(DNS1123_SUBDOMAIN_MSG.to_string());
+    }
+    out
+}
+
+fn is_qualified_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+/// Reasons a label/annotation key is not a qualified name (`[prefix/]name`).
+pub fn qualified_name_errors(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() {
+            out.push("prefix part must be non-empty".to_string());
+        } else {
+            for e in dns1123_subdomain_errors(p) {
+                out.push(format!("prefix part {e}"));
+            }
+        }
+    }
+    if name.is_empty() {
+        out.push("name part must be non-empty".to_string());
+    } else {
+        if name.len() > 63 {
+            out.push("name part must be no more than 63 characters".to_string());
+        }
+        if !is_qualified_name_part(name) {
+            out.push(QUALIFIED_NAME_MSG.to_string());
+        }
+    }
+    out
+}
+
+fn label_value_errors(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.len() > 63 {
+        out.push("must be no more than 63 characters".to_string());
+    }
+    if !s.is_empty() && !is_qualified_name_part(s) {
+        out.push(LABEL_VALUE_MSG.to_string());
+    }
+    out
+}
+
+/// IANA_SVC_NAME (port names): ≤15, lowercase alphanumerics and '-', at least one letter.
+fn iana_svc_name_errors(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.len() > 15 {
+        out.push("must be no more than 15 characters".to_string());
+    }
+    if !s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-') {
+        out.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string());
+    }
+    if s.contains("--") {
+        out.push("must not contain consecutive hyphens".to_string());
+    }
+    if !s.bytes().any(|c| c.is_ascii_lowercase()) {
+        out.push("must contain at least one letter (a-z)".to_string());
+    }
+    if s.starts_with('-') || s.ends_with('-') {
+        out.push("must not begin or end with a hyphen".to_string());
+    }
+    out
+}
+
+/// Validate a (defaulted) pod. Returns every problem found, in field order.
+pub fn validate(pod: &Pod) -> Vec<FieldError> {
+    let mut e = Errs(Vec::new());
+    validate_meta(pod, &mut e);
+    validate_spec(pod, &mut e);
+    e.0
+}
+
+fn validate_meta(pod: &Pod, e: &mut Errs) {
+    let m = &pod.metadata;
+    if m.name.is_empty() {
+        e.push("metadata.name", "Required value: name or generateName is required");
+    } else {
+        for msg in dns1123_subdomain_errors(&m.name) {
+            e.invalid_str("metadata.name", &m.name, &msg);
+        }
+    }
+    if !m.namespace.is_empty() {
+        for msg in dns1123_label_errors(&m.namespace) {
+            e.invalid_str("metadata.namespace", &m.namespace, &msg);
+        }
+    }
+    for (k, v) in &m.labels {
+        for msg in qualified_name_errors(k) {
+            e.invalid_str("metadata.labels", k, &msg);
+        }
+        for msg in label_value_errors(v) {
+            e.invalid_str(format!("metadata.labels[{k}]"), v, &msg);
+        }
+    }
+    let mut total = 0usize;
+    for (k, v) in &m.annotations {
+        for msg in qualified_name_errors(&k.to_ascii_lowercase()) {
+            e.invalid_str("metadata.annotations", k, &msg);
+        }
+        total = total.saturating_add(k.len()).saturating_add(v.len());
+    }
+    if total > TOTAL_ANNOTATION_SIZE {
+        e.push("metadata.annotations", format!("Too long: must have at most {TOTAL_ANNOTATION_SIZE} bytes"));
+    }
+}
+
+fn validate_spec(pod: &Pod, e: &mut Errs) {
+    let s = &pod.spec;
+    if s.containers.is_empty() {
+        e.required("spec.containers");
+    }
+    let volumes = validate_volumes(s.extra.get("volumes"), e);
+
+    let mut names: BTreeSet<&str> = BTreeSet::new();
+    for (i, c) in s.init_containers.iter().enumerate() {
+        validate_container(c, &format!("spec.initContainers[{i}]"), true, s.host_network, &volumes, &mut names, e);
+    }
+    for (i, c) in s.containers.iter().enumerate() {
+        validate_container(c, &format!("spec.containers[{i}]"), false, s.host_network, &volumes, &mut names, e);
+    }
+
+    if !s.restart_policy.is_empty() && !matches!(s.restart_policy.as_str(), "Always" | "OnFailure" | "Never") {
+        e.unsupported("spec.restartPolicy", &s.restart_policy, &["Always", "OnFailure", "Never"]);
+    }
+    if !s.dns_policy.is_empty()
+        && !matches!(s.dns_policy.as_str(), "ClusterFirstWithHostNet" | "ClusterFirst" | "Default" | "None")
+    {
+        e.unsupported("spec.dnsPolicy", &s.dns_policy, &["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"]);
+    }
+    if let Some(g) = s.termination_grace_period_seconds {
+        if g < 0 {
+            e.invalid_int("spec.terminationGracePeriodSeconds", g, "must be greater than or equal to 0");
+        }
+    }
+    if let Some(a) = s.active_deadline_seconds {
+        if a < 1 {
+            e.invalid_int("spec.activeDeadlineSeconds", a, "must be between 1 and 2147483647, inclusive");
+        }
+    }
+    if !s.hostname.is_empty() {
+        for msg in dns1123_label_errors(&s.hostname) {
+            e.invalid_str("spec.hostname", &s.hostname, &msg);
+        }
+    }
+
+    // Static-pod restrictions: the kubelet refuses pods that reference API objects.
+    if !s.service_account_name.is_empty() {
+        e.forbidden("spec.serviceAccountName", "static pods may not reference a ServiceAccount (kubelet refuses)");
+    }
+    if let Some(Value::String(sa)) = s.extra.get("serviceAccount") {
+        if !sa.is_empty() {
+            e.forbidden("spec.serviceAccount", "static pods may not reference a ServiceAccount (kubelet refuses)");
+        }
+    }
+}
+
+/// Volume names (validated), for volumeMount lookups; also the static-pod reference checks.
+fn validate_volumes<'a>(v: Option<&'a Value>, e: &mut Errs) -> BTreeSet<&'a str> {
+    let mut names = BTreeSet::new();
+    let Some(v) = v else { return names };
+    let Value::Array(list) = v else {
+        e.push("spec.volumes", "Invalid value: must be a list");
+        return names;
+    };
+    for (i, vol) in list.iter().enumerate() {
+        let path = format!("spec.volumes[{i}]");
+        let Value::Object(obj) = vol else {
+            e.push(path, "Invalid value: must be an object");
+            continue;
+        };
+        match obj.get("name").and_then(Value::as_str) {
+            None | Some("") => e.required(format!("{path}.name")),
+            Some(n) => {
+                for msg in dns1123_label_errors(n) {
+                    e.invalid_str(format!("{path}.name"), n, &msg);
+                }
+                if !names.insert(n) {
+                    e.duplicate(format!("{path}.name"), n);
+                }
+            }
+        }
+        if obj.contains_key("configMap") {
+            e.forbidden(format!("{path}.configMap"), "static pods may not reference ConfigMaps (kubelet refuses)");
+        }
+        if obj.contains_key("secret") {
+            e.forbidden(format!("{path}.secret"), "static pods may not reference Secrets (kubelet refuses)");
+        }
+        if obj.contains_key("persistentVolumeClaim") {
+            e.forbidden(
+                format!("{path}.persistentVolumeClaim"),
+                "static pods may not reference PersistentVolumeClaims (kubelet refuses)",
+            );
+        }
+        if let Some(Value::Array(sources)) = obj.get("projected").and_then(|p| p.get("sources")) {
+            for (j, src) in sources.iter().enumerate() {
+                let sp = format!("{path}.projected.sources[{j}]");
+                if src.get("configMap").is_some() {
+                    e.forbidden(format!("{sp}.configMap"), "static pods may not reference ConfigMaps (kubelet refuses)");
+                }
+                if src.get("secret").is_some() {
+                    e.forbidden(format!("{sp}.secret"), "static pods may not reference Secrets (kubelet refuses)");
+                }
+                if src.get("serviceAccountToken").is_some() {
+                    e.forbidden(
+                        format!("{sp}.serviceAccountToken"),
+                        "static pods may not reference a ServiceAccount (kubelet refuses)",
+                    );
+                }
+            }
+        }
+    }
+    names
+}
+
+fn validate_container<'a>(
+    c: &'a Container,
+    path: &str,
+    is_init: bool,
+    host_network: bool,
+    volumes: &BTreeSet<&str>,
+    names: &mut BTreeSet<&'a str>,
+    e: &mut Errs,
+) {
+    if c.name.is_empty() {
+        e.required(format!("{path}.name"));
+    } else {
+        for msg in dns1123_label_errors(&c.name) {
+            e.invalid_str(format!("{path}.name"), &c.name, &msg);
+        }
+        if !names.insert(c.name.as_str()) {
+            e.duplicate(format!("{path}.name"), &c.name);
+        }
+    }
+    if c.image.trim().is_empty() {
+        e.required(format!("{path}.image"));
+    }
+    if !c.image_pull_policy.is_empty() && !matches!(c.image_pull_policy.as_str(), "Always" | "IfNotPresent" | "Never") {
+        e.unsupported(format!("{path}.imagePullPolicy"), &c.image_pull_policy, &["Always", "IfNotPresent", "Never"]);
+    }
+    if !c.termination_message_policy.is_empty()
+        && !matches!(c.termination_message_policy.as_str(), "File" | "FallbackToLogsOnError")
+    {
+        e.unsupported(
+            format!("{path}.terminationMessagePolicy"),
+            &c.termination_message_policy,
+            &["File", "FallbackToLogsOnError"],
+        );
+    }
+    match (&c.restart_policy, is_init) {
+        (None, _) => {}
+        (Some(_), false) => e.forbidden(format!("{path}.restartPolicy"), "may not be set for non-init containers"),
+        (Some(p), true) if p != "Always" => e.unsupported(format!("{path}.restartPolicy"), p, &["Always"]),
+        _ => {}
+    }
+
+    let mut port_names: BTreeSet<&str> = BTreeSet::new();
+    for (j, p) in c.ports.iter().enumerate() {
+        let pp = format!("{path}.ports[{j}]");
+        if !(1..=65535).contains(&p.container_port) {
+            e.invalid_int(format!("{pp}.containerPort"), i64::from(p.container_port), "must be between 1 and 65535, inclusive");
+        }
+        if let Some(h) = p.host_port {
+            if !(0..=65535).contains(&h) {
+                e.invalid_int(format!("{pp}.hostPort"), i64::from(h), "must be between 0 and 65535, inclusive");
+            } else if host_network && h != 0 && h != p.container_port {
+                e.invalid_int(format!("{pp}.hostPort"), i64::from(h), "must match `containerPort` when `hostNetwork` is true");
+            }
+        }
+        if p.protocol.is_empty() {
+            e.required(format!("{pp}.protocol"));
+        } else if !matches!(p.protocol.as_str(), "TCP" | "UDP" | "SCTP") {
+            e.unsupported(format!("{pp}.protocol"), &p.protocol, &["SCTP", "TCP", "UDP"]);
+        }
+        if !p.name.is_empty() {
+            for msg in iana_svc_name_errors(&p.name) {
+                e.invalid_str(format!("{pp}.name"), &p.name, &msg);
+            }
+            if !port_names.insert(p.name.as_str()) {
+                e.duplicate(format!("{pp}.name"), &p.name);
+            }
+        }
+    }
+
+    for (j, env) in c.env.iter().enumerate() {
+        let ep = format!("{path}.env[{j}]");
+        if env.name.is_empty() {
+            e.required(format!("{ep}.name"));
+        } else if env.name.contains('=') || env.name.chars().any(char::is_control) {
+            e.invalid_str(
+                format!("{ep}.name"),
+                &env.name,
+                "a valid environment variable name must consist only of printable ASCII characters other than '='",
+            );
+        }
+        if let Some(from) = &env.value_from {
+            if env.value.as_deref().is_some_and(|v| !v.is_empty()) {
+                e.invalid_str(format!("{ep}.valueFrom"), "", "may not be specified when `value` is not empty");
+            }
+            if from.get("configMapKeyRef").is_some() {
+                e.forbidden(format!("{ep}.valueFrom.configMapKeyRef"), "static pods may not reference ConfigMaps (kubelet refuses)");
+            }
+            if from.get("secretKeyRef").is_some() {
+                e.forbidden(format!("{ep}.valueFrom.secretKeyRef"), "static pods may not reference Secrets (kubelet refuses)");
+            }
+        }
+    }
+    if let Some(Value::Array(list)) = c.extra.get("envFrom") {
+        for (j, src) in list.iter().enumerate() {
+            let ep = format!("{path}.envFrom[{j}]");
+            if src.get("configMapRef").is_some() {
+                e.forbidden(format!("{ep}.configMapRef"), "static pods may not reference ConfigMaps (kubelet refuses)");
+            }
+            if src.get("secretRef").is_some() {
+                e.forbidden(format!("{ep}.secretRef"), "static pods may not reference Secrets (kubelet refuses)");
+            }
+        }
+    }
+    if let Some(Value::Array(mounts)) = c.extra.get("volumeMounts") {
+        for (j, m) in mounts.iter().enumerate() {
+            let mp = format!("{path}.volumeMounts[{j}]");
+            match m.get("name").and_then(Value::as_str) {
+                None | Some("") => e.required(format!("{mp}.name")),
+                Some(n) if !volumes.contains(n) => e.push(format!("{mp}.name"), format!("Not found: {}", quote(n))),
+                _ => {}
+            }
+            match m.get("mountPath").and_then(Value::as_str) {
+                None | Some("") => e.required(format!("{mp}.mountPath")),
+                _ => {}
+            }
+        }
+    }
+
+    validate_resources(c, path, e);
+}
+
+fn validate_resources(c: &Container, path: &str, e: &mut Errs) {
+    let mut parse_all = |kind: &str, map: &BTreeMap<String, Value>| -> BTreeMap<String, Quantity> {
+        let mut out = BTreeMap::new();
+        for (k, v) in map {
+            let fp = format!("{path}.resources.{kind}[{k}]");
+            if k.is_empty() {
+                e.required(format!("{path}.resources.{kind}"));
+                continue;
+            }
+            match parse_quantity(v) {
+                Ok(q) if q.is_negative() => {
+                    e.push(fp, format!("Invalid value: {}: must be greater than or equal to 0", display_value(v)));
+                }
+                Ok(q) => {
+                    out.insert(k.clone(), q);
+                }
+                Err(msg) => e.push(fp, format!("Invalid value: {}: {msg}", display_value(v))),
+            }
+        }
+        out
+    };
+    let limits = parse_all("limits", &c.resources.limits);
+    let requests = parse_all("requests", &c.resources.requests);
+    for (k, req) in &requests {
+        if let Some(lim) = limits.get(k) {
+            if req.cmp_value(lim) == std::cmp::Ordering::Greater {
+                let shown = c.resources.requests.get(k).map(display_value).unwrap_or_default();
+                let lim_shown = c.resources.limits.get(k).map(display_value).unwrap_or_default();
+                e.push(
+                    format!("{path}.resources.requests[{k}]"),
+                    format!("Invalid value: {shown}: must be less than or equal to {k} limit of {lim_shown}"),
+                );
+            }
+        }
+    }
+}
+
+fn display_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => quote(s),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::types::{ContainerPort, EnvVar};
+    use serde_json::json;
+
+    fn pod() -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = "web".into();
+        p.spec.containers.push(Container { name: "c".into(), image: "busybox:1.36".into(), ..Default::default() });
+        p
+    }
+
+    fn fields(p: &Pod) -> Vec<String> {
+        validate(p).into_iter().map(|e| e.field).collect()
+    }
+
+    fn reason_for(p: &Pod, field: &str) -> String {
+        validate(p).into_iter().find(|e| e.field == field).map(|e| e.reason).unwrap_or_default()
+    }
+
+    #[test]
+    fn defaults() {
+        let mut p = pod();
+        p.spec.host_network = true;
+        p.spec.containers[0].ports.push(ContainerPort { container_port: 80, ..Default::default() });
+        p.spec.containers[0].resources.limits.insert("cpu".into(), json!("500m"));
+        p.spec.containers[0].extra.insert("livenessProbe".into(), json!({"httpGet": {"port": 80}, "initialDelaySeconds": 0}));
+        apply_defaults(&mut p);
+        assert_eq!(p.metadata.namespace, "default");
+        assert_eq!(p.spec.restart_policy, "Always");
+        assert_eq!(p.spec.termination_grace_period_seconds, Some(30));
+        assert_eq!(p.spec.dns_policy, "ClusterFirst");
+        assert_eq!(p.spec.scheduler_name, "default-scheduler");
+        assert_eq!(p.spec.enable_service_links, Some(true));
+        assert_eq!(p.spec.priority, Some(0));
+        let c = &p.spec.containers[0];
+        assert_eq!(c.image_pull_policy, "IfNotPresent");
+        assert_eq!(c.termination_message_path, "/dev/termination-log");
+        assert_eq!(c.termination_message_policy, "File");
+        assert_eq!(c.ports[0].protocol, "TCP");
+        assert_eq!(c.ports[0].host_port, Some(80));
+        assert_eq!(c.resources.requests.get("cpu"), Some(&json!("500m")));
+        assert_eq!(
+            c.extra.get("livenessProbe"),
+            Some(&json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "timeoutSeconds": 1,
+                "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}))
+        );
+        assert!(validate(&p).is_empty(), "{:?}", validate(&p));
+    }
+
+    #[test]
+    fn pull_policy_rule() {
+        for (img, want) in [
+            ("busybox", "Always"),
+            ("busybox:latest", "Always"),
+            ("busybox:1.36", "IfNotPresent"),
+            ("localhost:5000/busybox", "Always"),
+            ("localhost:5000/busybox:1", "IfNotPresent"),
+            ("busybox@sha256:abcd", "IfNotPresent"),
+            ("busybox:latest@sha256:abcd", "Always"),
+            ("", "Always"),
+        ] {
+            assert_eq!(default_pull_policy(img), want, "{img}");
+        }
+    }
+
+    #[test]
+    fn names() {
+        let mut p = pod();
+        p.metadata.name = "Foo".into();
+        assert!(reason_for(&p, "metadata.name").starts_with("Invalid value: \"Foo\": a lowercase RFC 1123 subdomain"));
+        p.metadata.name = String::new();
+        assert!(reason_for(&p, "metadata.name").starts_with("Required value"));
+        p.metadata.name = "a".repeat(254);
+        assert!(validate(&p).iter().any(|e| e.reason.contains("no more than 253")));
+        p.metadata.name = "a.b-c".into();
+        p.metadata.namespace = "a.b".into();
+        assert_eq!(fields(&p), vec!["metadata.namespace"]);
+    }
+
+    #[test]
+    fn containers() {
+        let mut p = pod();
+        p.spec.containers.clear();
+        assert_eq!(fields(&p), vec!["spec.containers"]);
+        let mut p = pod();
+        p.spec.init_containers.push(Container { name: "c".into(), image: "x".into(), ..Default::default() });
+        p.spec.containers.push(Container { name: "Bad_Name".into(), ..Default::default() });
+        let errs = validate(&p);
+        assert!(errs.iter().any(|e| e.field == "spec.containers[0].name" && e.reason == "Duplicate value: \"c\""));
+        assert!(errs.iter().any(|e| e.field == "spec.containers[1].name" && e.reason.contains("RFC 1123 label")));
+        assert!(errs.iter().any(|e| e.field == "spec.containers[1].image" && e.reason == "Required value"));
+    }
+
+    #[test]
+    fn ports() {
+        let mut p = pod();
+        let c = &mut p.spec.containers[0];
+        c.ports.push(ContainerPort { container_port: 0, protocol: "TCP".into(), ..Default::default() });
+        c.ports.push(ContainerPort {
+            name: "http".into(),
+            container_port: 80,
+            host_port: Some(70000),
+            protocol: "ICMP".into(),
+            ..Default::default()
+        });
+        c.ports.push(ContainerPort { name: "http".into(), container_port: 81, protocol: "UDP".into(), ..Default::default() });
+        c.ports.push(ContainerPort { name: "123".into(), container_port: 82, protocol: "TCP".into(), ..Default::default() });
+        let errs = validate(&p);
+        let get = |f: &str| errs.iter().filter(|e| e.field == f).map(|e| e.reason.clone()).collect::<Vec<_>>();
+        assert_eq!(get("spec.containers[0].ports[0].containerPort"), vec!["Invalid value: 0: must be between 1 and 65535, inclusive"]);
+        assert_eq!(get("spec.containers[0].ports[1].hostPort"), vec!["Invalid value: 70000: must be between 0 and 65535, inclusive"]);
+        assert_eq!(
+            get("spec.containers[0].ports[1].protocol"),
+            vec!["Unsupported value: \"ICMP\": supported values: \"SCTP\", \"TCP\", \"UDP\""]
+        );
+        assert_eq!(get("spec.containers[0].ports[2].name"), vec!["Duplicate value: \"http\""]);
+        assert_eq!(get("spec.containers[0].ports[3].name"), vec!["Invalid value: \"123\": must contain at least one letter (a-z)"]);
+    }
+
+    #[test]
+    fn policies_and_numbers() {
+        let mut p = pod();
+        p.spec.restart_policy = "Sometimes".into();
+        p.spec.termination_grace_period_seconds = Some(-1);
+        p.spec.active_deadline_seconds = Some(0);
+        p.spec.containers[0].restart_policy = Some("Always".into());
+        p.spec.init_containers.push(Container {
+            name: "init".into(),
+            image: "x".into(),
+            restart_policy: Some("Never".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            reason_for(&p, "spec.restartPolicy"),
+            "Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""
+        );
+        assert_eq!(reason_for(&p, "spec.terminationGracePeriodSeconds"), "Invalid value: -1: must be greater than or equal to 0");
+        assert!(reason_for(&p, "spec.activeDeadlineSeconds").starts_with("Invalid value: 0"));
+        assert_eq!(reason_for(&p, "spec.containers[0].restartPolicy"), "Forbidden: may not be set for non-init containers");
+        assert_eq!(reason_for(&p, "spec.initContainers[0].restartPolicy"), "Unsupported value: \"Never\": supported values: \"Always\"");
+    }
+
+    #[test]
+    fn env_and_resources() {
+        let mut p = pod();
+        let c = &mut p.spec.containers[0];
+        c.env.push(EnvVar { name: String::new(), value: Some("x".into()), value_from: None });
+        c.env.push(EnvVar { name: "A=B".into(), value: None, value_from: None });
+        c.env.push(EnvVar { name: "S".into(), value: None, value_from: Some(json!({"secretKeyRef": {"name": "s", "key": "k"}})) });
+        c.resources.limits.insert("memory".into(), json!("64Mi"));
+        c.resources.requests.insert("memory".into(), json!("128Mi"));
+        c.resources.requests.insert("cpu".into(), json!("lots"));
+        let errs = validate(&p);
+        let fs: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert!(fs.contains(&"spec.containers[0].env[0].name"));
+        assert!(fs.contains(&"spec.containers[0].env[1].name"));
+        assert!(fs.contains(&"spec.containers[0].env[2].valueFrom.secretKeyRef"));
+        assert!(fs.contains(&"spec.containers[0].resources.requests[cpu]"));
+        assert_eq!(
+            reason_for(&p, "spec.containers[0].resources.requests[memory]"),
+            "Invalid value: \"128Mi\": must be less than or equal to memory limit of \"64Mi\""
+        );
+        assert!(reason_for(&p, "spec.containers[0].env[2].valueFrom.secretKeyRef").contains("kubelet refuses"));
+    }
+
+    #[test]
+    fn static_pod_references_refused() {
+        let mut p = pod();
+        p.spec.service_account_name = "sa".into();
+        p.spec.extra.insert(
+            "volumes".into(),
+            json!([
+                {"name": "a", "configMap": {"name": "cm"}},
+                {"name": "b", "secret": {"secretName": "s"}},
+                {"name": "c", "projected": {"sources": [{"configMap": {"name": "x"}}, {"serviceAccountToken": {}}]}},
+                {"name": "d", "emptyDir": {}},
+                {"name": "d", "emptyDir": {}}
+            ]),
+        );
+        p.spec.containers[0].extra.insert("envFrom".into(), json!([{"configMapRef": {"name": "x"}}, {"secretRef": {"name": "y"}}]));
+        p.spec.containers[0].extra.insert("volumeMounts".into(), json!([{"name": "d", "mountPath": "/d"}, {"name": "zz", "mountPath": "/z"}]));
+        let fs = fields(&p);
+        for f in [
+            "spec.volumes[0].configMap",
+            "spec.volumes[1].secret",
+            "spec.volumes[2].projected.sources[0].configMap",
+            "spec.volumes[2].projected.sources[1].serviceAccountToken",
+            "spec.volumes[4].name",
+            "spec.containers[0].envFrom[0].configMapRef",
+            "spec.containers[0].envFrom[1].secretRef",
+            "spec.containers[0].volumeMounts[1].name",
+            "spec.serviceAccountName",
+        ] {
+            assert!(fs.iter().any(|x| x == f), "missing {f} in {fs:?}");
+        }
+        assert_eq!(
+            reason_for(&p, "spec.serviceAccountName"),
+            "Forbidden: static pods may not reference a ServiceAccount (kubelet refuses)"
+        );
+    }
+
+    #[test]
+    fn labels_and_annotations() {
+        let mut p = pod();
+        p.metadata.labels.insert("app.kubernetes.io/name".into(), "web".into());
+        p.metadata.labels.insert("bad key!".into(), "ok".into());
+        p.metadata.labels.insert("k".into(), "-bad".into());
+        p.metadata.labels.insert("long".into(), "a".repeat(64));
+        p.metadata.annotations.insert("example.com/Note".into(), "anything at all!".into());
+        p.metadata.annotations.insert("/x".into(), "v".into());
+        let fs = fields(&p);
+        assert_eq!(
+            fs,
+            vec!["metadata.labels", "metadata.labels[k]", "metadata.labels[long]", "metadata.annotations"]
+        );
+    }
+}

@@ -61,3 +61,130 @@ pub struct Snapshot {
     pub pods: Vec<SourcePod>,
     pub errors: Vec<ManifestError>,
 }
+
+// ---------------------------------------------------------------------------------------------
+// Helpers shared by the sources.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::pod::naming::{CONFIG_SEEN_ANNOTATION, make_static_pod};
+
+/// Current time as RFC 3339 with nanoseconds, trailing zeros trimmed (Go's RFC3339Nano).
+pub fn now_rfc3339_nano() -> String {
+    let s = humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string();
+    // "2024-01-02T03:04:05.123000000Z" -> "2024-01-02T03:04:05.123Z"
+    match s.strip_suffix('Z').and_then(|b| b.split_once('.')) {
+        Some((secs, frac)) => {
+            let frac = frac.trim_end_matches('0');
+            if frac.is_empty() { format!("{secs}Z") } else { format!("{secs}.{frac}Z") }
+        }
+        None => s,
+    }
+}
+
+impl Snapshot {
+    /// The snapshot without `kubernetes.io/config.seen` annotations, for change detection.
+    pub fn without_seen(&self) -> Snapshot {
+        let mut s = self.clone();
+        for p in &mut s.pods {
+            p.pod.metadata.annotations.remove(CONFIG_SEEN_ANNOTATION);
+        }
+        s
+    }
+
+    /// Equality ignoring `kubernetes.io/config.seen`.
+    pub fn same_content(&self, other: &Snapshot) -> bool {
+        self.source == other.source
+            && self.errors == other.errors
+            && self.pods.len() == other.pods.len()
+            && self
+                .pods
+                .iter()
+                .zip(other.pods.iter())
+                .all(|(a, b)| a.origin == b.origin && crate::pod::naming::same_content(&a.pod, &b.pod))
+    }
+}
+
+/// Keeps `kubernetes.io/config.seen` stable for pods whose UID (hence content) did not change.
+#[derive(Debug, Default)]
+pub struct SeenCache {
+    by_uid: BTreeMap<String, String>,
+}
+
+impl SeenCache {
+    /// Rewrite each pod's config.seen to the time its UID was first seen, and forget UIDs that
+    /// are gone.
+    pub fn stabilize(&mut self, pods: &mut [SourcePod]) {
+        let mut next = BTreeMap::new();
+        for sp in pods.iter_mut() {
+            let uid = sp.pod.metadata.uid.clone();
+            let ann = &mut sp.pod.metadata.annotations;
+            let seen = match self.by_uid.get(&uid) {
+                Some(old) => old.clone(),
+                None => ann.get(CONFIG_SEEN_ANNOTATION).cloned().unwrap_or_default(),
+            };
+            ann.insert(CONFIG_SEEN_ANNOTATION.to_string(), seen.clone());
+            next.insert(uid, seen);
+        }
+        self.by_uid = next;
+    }
+}
+
+/// Turn decoded manifest pods into named, validated source pods; rejected ones become errors.
+pub fn build_pods(
+    raws: Vec<(crate::pod::Pod, String, String)>,
+    node_name: &str,
+    source: SourceKind,
+    seen: &str,
+    errors: &mut Vec<ManifestError>,
+) -> Vec<SourcePod> {
+    // raws: (pod, origin used in the UID, field prefix for errors)
+    let mut out = Vec::new();
+    for (raw, origin, prefix) in raws {
+        let raw_name = raw.metadata.name.clone();
+        match make_static_pod(raw, node_name, source, &origin, seen) {
+            Ok(pod) => out.push(SourcePod { pod, origin }),
+            Err(errs) => {
+                for e in errs {
+                    tracing::warn!(source = source.as_str(), origin = %origin, pod = %raw_name,
+                        field = %format!("{prefix}{}", e.field), reason = %e.reason, "rejected static pod manifest");
+                    errors.push(ManifestError { origin: origin.clone(), field: format!("{prefix}{}", e.field), reason: e.reason });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Within one source, the first pod with a given namespace/name wins (input order); later ones
+/// are rejected with an error naming both origins.
+pub fn dedupe_by_name(pods: Vec<SourcePod>, errors: &mut Vec<ManifestError>) -> Vec<SourcePod> {
+    let mut seen: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut uids: BTreeSet<String> = BTreeSet::new();
+    let mut out = Vec::with_capacity(pods.len());
+    for sp in pods {
+        let key = (sp.pod.metadata.namespace.clone(), sp.pod.metadata.name.clone());
+        if let Some(first) = seen.get(&key) {
+            errors.push(ManifestError {
+                origin: sp.origin.clone(),
+                field: "metadata.name".to_string(),
+                reason: format!(
+                    "Duplicate value: pod {}/{} is already defined by {first}; ignoring {}",
+                    key.0, key.1, sp.origin
+                ),
+            });
+            continue;
+        }
+        if !uids.insert(sp.pod.metadata.uid.clone()) {
+            errors.push(ManifestError {
+                origin: sp.origin.clone(),
+                field: "metadata.uid".to_string(),
+                reason: format!("Duplicate value: {:?}", sp.pod.metadata.uid),
+            });
+            continue;
+        }
+        seen.insert(key, sp.origin.clone());
+        out.push(sp);
+    }
+    out
+}
