@@ -1,1 +1,213 @@
-//! (being written)
+//! Merges the sources' snapshots into the desired pod set.
+//!
+//! - Each source's latest snapshot replaces its previous one (snapshots are complete).
+//! - A source that has not delivered a snapshot yet is not ready; `all_sources_ready` is false
+//!   until every expected source delivered one, and the sync loop must not clean up pods it
+//!   cannot prove orphaned until then.
+//! - Conflicts (the same namespace/name, or UID, from two sources) are resolved
+//!   deterministically: the earlier [`SourceKind`] wins (file before http before api); the
+//!   loser is rejected with a [`ManifestError`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::source::{ManifestError, Snapshot, SourceKind, SourcePod};
+
+/// The merged desired state.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Desired {
+    /// Desired pods by UID.
+    pub pods: BTreeMap<String, SourcePod>,
+    /// Every rejected manifest, sources in order, then cross-source conflicts.
+    pub errors: Vec<ManifestError>,
+    /// Every expected source delivered at least one snapshot.
+    pub all_sources_ready: bool,
+    pub ready_sources: BTreeSet<SourceKind>,
+}
+
+impl Desired {
+    /// Pods by `namespace/name` (the key the kubelet uses for static pods' full names).
+    pub fn by_full_name(&self) -> BTreeMap<String, &SourcePod> {
+        self.pods
+            .values()
+            .map(|sp| (format!("{}/{}", sp.pod.metadata.namespace, sp.pod.metadata.name), sp))
+            .collect()
+    }
+
+    /// Whether pods owned by `source` may be cleaned up (that source has reported).
+    pub fn source_ready(&self, source: SourceKind) -> bool {
+        self.ready_sources.contains(&source)
+    }
+}
+
+/// What changed between two desired sets, by UID.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Changes {
+    pub added: Vec<String>,
+    /// Same UID, different pod (only annotations such as config.seen can differ, since the UID
+    /// hashes the content).
+    pub updated: Vec<String>,
+    pub removed: Vec<String>,
+}
+
+/// ADD / UPDATE / REMOVE between two desired sets.
+pub fn diff(old: &Desired, new: &Desired) -> Changes {
+    let mut c = Changes::default();
+    for (uid, sp) in &new.pods {
+        match old.pods.get(uid) {
+            None => c.added.push(uid.clone()),
+            Some(prev) if prev != sp => c.updated.push(uid.clone()),
+            Some(_) => {}
+        }
+    }
+    for uid in old.pods.keys() {
+        if !new.pods.contains_key(uid) {
+            c.removed.push(uid.clone());
+        }
+    }
+    c
+}
+
+/// The merger. Feed it every snapshot; it returns the new desired set when it changed.
+#[derive(Debug, Clone)]
+pub struct PodConfig {
+    expected: BTreeSet<SourceKind>,
+    latest: BTreeMap<SourceKind, Snapshot>,
+    last: Option<Desired>,
+}
+
+impl PodConfig {
+    pub fn new(expected_sources: &[SourceKind]) -> Self {
+        PodConfig { expected: expected_sources.iter().copied().collect(), latest: BTreeMap::new(), last: None }
+    }
+
+    /// The current merged set (None before any snapshot).
+    pub fn current(&self) -> Option<&Desired> {
+        self.last.as_ref()
+    }
+
+    /// Apply one snapshot; `Some(desired)` when the merged result changed.
+    pub fn update(&mut self, snap: Snapshot) -> Option<Desired> {
+        if !self.expected.contains(&snap.source) {
+            tracing::warn!(source = snap.source.as_str(), "snapshot from a source that was not expected; merging it anyway");
+        }
+        self.latest.insert(snap.source, snap);
+        let merged = self.merge();
+        if self.last.as_ref() == Some(&merged) {
+            return None;
+        }
+        self.last = Some(merged.clone());
+        Some(merged)
+    }
+
+    fn merge(&self) -> Desired {
+        let mut pods: BTreeMap<String, SourcePod> = BTreeMap::new();
+        let mut owners: BTreeMap<(String, String), (SourceKind, String)> = BTreeMap::new();
+        let mut errors = Vec::new();
+        let mut conflicts = Vec::new();
+        // BTreeMap iteration: File, Http, Api — the earlier source wins.
+        for (kind, snap) in &self.latest {
+            errors.extend(snap.errors.iter().cloned());
+            for sp in &snap.pods {
+                let meta = &sp.pod.metadata;
+                let key = (meta.namespace.clone(), meta.name.clone());
+                if let Some((owner_kind, owner_origin)) = owners.get(&key) {
+                    let reason = format!(
+                        "Duplicate value: pod {}/{} is already defined by the {} source ({owner_origin}); the {} source's pod from {} is ignored",
+                        key.0,
+                        key.1,
+                        owner_kind.as_str(),
+                        kind.as_str(),
+                        sp.origin
+                    );
+                    tracing::warn!(pod = %format!("{}/{}", key.0, key.1), origin = %sp.origin, "{reason}");
+                    conflicts.push(ManifestError { origin: sp.origin.clone(), field: "metadata.name".into(), reason });
+                    continue;
+                }
+                if pods.contains_key(&meta.uid) {
+                    conflicts.push(ManifestError {
+                        origin: sp.origin.clone(),
+                        field: "metadata.uid".into(),
+                        reason: format!("Duplicate value: {:?} (already used by another source's pod)", meta.uid),
+                    });
+                    continue;
+                }
+                owners.insert(key, (*kind, sp.origin.clone()));
+                pods.insert(meta.uid.clone(), sp.clone());
+            }
+        }
+        errors.extend(conflicts);
+        let ready_sources: BTreeSet<SourceKind> = self.latest.keys().copied().collect();
+        let all_sources_ready = self.expected.is_subset(&ready_sources);
+        Desired { pods, errors, all_sources_ready, ready_sources }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::Pod;
+
+    fn sp(name: &str, uid: &str, origin: &str) -> SourcePod {
+        let mut pod = Pod::default();
+        pod.metadata.name = name.into();
+        pod.metadata.namespace = "default".into();
+        pod.metadata.uid = uid.into();
+        SourcePod { pod, origin: origin.into() }
+    }
+
+    fn snap(source: SourceKind, pods: Vec<SourcePod>) -> Snapshot {
+        Snapshot { source, pods, errors: Vec::new() }
+    }
+
+    #[test]
+    fn readiness_and_change_detection() {
+        let mut pc = PodConfig::new(&[SourceKind::File, SourceKind::Http]);
+        let d = pc.update(snap(SourceKind::File, vec![sp("a-n", "u1", "/m/a.yaml")]));
+        let d = d.unwrap_or_else(|| panic!("first update must report"));
+        assert!(!d.all_sources_ready);
+        assert_eq!(d.ready_sources.iter().copied().collect::<Vec<_>>(), vec![SourceKind::File]);
+        assert!(d.source_ready(SourceKind::File) && !d.source_ready(SourceKind::Http));
+        assert_eq!(d.pods.len(), 1);
+        // Same snapshot again: no change.
+        assert!(pc.update(snap(SourceKind::File, vec![sp("a-n", "u1", "/m/a.yaml")])).is_none());
+        // Http's first (empty) snapshot changes readiness.
+        let d = pc.update(snap(SourceKind::Http, vec![])).unwrap_or_else(|| panic!("readiness change"));
+        assert!(d.all_sources_ready);
+        assert_eq!(pc.current(), Some(&d));
+    }
+
+    #[test]
+    fn file_wins_conflicts() {
+        let mut pc = PodConfig::new(&[SourceKind::File, SourceKind::Http]);
+        // Http arrives first, then file defines the same name: file wins regardless of order.
+        pc.update(snap(SourceKind::Http, vec![sp("web-n", "h1", "http://x"), sp("other-n", "h2", "http://x")]));
+        let d = pc.update(snap(SourceKind::File, vec![sp("web-n", "f1", "/m/web.yaml")]));
+        let d = d.unwrap_or_else(|| panic!("changed"));
+        let uids: Vec<&str> = d.pods.keys().map(String::as_str).collect();
+        assert_eq!(uids, vec!["f1", "h2"]);
+        assert_eq!(d.errors.len(), 1);
+        assert_eq!(d.errors[0].origin, "http://x");
+        assert!(d.errors[0].reason.contains("/m/web.yaml"));
+        assert_eq!(d.by_full_name().get("default/web-n").map(|p| p.origin.as_str()), Some("/m/web.yaml"));
+    }
+
+    #[test]
+    fn errors_are_carried_and_diff() {
+        let mut pc = PodConfig::new(&[SourceKind::File]);
+        let mut s = snap(SourceKind::File, vec![sp("a-n", "u1", "/m/a.yaml")]);
+        s.errors.push(ManifestError { origin: "/m/b.yaml".into(), field: "kind".into(), reason: "x".into() });
+        let d1 = pc.update(s).unwrap_or_else(|| panic!("changed"));
+        assert_eq!(d1.errors.len(), 1);
+        let d2 = pc
+            .update(snap(SourceKind::File, vec![sp("b-n", "u2", "/m/b.yaml")]))
+            .unwrap_or_else(|| panic!("changed"));
+        assert!(d2.errors.is_empty());
+        let c = diff(&d1, &d2);
+        assert_eq!(c.added, vec!["u2"]);
+        assert_eq!(c.removed, vec!["u1"]);
+        assert!(c.updated.is_empty());
+        // Removing everything is a change; an identical empty snapshot is not.
+        assert!(pc.update(snap(SourceKind::File, vec![])).is_some());
+        assert!(pc.update(snap(SourceKind::File, vec![])).is_none());
+    }
+}

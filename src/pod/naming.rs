@@ -406,7 +406,7 @@ mod tests {
         ];
         inputs.push(format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes());
         inputs.push(format!("x: {}1{}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes());
-        inputs.push(format!("{}", "- ".repeat(50_000)).into_bytes());
+        inputs.push("- ".repeat(50_000).into_bytes());
         inputs.push(format!("{{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{}}}", "{\"a\":".repeat(10_000)).into_bytes());
         // Pseudo-random bytes (xorshift), deterministic.
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;

@@ -1,1 +1,492 @@
-//! (being written)
+//! The file source: every `*.yaml`, `*.yml`, `*.json` file (no dotfiles, no recursion) in the
+//! static-pod directory is one Pod. Reacts to inotify events (debounced) and re-lists every
+//! `check_frequency` as the safety net. Sends a complete [`Snapshot`] whenever the content
+//! changed (`kubernetes.io/config.seen` ignored); a missing directory is an empty snapshot.
+//!
+//! Unlike the kubelet, `x.yaml.bak`, `x~` and other extensions are ignored (see
+//! kubernetes/kubernetes#136962).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+
+use super::{
+    ManifestError, SeenCache, Snapshot, SourceKind, SourcePod, build_pods, dedupe_by_name, now_rfc3339_nano,
+};
+use crate::pod::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
+
+/// How long the directory must be quiet after an event before re-listing.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+/// Upper bound on waiting for a burst of events to settle.
+const MAX_DEBOUNCE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum FileSourceError {
+    #[error("reading static pod directory {dir}: {source}")]
+    ReadDir { dir: PathBuf, source: std::io::Error },
+    #[error("reading manifest {path}: {source}")]
+    ReadFile { path: PathBuf, source: std::io::Error },
+    #[error("watching {path}: {source}")]
+    Watch { path: PathBuf, source: notify::Error },
+}
+
+/// File source configuration.
+#[derive(Debug, Clone)]
+pub struct FileSource {
+    /// The static pod directory (`staticPodPath`).
+    pub dir: PathBuf,
+    pub node_name: String,
+    /// Full re-list period (`fileCheckFrequency`, default 20s).
+    pub check_frequency: Duration,
+}
+
+enum Msg {
+    Changed,
+    Stop,
+}
+
+/// Running file source; dropping it (or [`FileSourceHandle::stop`]) ends its thread.
+pub struct FileSourceHandle {
+    ctl: Sender<Msg>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FileSourceHandle {
+    /// Stop the source and wait for its thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let _ = self.ctl.send(Msg::Stop);
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("file source thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for FileSourceHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl FileSource {
+    /// Start watching; the first snapshot is sent from the new thread right away.
+    pub fn spawn(cfg: FileSource, tx: Sender<Snapshot>) -> std::io::Result<FileSourceHandle> {
+        let (ctl, rx) = mpsc::channel::<Msg>();
+        let events = ctl.clone();
+        let watcher = match notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
+            Ok(ev) if is_relevant(&ev.kind) => {
+                let _ = events.send(Msg::Changed);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "file watch error; relying on periodic re-list");
+                let _ = events.send(Msg::Changed);
+            }
+        }) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(dir = %cfg.dir.display(), error = %e,
+                    "cannot create file watcher; relying on periodic re-list only");
+                None
+            }
+        };
+        let thread = std::thread::Builder::new()
+            .name("source-file".into())
+            .spawn(move || Worker::new(cfg, tx, watcher).run(rx))?;
+        Ok(FileSourceHandle { ctl, thread: Some(thread) })
+    }
+}
+
+/// Our own reads open files: only changes matter.
+fn is_relevant(kind: &EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+struct Worker {
+    cfg: FileSource,
+    tx: Sender<Snapshot>,
+    watcher: Option<RecommendedWatcher>,
+    watched: Option<PathBuf>,
+    last_sent: Option<Snapshot>,
+    seen: SeenCache,
+}
+
+impl Worker {
+    fn new(cfg: FileSource, tx: Sender<Snapshot>, watcher: Option<RecommendedWatcher>) -> Self {
+        Worker { cfg, tx, watcher, watched: None, last_sent: None, seen: SeenCache::default() }
+    }
+
+    fn run(mut self, rx: Receiver<Msg>) {
+        tracing::info!(dir = %self.cfg.dir.display(), every = ?self.cfg.check_frequency, "file source started");
+        loop {
+            self.ensure_watch();
+            if !self.relist() {
+                return; // receiver gone
+            }
+            match rx.recv_timeout(self.cfg.check_frequency) {
+                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(Msg::Changed) => {
+                    // Debounce: wait until no event arrived for DEBOUNCE (bounded).
+                    let start = Instant::now();
+                    loop {
+                        match rx.recv_timeout(DEBOUNCE) {
+                            Ok(Msg::Changed) if start.elapsed() < MAX_DEBOUNCE => continue,
+                            Ok(Msg::Changed) | Err(RecvTimeoutError::Timeout) => break,
+                            Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    /// Watch the directory when it exists, else its parent (to notice it appear).
+    fn ensure_watch(&mut self) {
+        let Some(w) = self.watcher.as_mut() else { return };
+        let dir = &self.cfg.dir;
+        let want = if dir.is_dir() {
+            Some(dir.clone())
+        } else {
+            dir.parent().filter(|p| p.is_dir()).map(Path::to_path_buf)
+        };
+        if want == self.watched {
+            return;
+        }
+        if let Some(old) = self.watched.take() {
+            let _ = w.unwatch(&old);
+        }
+        if let Some(path) = want {
+            match w.watch(&path, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    tracing::debug!(path = %path.display(), "watching");
+                    self.watched = Some(path);
+                }
+                Err(source) => {
+                    let e = FileSourceError::Watch { path, source };
+                    tracing::warn!(error = %e, "relying on periodic re-list");
+                }
+            }
+        }
+    }
+
+    /// Returns false when the receiving side is gone.
+    fn relist(&mut self) -> bool {
+        let snap = match list_dir(&self.cfg.dir, &self.cfg.node_name, &now_rfc3339_nano()) {
+            Ok(mut s) => {
+                self.seen.stabilize(&mut s.pods);
+                s
+            }
+            Err(e) => {
+                // Not sending: the last snapshot stays in force (or none, which blocks cleanup).
+                tracing::error!(error = %e, "file source: keeping the previous snapshot");
+                return true;
+            }
+        };
+        if self.last_sent.as_ref().is_some_and(|l| l.same_content(&snap)) {
+            return true;
+        }
+        for e in &snap.errors {
+            tracing::warn!(file = %e.origin, field = %e.field, reason = %e.reason, "static pod manifest rejected");
+        }
+        tracing::info!(dir = %self.cfg.dir.display(), pods = snap.pods.len(), errors = snap.errors.len(),
+            "file source: sending snapshot");
+        if self.tx.send(snap.clone()).is_err() {
+            tracing::debug!("file source: receiver dropped, stopping");
+            return false;
+        }
+        self.last_sent = Some(snap);
+        true
+    }
+}
+
+/// Whether a directory entry name is a manifest we read.
+pub fn is_manifest_name(name: &str) -> bool {
+    if name.starts_with('.') {
+        return false;
+    }
+    match Path::new(name).extension().and_then(|e| e.to_str()) {
+        Some(ext) => matches!(ext, "yaml" | "yml" | "json"),
+        None => false,
+    }
+}
+
+/// One complete listing of `dir`. A missing directory is an empty snapshot; other directory
+/// errors are returned (the caller keeps its previous snapshot).
+pub fn list_dir(dir: &Path, node_name: &str, seen: &str) -> Result<Snapshot, FileSourceError> {
+    let mut errors: Vec<ManifestError> = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Snapshot { source: SourceKind::File, pods: Vec::new(), errors });
+        }
+        Err(source) => return Err(FileSourceError::ReadDir { dir: dir.to_path_buf(), source }),
+    };
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for entry in entries {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(source) => return Err(FileSourceError::ReadDir { dir: dir.to_path_buf(), source }),
+        };
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            tracing::debug!(dir = %dir.display(), "skipping non-UTF-8 file name");
+            continue;
+        };
+        if !is_manifest_name(name) {
+            continue;
+        }
+        let path = entry.path();
+        // Follows symlinks; directories (even named x.yaml) are not manifests.
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => paths.push(path),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(file = %path.display(), error = %e, "skipping vanished file"),
+        }
+    }
+    paths.sort();
+
+    let mut raws = Vec::new();
+    for path in paths {
+        let origin = path.to_string_lossy().into_owned();
+        let bytes = match read_limited(&path) {
+            Ok(b) => b,
+            Err(FileSourceError::ReadFile { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                errors.push(ManifestError { origin, field: String::new(), reason: e.to_string() });
+                continue;
+            }
+        };
+        match decode_manifest(&bytes, &origin) {
+            Ok(DecodedDoc::Pod(pod)) => raws.push((*pod, origin, String::new())),
+            Ok(DecodedDoc::PodList(_)) => errors.push(ManifestError {
+                origin,
+                field: "kind".into(),
+                reason: "Unsupported value: \"PodList\": a manifest file holds exactly one Pod".into(),
+            }),
+            Err(e) => errors.push(e),
+        }
+    }
+    let pods: Vec<SourcePod> = build_pods(raws, node_name, SourceKind::File, seen, &mut errors);
+    let pods = dedupe_by_name(pods, &mut errors);
+    Ok(Snapshot { source: SourceKind::File, pods, errors })
+}
+
+fn read_limited(path: &Path) -> Result<Vec<u8>, FileSourceError> {
+    let wrap = |source| FileSourceError::ReadFile { path: path.to_path_buf(), source };
+    let f = std::fs::File::open(path).map_err(wrap)?;
+    let mut buf = Vec::new();
+    f.take(MAX_MANIFEST_BYTES as u64 + 1).read_to_end(&mut buf).map_err(wrap)?;
+    if buf.len() > MAX_MANIFEST_BYTES {
+        return Err(FileSourceError::ReadFile {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("larger than {MAX_MANIFEST_BYTES} bytes"),
+            ),
+        });
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    fn manifest(name: &str, image: &str) -> String {
+        format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: {image}\n")
+    }
+
+    fn recv(rx: &Receiver<Snapshot>) -> Snapshot {
+        match rx.recv_timeout(TIMEOUT) {
+            Ok(s) => s,
+            Err(e) => panic!("no snapshot: {e}"),
+        }
+    }
+
+    /// Receive snapshots until one satisfies `pred` (intermediate states are allowed).
+    fn recv_until(rx: &Receiver<Snapshot>, pred: impl Fn(&Snapshot) -> bool) -> Snapshot {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(s) if pred(&s) => return s,
+                Ok(_) => continue,
+                Err(e) => panic!("expected snapshot never arrived: {e}"),
+            }
+        }
+    }
+
+    fn names(s: &Snapshot) -> Vec<String> {
+        s.pods.iter().map(|p| p.pod.metadata.name.clone()).collect()
+    }
+
+    fn tmp() -> tempfile::TempDir {
+        match tempfile::tempdir() {
+            Ok(d) => d,
+            Err(e) => panic!("tempdir: {e}"),
+        }
+    }
+
+    fn write(path: &Path, text: &str) {
+        if let Err(e) = fs::write(path, text) {
+            panic!("write {}: {e}", path.display());
+        }
+    }
+
+    #[test]
+    fn filenames() {
+        assert!(is_manifest_name("a.yaml"));
+        assert!(is_manifest_name("a.yml"));
+        assert!(is_manifest_name("a.json"));
+        assert!(!is_manifest_name(".a.yaml"));
+        assert!(!is_manifest_name("a.yaml.bak"));
+        assert!(!is_manifest_name("a.yaml~"));
+        assert!(!is_manifest_name("a.yaml.swp"));
+        assert!(!is_manifest_name("yaml"));
+    }
+
+    #[test]
+    fn listing_rules_and_errors() {
+        let d = tmp();
+        write(&d.path().join("web.yaml"), &manifest("web", "busybox:1"));
+        write(&d.path().join(".hidden.yaml"), &manifest("hidden", "busybox:1"));
+        write(&d.path().join("web.yaml.bak"), &manifest("bak", "busybox:1"));
+        let sub = d.path().join("sub");
+        if let Err(e) = fs::create_dir(&sub) {
+            panic!("{e}");
+        }
+        write(&sub.join("deep.yaml"), &manifest("deep", "busybox:1"));
+        let bad = manifest("bad", "busybox:1").replace("image: busybox:1", "image: x\n    ports:\n    - containerPort: nope");
+        write(&d.path().join("bad.yaml"), &bad);
+        let snap = match list_dir(d.path(), "Node1", "t") {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(names(&snap), vec!["web-node1"]);
+        assert_eq!(snap.errors.len(), 1);
+        let e = &snap.errors[0];
+        assert!(e.origin.ends_with("bad.yaml"), "{e}");
+        assert_eq!(e.field, "spec.containers[0].ports[0].containerPort");
+        assert_eq!(snap.pods[0].origin, d.path().join("web.yaml").to_string_lossy());
+
+        // Missing directory: empty snapshot.
+        let missing = list_dir(&d.path().join("nope"), "n", "t");
+        assert!(matches!(missing, Ok(ref s) if s.pods.is_empty() && s.errors.is_empty()));
+    }
+
+    #[test]
+    fn duplicate_names_first_file_wins() {
+        let d = tmp();
+        write(&d.path().join("a.yaml"), &manifest("web", "busybox:1"));
+        write(&d.path().join("b.yaml"), &manifest("web", "busybox:2"));
+        let snap = match list_dir(d.path(), "n", "t") {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(snap.pods.len(), 1);
+        assert!(snap.pods[0].origin.ends_with("a.yaml"));
+        assert_eq!(snap.errors.len(), 1);
+        let reason = &snap.errors[0].reason;
+        assert!(snap.errors[0].origin.ends_with("b.yaml"));
+        assert!(reason.contains("a.yaml") && reason.contains("b.yaml"), "{reason}");
+    }
+
+    #[test]
+    fn watch_create_edit_delete() {
+        let d = tmp();
+        let dir = d.path().join("manifests"); // does not exist yet
+        let (tx, rx) = mpsc::channel();
+        let cfg = FileSource { dir: dir.clone(), node_name: "node1".into(), check_frequency: Duration::from_secs(3600) };
+        let handle = match FileSource::spawn(cfg, tx) {
+            Ok(h) => h,
+            Err(e) => panic!("{e}"),
+        };
+        let first = recv(&rx);
+        assert!(first.pods.is_empty() && first.errors.is_empty());
+
+        // The directory appears (watching the parent notices), with a manifest.
+        if let Err(e) = fs::create_dir(&dir) {
+            panic!("{e}");
+        }
+        write(&dir.join("web.yaml"), &manifest("web", "busybox:1"));
+        let s = recv_until(&rx, |s| s.pods.len() == 1);
+        assert_eq!(names(&s), vec!["web-node1"]);
+        let uid1 = s.pods[0].pod.metadata.uid.clone();
+
+        // Ignored files do not produce a snapshot; the next snapshot is the edit.
+        write(&dir.join(".web.yaml.swp"), "garbage");
+        write(&dir.join("web.yaml.bak"), "garbage");
+        write(&dir.join("web.yaml"), &manifest("web", "busybox:2"));
+        let s = recv_until(&rx, |s| s.pods.len() == 1 && s.pods[0].pod.metadata.uid != uid1);
+        assert!(s.errors.is_empty());
+        assert_eq!(s.pods[0].pod.spec.containers[0].image, "busybox:2");
+
+        // Invalid file beside the valid one.
+        write(&dir.join("bad.json"), "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"bad\"},\"spec\":{\"containers\":[{\"name\":\"c\"}]}}");
+        let s = recv_until(&rx, |s| !s.errors.is_empty());
+        assert_eq!(s.pods.len(), 1);
+        assert!(s.errors[0].origin.ends_with("bad.json"));
+        assert_eq!(s.errors[0].field, "spec.containers[0].image");
+
+        // Delete everything.
+        let _ = fs::remove_file(dir.join("bad.json"));
+        let _ = fs::remove_file(dir.join("web.yaml"));
+        let s = recv_until(&rx, |s| s.pods.is_empty() && s.errors.is_empty());
+        assert!(s.pods.is_empty());
+
+        handle.stop();
+        // After stop the sender is dropped: the channel disconnects.
+        loop {
+            match rx.recv_timeout(TIMEOUT) {
+                Ok(_) => continue,
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => panic!("source thread did not stop"),
+            }
+        }
+    }
+
+    #[test]
+    fn unchanged_relist_sends_nothing_and_seen_is_stable() {
+        let d = tmp();
+        write(&d.path().join("web.yaml"), &manifest("web", "busybox:1"));
+        let (tx, rx) = mpsc::channel();
+        let cfg = FileSource {
+            dir: d.path().to_path_buf(),
+            node_name: "n".into(),
+            check_frequency: Duration::from_millis(50),
+        };
+        let handle = match FileSource::spawn(cfg, tx) {
+            Ok(h) => h,
+            Err(e) => panic!("{e}"),
+        };
+        let first = recv(&rx);
+        assert_eq!(first.pods.len(), 1);
+        let seen1 = first.pods[0].pod.metadata.annotations.get(crate::pod::naming::CONFIG_SEEN_ANNOTATION).cloned();
+        // Many relists happen in 500ms; none may produce a snapshot.
+        assert!(rx.recv_timeout(Duration::from_millis(500)).is_err());
+        // A second file: snapshot holds both, and the first pod's config.seen is unchanged.
+        write(&d.path().join("z.yaml"), &manifest("zed", "busybox:1"));
+        let s = recv_until(&rx, |s| s.pods.len() == 2);
+        let seen2 = s.pods[0].pod.metadata.annotations.get(crate::pod::naming::CONFIG_SEEN_ANNOTATION).cloned();
+        assert_eq!(seen1, seen2);
+        drop(handle);
+    }
+}

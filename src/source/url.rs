@@ -1,1 +1,381 @@
-//! (being written)
+//! The URL source (`staticPodURL`): GET every `check_frequency` with a 10s timeout and the
+//! configured extra headers; the body is one Pod or a PodList.
+//!
+//! - Non-200, transport errors and undecodable bodies are logged and send **no** snapshot: the
+//!   last good snapshot stays in force; before the first good body nothing is sent at all, so
+//!   podconfig keeps blocking cleanup of pods this source might own.
+//! - As in the kubelet, a body with any invalid pod is rejected whole. Once a good snapshot
+//!   exists, the rejection is reported as a snapshot holding the last good pods plus the errors.
+//! - Unchanged bytes skip all work.
+//! - Header values are secrets: never logged (the `Debug` impl redacts them).
+
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use md5::{Digest, Md5};
+
+use super::{ManifestError, SeenCache, Snapshot, SourceKind, build_pods, dedupe_by_name, now_rfc3339_nano};
+use crate::pod::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
+
+/// Default request timeout (the kubelet's).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum UrlSourceError {
+    #[error("fetching {url}: {message}")]
+    Transport { url: String, message: String },
+    #[error("fetching {url}: HTTP status {status}")]
+    Status { url: String, status: u16 },
+    #[error("reading body of {url}: {message}")]
+    Body { url: String, message: String },
+}
+
+/// URL source configuration.
+#[derive(Clone)]
+pub struct UrlSource {
+    pub url: String,
+    /// Extra request headers (`staticPodURLHeader`). Values are secrets.
+    pub headers: Vec<(String, String)>,
+    pub node_name: String,
+    /// Poll period (`httpCheckFrequency`, default 20s).
+    pub check_frequency: Duration,
+    /// Request timeout (default 10s).
+    pub timeout: Duration,
+}
+
+impl UrlSource {
+    pub fn new(url: impl Into<String>, node_name: impl Into<String>) -> Self {
+        UrlSource {
+            url: url.into(),
+            headers: Vec::new(),
+            node_name: node_name.into(),
+            check_frequency: Duration::from_secs(20),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+impl std::fmt::Debug for UrlSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<String> = self.headers.iter().map(|(k, _)| format!("{k}: <redacted>")).collect();
+        f.debug_struct("UrlSource")
+            .field("url", &self.url)
+            .field("headers", &headers)
+            .field("node_name", &self.node_name)
+            .field("check_frequency", &self.check_frequency)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// Running URL source; dropping it (or [`UrlSourceHandle::stop`]) ends its thread (waiting at
+/// most for one in-flight request, bounded by the timeout).
+pub struct UrlSourceHandle {
+    ctl: Sender<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl UrlSourceHandle {
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let _ = self.ctl.send(());
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("url source thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for UrlSourceHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl UrlSource {
+    /// Start polling; the first GET happens right away on the new thread.
+    pub fn spawn(cfg: UrlSource, tx: Sender<Snapshot>) -> std::io::Result<UrlSourceHandle> {
+        let (ctl, rx) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("source-url".into())
+            .spawn(move || Poller::new(cfg, tx).run(rx))?;
+        Ok(UrlSourceHandle { ctl, thread: Some(thread) })
+    }
+}
+
+struct Poller {
+    cfg: UrlSource,
+    tx: Sender<Snapshot>,
+    agent: ureq::Agent,
+    last_body: Option<[u8; 16]>,
+    last_good: Option<Snapshot>,
+    last_sent: Option<Snapshot>,
+    seen: SeenCache,
+}
+
+impl Poller {
+    fn new(cfg: UrlSource, tx: Sender<Snapshot>) -> Self {
+        let config = ureq::Agent::config_builder()
+            .timeout_global(Some(cfg.timeout))
+            .http_status_as_error(false)
+            .build();
+        Poller {
+            cfg,
+            tx,
+            agent: config.into(),
+            last_body: None,
+            last_good: None,
+            last_sent: None,
+            seen: SeenCache::default(),
+        }
+    }
+
+    fn run(mut self, rx: Receiver<()>) {
+        tracing::info!(url = %self.cfg.url, every = ?self.cfg.check_frequency, "url source started");
+        loop {
+            if !self.poll_once() {
+                return;
+            }
+            match rx.recv_timeout(self.cfg.check_frequency) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn fetch(&self) -> Result<Vec<u8>, UrlSourceError> {
+        let url = &self.cfg.url;
+        let mut req = self.agent.get(url);
+        for (k, v) in &self.cfg.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let mut resp = req
+            .call()
+            .map_err(|e| UrlSourceError::Transport { url: url.clone(), message: e.to_string() })?;
+        let status = resp.status().as_u16();
+        if status != 200 {
+            return Err(UrlSourceError::Status { url: url.clone(), status });
+        }
+        resp.body_mut()
+            .with_config()
+            .limit(MAX_MANIFEST_BYTES as u64)
+            .read_to_vec()
+            .map_err(|e| UrlSourceError::Body { url: url.clone(), message: e.to_string() })
+    }
+
+    /// Returns false when the receiving side is gone.
+    fn poll_once(&mut self) -> bool {
+        let body = match self.fetch() {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "url source: keeping the previous snapshot");
+                return true;
+            }
+        };
+        let digest: [u8; 16] = Md5::digest(&body).into();
+        if self.last_body == Some(digest) {
+            return true;
+        }
+        self.last_body = Some(digest);
+        let snap = match parse_body(&body, &self.cfg.url, &self.cfg.node_name, &now_rfc3339_nano()) {
+            Ok(mut snap) => {
+                self.seen.stabilize(&mut snap.pods);
+                self.last_good = Some(snap.clone());
+                snap
+            }
+            Err(errors) => {
+                for e in &errors {
+                    tracing::warn!(url = %e.origin, field = %e.field, reason = %e.reason,
+                        "url source: manifest rejected, keeping the previous pods");
+                }
+                match &self.last_good {
+                    // Report the errors beside the pods still in force.
+                    Some(good) => Snapshot { source: SourceKind::Http, pods: good.pods.clone(), errors },
+                    None => return true,
+                }
+            }
+        };
+        if self.last_sent.as_ref().is_some_and(|l| l.same_content(&snap)) {
+            return true;
+        }
+        tracing::info!(url = %self.cfg.url, pods = snap.pods.len(), errors = snap.errors.len(),
+            "url source: sending snapshot");
+        if self.tx.send(snap.clone()).is_err() {
+            return false;
+        }
+        self.last_sent = Some(snap);
+        true
+    }
+}
+
+/// Decode a URL body into a complete snapshot, or the errors that reject it whole.
+pub fn parse_body(body: &[u8], url: &str, node_name: &str, seen: &str) -> Result<Snapshot, Vec<ManifestError>> {
+    let raws = match decode_manifest(body, url).map_err(|e| vec![e])? {
+        DecodedDoc::Pod(p) => vec![(*p, url.to_string(), String::new())],
+        DecodedDoc::PodList(items) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| (p, url.to_string(), format!("items[{i}].")))
+            .collect(),
+    };
+    let mut errors = Vec::new();
+    let pods = build_pods(raws, node_name, SourceKind::Http, seen, &mut errors);
+    let pods = dedupe_by_name(pods, &mut errors);
+    if errors.is_empty() { Ok(Snapshot { source: SourceKind::Http, pods, errors }) } else { Err(errors) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    fn pod_json(name: &str, image: &str) -> String {
+        format!(
+            r#"{{"metadata":{{"name":"{name}"}},"spec":{{"containers":[{{"name":"c","image":"{image}"}}]}}}}"#
+        )
+    }
+
+    fn list(items: &[String]) -> String {
+        format!(r#"{{"apiVersion":"v1","kind":"PodList","items":[{}]}}"#, items.join(","))
+    }
+
+    #[derive(Default)]
+    struct Served {
+        status: u16,
+        body: String,
+        requests: usize,
+        auth_seen: Vec<String>,
+    }
+
+    fn serve() -> (String, Arc<Mutex<Served>>, Arc<tiny_http::Server>) {
+        let server = match tiny_http::Server::http("127.0.0.1:0") {
+            Ok(s) => Arc::new(s),
+            Err(e) => panic!("{e}"),
+        };
+        let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
+        let state = Arc::new(Mutex::new(Served { status: 200, ..Default::default() }));
+        let (s2, st2) = (server.clone(), state.clone());
+        std::thread::spawn(move || {
+            for req in s2.incoming_requests() {
+                let (status, body) = {
+                    let Ok(mut st) = st2.lock() else { return };
+                    st.requests += 1;
+                    for h in req.headers() {
+                        if h.field.equiv("X-Auth") {
+                            st.auth_seen.push(h.value.to_string());
+                        }
+                    }
+                    (st.status, st.body.clone())
+                };
+                let _ = req.respond(tiny_http::Response::from_string(body).with_status_code(status));
+            }
+        });
+        (format!("http://127.0.0.1:{port}/pods"), state, server)
+    }
+
+    fn set(state: &Arc<Mutex<Served>>, status: u16, body: &str) {
+        if let Ok(mut st) = state.lock() {
+            st.status = status;
+            st.body = body.to_string();
+        }
+    }
+
+    fn requests(state: &Arc<Mutex<Served>>) -> usize {
+        state.lock().map(|s| s.requests).unwrap_or(0)
+    }
+
+    /// Wait until the server has answered `n` more requests (the poller then had its chance).
+    fn wait_requests(state: &Arc<Mutex<Served>>, n: usize) {
+        let target = requests(state) + n;
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while requests(state) < target {
+            assert!(std::time::Instant::now() < deadline, "server got no requests");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn debug_redacts_headers() {
+        let mut cfg = UrlSource::new("http://x/", "n");
+        cfg.headers.push(("Authorization".into(), "Bearer s3cret".into()));
+        let s = format!("{cfg:?}");
+        assert!(s.contains("Authorization") && !s.contains("s3cret"), "{s}");
+    }
+
+    #[test]
+    fn parse_body_rules() {
+        let body = list(&[pod_json("a", "x:1"), pod_json("b", "x:1")]);
+        let snap = parse_body(body.as_bytes(), "http://u", "N1", "t").unwrap_or_else(|e| panic!("{e:?}"));
+        let names: Vec<_> = snap.pods.iter().map(|p| p.pod.metadata.name.as_str()).collect();
+        assert_eq!(names, vec!["a-n1", "b-n1"]);
+        assert_eq!(snap.pods[0].origin, "http://u");
+        // One bad item rejects the whole body, the error names the item.
+        let body = list(&[pod_json("a", "x:1"), pod_json("B", "x:1")]);
+        let errs = parse_body(body.as_bytes(), "http://u", "n", "t").err().unwrap_or_default();
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].field, "items[1].metadata.name");
+        assert_eq!(errs[0].origin, "http://u");
+        // Duplicates within the list.
+        let body = list(&[pod_json("a", "x:1"), pod_json("a", "x:2")]);
+        assert!(parse_body(body.as_bytes(), "http://u", "n", "t").is_err());
+        // A single pod.
+        let single = pod_json("a", "x:1").replacen('{', r#"{"apiVersion":"v1","kind":"Pod","#, 1);
+        assert_eq!(parse_body(single.as_bytes(), "http://u", "n", "t").map(|s| s.pods.len()), Ok(1));
+    }
+
+    #[test]
+    fn polling_against_local_server() {
+        let (url, state, server) = serve();
+        set(&state, 404, "not found");
+        let (tx, rx) = mpsc::channel();
+        let mut cfg = UrlSource::new(url.clone(), "node1");
+        cfg.check_frequency = Duration::from_millis(30);
+        cfg.headers.push(("X-Auth".into(), "token-123".into()));
+        let handle = match UrlSource::spawn(cfg, tx) {
+            Ok(h) => h,
+            Err(e) => panic!("{e}"),
+        };
+        // 404 before any good body: no snapshot at all.
+        wait_requests(&state, 2);
+        assert!(rx.try_recv().is_err());
+
+        set(&state, 200, &list(&[pod_json("a", "x:1"), pod_json("b", "x:1")]));
+        let snap = rx.recv_timeout(TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(snap.source, SourceKind::Http);
+        assert_eq!(snap.pods.len(), 2);
+        assert!(snap.errors.is_empty());
+        assert!(state.lock().map(|s| s.auth_seen.iter().all(|v| v == "token-123") && !s.auth_seen.is_empty()).unwrap_or(false));
+
+        // Unchanged body: polled, nothing sent.
+        wait_requests(&state, 3);
+        assert!(rx.try_recv().is_err());
+
+        // 500: nothing sent, the last snapshot stays in force.
+        set(&state, 500, "oops");
+        wait_requests(&state, 3);
+        assert!(rx.try_recv().is_err());
+
+        // Back to a (changed) good body.
+        set(&state, 200, &list(&[pod_json("a", "x:2")]));
+        let snap = rx.recv_timeout(TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(snap.pods.len(), 1);
+        assert_eq!(snap.pods[0].pod.spec.containers[0].image, "x:2");
+
+        // Invalid body after a good one: last good pods plus the errors.
+        set(&state, 200, &list(&[pod_json("a", "x:3"), pod_json("Bad", "x:3")]));
+        let snap = rx.recv_timeout(TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(snap.pods.len(), 1);
+        assert_eq!(snap.pods[0].pod.spec.containers[0].image, "x:2");
+        assert_eq!(snap.errors.len(), 1);
+
+        handle.stop();
+        server.unblock();
+    }
+}
