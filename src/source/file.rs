@@ -34,9 +34,13 @@ pub enum FileSourceError {
     Watch { path: PathBuf, source: notify::Error },
 }
 
+/// The file source; start it with [`FileSource::spawn`].
+#[derive(Debug)]
+pub struct FileSource;
+
 /// File source configuration.
 #[derive(Debug, Clone)]
-pub struct FileSource {
+pub struct FileSourceConfig {
     /// The static pod directory (`staticPodPath`).
     pub dir: PathBuf,
     pub node_name: String,
@@ -79,7 +83,7 @@ impl Drop for FileSourceHandle {
 
 impl FileSource {
     /// Start watching; the first snapshot is sent from the new thread right away.
-    pub fn spawn(cfg: FileSource, tx: Sender<Snapshot>) -> std::io::Result<FileSourceHandle> {
+    pub fn spawn(cfg: FileSourceConfig, tx: Sender<Snapshot>) -> std::io::Result<FileSourceHandle> {
         let (ctl, rx) = mpsc::channel::<Msg>();
         let events = ctl.clone();
         let watcher = match notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
@@ -117,7 +121,7 @@ fn is_relevant(kind: &EventKind) -> bool {
 }
 
 struct Worker {
-    cfg: FileSource,
+    cfg: FileSourceConfig,
     tx: Sender<Snapshot>,
     watcher: Option<RecommendedWatcher>,
     watched: Option<PathBuf>,
@@ -126,7 +130,7 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(cfg: FileSource, tx: Sender<Snapshot>, watcher: Option<RecommendedWatcher>) -> Self {
+    fn new(cfg: FileSourceConfig, tx: Sender<Snapshot>, watcher: Option<RecommendedWatcher>) -> Self {
         Worker { cfg, tx, watcher, watched: None, last_sent: None, seen: SeenCache::default() }
     }
 
@@ -414,7 +418,7 @@ mod tests {
         let d = tmp();
         let dir = d.path().join("manifests"); // does not exist yet
         let (tx, rx) = mpsc::channel();
-        let cfg = FileSource { dir: dir.clone(), node_name: "node1".into(), check_frequency: Duration::from_secs(3600) };
+        let cfg = FileSourceConfig { dir: dir.clone(), node_name: "node1".into(), check_frequency: Duration::from_secs(3600) };
         let handle = match FileSource::spawn(cfg, tx) {
             Ok(h) => h,
             Err(e) => panic!("{e}"),
@@ -468,7 +472,7 @@ mod tests {
         let d = tmp();
         write(&d.path().join("web.yaml"), &manifest("web", "busybox:1"));
         let (tx, rx) = mpsc::channel();
-        let cfg = FileSource {
+        let cfg = FileSourceConfig {
             dir: d.path().to_path_buf(),
             node_name: "n".into(),
             check_frequency: Duration::from_millis(50),

@@ -31,40 +31,40 @@ pub enum UrlSourceError {
     Body { url: String, message: String },
 }
 
-/// URL source configuration.
+/// The URL source; start it with [`UrlSource::spawn`].
+#[derive(Debug)]
+pub struct UrlSource;
+
+/// URL source configuration. Requests time out after [`DEFAULT_TIMEOUT`].
 #[derive(Clone)]
-pub struct UrlSource {
+pub struct UrlSourceConfig {
     pub url: String,
     /// Extra request headers (`staticPodURLHeader`). Values are secrets.
     pub headers: Vec<(String, String)>,
     pub node_name: String,
     /// Poll period (`httpCheckFrequency`, default 20s).
     pub check_frequency: Duration,
-    /// Request timeout (default 10s).
-    pub timeout: Duration,
 }
 
-impl UrlSource {
+impl UrlSourceConfig {
     pub fn new(url: impl Into<String>, node_name: impl Into<String>) -> Self {
-        UrlSource {
+        UrlSourceConfig {
             url: url.into(),
             headers: Vec::new(),
             node_name: node_name.into(),
             check_frequency: Duration::from_secs(20),
-            timeout: DEFAULT_TIMEOUT,
         }
     }
 }
 
-impl std::fmt::Debug for UrlSource {
+impl std::fmt::Debug for UrlSourceConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let headers: Vec<String> = self.headers.iter().map(|(k, _)| format!("{k}: <redacted>")).collect();
-        f.debug_struct("UrlSource")
+        f.debug_struct("UrlSourceConfig")
             .field("url", &self.url)
             .field("headers", &headers)
             .field("node_name", &self.node_name)
             .field("check_frequency", &self.check_frequency)
-            .field("timeout", &self.timeout)
             .finish()
     }
 }
@@ -99,7 +99,7 @@ impl Drop for UrlSourceHandle {
 
 impl UrlSource {
     /// Start polling; the first GET happens right away on the new thread.
-    pub fn spawn(cfg: UrlSource, tx: Sender<Snapshot>) -> std::io::Result<UrlSourceHandle> {
+    pub fn spawn(cfg: UrlSourceConfig, tx: Sender<Snapshot>) -> std::io::Result<UrlSourceHandle> {
         let (ctl, rx) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("source-url".into())
@@ -109,7 +109,7 @@ impl UrlSource {
 }
 
 struct Poller {
-    cfg: UrlSource,
+    cfg: UrlSourceConfig,
     tx: Sender<Snapshot>,
     agent: ureq::Agent,
     last_body: Option<[u8; 16]>,
@@ -119,9 +119,9 @@ struct Poller {
 }
 
 impl Poller {
-    fn new(cfg: UrlSource, tx: Sender<Snapshot>) -> Self {
+    fn new(cfg: UrlSourceConfig, tx: Sender<Snapshot>) -> Self {
         let config = ureq::Agent::config_builder()
-            .timeout_global(Some(cfg.timeout))
+            .timeout_global(Some(DEFAULT_TIMEOUT))
             .http_status_as_error(false)
             .build();
         Poller {
@@ -303,7 +303,7 @@ mod tests {
 
     #[test]
     fn debug_redacts_headers() {
-        let mut cfg = UrlSource::new("http://x/", "n");
+        let mut cfg = UrlSourceConfig::new("http://x/", "n");
         cfg.headers.push(("Authorization".into(), "Bearer s3cret".into()));
         let s = format!("{cfg:?}");
         assert!(s.contains("Authorization") && !s.contains("s3cret"), "{s}");
@@ -335,7 +335,7 @@ mod tests {
         let (url, state, server) = serve();
         set(&state, 404, "not found");
         let (tx, rx) = mpsc::channel();
-        let mut cfg = UrlSource::new(url.clone(), "node1");
+        let mut cfg = UrlSourceConfig::new(url.clone(), "node1");
         cfg.check_frequency = Duration::from_millis(30);
         cfg.headers.push(("X-Auth".into(), "token-123".into()));
         let handle = match UrlSource::spawn(cfg, tx) {
