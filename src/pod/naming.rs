@@ -407,6 +407,13 @@ mod tests {
         inputs.push(format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes());
         inputs.push(format!("x: {}1{}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes());
         inputs.push("- ".repeat(50_000).into_bytes());
+        // Alias expansion bomb ("billion laughs").
+        let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x,x]\n");
+        for i in 0..9u8 {
+            let (prev, cur) = ((b'a' + i) as char, (b'a' + i + 1) as char);
+            bomb.push_str(&format!("{cur}: &{cur} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
+        }
+        inputs.push(bomb.into_bytes());
         inputs.push(format!("{{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{}}}", "{\"a\":".repeat(10_000)).into_bytes());
         // Pseudo-random bytes (xorshift), deterministic.
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
