@@ -17,7 +17,7 @@ use crate::runtime::cri::CriRuntime;
 use crate::server;
 use crate::source::{Snapshot, SourceKind};
 use crate::status::StatusStore;
-use crate::sync::{LoopMsg, SyncLoop, SyncSettings, WorkerContext};
+use crate::sync::{DesiredPods, LoopMsg, SyncLoop, SyncSettings, WorkerContext};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -47,16 +47,23 @@ pub enum AgentError {
 /// The node's primary IPv4 address: the address of the interface carrying the default route,
 /// else the first non-loopback IPv4 address, else 127.0.0.1.
 pub fn detect_host_ip() -> IpAddr {
-    let default_iface = std::fs::read_to_string("/proc/net/route").ok().and_then(|s| {
-        s.lines().skip(1).find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() > 2 && f[1] == "00000000").then(|| f[0].to_string())
-        })
-    });
+    let default_iface = std::fs::read_to_string("/proc/net/route")
+        .ok()
+        .and_then(|s| {
+            s.lines().skip(1).find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() > 2 && f[1] == "00000000").then(|| f[0].to_string())
+            })
+        });
     let mut first: Option<IpAddr> = None;
     if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
         for a in addrs {
-            let Some(ip) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| IpAddr::V4(s.ip())) else {
+            let Some(ip) = a
+                .address
+                .as_ref()
+                .and_then(|s| s.as_sockaddr_in())
+                .map(|s| IpAddr::V4(s.ip()))
+            else {
                 continue;
             };
             if ip.is_loopback() {
@@ -88,11 +95,17 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     sigs.thread_block().map_err(AgentError::Signals)?;
 
     let runtime: Arc<dyn Runtime> = Arc::new(
-        CriRuntime::connect(&cfg.runtime_endpoint, cfg.runtime_request_timeout)
-            .map_err(|source| AgentError::Runtime { endpoint: cfg.runtime_endpoint.clone(), source })?,
+        CriRuntime::connect(&cfg.runtime_endpoint, cfg.runtime_request_timeout).map_err(
+            |source| AgentError::Runtime {
+                endpoint: cfg.runtime_endpoint.clone(),
+                source,
+            },
+        )?,
     );
     match runtime.version() {
-        Ok(v) => info!(runtime = %v.runtime_name, version = %v.runtime_version, api = %v.runtime_api_version, "connected to container runtime"),
+        Ok(v) => {
+            info!(runtime = %v.runtime_name, version = %v.runtime_version, api = %v.runtime_api_version, "connected to container runtime")
+        }
         Err(e) => warn!(error = %e, "container runtime does not answer yet; will keep trying"),
     }
 
@@ -105,14 +118,23 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     if cfg.healthz_port != 0 {
         let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
         servers.push(
-            server::spawn_healthz(addr, store.clone()).map_err(|source| AgentError::Bind { what: "healthz", addr, source })?,
+            server::spawn_healthz(addr, store.clone()).map_err(|source| AgentError::Bind {
+                what: "healthz",
+                addr,
+                source,
+            })?,
         );
     }
     if cfg.read_only_port != 0 {
         let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
         servers.push(
-            server::spawn_read_only(addr, store.clone(), cfg.node_name.clone())
-                .map_err(|source| AgentError::Bind { what: "read-only server", addr, source })?,
+            server::spawn_read_only(addr, store.clone(), cfg.node_name.clone()).map_err(
+                |source| AgentError::Bind {
+                    what: "read-only server",
+                    addr,
+                    source,
+                },
+            )?,
         );
     }
 
@@ -120,7 +142,12 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
 
     // Sources -> podconfig -> sync loop.
     let (snap_tx, snap_rx) = mpsc::channel::<Snapshot>();
-    let mut expected = vec![SourceKind::File];
+    // An empty staticPodPath disables the file source, as in the kubelet.
+    let file_enabled = !cfg.pod_manifest_path.as_os_str().is_empty();
+    let mut expected = vec![];
+    if file_enabled {
+        expected.push(SourceKind::File);
+    }
     if cfg.manifest_url.is_some() {
         expected.push(SourceKind::Http);
     }
@@ -136,23 +163,40 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                         warn!(error = %e, "manifest rejected");
                     }
                     if let Some(d) = pc.update(snap) {
-                        if loop_tx.send(LoopMsg::Desired(Box::new(d))).is_err() {
+                        let desired = DesiredPods {
+                            pods: d.pods.into_iter().map(|(uid, sp)| (uid, sp.pod)).collect(),
+                            errors: d.errors,
+                            all_sources_ready: d.all_sources_ready,
+                        };
+                        if loop_tx.send(LoopMsg::Desired(Box::new(desired))).is_err() {
                             return;
                         }
                     }
                 }
             })
-            .map_err(|source| AgentError::Start { what: "podconfig", source })?;
+            .map_err(|source| AgentError::Start {
+                what: "podconfig",
+                source,
+            })?;
     }
-    let _file = crate::source::file::FileSource::spawn(
-        crate::source::file::FileSourceConfig {
-            dir: cfg.pod_manifest_path.clone(),
-            node_name: cfg.node_name.clone(),
-            check_frequency: cfg.file_check_frequency,
-        },
-        snap_tx.clone(),
-    )
-    .map_err(|source| AgentError::Start { what: "file source", source })?;
+    let _file = if !file_enabled {
+        None
+    } else {
+        Some(
+            crate::source::file::FileSource::spawn(
+                crate::source::file::FileSourceConfig {
+                    dir: cfg.pod_manifest_path.clone(),
+                    node_name: cfg.node_name.clone(),
+                    check_frequency: cfg.file_check_frequency,
+                },
+                snap_tx.clone(),
+            )
+            .map_err(|source| AgentError::Start {
+                what: "file source",
+                source,
+            })?,
+        )
+    };
     let _url = match &cfg.manifest_url {
         Some(url) => Some(
             crate::source::url::UrlSource::spawn(
@@ -164,7 +208,10 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                 },
                 snap_tx.clone(),
             )
-            .map_err(|source| AgentError::Start { what: "URL source", source })?,
+            .map_err(|source| AgentError::Start {
+                what: "URL source",
+                source,
+            })?,
         ),
         None => None,
     };
@@ -177,7 +224,10 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         std::thread::Builder::new()
             .name("pleg".into())
             .spawn(move || pleg.run(pleg_stop_rx))
-            .map_err(|source| AgentError::Start { what: "PLEG", source })?;
+            .map_err(|source| AgentError::Start {
+                what: "PLEG",
+                source,
+            })?;
     }
 
     spawn_signal_waiter(sigs, loop_tx.clone())?;
@@ -200,7 +250,10 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     Ok(())
 }
 
-fn spawn_signal_waiter(sigs: nix::sys::signal::SigSet, tx: Sender<LoopMsg>) -> Result<(), AgentError> {
+fn spawn_signal_waiter(
+    sigs: nix::sys::signal::SigSet,
+    tx: Sender<LoopMsg>,
+) -> Result<(), AgentError> {
     std::thread::Builder::new()
         .name("signals".into())
         .stack_size(64 * 1024)
@@ -212,5 +265,8 @@ fn spawn_signal_waiter(sigs: nix::sys::signal::SigSet, tx: Sender<LoopMsg>) -> R
             Err(e) => error!(error = %e, "waiting for signals failed"),
         })
         .map(|_| ())
-        .map_err(|source| AgentError::Start { what: "signal waiter", source })
+        .map_err(|source| AgentError::Start {
+            what: "signal waiter",
+            source,
+        })
 }

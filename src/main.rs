@@ -1,1 +1,68 @@
-fn main() {}
+//! The `nanolet` binary: a thin shell over the library.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use nanolet::config::{self, ParseOutcome};
+
+const USAGE: &str = "nanolet: a standalone static-pod runner for edge devices
+
+Usage:
+  nanolet run [flags]     run static pods from a manifest directory and/or URL on containerd
+  nanolet version         print the version
+  nanolet help            this text
+
+See `nanolet run --help` for the flags (the kubelet's names and defaults).
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("run") => run(&args[1..]),
+        Some("version" | "--version") => {
+            println!("nanolet {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Some("help" | "--help" | "-h") | None => {
+            print!("{USAGE}");
+            if args.is_empty() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Some(other) => {
+            eprintln!("nanolet: unknown command {other:?}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: &[String]) -> ExitCode {
+    let cfg = match config::parse_run_args(args) {
+        Ok(ParseOutcome::Run(cfg)) => cfg,
+        Ok(ParseOutcome::Help(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("nanolet run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_max_level(cfg.log_level())
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+    cfg.log_warnings();
+    match nanolet::agent::run(cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let e = anyhow::Error::from(e);
+            tracing::error!("nanolet: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

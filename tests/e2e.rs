@@ -1,0 +1,832 @@
+//! Black-box tests of the real `nanolet` binary against a real containerd (started by the
+//! harness in a temp dir). Each test writes manifests, starts nanolet, and asserts the
+//! kubelet's static-pod semantics through `/pods`, the log files and CRI.
+
+mod common;
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Containerd, tail, wait_for};
+use nanolet::runtime::{ContainerState, Runtime};
+use serde_json::Value;
+
+const NODE: &str = "Node1";
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A running `nanolet run` with its own dirs and ports.
+struct Nanolet {
+    child: Option<Child>,
+    args: Vec<String>,
+    dir: PathBuf,
+    port: u16,
+    log: PathBuf,
+    starts: usize,
+}
+
+impl Nanolet {
+    fn start(ctd: &Containerd, extra: &[String]) -> Nanolet {
+        let dir = ctd.tmp().join("nanolet");
+        fs::create_dir_all(dir.join("manifests")).expect("manifest dir");
+        let port = free_port();
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            format!("--pod-manifest-path={}", dir.join("manifests").display()),
+            format!("--container-runtime-endpoint={}", ctd.endpoint()),
+            format!("--hostname-override={NODE}"),
+            format!("--root-dir={}", dir.join("root").display()),
+            format!("--pod-logs-dir={}", dir.join("log/pods").display()),
+            format!("--read-only-port={port}"),
+            format!("--healthz-port={}", free_port()),
+            "--file-check-frequency=2s".into(),
+            "--http-check-frequency=1s".into(),
+            "--v=3".into(),
+        ];
+        args.extend(extra.iter().cloned());
+        let mut n = Nanolet {
+            child: None,
+            args,
+            log: dir.join("nanolet.log"),
+            dir,
+            port,
+            starts: 0,
+        };
+        n.spawn();
+        n
+    }
+
+    fn spawn(&mut self) {
+        self.starts += 1;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_nanolet"))
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start nanolet");
+        self.child = Some(child);
+        let ok = wait_for(TIMEOUT, || self.get("/healthz").filter(|b| b == "ok"));
+        assert!(
+            ok.is_some(),
+            "nanolet healthz never became ok:\n{}",
+            self.log_tail()
+        );
+    }
+
+    fn manifests(&self) -> PathBuf {
+        self.dir.join("manifests")
+    }
+
+    fn pod_logs(&self) -> PathBuf {
+        self.dir.join("log/pods")
+    }
+
+    fn write(&self, file: &str, body: &str) {
+        // Write then rename, as an editor or config management tool would.
+        let tmp = self.manifests().join(format!(".{file}.tmp"));
+        fs::write(&tmp, body).expect("write manifest");
+        fs::rename(&tmp, self.manifests().join(file)).expect("rename manifest");
+    }
+
+    fn remove(&self, file: &str) {
+        fs::remove_file(self.manifests().join(file)).expect("remove manifest");
+    }
+
+    fn get(&self, path: &str) -> Option<String> {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
+        let mut resp = ureq::get(&url)
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .call()
+            .ok()?;
+        resp.body_mut().read_to_string().ok()
+    }
+
+    fn pods(&self) -> Vec<Value> {
+        self.get("/pods")
+            .and_then(|b| serde_json::from_str::<Value>(&b).ok())
+            .and_then(|v| v["items"].as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    fn pod(&self, name: &str) -> Option<Value> {
+        let full = format!("{name}-{}", NODE.to_lowercase());
+        self.pods()
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == full.as_str())
+    }
+
+    fn wait_pod(&self, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        wait_for(TIMEOUT * 2, || self.pod(name).filter(|p| f(p))).unwrap_or_else(|| {
+            panic!(
+                "pod {name}: timed out waiting for {what}; now: {:#}\nnanolet log:\n{}",
+                self.pod(name).unwrap_or(Value::Null),
+                self.log_tail()
+            )
+        })
+    }
+
+    fn wait_phase(&self, name: &str, phase: &str) -> Value {
+        self.wait_pod(name, phase, |p| p["status"]["phase"] == phase)
+    }
+
+    fn log_tail(&self) -> String {
+        tail(&fs::read_to_string(&self.log).unwrap_or_default(), 60)
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let done = wait_for(Duration::from_secs(10), || c.try_wait().ok().flatten());
+            if done.is_none() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+impl Drop for Nanolet {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn uid_of(p: &Value) -> String {
+    p["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn container_status<'a>(p: &'a Value, name: &str) -> &'a Value {
+    p["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+fn condition<'a>(p: &'a Value, t: &str) -> &'a Value {
+    p["status"]["conditions"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["type"] == t))
+        .unwrap_or(&Value::Null)
+}
+
+fn pod_yaml(name: &str, body: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels:\n    app: {name}\n{body}"
+    )
+}
+
+/// Containers nanolet created for pod `name` (full name), from CRI.
+fn cri_containers(rt: &dyn Runtime, name: &str) -> Vec<nanolet::runtime::ContainerInfo> {
+    let full = format!("{name}-{}", NODE.to_lowercase());
+    let mut v: Vec<_> = rt
+        .list_containers()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| {
+            c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some(full.as_str())
+        })
+        .collect();
+    v.sort_by_key(|c| c.created_at);
+    v
+}
+
+#[test]
+fn static_pod_runs_with_kubelet_name_uid_annotations_status_and_logs() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "hello.yaml",
+        &pod_yaml(
+            "hello",
+            "spec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'echo hello; sleep 3600']\n",
+        ),
+    );
+    let p = n.wait_pod("hello", "Running and Ready", |p| {
+        p["status"]["phase"] == "Running" && condition(p, "Ready")["status"] == "True"
+    });
+    // Static pod naming: <name>-<lowercased node name>, namespace default, nodeName set.
+    assert_eq!(p["metadata"]["name"], "hello-node1");
+    assert_eq!(p["metadata"]["namespace"], "default");
+    assert_eq!(p["spec"]["nodeName"], "node1");
+    assert_eq!(p["metadata"]["labels"]["app"], "hello");
+    // UID: 32 lowercase hex chars (md5), mirrored in kubernetes.io/config.hash.
+    let uid = uid_of(&p);
+    assert_eq!(uid.len(), 32, "{uid}");
+    assert!(
+        uid.chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+    );
+    let ann = &p["metadata"]["annotations"];
+    assert_eq!(ann["kubernetes.io/config.hash"], uid.as_str());
+    assert_eq!(ann["kubernetes.io/config.source"], "file");
+    assert!(
+        ann["kubernetes.io/config.seen"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("20"))
+    );
+    // Status shaped like the kubelet's.
+    let st = &p["status"];
+    for (t, want) in [
+        ("PodReadyToStartContainers", "True"),
+        ("Initialized", "True"),
+        ("ContainersReady", "True"),
+        ("PodScheduled", "True"),
+    ] {
+        assert_eq!(condition(&p, t)["status"], want, "condition {t}");
+    }
+    let pod_ip = st["podIP"].as_str().unwrap_or_default();
+    let prefix = ctd
+        .subnet()
+        .split('.')
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(".");
+    assert!(
+        pod_ip.starts_with(&prefix),
+        "CNI pod IP {pod_ip} in {}",
+        ctd.subnet()
+    );
+    assert!(!st["hostIP"].as_str().unwrap_or_default().is_empty());
+    assert!(st["startTime"].as_str().is_some());
+    assert_eq!(st["qosClass"], "BestEffort");
+    let cs = container_status(&p, "c");
+    assert_eq!(cs["ready"], true);
+    assert_eq!(cs["started"], true);
+    assert_eq!(cs["restartCount"], 0);
+    assert_eq!(cs["image"], "localhost/busybox:1.36");
+    assert!(cs["imageID"].as_str().is_some_and(|s| !s.is_empty()));
+    let cid = cs["containerID"].as_str().unwrap_or_default().to_string();
+    assert!(cid.starts_with("containerd://"), "{cid}");
+    assert!(cs["state"]["running"]["startedAt"].as_str().is_some());
+
+    // The container in CRI carries the kubelet's labels.
+    let rt = ctd.runtime();
+    let cri = cri_containers(&rt, "hello");
+    assert_eq!(cri.len(), 1);
+    assert_eq!(format!("containerd://{}", cri[0].id), cid);
+    assert_eq!(cri[0].labels["io.kubernetes.pod.namespace"], "default");
+    assert_eq!(cri[0].labels["io.kubernetes.pod.uid"], uid);
+    assert_eq!(cri[0].labels["io.kubernetes.container.name"], "c");
+    assert_eq!(cri[0].state, ContainerState::Running);
+
+    // Log path: <podLogsDir>/<ns>_<name>_<uid>/<container>/<restartCount>.log, CRI line format.
+    let log = n
+        .pod_logs()
+        .join(format!("default_hello-node1_{uid}"))
+        .join("c/0.log");
+    let line = wait_for(TIMEOUT, || {
+        fs::read_to_string(&log).ok().and_then(|s| {
+            s.lines()
+                .find(|l| l.ends_with(" stdout F hello"))
+                .map(String::from)
+        })
+    })
+    .unwrap_or_else(|| panic!("no hello line in {}", log.display()));
+    assert!(
+        line.split(' ').next().is_some_and(|ts| ts.contains('T')),
+        "RFC3339Nano timestamp first: {line}"
+    );
+    // healthz on the read-only port too.
+    assert_eq!(n.get("/healthz").as_deref(), Some("ok"));
+}
+
+#[test]
+fn edit_replaces_pod_with_new_uid_and_delete_terminates_and_cleans_up() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let rt = ctd.runtime();
+    let body = |msg: &str| {
+        pod_yaml(
+            "edit",
+            &format!(
+                "spec:\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, \"trap 'exit 0' TERM; echo {msg}; while true; do sleep 1; done\"]\n"
+            ),
+        )
+    };
+    n.write("edit.yaml", &body("one"));
+    let p1 = n.wait_phase("edit", "Running");
+    let uid1 = uid_of(&p1);
+    let c1 = cri_containers(&rt, "edit");
+    assert_eq!(c1.len(), 1);
+
+    // Any edit means a new UID: the old pod is terminated and a new one created.
+    n.write("edit.yaml", &body("two"));
+    let p2 = n.wait_pod("edit", "new UID Running", |p| {
+        uid_of(p) != uid1 && p["status"]["phase"] == "Running"
+    });
+    let uid2 = uid_of(&p2);
+    assert_eq!(uid2.len(), 32);
+    let after = wait_for(TIMEOUT, || {
+        let v = cri_containers(&rt, "edit");
+        (v.len() == 1 && v[0].id != c1[0].id).then_some(v)
+    })
+    .expect("old container removed, one new container");
+    assert_eq!(after[0].labels["io.kubernetes.pod.uid"], uid2);
+    assert!(
+        !n.pod_logs()
+            .join(format!("default_edit-node1_{uid1}"))
+            .exists(),
+        "old pod's logs removed"
+    );
+
+    // Delete the manifest: the pod is terminated and every sandbox and container removed.
+    n.remove("edit.yaml");
+    wait_for(TIMEOUT, || n.pod("edit").is_none().then_some(())).expect("pod gone from /pods");
+    wait_for(TIMEOUT, || {
+        (rt.list_containers().map(|v| v.is_empty()).unwrap_or(false)
+            && rt
+                .list_pod_sandboxes()
+                .map(|v| v.is_empty())
+                .unwrap_or(false))
+        .then_some(())
+    })
+    .expect("no containers or sandboxes left");
+}
+
+#[test]
+fn crash_is_restarted_at_once_then_with_10s_backoff() {
+    // kubelet: first restart immediate, then backoff 10s (doubling, capped at 300s).
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let rt = ctd.runtime();
+    n.write(
+        "crash.yaml",
+        &pod_yaml("crash", "spec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'echo boom; exit 1']\n"),
+    );
+    // Wait for attempt 2 (third container) to exist.
+    let started = Instant::now();
+    let p = n.wait_pod("crash", "CrashLoopBackOff", |p| {
+        container_status(p, "c")["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    });
+    let cs = container_status(&p, "c");
+    assert_eq!(cs["restartCount"], 1);
+    assert!(cs["state"]["waiting"]["message"].as_str().is_some_and(|m| {
+        m.starts_with("back-off 10s restarting failed container=c pod=crash-node1_default(")
+    }));
+    assert_eq!(cs["lastState"]["terminated"]["exitCode"], 1);
+    assert_eq!(cs["lastState"]["terminated"]["reason"], "Error");
+    assert_eq!(
+        p["status"]["phase"], "Running",
+        "restartPolicy Always keeps the pod Running"
+    );
+    assert_eq!(condition(&p, "Ready")["reason"], "ContainersNotReady");
+    assert_eq!(
+        condition(&p, "Ready")["message"],
+        "containers with unready status: [c]"
+    );
+
+    let third = wait_for(Duration::from_secs(40), || {
+        let v = cri_containers(&rt, "crash");
+        (v.len() >= 2 && v.iter().any(|c| c.attempt == 2)).then_some(v)
+    })
+    .expect("third attempt");
+    let status = |id: &str| rt.container_status(id).expect("container status");
+    let a0 = third.iter().find(|c| c.attempt == 0).map(|c| status(&c.id));
+    let a1 = status(&third.iter().find(|c| c.attempt == 1).expect("attempt 1").id);
+    let a2 = status(&third.iter().find(|c| c.attempt == 2).expect("attempt 2").id);
+    if let Some(a0) = a0 {
+        let gap = (a1.created_at - a0.finished_at) as f64 / 1e9;
+        assert!(gap < 3.0, "first restart is immediate, took {gap:.2}s");
+    }
+    let gap = (a2.created_at - a1.finished_at) as f64 / 1e9;
+    assert!(
+        (9.5..16.0).contains(&gap),
+        "second restart waits the 10s backoff, took {gap:.2}s"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    // GC keeps the current container and the previous one (for lastState), not more.
+    wait_for(TIMEOUT, || {
+        (cri_containers(&rt, "crash").len() <= 2).then_some(())
+    })
+    .expect("old dead containers removed");
+}
+
+#[test]
+fn restart_policies_end_in_the_kubelet_phase_with_restart_counts() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let pod = |name: &str, policy: &str, code: i32| {
+        pod_yaml(
+            name,
+            &format!(
+                "spec:\n  restartPolicy: {policy}\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'exit {code}']\n"
+            ),
+        )
+    };
+    n.write("never-fail.yaml", &pod("never-fail", "Never", 3));
+    n.write("never-ok.yaml", &pod("never-ok", "Never", 0));
+    n.write("onfailure-ok.yaml", &pod("onfailure-ok", "OnFailure", 0));
+    n.write(
+        "onfailure-fail.yaml",
+        &pod("onfailure-fail", "OnFailure", 1),
+    );
+    n.write("always-ok.yaml", &pod("always-ok", "Always", 0));
+
+    let p = n.wait_phase("never-fail", "Failed");
+    let cs = container_status(&p, "c");
+    assert_eq!(cs["restartCount"], 0);
+    assert_eq!(cs["state"]["terminated"]["exitCode"], 3);
+    assert_eq!(cs["state"]["terminated"]["reason"], "Error");
+
+    let p = n.wait_phase("never-ok", "Succeeded");
+    assert_eq!(
+        container_status(&p, "c")["state"]["terminated"]["reason"],
+        "Completed"
+    );
+    assert_eq!(condition(&p, "Ready")["reason"], "PodCompleted");
+
+    let p = n.wait_phase("onfailure-ok", "Succeeded");
+    assert_eq!(container_status(&p, "c")["restartCount"], 0);
+
+    // OnFailure with a failing container, and Always with a succeeding one, are restarted.
+    for name in ["onfailure-fail", "always-ok"] {
+        let p = n.wait_pod(name, "restarted", |p| {
+            container_status(p, "c")["restartCount"]
+                .as_i64()
+                .unwrap_or(0)
+                >= 1
+        });
+        assert_eq!(p["status"]["phase"], "Running", "{name}");
+    }
+    // Terminal pods stay terminal, with restart count 0, after further syncs.
+    let rt = ctd.runtime();
+    assert_eq!(
+        cri_containers(&rt, "never-fail").len(),
+        1,
+        "Never: no restart"
+    );
+    assert_eq!(
+        n.pod("never-fail").map(|p| p["status"]["phase"].clone()),
+        Some(Value::from("Failed"))
+    );
+}
+
+#[test]
+fn init_containers_run_in_order_and_a_failing_one_fails_the_pod() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "inits.yaml",
+        &pod_yaml(
+            "inits",
+            "spec:\n  initContainers:\n  - name: one\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'sleep 1; echo one']\n  - name: two\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'echo two']\n  containers:\n  - name: main\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'sleep 3600']\n",
+        ),
+    );
+    n.write(
+        "badinit.yaml",
+        &pod_yaml(
+            "badinit",
+            "spec:\n  restartPolicy: Never\n  initContainers:\n  - name: fail\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'exit 7']\n  containers:\n  - name: main\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'sleep 3600']\n",
+        ),
+    );
+    let p = n.wait_pod("inits", "Running and Ready", |p| {
+        p["status"]["phase"] == "Running" && condition(p, "Ready")["status"] == "True"
+    });
+    let inits = p["status"]["initContainerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(inits.len(), 2);
+    for i in &inits {
+        assert_eq!(i["state"]["terminated"]["reason"], "Completed", "{i}");
+    }
+    let one_done = inits[0]["state"]["terminated"]["finishedAt"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let two_start = inits[1]["state"]["terminated"]["startedAt"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        one_done <= two_start,
+        "init containers run one after another: {one_done} <= {two_start}"
+    );
+    assert_eq!(condition(&p, "Initialized")["status"], "True");
+
+    let p = n.wait_phase("badinit", "Failed");
+    let init = condition(&p, "Initialized");
+    assert_eq!(init["status"], "False");
+    assert_eq!(init["reason"], "ContainersNotInitialized");
+    assert_eq!(init["message"], "containers with incomplete status: [fail]");
+    let rt = ctd.runtime();
+    let names: Vec<String> = cri_containers(&rt, "badinit")
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["fail".to_string()],
+        "main never starts after a failed init container"
+    );
+    assert_eq!(
+        container_status(&p, "main")["state"]["waiting"]["reason"],
+        "PodInitializing"
+    );
+}
+
+#[test]
+fn deleting_a_manifest_honours_the_grace_period() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let rt = ctd.runtime();
+    // Ignores SIGTERM: killed with SIGKILL when the 3s grace period ends.
+    n.write(
+        "stubborn.yaml",
+        &pod_yaml("stubborn", "spec:\n  terminationGracePeriodSeconds: 3\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, \"trap '' TERM; while true; do sleep 1; done\"]\n"),
+    );
+    // Exits on SIGTERM at once, though its grace period is 30s.
+    n.write(
+        "polite.yaml",
+        &pod_yaml("polite", "spec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1; done\"]\n"),
+    );
+    n.wait_phase("stubborn", "Running");
+    n.wait_phase("polite", "Running");
+    let gone = |name: &str| {
+        cri_containers(&rt, name)
+            .iter()
+            .all(|c| c.state != ContainerState::Running)
+    };
+
+    let t0 = Instant::now();
+    n.remove("stubborn.yaml");
+    n.remove("polite.yaml");
+    wait_for(Duration::from_secs(20), || gone("polite").then_some(())).expect("polite stopped");
+    let polite = t0.elapsed();
+    wait_for(Duration::from_secs(20), || gone("stubborn").then_some(())).expect("stubborn stopped");
+    let stubborn = t0.elapsed();
+    assert!(
+        polite < Duration::from_secs(3),
+        "SIGTERM first: polite pod stopped in {polite:?}"
+    );
+    assert!(
+        stubborn >= Duration::from_millis(2900),
+        "stubborn pod got its 3s grace period, stopped at {stubborn:?}"
+    );
+    assert!(
+        stubborn < Duration::from_secs(10),
+        "SIGKILL at the end of the grace period, stopped at {stubborn:?}"
+    );
+    wait_for(TIMEOUT, || {
+        (rt.list_pod_sandboxes()
+            .map(|v| v.is_empty())
+            .unwrap_or(false))
+        .then_some(())
+    })
+    .expect("sandboxes removed");
+}
+
+#[test]
+fn kill_9_and_restart_adopts_running_containers() {
+    let ctd = Containerd::start();
+    let mut n = Nanolet::start(&ctd, &[]);
+    let rt = ctd.runtime();
+    n.write(
+        "keep.yaml",
+        &pod_yaml("keep", "spec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'sleep 3600']\n  - name: crash-once\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'if [ -e /tmp/ran ]; then sleep 3600; else touch /tmp/ran; exit 1; fi']\n"),
+    );
+    // crash-once is restarted once; /tmp is the container's own rootfs so it exits again...
+    // only the first container matters for adoption; wait until c runs.
+    let p = n.wait_pod("keep", "c running", |p| {
+        container_status(p, "c")["state"]["running"].is_object()
+    });
+    let uid = uid_of(&p);
+    let before: Vec<_> = cri_containers(&rt, "keep");
+    let restart_before = n
+        .pod("keep")
+        .map(|p| {
+            container_status(&p, "crash-once")["restartCount"]
+                .as_i64()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0);
+
+    n.kill9();
+    n.spawn();
+    let p = n.wait_pod("keep", "c running after restart", |p| {
+        container_status(p, "c")["state"]["running"].is_object()
+    });
+    assert_eq!(uid_of(&p), uid, "same UID after a nanolet restart");
+    let after: Vec<_> = cri_containers(&rt, "keep");
+    let c_before = before
+        .iter()
+        .find(|c| c.name == "c" && c.state == ContainerState::Running)
+        .expect("c before");
+    let c_after = after
+        .iter()
+        .find(|c| c.name == "c" && c.state == ContainerState::Running)
+        .expect("c after");
+    assert_eq!(
+        c_before.id, c_after.id,
+        "running container adopted, not restarted"
+    );
+    assert_eq!(container_status(&p, "c")["restartCount"], 0);
+    let restart_after = container_status(&p, "crash-once")["restartCount"]
+        .as_i64()
+        .unwrap_or(0);
+    assert!(
+        restart_after >= restart_before,
+        "restart counts never decrease: {restart_before} -> {restart_after}"
+    );
+    let sandboxes = rt.list_pod_sandboxes().expect("list sandboxes");
+    assert_eq!(sandboxes.len(), 1, "no second sandbox after the restart");
+}
+
+#[test]
+fn invalid_manifests_are_reported_and_do_not_disturb_valid_pods() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "good.yaml",
+        &pod_yaml("good", "spec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'sleep 3600']\n"),
+    );
+    n.wait_phase("good", "Running");
+    let rt = ctd.runtime();
+    let id = cri_containers(&rt, "good")[0].id.clone();
+    n.write(
+        "noimage.yaml",
+        &pod_yaml("noimage", "spec:\n  containers:\n  - name: c\n"),
+    );
+    n.write("garbage.json", "{ this is not json \u{0}\u{1}");
+    n.write("badport.yaml", &pod_yaml("badport", "spec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    ports:\n    - containerPort: notanumber\n"));
+    n.write("notes.txt", "ignored: not .yaml/.yml/.json");
+    let errors = wait_for(TIMEOUT, || {
+        let v: Value = serde_json::from_str(&n.get("/manifests/errors")?).ok()?;
+        let a = v.as_array()?.clone();
+        (a.len() >= 3).then_some(a)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "manifest errors never listed: {:?}\n{}",
+            n.get("/manifests/errors"),
+            n.log_tail()
+        )
+    });
+    let find = |f: &str| {
+        errors
+            .iter()
+            .find(|e| e["origin"].as_str().is_some_and(|o| o.ends_with(f)))
+            .cloned()
+    };
+    let e = find("noimage.yaml").expect("noimage.yaml reported");
+    assert_eq!(e["field"], "spec.containers[0].image");
+    assert!(
+        e["reason"].as_str().is_some_and(|r| r.contains("Required")),
+        "{e}"
+    );
+    let e = find("badport.yaml").expect("badport.yaml reported");
+    assert!(
+        e["field"]
+            .as_str()
+            .is_some_and(|f| f.contains("spec.containers[0].ports[0].containerPort")),
+        "{e}"
+    );
+    assert!(find("garbage.json").is_some());
+    assert!(
+        find("notes.txt").is_none(),
+        "only .yaml, .yml and .json are read"
+    );
+    assert!(n.pod("noimage").is_none() && n.pod("badport").is_none());
+    // The valid pod is untouched.
+    assert_eq!(cri_containers(&rt, "good")[0].id, id);
+    assert_eq!(
+        n.pod("good").map(|p| p["status"]["phase"].clone()),
+        Some(Value::from("Running"))
+    );
+    assert_eq!(n.get("/healthz").as_deref(), Some("ok"));
+}
+
+#[test]
+fn url_source_runs_a_pod_list_and_keeps_it_when_the_server_fails() {
+    let ctd = Containerd::start();
+    let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("http server"));
+    let addr = server.server_addr().to_ip().expect("ip addr");
+    let mode = Arc::new(AtomicUsize::new(0)); // 0: two pods, 1: HTTP 500, 2: empty list
+    let saw_header = Arc::new(AtomicBool::new(false));
+    let list = |names: &[&str]| {
+        let items: Vec<String> = names
+            .iter()
+            .map(|n| format!(r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{n}"}},"spec":{{"containers":[{{"name":"c","image":"localhost/busybox:1.36","command":["sleep","3600"]}}]}}}}"#))
+            .collect();
+        format!(
+            r#"{{"apiVersion":"v1","kind":"PodList","items":[{}]}}"#,
+            items.join(",")
+        )
+    };
+    let (two, empty) = (list(&["url-a", "url-b"]), list(&[]));
+    {
+        let server = server.clone();
+        let mode = mode.clone();
+        let saw = saw_header.clone();
+        std::thread::spawn(move || {
+            for req in server.incoming_requests() {
+                if req
+                    .headers()
+                    .iter()
+                    .any(|h| h.field.equiv("X-Token") && h.value.as_str() == "s3cret")
+                {
+                    saw.store(true, Ordering::SeqCst);
+                }
+                let resp = match mode.load(Ordering::SeqCst) {
+                    0 => tiny_http::Response::from_string(two.clone()).with_status_code(200),
+                    1 => tiny_http::Response::from_string("boom").with_status_code(500),
+                    _ => tiny_http::Response::from_string(empty.clone()).with_status_code(200),
+                };
+                let _ = req.respond(resp);
+            }
+        });
+    }
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--manifest-url=http://{addr}/pods.json"),
+            "--manifest-url-header=X-Token:s3cret".into(),
+        ],
+    );
+    let a = n.wait_phase("url-a", "Running");
+    n.wait_phase("url-b", "Running");
+    assert_eq!(
+        a["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "http"
+    );
+    assert!(
+        saw_header.load(Ordering::SeqCst),
+        "manifest-url-header sent"
+    );
+    assert!(
+        !fs::read_to_string(&n.log)
+            .unwrap_or_default()
+            .contains("s3cret"),
+        "header values are never logged"
+    );
+
+    // A failing server changes nothing.
+    let rt = ctd.runtime();
+    let ids: Vec<String> = cri_containers(&rt, "url-a")
+        .iter()
+        .map(|c| c.id.clone())
+        .collect();
+    mode.store(1, Ordering::SeqCst);
+    let fetches = |n: &Nanolet| {
+        fs::read_to_string(&n.log)
+            .unwrap_or_default()
+            .matches("500")
+            .count()
+    };
+    wait_for(TIMEOUT, || (fetches(&n) >= 2).then_some(()))
+        .unwrap_or_else(|| panic!("no failed fetch logged:\n{}", n.log_tail()));
+    assert_eq!(
+        cri_containers(&rt, "url-a")
+            .iter()
+            .map(|c| c.id.clone())
+            .collect::<Vec<_>>(),
+        ids
+    );
+    assert!(n.pod("url-b").is_some());
+
+    // An empty list removes the pods.
+    mode.store(2, Ordering::SeqCst);
+    wait_for(TIMEOUT, || {
+        (n.pod("url-a").is_none() && n.pod("url-b").is_none()).then_some(())
+    })
+    .expect("pods removed");
+    wait_for(TIMEOUT, || {
+        rt.list_containers()
+            .map(|v| v.is_empty())
+            .unwrap_or(false)
+            .then_some(())
+    })
+    .expect("containers removed");
+    server.unblock();
+}
