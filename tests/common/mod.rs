@@ -40,27 +40,51 @@ fn repo_root() -> PathBuf {
 }
 
 fn run_ok(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{cmd:?}: {e}"))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(format!("{cmd:?}: {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
+        Err(format!(
+            "{cmd:?}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 
 /// Panics with a pointer to install-deps.sh if a required tool is missing.
 fn check_deps() {
     let mut missing = Vec::new();
-    for bin in ["containerd", "ctr", "runc", "ip", "umount", "tar", "gzip", "sha256sum"] {
+    for bin in [
+        "containerd",
+        "ctr",
+        "runc",
+        "ip",
+        "umount",
+        "tar",
+        "gzip",
+        "sha256sum",
+    ] {
         let found = std::env::var_os("PATH")
             .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
             .unwrap_or(false)
-            || ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().any(|d| Path::new(d).join(bin).is_file());
+            || ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+                .iter()
+                .any(|d| Path::new(d).join(bin).is_file());
         if !found {
             missing.push(bin.to_string());
         }
     }
-    for f in ["/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/portmap", "/usr/lib/cni/loopback", "/bin/busybox"] {
+    for f in [
+        "/usr/lib/cni/bridge",
+        "/usr/lib/cni/host-local",
+        "/usr/lib/cni/portmap",
+        "/usr/lib/cni/loopback",
+        "/bin/busybox",
+    ] {
         if !Path::new(f).exists() {
             missing.push(f.to_string());
         }
@@ -86,7 +110,11 @@ pub fn test_images() -> &'static Path {
         let sums = run_ok(Command::new("sha256sum").arg("/bin/busybox").arg(&script))
             .unwrap_or_else(|e| panic!("hashing image inputs: {e}"));
         let key: String = {
-            let joined: String = sums.split_whitespace().step_by(2).collect::<Vec<_>>().join("");
+            let joined: String = sums
+                .split_whitespace()
+                .step_by(2)
+                .collect::<Vec<_>>()
+                .join("");
             let out = Command::new("sha256sum")
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
@@ -98,7 +126,10 @@ pub fn test_images() -> &'static Path {
                     c.wait_with_output()
                 })
                 .unwrap_or_else(|e| panic!("sha256sum: {e}"));
-            String::from_utf8_lossy(&out.stdout).chars().take(16).collect()
+            String::from_utf8_lossy(&out.stdout)
+                .chars()
+                .take(16)
+                .collect()
         };
         let base = repo_root().join("target/test-images");
         let dir = base.join(&key);
@@ -114,7 +145,11 @@ pub fn test_images() -> &'static Path {
         if fs::rename(&tmp, &dir).is_err() {
             let _ = fs::remove_dir_all(&tmp);
         }
-        assert!(dir.join("busybox.tar").is_file(), "test images missing in {}", dir.display());
+        assert!(
+            dir.join("busybox.tar").is_file(),
+            "test images missing in {}",
+            dir.display()
+        );
         dir
     })
 }
@@ -127,8 +162,10 @@ fn pid_alive(pid: i32) -> bool {
 /// on this machine overlaps. The claim is a lock file holding our pid; stale ones are reclaimed.
 fn claim_subnet() -> (u8, PathBuf) {
     fs::create_dir_all(NET_LOCK_DIR).unwrap_or_else(|e| panic!("creating {NET_LOCK_DIR}: {e}"));
-    let routes = run_ok(Command::new("ip").args(["-o", "-4", "route", "show", "table", "all"])).unwrap_or_default();
-    let start = (std::process::id() as usize + INSTANCE.load(Ordering::SeqCst) * 7) % SUBNET_OCTETS.clone().count();
+    let routes = run_ok(Command::new("ip").args(["-o", "-4", "route", "show", "table", "all"]))
+        .unwrap_or_default();
+    let start = (std::process::id() as usize + INSTANCE.load(Ordering::SeqCst) * 7)
+        % SUBNET_OCTETS.clone().count();
     let octets: Vec<u8> = SUBNET_OCTETS.collect();
     for i in 0..octets.len() {
         let x = octets[(start + i) % octets.len()];
@@ -137,13 +174,19 @@ fn claim_subnet() -> (u8, PathBuf) {
         }
         let lock = Path::new(NET_LOCK_DIR).join(format!("10.{x}"));
         for _attempt in 0..2 {
-            match fs::OpenOptions::new().write(true).create_new(true).open(&lock) {
+            match fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&lock)
+            {
                 Ok(mut f) => {
                     let _ = write!(f, "{}", std::process::id());
                     return (x, lock);
                 }
                 Err(_) => {
-                    let holder = fs::read_to_string(&lock).ok().and_then(|s| s.trim().parse::<i32>().ok());
+                    let holder = fs::read_to_string(&lock)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<i32>().ok());
                     match holder {
                         Some(pid) if pid_alive(pid) => break,
                         _ => {
@@ -178,7 +221,8 @@ impl Containerd {
         let (octet, net_lock) = claim_subnet();
         let tmp = PathBuf::from(format!("/tmp/nanolet-ctd-{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&tmp);
-        fs::create_dir_all(tmp.join("cni")).unwrap_or_else(|e| panic!("creating {}: {e}", tmp.display()));
+        fs::create_dir_all(tmp.join("cni"))
+            .unwrap_or_else(|e| panic!("creating {}: {e}", tmp.display()));
         let mut ctd = Containerd {
             socket: tmp.join("containerd.sock"),
             config: tmp.join("config.toml"),
@@ -229,8 +273,16 @@ impl Containerd {
     /// Imports an OCI/docker archive into namespace k8s.io.
     pub fn import_image(&self, tar: &Path) {
         let sock = self.socket.display().to_string();
-        if let Err(e) = run_ok(Command::new("ctr").args(["-a", &sock, "-n", "k8s.io", "images", "import"]).arg(tar)) {
-            panic!("importing {}: {e}\ncontainerd log tail:\n{}", tar.display(), tail(&self.log(), 30));
+        if let Err(e) = run_ok(
+            Command::new("ctr")
+                .args(["-a", &sock, "-n", "k8s.io", "images", "import"])
+                .arg(tar),
+        ) {
+            panic!(
+                "importing {}: {e}\ncontainerd log tail:\n{}",
+                tar.display(),
+                tail(&self.log(), 30)
+            );
         }
     }
 
@@ -257,7 +309,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       conf_dir = "{t}/cni"
 "#
         );
-        fs::write(&self.config, config).unwrap_or_else(|e| panic!("writing containerd config: {e}"));
+        fs::write(&self.config, config)
+            .unwrap_or_else(|e| panic!("writing containerd config: {e}"));
         let conflist = format!(
             r#"{{
   "cniVersion": "0.4.0",
@@ -295,7 +348,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             .append(true)
             .open(self.tmp.join("containerd.log"))
             .unwrap_or_else(|e| panic!("opening containerd log: {e}"));
-        let log2 = log.try_clone().unwrap_or_else(|e| panic!("cloning log fd: {e}"));
+        let log2 = log
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cloning log fd: {e}"));
         let child = Command::new("containerd")
             .arg("--config")
             .arg(&self.config)
@@ -316,7 +371,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     self.child = None;
-                    panic!("containerd exited during start-up ({status}):\n{}", tail(&self.log(), 40));
+                    panic!(
+                        "containerd exited during start-up ({status}):\n{}",
+                        tail(&self.log(), 40)
+                    );
                 }
             }
             let err = match rt.version() {
@@ -324,7 +382,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 Err(e) => e,
             };
             if Instant::now() > deadline {
-                panic!("containerd not ready after {READY_TIMEOUT:?}: {err}\n{}", tail(&self.log(), 40));
+                panic!(
+                    "containerd not ready after {READY_TIMEOUT:?}: {err}\n{}",
+                    tail(&self.log(), 40)
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -342,7 +403,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     }
 
     fn signal_daemon(&mut self, sig: nix::sys::signal::Signal) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
         let _ = nix::sys::signal::kill(pid, sig);
         let deadline = Instant::now() + STOP_TIMEOUT;
@@ -363,8 +426,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     /// Best effort: stop and remove every sandbox (and so every container) through CRI.
     fn remove_all_pods(&self) {
-        let Ok(rt) = CriRuntime::connect(&self.endpoint(), Duration::from_secs(10)) else { return };
-        let Ok(sandboxes) = rt.list_pod_sandboxes() else { return };
+        let Ok(rt) = CriRuntime::connect(&self.endpoint(), Duration::from_secs(10)) else {
+            return;
+        };
+        let Ok(sandboxes) = rt.list_pod_sandboxes() else {
+            return;
+        };
         if let Ok(containers) = rt.list_containers() {
             for c in containers {
                 let _ = rt.stop_container(&c.id, Duration::ZERO);
@@ -378,18 +445,28 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     }
 
     fn kill_leftover_shims(&self) {
-        let needle = self.tmp.display().to_string();
-        let Ok(entries) = fs::read_dir("/proc") else { return };
+        // The shim command line carries `-address <tmp>/containerd.sock`; the trailing slash keeps
+        // instance "...-1" from matching "...-10".
+        let needle = format!("{}/", self.tmp.display());
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return;
+        };
         let mut procs: Vec<(i32, i32, String)> = Vec::new(); // pid, ppid, cmdline
         for e in entries.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
             let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
                 .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
                 .unwrap_or_default();
             let ppid = fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()
                 .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.to_string()))
-                .and_then(|rest| rest.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok()))
+                .and_then(|rest| {
+                    rest.split_whitespace()
+                        .nth(1)
+                        .and_then(|p| p.parse::<i32>().ok())
+                })
                 .unwrap_or(0);
             procs.push((pid, ppid, cmdline));
         }
@@ -411,13 +488,18 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         }
         victims.extend(shims);
         for pid in victims {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 
     fn unmount_all(&self) {
         let prefix = self.tmp.display().to_string();
-        let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else { return };
+        let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+            return;
+        };
         let mut points: Vec<String> = info
             .lines()
             .filter_map(|l| l.split(' ').nth(4))
@@ -427,7 +509,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         // Later mounts may sit on top of earlier ones: unmount in reverse order.
         points.reverse();
         for p in points {
-            let _ = Command::new("umount").arg("-l").arg(&p).stdout(Stdio::null()).stderr(Stdio::null()).status();
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(&p)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
     }
 }
@@ -460,7 +547,10 @@ fn unescape_mountinfo(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
             i += 4;
