@@ -54,7 +54,7 @@ pids_matching() {
   for f in /proc/[0-9]*/cmdline; do
     pid=${f#/proc/}; pid=${pid%/cmdline}
     [ "$pid" = "$$" ] && continue
-    cmd=$(tr '\0' ' ' <"$f" 2>/dev/null) || continue
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$f") || continue
     [ -n "$cmd" ] || continue
     ok=1
     for s in "$@"; do
