@@ -445,6 +445,15 @@ fn survives_containerd_restart() {
         late.version().expect_err("down").kind,
         ErrorKind::Unavailable
     );
+    // Subscribing while down fails fast instead of waiting for the subscription deadline.
+    let t = Instant::now();
+    let err = rt.subscribe_events().expect_err("down");
+    assert_eq!(err.kind, ErrorKind::Unavailable, "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "subscribe while down took {:?}",
+        t.elapsed()
+    );
 
     let t = Instant::now();
     ctd.start_daemon();

@@ -24,9 +24,9 @@ use prost::Message;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{
-    ContainerConfig, ContainerInfo, ContainerState, ContainerStatus, ErrorKind, ExecResult, ImageInfo,
-    PodSandboxConfig, Protocol, Result, Runtime, RuntimeError, RuntimeEvent, RuntimeVersion, SandboxInfo,
-    SandboxState, SandboxStatus,
+    ContainerConfig, ContainerInfo, ContainerState, ContainerStatus, ErrorKind, ExecResult,
+    ImageInfo, PodSandboxConfig, Protocol, Result, Runtime, RuntimeError, RuntimeEvent,
+    RuntimeVersion, SandboxInfo, SandboxState, SandboxStatus,
 };
 
 /// Generated CRI client and messages. Private: nothing outside this module sees prost types.
@@ -91,7 +91,12 @@ fn socket_path(endpoint: &str) -> Result<PathBuf> {
         endpoint
     };
     if path.is_empty() {
-        return Err(RuntimeError::new("connect", endpoint, ErrorKind::Other, "empty socket path"));
+        return Err(RuntimeError::new(
+            "connect",
+            endpoint,
+            ErrorKind::Other,
+            "empty socket path",
+        ));
     }
     Ok(PathBuf::from(path))
 }
@@ -109,7 +114,11 @@ fn map_status(op: &'static str, target: &str, status: &tonic::Status, by_id: boo
         Code::Unknown if by_id && looks_not_found(&message) => ErrorKind::NotFound,
         _ => ErrorKind::Other,
     };
-    let message = if message.is_empty() { format!("{:?}", status.code()) } else { message };
+    let message = if message.is_empty() {
+        format!("{:?}", status.code())
+    } else {
+        message
+    };
     RuntimeError::new(op, target, kind, message)
 }
 
@@ -133,7 +142,10 @@ fn with_deadline<T>(msg: T, deadline: Duration) -> tonic::Request<T> {
 
 fn with_namespace<T>(msg: T) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);
-    req.metadata_mut().insert("containerd-namespace", tonic::metadata::MetadataValue::from_static(K8S_NAMESPACE));
+    req.metadata_mut().insert(
+        "containerd-namespace",
+        tonic::metadata::MetadataValue::from_static(K8S_NAMESPACE),
+    );
     req
 }
 
@@ -147,7 +159,14 @@ impl CriRuntime {
             .enable_io()
             .enable_time()
             .build()
-            .map_err(|e| RuntimeError::new("connect", endpoint, ErrorKind::Other, format!("tokio runtime: {e}")))?;
+            .map_err(|e| {
+                RuntimeError::new(
+                    "connect",
+                    endpoint,
+                    ErrorKind::Other,
+                    format!("tokio runtime: {e}"),
+                )
+            })?;
         let handle = rt.handle().clone();
 
         // The URI is required by tonic but unused: the connector dials the Unix socket.
@@ -176,7 +195,14 @@ impl CriRuntime {
                 // Dropping the runtime cancels remaining tasks (event pumps, in-flight calls).
                 drop(rt);
             })
-            .map_err(|e| RuntimeError::new("connect", endpoint, ErrorKind::Other, format!("spawning runtime thread: {e}")))?;
+            .map_err(|e| {
+                RuntimeError::new(
+                    "connect",
+                    endpoint,
+                    ErrorKind::Other,
+                    format!("spawning runtime thread: {e}"),
+                )
+            })?;
 
         tracing::debug!(socket = %socket.display(), "CRI client created");
         Ok(CriRuntime {
@@ -209,7 +235,14 @@ impl CriRuntime {
     }
 
     /// Runs `fut` on the runtime thread and waits for it, bounded by `deadline` (+ slack).
-    fn run<T, Fut>(&self, op: &'static str, target: &str, deadline: Duration, by_id: bool, fut: Fut) -> Result<T>
+    fn run<T, Fut>(
+        &self,
+        op: &'static str,
+        target: &str,
+        deadline: Duration,
+        by_id: bool,
+        fut: Fut,
+    ) -> Result<T>
     where
         T: Send + 'static,
         Fut: Future<Output = std::result::Result<T, tonic::Status>> + Send + 'static,
@@ -232,28 +265,44 @@ impl CriRuntime {
                 ErrorKind::DeadlineExceeded,
                 format!("no reply within {deadline:?}"),
             )),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                Err(RuntimeError::new(op, target, ErrorKind::Unavailable, "CRI client runtime thread is gone"))
-            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(RuntimeError::new(
+                op,
+                target,
+                ErrorKind::Unavailable,
+                "CRI client runtime thread is gone",
+            )),
         }
     }
 
     /// ReopenContainerLog: ask the runtime to reopen the container's log file (after rotation).
     pub fn reopen_container_log(&self, container_id: &str) -> Result<()> {
         let mut c = self.runtime_client();
-        let req = with_deadline(pb::ReopenContainerLogRequest { container_id: container_id.to_string() }, self.default_timeout);
-        self.run("ReopenContainerLog", &format!("container {container_id}"), self.default_timeout, true, async move {
-            c.reopen_container_log(req).await.map(|_| ())
-        })
+        let req = with_deadline(
+            pb::ReopenContainerLogRequest {
+                container_id: container_id.to_string(),
+            },
+            self.default_timeout,
+        );
+        self.run(
+            "ReopenContainerLog",
+            &format!("container {container_id}"),
+            self.default_timeout,
+            true,
+            async move { c.reopen_container_log(req).await.map(|_| ()) },
+        )
     }
 
     /// ListImages (all local images in the k8s.io namespace).
     pub fn list_images(&self) -> Result<Vec<ImageInfo>> {
         let mut c = self.image_client();
         let req = with_deadline(pb::ListImagesRequest { filter: None }, self.default_timeout);
-        let resp = self.run("ListImages", "images", self.default_timeout, false, async move {
-            c.list_images(req).await.map(|r| r.into_inner())
-        })?;
+        let resp = self.run(
+            "ListImages",
+            "images",
+            self.default_timeout,
+            false,
+            async move { c.list_images(req).await.map(|r| r.into_inner()) },
+        )?;
         Ok(resp.images.into_iter().map(image_info).collect())
     }
 
@@ -261,12 +310,21 @@ impl CriRuntime {
     pub fn remove_image(&self, image: &str) -> Result<()> {
         let mut c = self.image_client();
         let req = with_deadline(
-            pb::RemoveImageRequest { image: Some(pb::ImageSpec { image: image.to_string(), ..Default::default() }) },
+            pb::RemoveImageRequest {
+                image: Some(pb::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+            },
             self.default_timeout,
         );
-        self.run("RemoveImage", &format!("image {image}"), self.default_timeout, false, async move {
-            c.remove_image(req).await.map(|_| ())
-        })
+        self.run(
+            "RemoveImage",
+            &format!("image {image}"),
+            self.default_timeout,
+            false,
+            async move { c.remove_image(req).await.map(|_| ()) },
+        )
     }
 }
 
@@ -291,7 +349,11 @@ impl Drop for CriRuntime {
 // ---- conversions: domain -> CRI ----
 
 fn ns_mode(host: bool) -> i32 {
-    if host { pb::NamespaceMode::Node as i32 } else { pb::NamespaceMode::Pod as i32 }
+    if host {
+        pb::NamespaceMode::Node as i32
+    } else {
+        pb::NamespaceMode::Pod as i32
+    }
 }
 
 fn sandbox_config_pb(c: &PodSandboxConfig) -> pb::PodSandboxConfig {
@@ -346,17 +408,34 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
     // namespace like the kubelet does (shareProcessNamespace is not supported).
     let ns = pb::NamespaceOption {
         network: ns_mode(sandbox.host_network),
-        pid: if sandbox.host_pid { pb::NamespaceMode::Node as i32 } else { pb::NamespaceMode::Container as i32 },
+        pid: if sandbox.host_pid {
+            pb::NamespaceMode::Node as i32
+        } else {
+            pb::NamespaceMode::Container as i32
+        },
         ipc: ns_mode(sandbox.host_ipc),
         target_id: String::new(),
     };
     pb::ContainerConfig {
-        metadata: Some(pb::ContainerMetadata { name: c.name.clone(), attempt: c.attempt }),
-        image: Some(pb::ImageSpec { image: c.image.clone(), ..Default::default() }),
+        metadata: Some(pb::ContainerMetadata {
+            name: c.name.clone(),
+            attempt: c.attempt,
+        }),
+        image: Some(pb::ImageSpec {
+            image: c.image.clone(),
+            ..Default::default()
+        }),
         command: c.command.clone(),
         args: c.args.clone(),
         working_dir: c.working_dir.clone(),
-        envs: c.envs.iter().map(|(k, v)| pb::KeyValue { key: k.clone(), value: v.clone() }).collect(),
+        envs: c
+            .envs
+            .iter()
+            .map(|(k, v)| pb::KeyValue {
+                key: k.clone(),
+                value: v.clone(),
+            })
+            .collect(),
         mounts: c
             .mounts
             .iter()
@@ -393,7 +472,11 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
 // ---- conversions: CRI -> domain ----
 
 fn sandbox_state(s: i32) -> SandboxState {
-    if s == pb::PodSandboxState::SandboxReady as i32 { SandboxState::Ready } else { SandboxState::NotReady }
+    if s == pb::PodSandboxState::SandboxReady as i32 {
+        SandboxState::Ready
+    } else {
+        SandboxState::NotReady
+    }
 }
 
 fn container_state(s: i32) -> ContainerState {
@@ -428,7 +511,12 @@ fn sandbox_info(
 }
 
 fn image_info(i: pb::Image) -> ImageInfo {
-    ImageInfo { id: i.id, repo_tags: i.repo_tags, repo_digests: i.repo_digests, size: i.size }
+    ImageInfo {
+        id: i.id,
+        repo_tags: i.repo_tags,
+        repo_digests: i.repo_digests,
+        size: i.size,
+    }
 }
 
 fn image_name(spec: Option<pb::ImageSpec>) -> String {
@@ -446,7 +534,10 @@ fn decode_event(env: &containerd_client::types::Envelope) -> Option<RuntimeEvent
         "/tasks/exit" => match containerd_client::events::TaskExit::decode(any.value.as_slice()) {
             // Exec processes exit too (id = exec id); only the init process ends the container.
             Ok(ev) if ev.id.is_empty() || ev.id == ev.container_id => {
-                Some(RuntimeEvent::TaskExit { id: ev.container_id, exit_code: ev.exit_status })
+                Some(RuntimeEvent::TaskExit {
+                    id: ev.container_id,
+                    exit_code: ev.exit_status,
+                })
             }
             Ok(_) => None,
             Err(e) => {
@@ -454,13 +545,17 @@ fn decode_event(env: &containerd_client::types::Envelope) -> Option<RuntimeEvent
                 None
             }
         },
-        "/tasks/start" => match containerd_client::events::TaskStart::decode(any.value.as_slice()) {
-            Ok(ev) => Some(RuntimeEvent::TaskStart { id: ev.container_id }),
-            Err(e) => {
-                tracing::warn!(topic = %env.topic, error = %e, "undecodable containerd event");
-                None
+        "/tasks/start" => {
+            match containerd_client::events::TaskStart::decode(any.value.as_slice()) {
+                Ok(ev) => Some(RuntimeEvent::TaskStart {
+                    id: ev.container_id,
+                }),
+                Err(e) => {
+                    tracing::warn!(topic = %env.topic, error = %e, "undecodable containerd event");
+                    None
+                }
             }
-        },
+        }
         _ => None,
     }
 }
@@ -468,11 +563,20 @@ fn decode_event(env: &containerd_client::types::Envelope) -> Option<RuntimeEvent
 impl Runtime for CriRuntime {
     fn version(&self) -> Result<RuntimeVersion> {
         let mut c = self.runtime_client();
-        let req = with_deadline(pb::VersionRequest { version: CRI_API_VERSION.into() }, self.default_timeout);
+        let req = with_deadline(
+            pb::VersionRequest {
+                version: CRI_API_VERSION.into(),
+            },
+            self.default_timeout,
+        );
         let target = self.socket.display().to_string();
-        let v = self.run("Version", &target, self.default_timeout, false, async move {
-            c.version(req).await.map(|r| r.into_inner())
-        })?;
+        let v = self.run(
+            "Version",
+            &target,
+            self.default_timeout,
+            false,
+            async move { c.version(req).await.map(|r| r.into_inner()) },
+        )?;
         Ok(RuntimeVersion {
             runtime_name: v.runtime_name,
             runtime_version: v.runtime_version,
@@ -483,49 +587,97 @@ impl Runtime for CriRuntime {
     fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<String> {
         let mut c = self.runtime_client();
         let req = with_deadline(
-            pb::RunPodSandboxRequest { config: Some(sandbox_config_pb(config)), runtime_handler: String::new() },
+            pb::RunPodSandboxRequest {
+                config: Some(sandbox_config_pb(config)),
+                runtime_handler: String::new(),
+            },
             self.default_timeout,
         );
         let target = format!("pod {}/{}", config.namespace, config.name);
-        let id = self.run("RunPodSandbox", &target, self.default_timeout, false, async move {
-            c.run_pod_sandbox(req).await.map(|r| r.into_inner().pod_sandbox_id)
-        })?;
+        let id = self.run(
+            "RunPodSandbox",
+            &target,
+            self.default_timeout,
+            false,
+            async move {
+                c.run_pod_sandbox(req)
+                    .await
+                    .map(|r| r.into_inner().pod_sandbox_id)
+            },
+        )?;
         tracing::debug!(pod = %format!("{}/{}", config.namespace, config.name), sandbox = %id, "sandbox running");
         Ok(id)
     }
 
     fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
         let mut c = self.runtime_client();
-        let req = with_deadline(pb::StopPodSandboxRequest { pod_sandbox_id: sandbox_id.into() }, self.default_timeout);
-        self.run("StopPodSandbox", &format!("sandbox {sandbox_id}"), self.default_timeout, true, async move {
-            c.stop_pod_sandbox(req).await.map(|_| ())
-        })
+        let req = with_deadline(
+            pb::StopPodSandboxRequest {
+                pod_sandbox_id: sandbox_id.into(),
+            },
+            self.default_timeout,
+        );
+        self.run(
+            "StopPodSandbox",
+            &format!("sandbox {sandbox_id}"),
+            self.default_timeout,
+            true,
+            async move { c.stop_pod_sandbox(req).await.map(|_| ()) },
+        )
     }
 
     fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
         let mut c = self.runtime_client();
-        let req = with_deadline(pb::RemovePodSandboxRequest { pod_sandbox_id: sandbox_id.into() }, self.default_timeout);
-        self.run("RemovePodSandbox", &format!("sandbox {sandbox_id}"), self.default_timeout, true, async move {
-            c.remove_pod_sandbox(req).await.map(|_| ())
-        })
+        let req = with_deadline(
+            pb::RemovePodSandboxRequest {
+                pod_sandbox_id: sandbox_id.into(),
+            },
+            self.default_timeout,
+        );
+        self.run(
+            "RemovePodSandbox",
+            &format!("sandbox {sandbox_id}"),
+            self.default_timeout,
+            true,
+            async move { c.remove_pod_sandbox(req).await.map(|_| ()) },
+        )
     }
 
     fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<SandboxStatus> {
         let mut c = self.runtime_client();
         let req = with_deadline(
-            pb::PodSandboxStatusRequest { pod_sandbox_id: sandbox_id.into(), verbose: false },
+            pb::PodSandboxStatusRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                verbose: false,
+            },
             self.default_timeout,
         );
         let target = format!("sandbox {sandbox_id}");
-        let resp = self.run("PodSandboxStatus", &target, self.default_timeout, true, async move {
-            c.pod_sandbox_status(req).await.map(|r| r.into_inner())
+        let resp = self.run(
+            "PodSandboxStatus",
+            &target,
+            self.default_timeout,
+            true,
+            async move { c.pod_sandbox_status(req).await.map(|r| r.into_inner()) },
+        )?;
+        let s = resp.status.ok_or_else(|| {
+            RuntimeError::new(
+                "PodSandboxStatus",
+                target,
+                ErrorKind::Other,
+                "reply without status",
+            )
         })?;
-        let s = resp
-            .status
-            .ok_or_else(|| RuntimeError::new("PodSandboxStatus", target, ErrorKind::Other, "reply without status"))?;
         let network = s.network.unwrap_or_default();
         Ok(SandboxStatus {
-            info: sandbox_info(s.id, s.metadata, s.state, s.created_at, s.labels, s.annotations),
+            info: sandbox_info(
+                s.id,
+                s.metadata,
+                s.state,
+                s.created_at,
+                s.labels,
+                s.annotations,
+            ),
             ip: network.ip,
             additional_ips: network.additional_ips.into_iter().map(|p| p.ip).collect(),
         })
@@ -533,14 +685,30 @@ impl Runtime for CriRuntime {
 
     fn list_pod_sandboxes(&self) -> Result<Vec<SandboxInfo>> {
         let mut c = self.runtime_client();
-        let req = with_deadline(pb::ListPodSandboxRequest { filter: None }, self.default_timeout);
-        let resp = self.run("ListPodSandbox", "sandboxes", self.default_timeout, false, async move {
-            c.list_pod_sandbox(req).await.map(|r| r.into_inner())
-        })?;
+        let req = with_deadline(
+            pb::ListPodSandboxRequest { filter: None },
+            self.default_timeout,
+        );
+        let resp = self.run(
+            "ListPodSandbox",
+            "sandboxes",
+            self.default_timeout,
+            false,
+            async move { c.list_pod_sandbox(req).await.map(|r| r.into_inner()) },
+        )?;
         Ok(resp
             .items
             .into_iter()
-            .map(|s| sandbox_info(s.id, s.metadata, s.state, s.created_at, s.labels, s.annotations))
+            .map(|s| {
+                sandbox_info(
+                    s.id,
+                    s.metadata,
+                    s.state,
+                    s.created_at,
+                    s.labels,
+                    s.annotations,
+                )
+            })
             .collect())
     }
 
@@ -559,46 +727,89 @@ impl Runtime for CriRuntime {
             },
             self.default_timeout,
         );
-        let target = format!("container {} of pod {}/{}", config.name, sandbox_config.namespace, sandbox_config.name);
-        self.run("CreateContainer", &target, self.default_timeout, false, async move {
-            c.create_container(req).await.map(|r| r.into_inner().container_id)
-        })
+        let target = format!(
+            "container {} of pod {}/{}",
+            config.name, sandbox_config.namespace, sandbox_config.name
+        );
+        self.run(
+            "CreateContainer",
+            &target,
+            self.default_timeout,
+            false,
+            async move {
+                c.create_container(req)
+                    .await
+                    .map(|r| r.into_inner().container_id)
+            },
+        )
     }
 
     fn start_container(&self, container_id: &str) -> Result<()> {
         let mut c = self.runtime_client();
-        let req = with_deadline(pb::StartContainerRequest { container_id: container_id.into() }, self.default_timeout);
-        self.run("StartContainer", &format!("container {container_id}"), self.default_timeout, true, async move {
-            c.start_container(req).await.map(|_| ())
-        })
+        let req = with_deadline(
+            pb::StartContainerRequest {
+                container_id: container_id.into(),
+            },
+            self.default_timeout,
+        );
+        self.run(
+            "StartContainer",
+            &format!("container {container_id}"),
+            self.default_timeout,
+            true,
+            async move { c.start_container(req).await.map(|_| ()) },
+        )
     }
 
     fn stop_container(&self, container_id: &str, timeout: Duration) -> Result<()> {
         let mut c = self.runtime_client();
         let deadline = timeout + STOP_SLACK;
         let req = with_deadline(
-            pb::StopContainerRequest { container_id: container_id.into(), timeout: ceil_secs(timeout) },
+            pb::StopContainerRequest {
+                container_id: container_id.into(),
+                timeout: ceil_secs(timeout),
+            },
             deadline,
         );
-        self.run("StopContainer", &format!("container {container_id}"), deadline, true, async move {
-            c.stop_container(req).await.map(|_| ())
-        })
+        self.run(
+            "StopContainer",
+            &format!("container {container_id}"),
+            deadline,
+            true,
+            async move { c.stop_container(req).await.map(|_| ()) },
+        )
     }
 
     fn remove_container(&self, container_id: &str) -> Result<()> {
         let mut c = self.runtime_client();
-        let req = with_deadline(pb::RemoveContainerRequest { container_id: container_id.into() }, self.default_timeout);
-        self.run("RemoveContainer", &format!("container {container_id}"), self.default_timeout, true, async move {
-            c.remove_container(req).await.map(|_| ())
-        })
+        let req = with_deadline(
+            pb::RemoveContainerRequest {
+                container_id: container_id.into(),
+            },
+            self.default_timeout,
+        );
+        self.run(
+            "RemoveContainer",
+            &format!("container {container_id}"),
+            self.default_timeout,
+            true,
+            async move { c.remove_container(req).await.map(|_| ()) },
+        )
     }
 
     fn list_containers(&self) -> Result<Vec<ContainerInfo>> {
         let mut c = self.runtime_client();
-        let req = with_deadline(pb::ListContainersRequest { filter: None }, self.default_timeout);
-        let resp = self.run("ListContainers", "containers", self.default_timeout, false, async move {
-            c.list_containers(req).await.map(|r| r.into_inner())
-        })?;
+        let req = with_deadline(
+            pb::ListContainersRequest { filter: None },
+            self.default_timeout,
+        );
+        let resp = self.run(
+            "ListContainers",
+            "containers",
+            self.default_timeout,
+            false,
+            async move { c.list_containers(req).await.map(|r| r.into_inner()) },
+        )?;
         Ok(resp
             .containers
             .into_iter()
@@ -623,16 +834,28 @@ impl Runtime for CriRuntime {
     fn container_status(&self, container_id: &str) -> Result<ContainerStatus> {
         let mut c = self.runtime_client();
         let req = with_deadline(
-            pb::ContainerStatusRequest { container_id: container_id.into(), verbose: false },
+            pb::ContainerStatusRequest {
+                container_id: container_id.into(),
+                verbose: false,
+            },
             self.default_timeout,
         );
         let target = format!("container {container_id}");
-        let resp = self.run("ContainerStatus", &target, self.default_timeout, true, async move {
-            c.container_status(req).await.map(|r| r.into_inner())
+        let resp = self.run(
+            "ContainerStatus",
+            &target,
+            self.default_timeout,
+            true,
+            async move { c.container_status(req).await.map(|r| r.into_inner()) },
+        )?;
+        let s = resp.status.ok_or_else(|| {
+            RuntimeError::new(
+                "ContainerStatus",
+                target,
+                ErrorKind::Other,
+                "reply without status",
+            )
         })?;
-        let s = resp
-            .status
-            .ok_or_else(|| RuntimeError::new("ContainerStatus", target, ErrorKind::Other, "reply without status"))?;
         let md = s.metadata.unwrap_or_default();
         Ok(ContainerStatus {
             id: s.id,
@@ -657,14 +880,21 @@ impl Runtime for CriRuntime {
         let mut c = self.image_client();
         let req = with_deadline(
             pb::ImageStatusRequest {
-                image: Some(pb::ImageSpec { image: image.to_string(), ..Default::default() }),
+                image: Some(pb::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
                 verbose: false,
             },
             self.default_timeout,
         );
-        let resp = self.run("ImageStatus", &format!("image {image}"), self.default_timeout, false, async move {
-            c.image_status(req).await.map(|r| r.into_inner())
-        })?;
+        let resp = self.run(
+            "ImageStatus",
+            &format!("image {image}"),
+            self.default_timeout,
+            false,
+            async move { c.image_status(req).await.map(|r| r.into_inner()) },
+        )?;
         Ok(resp.image.map(image_info))
     }
 
@@ -673,30 +903,54 @@ impl Runtime for CriRuntime {
         let deadline = self.pull_timeout;
         let req = with_deadline(
             pb::PullImageRequest {
-                image: Some(pb::ImageSpec { image: image.to_string(), ..Default::default() }),
+                image: Some(pb::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
                 auth: None,
                 sandbox_config: None,
             },
             deadline,
         );
-        self.run("PullImage", &format!("image {image}"), deadline, false, async move {
-            c.pull_image(req).await.map(|r| r.into_inner().image_ref)
-        })
+        self.run(
+            "PullImage",
+            &format!("image {image}"),
+            deadline,
+            false,
+            async move { c.pull_image(req).await.map(|r| r.into_inner().image_ref) },
+        )
     }
 
-    fn exec_sync(&self, container_id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult> {
+    fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult> {
         let mut c = self.runtime_client();
         let deadline = timeout + EXEC_SLACK;
         // CRI's 0 means "no timeout"; never send that for a bounded call.
         let secs = ceil_secs(timeout).max(1);
         let req = with_deadline(
-            pb::ExecSyncRequest { container_id: container_id.into(), cmd: cmd.to_vec(), timeout: secs },
+            pb::ExecSyncRequest {
+                container_id: container_id.into(),
+                cmd: cmd.to_vec(),
+                timeout: secs,
+            },
             deadline,
         );
-        let r = self.run("ExecSync", &format!("container {container_id}"), deadline, true, async move {
-            c.exec_sync(req).await.map(|r| r.into_inner())
-        })?;
-        Ok(ExecResult { exit_code: r.exit_code, stdout: r.stdout, stderr: r.stderr })
+        let r = self.run(
+            "ExecSync",
+            &format!("container {container_id}"),
+            deadline,
+            true,
+            async move { c.exec_sync(req).await.map(|r| r.into_inner()) },
+        )?;
+        Ok(ExecResult {
+            exit_code: r.exit_code,
+            stdout: r.stdout,
+            stderr: r.stderr,
+        })
     }
 
     /// Subscribes to containerd's `/tasks/exit` and `/tasks/start` events in namespace k8s.io.
@@ -714,6 +968,7 @@ impl Runtime for CriRuntime {
         ];
         let (ev_tx, ev_rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::sync_channel::<std::result::Result<(), RuntimeError>>(1);
+        // Set once the pump no longer needs probes (subscription live, or failed).
         let live = Arc::new(AtomicBool::new(false));
 
         // The pump: subscribe, wait for our probe, then forward events until the stream ends.
@@ -724,6 +979,7 @@ impl Runtime for CriRuntime {
             let mut stream = match events.subscribe(with_namespace(SubscribeRequest { filters })).await {
                 Ok(r) => r.into_inner(),
                 Err(status) => {
+                    live_pump.store(true, Ordering::SeqCst); // stops the prober
                     let _ = ready_tx.send(Err(map_status(OP, &target_pump, &status, false)));
                     return;
                 }
@@ -755,6 +1011,7 @@ impl Runtime for CriRuntime {
                     }
                 }
             }
+            live_pump.store(true, Ordering::SeqCst);
             if let Some(tx) = ready_tx.take() {
                 let _ = tx.send(Err(RuntimeError::new(OP, target_pump, ErrorKind::Unavailable, "event stream ended")));
             }
@@ -783,12 +1040,18 @@ impl Runtime for CriRuntime {
         match ready_rx.recv_timeout(self.default_timeout + LOCAL_SLACK) {
             Ok(Ok(())) => Ok(ev_rx),
             Ok(Err(e)) => Err(e),
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                Err(RuntimeError::new(OP, target, ErrorKind::DeadlineExceeded, "subscription did not become live"))
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                Err(RuntimeError::new(OP, target, ErrorKind::Unavailable, "CRI client runtime thread is gone"))
-            }
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(RuntimeError::new(
+                OP,
+                target,
+                ErrorKind::DeadlineExceeded,
+                "subscription did not become live",
+            )),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(RuntimeError::new(
+                OP,
+                target,
+                ErrorKind::Unavailable,
+                "CRI client runtime thread is gone",
+            )),
         }
     }
 }
@@ -799,15 +1062,23 @@ mod tests {
 
     #[test]
     fn endpoint_forms() {
-        assert_eq!(socket_path("unix:///run/c.sock").ok(), Some(PathBuf::from("/run/c.sock")));
-        assert_eq!(socket_path("/run/c.sock").ok(), Some(PathBuf::from("/run/c.sock")));
+        assert_eq!(
+            socket_path("unix:///run/c.sock").ok(),
+            Some(PathBuf::from("/run/c.sock"))
+        );
+        assert_eq!(
+            socket_path("/run/c.sock").ok(),
+            Some(PathBuf::from("/run/c.sock"))
+        );
         assert!(socket_path("tcp://1.2.3.4:5").is_err());
         assert!(socket_path("unix://").is_err());
     }
 
     #[test]
     fn status_mapping() {
-        let s = tonic::Status::not_found("an error occurred when try to find container \"x\": not found");
+        let s = tonic::Status::not_found(
+            "an error occurred when try to find container \"x\": not found",
+        );
         assert_eq!(map_status("X", "t", &s, true).kind, ErrorKind::NotFound);
         let s = tonic::Status::unknown("failed to stop container \"x\": not found");
         assert_eq!(map_status("X", "t", &s, true).kind, ErrorKind::NotFound);
@@ -815,7 +1086,10 @@ mod tests {
         let s = tonic::Status::unavailable("connection refused");
         assert_eq!(map_status("X", "t", &s, false).kind, ErrorKind::Unavailable);
         let s = tonic::Status::deadline_exceeded("slow");
-        assert_eq!(map_status("X", "t", &s, false).kind, ErrorKind::DeadlineExceeded);
+        assert_eq!(
+            map_status("X", "t", &s, false).kind,
+            ErrorKind::DeadlineExceeded
+        );
         let s = tonic::Status::internal("boom");
         let e = map_status("StopContainer", "container abc", &s, true);
         assert_eq!(e.kind, ErrorKind::Other);
@@ -832,9 +1106,16 @@ mod tests {
 
     #[test]
     fn namespaces_follow_host_flags() {
-        let cfg = PodSandboxConfig { host_network: true, ..Default::default() };
+        let cfg = PodSandboxConfig {
+            host_network: true,
+            ..Default::default()
+        };
         let pb = sandbox_config_pb(&cfg);
-        let ns = pb.linux.and_then(|l| l.security_context).and_then(|s| s.namespace_options).unwrap_or_default();
+        let ns = pb
+            .linux
+            .and_then(|l| l.security_context)
+            .and_then(|s| s.namespace_options)
+            .unwrap_or_default();
         assert_eq!(ns.network, pb::NamespaceMode::Node as i32);
         assert_eq!(ns.pid, pb::NamespaceMode::Pod as i32);
         assert_eq!(ns.ipc, pb::NamespaceMode::Pod as i32);
@@ -858,7 +1139,13 @@ mod tests {
                 .encode_to_vec(),
             }),
         };
-        assert_eq!(decode_event(&exit("c1", "c1")), Some(RuntimeEvent::TaskExit { id: "c1".into(), exit_code: 3 }));
+        assert_eq!(
+            decode_event(&exit("c1", "c1")),
+            Some(RuntimeEvent::TaskExit {
+                id: "c1".into(),
+                exit_code: 3
+            })
+        );
         assert_eq!(decode_event(&exit("c1", "exec-1")), None);
         let mut other_ns = exit("c1", "c1");
         other_ns.namespace = "default".into();
