@@ -50,11 +50,19 @@ fn run(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_max_level(cfg.log_level())
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
+    // nanolet's own events at the configured verbosity; libraries (h2, tonic, notify) only warn.
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::filter::Targets::new()
+        .with_target("nanolet", cfg.log_level())
+        .with_default(tracing::Level::WARN);
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_target(false),
+        )
+        .with(filter)
         .init();
     cfg.log_warnings();
     match nanolet::agent::run(cfg) {

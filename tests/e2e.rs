@@ -737,7 +737,7 @@ fn url_source_runs_a_pod_list_and_keeps_it_when_the_server_fails() {
     let list = |names: &[&str]| {
         let items: Vec<String> = names
             .iter()
-            .map(|n| format!(r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{n}"}},"spec":{{"containers":[{{"name":"c","image":"localhost/busybox:1.36","command":["sleep","3600"]}}]}}}}"#))
+            .map(|n| format!(r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{n}"}},"spec":{{"terminationGracePeriodSeconds":1,"containers":[{{"name":"c","image":"localhost/busybox:1.36","command":["sleep","3600"]}}]}}}}"#))
             .collect();
         format!(
             r#"{{"apiVersion":"v1","kind":"PodList","items":[{}]}}"#,
@@ -820,7 +820,7 @@ fn url_source_runs_a_pod_list_and_keeps_it_when_the_server_fails() {
     wait_for(TIMEOUT, || {
         (n.pod("url-a").is_none() && n.pod("url-b").is_none()).then_some(())
     })
-    .expect("pods removed");
+    .unwrap_or_else(|| panic!("pods not removed after an empty PodList:\n{}", n.log_tail()));
     wait_for(TIMEOUT, || {
         rt.list_containers()
             .map(|v| v.is_empty())
