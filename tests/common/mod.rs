@@ -216,6 +216,7 @@ impl Containerd {
     /// cleaning up) if anything fails.
     pub fn start() -> Containerd {
         check_deps();
+        reap_stale_instances();
         let images = test_images();
         let n = INSTANCE.fetch_add(1, Ordering::SeqCst);
         let (octet, net_lock) = claim_subnet();
@@ -444,9 +445,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         }
     }
 
-    fn kill_leftover_shims(&self) {
-        // The shim command line carries `-address <tmp>/containerd.sock`; the trailing slash keeps
-        // instance "...-1" from matching "...-10".
+    fn kill_leftover_processes(&self) {
+        // Shims carry `-address <tmp>/containerd.sock`, containerd `--config <tmp>/config.toml`
+        // (a stale instance may still run it); the trailing slash keeps "...-1" from
+        // matching "...-10".
         let needle = format!("{}/", self.tmp.display());
         let Ok(entries) = fs::read_dir("/proc") else {
             return;
@@ -472,7 +474,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         }
         let shims: Vec<i32> = procs
             .iter()
-            .filter(|(_, _, cmd)| cmd.contains("containerd-shim") && cmd.contains(&needle))
+            .filter(|(_, _, cmd)| cmd.contains("containerd") && cmd.contains(&needle))
             .map(|(pid, _, _)| *pid)
             .collect();
         // Kill the shims' descendants (container processes) first, then the shims.
@@ -525,20 +527,68 @@ impl Drop for Containerd {
             self.remove_all_pods();
         }
         self.stop_daemon();
-        self.kill_leftover_shims();
+        self.kill_leftover_processes();
         self.unmount_all();
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.bridge])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        if !self.bridge.is_empty() {
+            let _ = Command::new("ip")
+                .args(["link", "del", &self.bridge])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
         if std::env::var_os("NANOLET_KEEP_TEST_DIRS").is_none() {
             if let Err(e) = fs::remove_dir_all(&self.tmp) {
                 eprintln!("harness: could not delete {}: {e}", self.tmp.display());
             }
         }
-        let _ = fs::remove_file(&self.net_lock);
+        if !self.net_lock.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.net_lock);
+        }
     }
+}
+
+/// Once per process: tears down instances left by test processes that died without running
+/// `Drop` (SIGKILL, timeout): their containerd, shims, containers, mounts, bridge and dir.
+fn reap_stale_instances() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let Ok(entries) = fs::read_dir("/tmp") else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix("nanolet-ctd-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if pid_alive(pid) {
+                continue;
+            }
+            let tmp = e.path();
+            let conflist =
+                fs::read_to_string(tmp.join("cni/10-nanolet-test.conflist")).unwrap_or_default();
+            let bridge = conflist
+                .split("\"bridge\": \"")
+                .nth(1)
+                .and_then(|s| s.split('"').next())
+                .filter(|b| b.starts_with("nlt"))
+                .unwrap_or_default()
+                .to_string();
+            eprintln!("harness: reaping stale instance {}", tmp.display());
+            drop(Containerd {
+                socket: tmp.join("containerd.sock"),
+                config: tmp.join("config.toml"),
+                tmp,
+                child: None,
+                bridge,
+                subnet: String::new(),
+                net_lock: PathBuf::new(),
+            });
+        }
+    });
 }
 
 /// mountinfo escapes space, tab, newline and backslash as \ooo.
