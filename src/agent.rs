@@ -241,6 +241,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
             resync: cfg.sync_frequency,
+            max_pods: cfg.max_pods,
         },
     });
     SyncLoop::new(ctx, loop_tx).run(loop_rx);

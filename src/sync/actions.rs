@@ -107,7 +107,9 @@ impl Now {
     /// The monotonic instant of a CRI wall-clock timestamp (clamped to not be in the future).
     pub fn instant_of(&self, wall_nanos: i64) -> Instant {
         let ago = self.wall_nanos.saturating_sub(wall_nanos).max(0) as u64;
-        self.instant.checked_sub(Duration::from_nanos(ago)).unwrap_or(self.instant)
+        self.instant
+            .checked_sub(Duration::from_nanos(ago))
+            .unwrap_or(self.instant)
     }
 }
 
@@ -138,16 +140,28 @@ fn backoff_wait(
     let exited = state.latest_exited(&c.name)?;
     let key = backoff_key(pod, c);
     let remaining = backoff.remaining(&key, now.instant_of(exited.finished_at), now.instant)?;
-    Some(BackoffWait { name: c.name.clone(), init, remaining, delay: backoff.delay(&key).unwrap_or_default() })
+    Some(BackoffWait {
+        name: c.name.clone(),
+        init,
+        remaining,
+        delay: backoff.delay(&key).unwrap_or_default(),
+    })
 }
 
 fn succeeded(state: &PodRuntimeState, name: &str) -> bool {
-    state.latest(name).is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0)
+    state
+        .latest(name)
+        .is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0)
 }
 
 /// See module docs. `terminal` means the pod already reached Succeeded/Failed (or its deadline):
 /// nothing is started any more, everything still running is killed.
-pub fn compute_pod_actions(pod: &Pod, state: &PodRuntimeState, backoff: &Backoff, now: Now) -> PodActions {
+pub fn compute_pod_actions(
+    pod: &Pod,
+    state: &PodRuntimeState,
+    backoff: &Backoff,
+    now: Now,
+) -> PodActions {
     let policy = pod.spec.restart_policy.as_str();
     let mut a = PodActions::default();
 
@@ -319,7 +333,11 @@ mod tests {
         p.metadata.namespace = "default".into();
         p.metadata.uid = "0123456789abcdef0123456789abcdef".into();
         p.spec.restart_policy = policy.into();
-        let mk = |n: &&str| Container { name: n.to_string(), image: "localhost/busybox:1.36".into(), ..Default::default() };
+        let mk = |n: &&str| Container {
+            name: n.to_string(),
+            image: "localhost/busybox:1.36".into(),
+            ..Default::default()
+        };
         p.spec.containers = containers.iter().map(mk).collect();
         p.spec.init_containers = inits.iter().map(mk).collect();
         p
@@ -336,8 +354,21 @@ mod tests {
         }
     }
 
-    fn ctr(p: &Pod, name: &str, state: ContainerState, exit: i32, n: u32, finished_at: i64) -> ObservedContainer {
-        let spec = p.spec.containers.iter().chain(&p.spec.init_containers).find(|c| c.name == name).cloned();
+    fn ctr(
+        p: &Pod,
+        name: &str,
+        state: ContainerState,
+        exit: i32,
+        n: u32,
+        finished_at: i64,
+    ) -> ObservedContainer {
+        let spec = p
+            .spec
+            .containers
+            .iter()
+            .chain(&p.spec.init_containers)
+            .find(|c| c.name == name)
+            .cloned();
         ObservedContainer {
             id: format!("{name}-{n}"),
             sandbox_id: "sb0".into(),
@@ -359,7 +390,10 @@ mod tests {
     }
 
     fn now() -> Now {
-        Now { instant: Instant::now(), wall_nanos: 1_000_000_000_000 }
+        Now {
+            instant: Instant::now(),
+            wall_nanos: 1_000_000_000_000,
+        }
     }
 
     #[test]
@@ -385,14 +419,18 @@ mod tests {
     fn init_containers_run_in_order_each_must_exit_zero() {
         let p = pod("Always", &["a"], &["i1", "i2"]);
         let n = now();
-        let mut st = PodRuntimeState { sandboxes: vec![sandbox(true, 0)], containers: vec![] };
+        let mut st = PodRuntimeState {
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![],
+        };
         st.containers = vec![ctr(&p, "i1", ContainerState::Running, 0, 0, 0)];
         let a = compute_pod_actions(&p, &st, &Backoff::default(), n);
         assert!(a.is_noop(), "wait while i1 runs: {a:?}");
         st.containers = vec![ctr(&p, "i1", ContainerState::Exited, 0, 0, n.wall_nanos)];
         let a = compute_pod_actions(&p, &st, &Backoff::default(), n);
         assert_eq!(a.init_to_start, Some(1));
-        st.containers.insert(0, ctr(&p, "i2", ContainerState::Exited, 0, 0, n.wall_nanos));
+        st.containers
+            .insert(0, ctr(&p, "i2", ContainerState::Exited, 0, 0, n.wall_nanos));
         let a = compute_pod_actions(&p, &st, &Backoff::default(), n);
         assert_eq!(a.init_to_start, None);
         assert_eq!(a.containers_to_start, vec![0]);
@@ -442,7 +480,11 @@ mod tests {
                 containers: vec![ctr(&p, "a", ContainerState::Exited, exit, 0, n.wall_nanos)],
             };
             let a = compute_pod_actions(&p, &st, &Backoff::default(), n);
-            assert_eq!(a.containers_to_start == vec![0], restart, "{policy} exit {exit}: {a:?}");
+            assert_eq!(
+                a.containers_to_start == vec![0],
+                restart,
+                "{policy} exit {exit}: {a:?}"
+            );
             // When nothing runs and nothing will, the sandbox is stopped.
             assert_eq!(a.kill_pod, !restart, "{policy} exit {exit}");
         }
@@ -452,15 +494,24 @@ mod tests {
     fn running_container_is_kept_and_changed_hash_restarts_it() {
         let p = pod("Never", &["a"], &[]);
         let mut c = ctr(&p, "a", ContainerState::Running, 0, 0, 0);
-        let st = PodRuntimeState { sandboxes: vec![sandbox(true, 0)], containers: vec![c.clone()] };
+        let st = PodRuntimeState {
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![c.clone()],
+        };
         let a = compute_pod_actions(&p, &st, &Backoff::default(), now());
         assert!(a.is_noop(), "{a:?}");
         // Container spec hash mismatch: restarted whatever the restart policy (here Never).
         c.hash = "deadbeef".into();
-        let st = PodRuntimeState { sandboxes: vec![sandbox(true, 0)], containers: vec![c] };
+        let st = PodRuntimeState {
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![c],
+        };
         let a = compute_pod_actions(&p, &st, &Backoff::default(), now());
         assert_eq!(a.containers_to_kill.len(), 1);
-        assert_eq!(a.containers_to_kill[0].reason, "Container a definition changed");
+        assert_eq!(
+            a.containers_to_kill[0].reason,
+            "Container a definition changed"
+        );
         assert_eq!(a.containers_to_start, vec![0]);
     }
 
@@ -499,15 +550,32 @@ mod tests {
         let mut b = Backoff::default();
         let st = PodRuntimeState {
             sandboxes: vec![sandbox(true, 0)],
-            containers: vec![ctr(&p, "a", ContainerState::Exited, 1, 0, n.wall_nanos - 1_000_000_000)],
+            containers: vec![ctr(
+                &p,
+                "a",
+                ContainerState::Exited,
+                1,
+                0,
+                n.wall_nanos - 1_000_000_000,
+            )],
         };
         let a = compute_pod_actions(&p, &st, &b, n);
         assert_eq!(a.containers_to_start, vec![0], "first restart is immediate");
-        b.next(&backoff_key(&p, c0), n.instant_of(st.containers[0].finished_at));
+        b.next(
+            &backoff_key(&p, c0),
+            n.instant_of(st.containers[0].finished_at),
+        );
         // Second crash, 3s after the first.
         let st = PodRuntimeState {
             sandboxes: vec![sandbox(true, 0)],
-            containers: vec![ctr(&p, "a", ContainerState::Exited, 1, 1, n.wall_nanos - 2_000_000_000)],
+            containers: vec![ctr(
+                &p,
+                "a",
+                ContainerState::Exited,
+                1,
+                1,
+                n.wall_nanos - 2_000_000_000,
+            )],
         };
         let a = compute_pod_actions(&p, &st, &b, n);
         assert!(a.containers_to_start.is_empty());

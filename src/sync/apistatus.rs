@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use crate::pod::{
-    ContainerStateView, ContainerStatus, IpEntry, Pod, PodCondition, PodStatus, StateRunning, StateTerminated,
-    StateWaiting,
+    ContainerStateView, ContainerStatus, IpEntry, Pod, PodCondition, PodStatus, StateRunning,
+    StateTerminated, StateWaiting,
 };
 use crate::runtime::ContainerState;
 use crate::timeutil;
@@ -64,12 +64,21 @@ fn terminated_of(c: &ObservedContainer) -> StateTerminated {
 
 fn state_of(c: &ObservedContainer) -> ContainerStateView {
     match c.state {
-        ContainerState::Running => {
-            ContainerStateView { running: Some(StateRunning { started_at: ts(c.started_at) }), ..Default::default() }
-        }
-        ContainerState::Exited => ContainerStateView { terminated: Some(terminated_of(c)), ..Default::default() },
+        ContainerState::Running => ContainerStateView {
+            running: Some(StateRunning {
+                started_at: ts(c.started_at),
+            }),
+            ..Default::default()
+        },
+        ContainerState::Exited => ContainerStateView {
+            terminated: Some(terminated_of(c)),
+            ..Default::default()
+        },
         ContainerState::Created => ContainerStateView {
-            waiting: Some(StateWaiting { reason: "ContainerCreating".into(), message: String::new() }),
+            waiting: Some(StateWaiting {
+                reason: "ContainerCreating".into(),
+                message: String::new(),
+            }),
             ..Default::default()
         },
         ContainerState::Unknown => ContainerStateView {
@@ -126,19 +135,29 @@ fn container_statuses(
                                 st.last_state = state_of(l);
                             }
                             st.state = ContainerStateView {
-                                waiting: Some(StateWaiting { reason: w.reason.clone(), message: w.message.clone() }),
+                                waiting: Some(StateWaiting {
+                                    reason: w.reason.clone(),
+                                    message: w.message.clone(),
+                                }),
                                 ..Default::default()
                             };
                         }
                     }
                 }
                 None => {
-                    let w = inputs.waiting.get(&spec.name).cloned().unwrap_or(WaitingReason {
-                        reason: default_waiting.into(),
-                        message: String::new(),
-                    });
+                    let w = inputs
+                        .waiting
+                        .get(&spec.name)
+                        .cloned()
+                        .unwrap_or(WaitingReason {
+                            reason: default_waiting.into(),
+                            message: String::new(),
+                        });
                     st.state = ContainerStateView {
-                        waiting: Some(StateWaiting { reason: w.reason, message: w.message }),
+                        waiting: Some(StateWaiting {
+                            reason: w.reason,
+                            message: w.message,
+                        }),
                         ..Default::default()
                     };
                 }
@@ -240,12 +259,33 @@ fn names(v: &[&str]) -> String {
 }
 
 /// Compute the full v1 PodStatus.
-pub fn compute(pod: &Pod, state: &PodRuntimeState, inputs: &StatusInputs, old: Option<&PodStatus>) -> PodStatus {
+pub fn compute(
+    pod: &Pod,
+    state: &PodRuntimeState,
+    inputs: &StatusInputs,
+    old: Option<&PodStatus>,
+) -> PodStatus {
     let empty = PodStatus::default();
     let old = old.unwrap_or(&empty);
-    let init = container_statuses(&pod.spec.init_containers, state, inputs, "PodInitializing", &old.init_container_statuses);
-    let regular_default = if pod.spec.init_containers.is_empty() { "ContainerCreating" } else { "PodInitializing" };
-    let regular = container_statuses(&pod.spec.containers, state, inputs, regular_default, &old.container_statuses);
+    let init = container_statuses(
+        &pod.spec.init_containers,
+        state,
+        inputs,
+        "PodInitializing",
+        &old.init_container_statuses,
+    );
+    let regular_default = if pod.spec.init_containers.is_empty() {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    let regular = container_statuses(
+        &pod.spec.containers,
+        state,
+        inputs,
+        regular_default,
+        &old.container_statuses,
+    );
 
     let mut phase = phase(pod, &init, &regular).to_string();
     let mut reason = String::new();
@@ -273,7 +313,12 @@ pub fn compute(pod: &Pod, state: &PodRuntimeState, inputs: &StatusInputs, old: O
 
     // --- conditions (order as the kubelet reports them) -------------------------------
     let sandbox_ready = state.newest_sandbox().is_some_and(|s| s.ready);
-    let ready_to_start = cond("PodReadyToStartContainers", sandbox_ready, "", String::new());
+    let ready_to_start = cond(
+        "PodReadyToStartContainers",
+        sandbox_ready,
+        "",
+        String::new(),
+    );
 
     let incomplete: Vec<&str> = pod
         .spec
@@ -289,7 +334,10 @@ pub fn compute(pod: &Pod, state: &PodRuntimeState, inputs: &StatusInputs, old: O
         })
         .map(|(spec, _)| spec.name.as_str())
         .collect();
-    let was_initialized = old.conditions.iter().any(|c| c.type_ == "Initialized" && c.status == "True");
+    let was_initialized = old
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Initialized" && c.status == "True");
     let initialized_ok = incomplete.is_empty() || was_initialized;
     let initialized = cond(
         "Initialized",
@@ -298,7 +346,11 @@ pub fn compute(pod: &Pod, state: &PodRuntimeState, inputs: &StatusInputs, old: O
         format!("containers with incomplete status: {}", names(&incomplete)),
     );
 
-    let mut unready: Vec<&str> = regular.iter().filter(|s| !s.ready).map(|s| s.name.as_str()).collect();
+    let mut unready: Vec<&str> = regular
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
     for (spec, s) in pod.spec.init_containers.iter().zip(&init) {
         if crate::sync::actions::is_sidecar(spec) && !s.ready {
             unready.push(spec.name.as_str());
@@ -310,17 +362,33 @@ pub fn compute(pod: &Pod, state: &PodRuntimeState, inputs: &StatusInputs, old: O
         (
             false,
             false,
-            ("ContainersNotInitialized", format!("containers with incomplete status: {}", names(&incomplete))),
+            (
+                "ContainersNotInitialized",
+                format!("containers with incomplete status: {}", names(&incomplete)),
+            ),
         )
     } else {
         let ok = unready.is_empty();
-        (ok, ok, ("ContainersNotReady", format!("containers with unready status: {}", names(&unready))))
+        (
+            ok,
+            ok,
+            (
+                "ContainersNotReady",
+                format!("containers with unready status: {}", names(&unready)),
+            ),
+        )
     };
     let ready = cond("Ready", rr, msg.0, msg.1.clone());
     let containers_ready = cond("ContainersReady", cr, msg.0, msg.1);
     let scheduled = cond("PodScheduled", true, "", String::new());
 
-    let mut conditions = vec![ready_to_start, initialized, ready, containers_ready, scheduled];
+    let mut conditions = vec![
+        ready_to_start,
+        initialized,
+        ready,
+        containers_ready,
+        scheduled,
+    ];
     for c in &mut conditions {
         let prev = old.conditions.iter().find(|o| o.type_ == c.type_);
         c.last_transition_time = match prev {
@@ -330,9 +398,17 @@ pub fn compute(pod: &Pod, state: &PodRuntimeState, inputs: &StatusInputs, old: O
     }
 
     let (pod_ip, pod_ips) = if pod.spec.host_network {
-        (inputs.host_ip.clone(), vec![IpEntry { ip: inputs.host_ip.clone() }])
+        (
+            inputs.host_ip.clone(),
+            vec![IpEntry {
+                ip: inputs.host_ip.clone(),
+            }],
+        )
     } else {
-        match state.newest_sandbox().filter(|s| s.ready && !s.ip.is_empty()) {
+        match state
+            .newest_sandbox()
+            .filter(|s| s.ready && !s.ip.is_empty())
+        {
             Some(s) => {
                 let mut ips = vec![IpEntry { ip: s.ip.clone() }];
                 ips.extend(s.additional_ips.iter().map(|ip| IpEntry { ip: ip.clone() }));
@@ -352,10 +428,19 @@ pub fn compute(pod: &Pod, state: &PodRuntimeState, inputs: &StatusInputs, old: O
         message,
         reason,
         host_ip: inputs.host_ip.clone(),
-        host_ips: if inputs.host_ip.is_empty() { vec![] } else { vec![IpEntry { ip: inputs.host_ip.clone() }] },
+        host_ips: if inputs.host_ip.is_empty() {
+            vec![]
+        } else {
+            vec![IpEntry {
+                ip: inputs.host_ip.clone(),
+            }]
+        },
         pod_ip,
         pod_ips,
-        start_time: old.start_time.clone().or_else(|| inputs.start_time_nanos.and_then(ts)),
+        start_time: old
+            .start_time
+            .clone()
+            .or_else(|| inputs.start_time_nanos.and_then(ts)),
         init_container_statuses: init,
         container_statuses: regular,
         qos_class: qos_class(pod),
@@ -366,9 +451,18 @@ pub fn compute(pod: &Pod, state: &PodRuntimeState, inputs: &StatusInputs, old: O
 /// container has cpu and memory limits equal to requests, BestEffort when nobody sets any,
 /// Burstable otherwise.
 pub fn qos_class(pod: &Pod) -> String {
-    let all: Vec<_> = pod.spec.init_containers.iter().chain(&pod.spec.containers).collect();
+    let all: Vec<_> = pod
+        .spec
+        .init_containers
+        .iter()
+        .chain(&pod.spec.containers)
+        .collect();
     let any_set = all.iter().any(|c| {
-        c.resources.requests.keys().chain(c.resources.limits.keys()).any(|k| k == "cpu" || k == "memory")
+        c.resources
+            .requests
+            .keys()
+            .chain(c.resources.limits.keys())
+            .any(|k| k == "cpu" || k == "memory")
     });
     if !any_set {
         return "BestEffort".into();
@@ -379,13 +473,21 @@ pub fn qos_class(pod: &Pod) -> String {
             let req = c.resources.requests.get(*r).or(lim);
             match (lim, req) {
                 (Some(l), Some(q)) => {
-                    let pl = crate::pod::quantity::parse_quantity(l).map(|x| x.milli_value()).ok();
-                    let pq = crate::pod::quantity::parse_quantity(q).map(|x| x.milli_value()).ok();
+                    let pl = crate::pod::quantity::parse_quantity(l)
+                        .map(|x| x.milli_value())
+                        .ok();
+                    let pq = crate::pod::quantity::parse_quantity(q)
+                        .map(|x| x.milli_value())
+                        .ok();
                     pl.is_some() && pl == pq
                 }
                 _ => false,
             }
         })
     });
-    if guaranteed { "Guaranteed".into() } else { "Burstable".into() }
+    if guaranteed {
+        "Guaranteed".into()
+    } else {
+        "Burstable".into()
+    }
 }

@@ -36,7 +36,11 @@ impl Default for Backoff {
 
 impl Backoff {
     pub fn new(initial: Duration, max: Duration) -> Self {
-        Backoff { initial, max, entries: HashMap::new() }
+        Backoff {
+            initial,
+            max,
+            entries: HashMap::new(),
+        }
     }
 
     fn expired(&self, e: &Entry, event: Instant) -> bool {
@@ -51,7 +55,11 @@ impl Backoff {
             return None;
         }
         let since = now.saturating_duration_since(event_time);
-        if since < e.delay { Some(e.delay - since) } else { None }
+        if since < e.delay {
+            Some(e.delay - since)
+        } else {
+            None
+        }
     }
 
     /// The current delay recorded for `key` (what the kubelet prints as "back-off 20s").
@@ -69,7 +77,13 @@ impl Backoff {
             Some(e) => self.expired(e, now),
         };
         if fresh {
-            self.entries.insert(key.to_string(), Entry { delay: initial, last_update: now });
+            self.entries.insert(
+                key.to_string(),
+                Entry {
+                    delay: initial,
+                    last_update: now,
+                },
+            );
         } else if let Some(e) = self.entries.get_mut(key) {
             e.delay = (e.delay * 2).min(max);
             e.last_update = now;
@@ -79,7 +93,8 @@ impl Backoff {
     /// Drop entries not updated for 2 x max (the kubelet's periodic GC of the backoff map).
     pub fn gc(&mut self, now: Instant) {
         let limit = self.max * 2;
-        self.entries.retain(|_, e| now.saturating_duration_since(e.last_update) <= limit);
+        self.entries
+            .retain(|_, e| now.saturating_duration_since(e.last_update) <= limit);
     }
 }
 
@@ -134,7 +149,11 @@ mod tests {
         }
         assert_eq!(b.delay("c"), Some(secs(160)));
         let exit = t0 + secs(4) + secs(601);
-        assert_eq!(b.remaining("c", exit, exit), None, "expired entry is not in backoff");
+        assert_eq!(
+            b.remaining("c", exit, exit),
+            None,
+            "expired entry is not in backoff"
+        );
         b.next("c", exit);
         assert_eq!(b.delay("c"), Some(secs(10)), "delay starts over at 10s");
         // But 599s is not enough.

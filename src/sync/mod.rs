@@ -19,8 +19,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::pod::Pod;
-use crate::source::ManifestError;
 use crate::runtime::{ANN_POD_TERMINATION_GRACE, LABEL_POD_NAME, LABEL_POD_NAMESPACE};
+use crate::source::ManifestError;
 
 pub use worker::{SyncSettings, WorkerContext, WorkerMsg, WorkerReport};
 
@@ -63,7 +63,9 @@ impl RuntimePodRef {
         Some(RuntimePodRef {
             namespace: labels.get(LABEL_POD_NAMESPACE)?.clone(),
             name: labels.get(LABEL_POD_NAME)?.clone(),
-            grace_seconds: annotations.get(ANN_POD_TERMINATION_GRACE).and_then(|g| g.parse().ok()),
+            grace_seconds: annotations
+                .get(ANN_POD_TERMINATION_GRACE)
+                .and_then(|g| g.parse().ok()),
         })
     }
 }
@@ -156,10 +158,20 @@ impl SyncLoop {
         self.all_sources_ready = d.all_sources_ready;
         self.desired = d.pods;
         // Pods no source has any more: terminate.
-        let gone: Vec<String> =
-            self.workers.iter().filter(|(uid, w)| !w.terminating && !self.desired.contains_key(*uid)).map(|(u, _)| u.clone()).collect();
+        let gone: Vec<String> = self
+            .workers
+            .iter()
+            .filter(|(uid, w)| !w.terminating && !self.desired.contains_key(*uid))
+            .map(|(u, _)| u.clone())
+            .collect();
         for uid in gone {
             self.terminate(&uid);
+        }
+        // Rejected (never admitted) pods that are gone from the config leave the store.
+        for uid in self.ctx.store.uids() {
+            if !self.desired.contains_key(&uid) && !self.workers.contains_key(&uid) {
+                self.ctx.store.remove_pod(&uid);
+            }
         }
         // Updates for running workers.
         for (uid, pod) in &self.desired {
@@ -187,12 +199,20 @@ impl SyncLoop {
     /// Start workers for desired pods, unless another UID with the same full name is still
     /// around (it is terminated first).
     fn start_pending(&mut self) {
-        let todo: Vec<(String, Pod)> =
-            self.desired.iter().filter(|(uid, _)| !self.workers.contains_key(*uid)).map(|(u, p)| (u.clone(), p.clone())).collect();
+        let todo: Vec<(String, Pod)> = self
+            .desired
+            .iter()
+            .filter(|(uid, _)| !self.workers.contains_key(*uid))
+            .map(|(u, p)| (u.clone(), p.clone()))
+            .collect();
         for (uid, pod) in todo {
             let full = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
-            let blockers: Vec<String> =
-                self.workers.iter().filter(|(u, w)| **u != uid && w.full_name == full).map(|(u, _)| u.clone()).collect();
+            let blockers: Vec<String> = self
+                .workers
+                .iter()
+                .filter(|(u, w)| **u != uid && w.full_name == full)
+                .map(|(u, _)| u.clone())
+                .collect();
             if !blockers.is_empty() {
                 for b in blockers {
                     self.terminate(&b);
@@ -203,7 +223,9 @@ impl SyncLoop {
             // manifest, found after a restart) must go first too.
             if self.all_sources_ready {
                 let orphan = self.runtime_pods.iter().find(|(u, r)| {
-                    **u != uid && format!("{}/{}", r.namespace, r.name) == full && !self.desired.contains_key(*u)
+                    **u != uid
+                        && format!("{}/{}", r.namespace, r.name) == full
+                        && !self.desired.contains_key(*u)
                 });
                 if let Some((ou, r)) = orphan {
                     let (ou, r) = (ou.clone(), r.clone());
@@ -211,8 +233,43 @@ impl SyncLoop {
                     continue;
                 }
             }
+            if !self.admit(&pod) {
+                continue;
+            }
             self.spawn(uid, pod, false);
         }
+    }
+
+    /// Admission: at most `max_pods` pods run. A pod over the limit is rejected the way the
+    /// kubelet rejects it (phase Failed, reason OutOfpods) and admitted later when room appears
+    /// (nanolet goes further than the kubelet here: static pods have nowhere else to go).
+    fn admit(&mut self, pod: &Pod) -> bool {
+        let used = self.workers.values().filter(|w| !w.terminating).count();
+        let cap = self.ctx.settings.max_pods as usize;
+        if used < cap {
+            return true;
+        }
+        let mut rejected = pod.clone();
+        rejected.status = Some(crate::pod::PodStatus {
+            phase: "Failed".into(),
+            reason: "OutOfpods".into(),
+            message: format!(
+                "Node didn't have enough resource: pods, requested: 1, used: {used}, capacity: {cap}"
+            ),
+            ..Default::default()
+        });
+        if self
+            .ctx
+            .store
+            .get(&pod.metadata.uid)
+            .and_then(|p| p.status)
+            .map(|s| s.reason)
+            != Some("OutOfpods".into())
+        {
+            warn!(pod = %format!("{}/{}", pod.metadata.namespace, pod.metadata.name), used, cap, "pod rejected: OutOfpods");
+        }
+        self.ctx.store.set_pod(rejected);
+        false
     }
 
     /// Pods in the runtime that no source has: only once every source delivered its first
@@ -246,18 +303,35 @@ impl SyncLoop {
     }
 
     fn spawn(&mut self, uid: String, pod: Pod, terminate: bool) {
+        if !terminate {
+            // A fresh worker starts from a fresh status (drops an earlier OutOfpods rejection).
+            self.ctx.store.remove_pod(&uid);
+        }
         let (tx, rx) = channel();
         let full_name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
         let worker = worker::PodWorker::new(self.ctx.clone(), pod.clone());
         let reports = self.tx.clone();
-        let _ = tx.send(if terminate { WorkerMsg::Terminate } else { WorkerMsg::Sync });
+        let _ = tx.send(if terminate {
+            WorkerMsg::Terminate
+        } else {
+            WorkerMsg::Sync
+        });
         let join = std::thread::Builder::new()
             .name(format!("pod-{}", &uid[..uid.len().min(8)]))
             .stack_size(WORKER_STACK)
             .spawn(move || worker.run(rx, reports));
         match join {
             Ok(j) => {
-                self.workers.insert(uid, WorkerHandle { tx, full_name, terminating: terminate, pod, join: Some(j) });
+                self.workers.insert(
+                    uid,
+                    WorkerHandle {
+                        tx,
+                        full_name,
+                        terminating: terminate,
+                        pod,
+                        join: Some(j),
+                    },
+                );
             }
             Err(e) => warn!(pod = %full_name, error = %e, "cannot start pod worker thread"),
         }
@@ -297,6 +371,10 @@ mod tests {
 
     impl Harness {
         fn start(rt: Arc<FakeRuntime>) -> Harness {
+            Self::start_with(rt, 110)
+        }
+
+        fn start_with(rt: Arc<FakeRuntime>, max_pods: u32) -> Harness {
             let logs = tempfile::tempdir().expect("tempdir");
             let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
             let ctx = Arc::new(WorkerContext {
@@ -308,6 +386,7 @@ mod tests {
                     pod_logs_dir: logs.path().join("pods"),
                     container_logs_dir: logs.path().join("containers"),
                     resync: Duration::from_secs(60),
+                    max_pods,
                 },
             });
             let (tx, rx) = channel();
@@ -316,16 +395,28 @@ mod tests {
             let (pleg_stop, pleg_rx) = channel();
             let pleg = Pleg::new(rt.clone(), store.clone(), tx.clone());
             std::thread::spawn(move || pleg.run(pleg_rx));
-            Harness { rt, store, tx, pleg_stop, join: Some(join), _logs: logs }
+            Harness {
+                rt,
+                store,
+                tx,
+                pleg_stop,
+                join: Some(join),
+                _logs: logs,
+            }
         }
 
         fn desire(&self, pods: &[Pod], ready: bool) {
             let d = DesiredPods {
-                pods: pods.iter().map(|p| (p.metadata.uid.clone(), p.clone())).collect(),
+                pods: pods
+                    .iter()
+                    .map(|p| (p.metadata.uid.clone(), p.clone()))
+                    .collect(),
                 errors: vec![],
                 all_sources_ready: ready,
             };
-            self.tx.send(LoopMsg::Desired(Box::new(d))).expect("sync loop alive");
+            self.tx
+                .send(LoopMsg::Desired(Box::new(d)))
+                .expect("sync loop alive");
         }
 
         fn status(&self, uid: &str) -> Option<PodStatus> {
@@ -340,7 +431,11 @@ mod tests {
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
-            panic!("timed out waiting for {what}; calls: {:?}; pods: {:#?}", self.rt.calls(), self.store.pods());
+            panic!(
+                "timed out waiting for {what}; calls: {:?}; pods: {:#?}",
+                self.rt.calls(),
+                self.store.pods()
+            );
         }
     }
 
@@ -396,7 +491,11 @@ mod tests {
         h.desire(&[pod("u1", "web", "Always", &["a", "b"])], true);
         h.wait("pod Running", |h| phase(h, "u1") == "Running");
         let st = h.status("u1").expect("status");
-        let types: Vec<_> = st.conditions.iter().map(|c| (c.type_.as_str(), c.status.as_str())).collect();
+        let types: Vec<_> = st
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
         assert_eq!(
             types,
             vec![
@@ -408,8 +507,16 @@ mod tests {
             ]
         );
         assert_eq!(st.container_statuses.len(), 2);
-        assert!(st.container_statuses.iter().all(|c| c.ready && c.state.running.is_some() && c.restart_count == 0));
-        assert!(st.pod_ip.starts_with("10.0.0."), "CNI pod gets the sandbox IP: {}", st.pod_ip);
+        assert!(
+            st.container_statuses
+                .iter()
+                .all(|c| c.ready && c.state.running.is_some() && c.restart_count == 0)
+        );
+        assert!(
+            st.pod_ip.starts_with("10.0.0."),
+            "CNI pod gets the sandbox IP: {}",
+            st.pod_ip
+        );
         assert_eq!(st.host_ip, "192.0.2.10");
         assert_eq!(st.qos_class, "BestEffort");
         assert_eq!(h.rt.count_calls("run_pod_sandbox"), 1);
@@ -424,7 +531,9 @@ mod tests {
         // First crash: the kubelet restarts at once (no backoff entry yet).
         let id = h.rt.running("a")[0].clone();
         h.rt.exit_container(&id, 1);
-        h.wait("restart count 1 and running", |h| restarts(h, "u1", "a") == 1 && h.rt.running("a").len() == 1);
+        h.wait("restart count 1 and running", |h| {
+            restarts(h, "u1", "a") == 1 && h.rt.running("a").len() == 1
+        });
         // Second crash within 10s: CrashLoopBackOff with "back-off 10s".
         let id = h.rt.running("a")[0].clone();
         h.rt.exit_container(&id, 2);
@@ -432,14 +541,25 @@ mod tests {
             h.status("u1")
                 .and_then(|s| s.container_statuses.first().cloned())
                 .and_then(|c| c.state.waiting)
-                .is_some_and(|w| w.reason == "CrashLoopBackOff" && w.message.starts_with("back-off 10s restarting failed container=a pod=web-node1_default(u1)"))
+                .is_some_and(|w| {
+                    w.reason == "CrashLoopBackOff"
+                        && w.message.starts_with(
+                            "back-off 10s restarting failed container=a pod=web-node1_default(u1)",
+                        )
+                })
         });
         let st = h.status("u1").expect("status");
         let c = &st.container_statuses[0];
         assert_eq!(c.restart_count, 1);
-        assert_eq!(c.last_state.terminated.as_ref().map(|t| t.exit_code), Some(2));
+        assert_eq!(
+            c.last_state.terminated.as_ref().map(|t| t.exit_code),
+            Some(2)
+        );
         assert!(!c.ready);
-        assert_eq!(st.phase, "Running", "restartPolicy Always: a crash-looping pod stays Running");
+        assert_eq!(
+            st.phase, "Running",
+            "restartPolicy Always: a crash-looping pod stays Running"
+        );
         assert_eq!(h.rt.running("a").len(), 0);
     }
 
@@ -447,19 +567,35 @@ mod tests {
     fn restart_policy_final_phases() {
         // kubelet getPhase: Never + failure -> Failed; OnFailure + success -> Succeeded;
         // Never + success -> Succeeded.
-        for (policy, code, want, starts) in
-            [("Never", 1, "Failed", 1), ("OnFailure", 0, "Succeeded", 1), ("Never", 0, "Succeeded", 1)]
-        {
+        for (policy, code, want, starts) in [
+            ("Never", 1, "Failed", 1),
+            ("OnFailure", 0, "Succeeded", 1),
+            ("Never", 0, "Succeeded", 1),
+        ] {
             let rt = fake();
             rt.exit_on_start("a", code);
             let h = Harness::start(rt);
             h.desire(&[pod("u1", "job", policy, &["a"])], true);
-            h.wait(&format!("{policy} exit {code} -> {want}"), |h| phase(h, "u1") == want);
+            h.wait(&format!("{policy} exit {code} -> {want}"), |h| {
+                phase(h, "u1") == want
+            });
             // The sandbox is stopped once nothing runs and nothing will.
-            h.wait("sandbox stopped", |h| h.rt.calls().iter().any(|c| c.starts_with("stop_pod_sandbox")));
-            assert_eq!(h.rt.count_calls("start_container"), starts, "{policy}: no restart");
+            h.wait("sandbox stopped", |h| {
+                h.rt.calls()
+                    .iter()
+                    .any(|c| c.starts_with("stop_pod_sandbox"))
+            });
+            assert_eq!(
+                h.rt.count_calls("start_container"),
+                starts,
+                "{policy}: no restart"
+            );
             let st = h.status("u1").expect("status");
-            let ready = st.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
+            let ready = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .expect("Ready");
             assert_eq!(ready.status, "False");
             if want == "Succeeded" {
                 assert_eq!(ready.reason, "PodCompleted");
@@ -473,10 +609,16 @@ mod tests {
         rt.exit_on_start("a", 3);
         let h = Harness::start(rt);
         h.desire(&[pod("u1", "job", "OnFailure", &["a"])], true);
-        h.wait("restarted once", |h| h.rt.count_calls("start_container") >= 2);
+        h.wait("restarted once", |h| {
+            h.rt.count_calls("start_container") >= 2
+        });
         h.wait("backoff", |h| {
             h.status("u1")
-                .and_then(|s| s.container_statuses.first().and_then(|c| c.state.waiting.clone()))
+                .and_then(|s| {
+                    s.container_statuses
+                        .first()
+                        .and_then(|c| c.state.waiting.clone())
+                })
                 .is_some_and(|w| w.reason == "CrashLoopBackOff")
         });
         assert_eq!(phase(&h, "u1"), "Running");
@@ -488,10 +630,18 @@ mod tests {
         h.desire(&[pod("u1", "web", "Always", &["a"])], true);
         h.wait("running", |h| phase(h, "u1") == "Running");
         h.desire(&[], true);
-        h.wait("gone", |h| h.store.get("u1").is_none() && h.rt.sandbox_count() == 0 && h.rt.container_count() == 0);
+        h.wait("gone", |h| {
+            h.store.get("u1").is_none() && h.rt.sandbox_count() == 0 && h.rt.container_count() == 0
+        });
         let calls = h.rt.calls();
-        let stop = calls.iter().position(|c| c.starts_with("stop_container")).expect("stopped");
-        let rm = calls.iter().position(|c| c.starts_with("remove_pod_sandbox")).expect("removed");
+        let stop = calls
+            .iter()
+            .position(|c| c.starts_with("stop_container"))
+            .expect("stopped");
+        let rm = calls
+            .iter()
+            .position(|c| c.starts_with("remove_pod_sandbox"))
+            .expect("removed");
         assert!(stop < rm, "containers stop before the sandbox is removed");
     }
 
@@ -507,9 +657,18 @@ mod tests {
         h.wait("new running", |h| phase(h, "u2") == "Running");
         assert!(h.store.get("u1").is_none());
         let calls = h.rt.calls();
-        let removed_old = calls.iter().position(|c| c.starts_with("remove_pod_sandbox")).expect("old removed");
-        let created_new = calls.iter().position(|c| c.starts_with("run_pod_sandbox")).expect("new created");
-        assert!(removed_old < created_new, "static pods with one full name are serialised: {calls:?}");
+        let removed_old = calls
+            .iter()
+            .position(|c| c.starts_with("remove_pod_sandbox"))
+            .expect("old removed");
+        let created_new = calls
+            .iter()
+            .position(|c| c.starts_with("run_pod_sandbox"))
+            .expect("new created");
+        assert!(
+            removed_old < created_new,
+            "static pods with one full name are serialised: {calls:?}"
+        );
     }
 
     #[test]
@@ -522,14 +681,24 @@ mod tests {
             // Crash once so the restart count is 1 before nanolet "restarts".
             let id = h.rt.running("a")[0].clone();
             h.rt.exit_container(&id, 1);
-            h.wait("restarted", |h| restarts(h, "u1", "a") == 1 && h.rt.running("a").len() == 1);
+            h.wait("restarted", |h| {
+                restarts(h, "u1", "a") == 1 && h.rt.running("a").len() == 1
+            });
         }
         rt.clear_calls();
         let h = Harness::start(rt.clone());
         h.desire(&[pod("u1", "web", "Always", &["a"])], true);
         h.wait("adopted and Running", |h| phase(h, "u1") == "Running");
-        assert_eq!(restarts(&h, "u1", "a"), 1, "restart count continues from the runtime's annotation");
-        assert_eq!(rt.count_calls("create_container"), 0, "no container is restarted by a nanolet restart");
+        assert_eq!(
+            restarts(&h, "u1", "a"),
+            1,
+            "restart count continues from the runtime's annotation"
+        );
+        assert_eq!(
+            rt.count_calls("create_container"),
+            0,
+            "no container is restarted by a nanolet restart"
+        );
         assert_eq!(rt.count_calls("run_pod_sandbox"), 0);
         assert_eq!(rt.count_calls("stop_container"), 0);
     }
@@ -547,11 +716,15 @@ mod tests {
         h.desire(&[], false);
         // Wait for at least two PLEG relists so the sync loop has seen the runtime pods.
         let before = rt.count_calls("list_pod_sandboxes");
-        h.wait("two relists", |h| h.rt.count_calls("list_pod_sandboxes") >= before + 2);
+        h.wait("two relists", |h| {
+            h.rt.count_calls("list_pod_sandboxes") >= before + 2
+        });
         assert_eq!(rt.count_calls("stop_container"), 0);
         assert_eq!(rt.running("a").len(), 1);
         h.desire(&[], true);
-        h.wait("orphan removed", |h| h.rt.sandbox_count() == 0 && h.rt.container_count() == 0);
+        h.wait("orphan removed", |h| {
+            h.rt.sandbox_count() == 0 && h.rt.container_count() == 0
+        });
     }
 
     #[test]
@@ -563,15 +736,35 @@ mod tests {
         let mut p = pod("u1", "web", "Always", &["a"]);
         p.spec.init_containers = ["init1", "init2"]
             .iter()
-            .map(|n| Container { name: n.to_string(), image: IMAGE.into(), image_pull_policy: "IfNotPresent".into(), ..Default::default() })
+            .map(|n| Container {
+                name: n.to_string(),
+                image: IMAGE.into(),
+                image_pull_policy: "IfNotPresent".into(),
+                ..Default::default()
+            })
             .collect();
         h.desire(&[p], true);
         h.wait("running", |h| phase(h, "u1") == "Running");
         let calls = h.rt.calls();
-        let order: Vec<&String> = calls.iter().filter(|c| c.starts_with("create_container")).collect();
-        assert_eq!(order, vec!["create_container init1", "create_container init2", "create_container a"]);
+        let order: Vec<&String> = calls
+            .iter()
+            .filter(|c| c.starts_with("create_container"))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                "create_container init1",
+                "create_container init2",
+                "create_container a"
+            ]
+        );
         let st = h.status("u1").expect("status");
-        assert!(st.init_container_statuses.iter().all(|c| c.state.terminated.as_ref().is_some_and(|t| t.reason == "Completed")));
+        assert!(st.init_container_statuses.iter().all(|c| {
+            c.state
+                .terminated
+                .as_ref()
+                .is_some_and(|t| t.reason == "Completed")
+        }));
     }
 
     #[test]
@@ -580,14 +773,29 @@ mod tests {
         rt.exit_on_start("init1", 1);
         let h = Harness::start(rt);
         let mut p = pod("u1", "web", "Never", &["a"]);
-        p.spec.init_containers =
-            vec![Container { name: "init1".into(), image: IMAGE.into(), image_pull_policy: "IfNotPresent".into(), ..Default::default() }];
+        p.spec.init_containers = vec![Container {
+            name: "init1".into(),
+            image: IMAGE.into(),
+            image_pull_policy: "IfNotPresent".into(),
+            ..Default::default()
+        }];
         h.desire(&[p], true);
         h.wait("Failed", |h| phase(h, "u1") == "Failed");
-        assert_eq!(h.rt.count_calls("create_container a"), 0, "regular containers never start");
+        assert_eq!(
+            h.rt.count_calls("create_container a"),
+            0,
+            "regular containers never start"
+        );
         let st = h.status("u1").expect("status");
-        let init = st.conditions.iter().find(|c| c.type_ == "Initialized").expect("Initialized");
-        assert_eq!((init.status.as_str(), init.reason.as_str()), ("False", "ContainersNotInitialized"));
+        let init = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Initialized")
+            .expect("Initialized");
+        assert_eq!(
+            (init.status.as_str(), init.reason.as_str()),
+            ("False", "ContainersNotInitialized")
+        );
         assert_eq!(init.message, "containers with incomplete status: [init1]");
     }
 
@@ -596,12 +804,19 @@ mod tests {
         let h = Harness::start(fake());
         h.desire(&[pod("u1", "web", "Always", &["a"])], true);
         h.wait("running", |h| phase(h, "u1") == "Running");
-        let sb = h.rt.calls().iter().find(|c| c.starts_with("run_pod_sandbox")).cloned();
+        let sb =
+            h.rt.calls()
+                .iter()
+                .find(|c| c.starts_with("run_pod_sandbox"))
+                .cloned();
         assert!(sb.is_some());
         let sid = h.rt.list_pod_sandboxes().expect("list")[0].id.clone();
         h.rt.kill_sandbox(&sid);
         h.wait("new sandbox", |h| {
-            h.rt.list_pod_sandboxes().is_ok_and(|l| l.iter().any(|s| s.attempt == 1 && s.state == crate::runtime::SandboxState::Ready))
+            h.rt.list_pod_sandboxes().is_ok_and(|l| {
+                l.iter()
+                    .any(|s| s.attempt == 1 && s.state == crate::runtime::SandboxState::Ready)
+            })
         });
         h.wait("running again", |h| h.rt.running("a").len() == 1);
     }
@@ -612,10 +827,42 @@ mod tests {
         rt.set_down(true);
         let h = Harness::start(rt.clone());
         h.desire(&[pod("u1", "web", "Always", &["a"])], true);
-        h.wait("runtime check fails", |h| h.store.health().iter().any(|c| c.name == "runtime" && !c.ok));
+        h.wait("runtime check fails", |h| {
+            h.store
+                .health()
+                .iter()
+                .any(|c| c.name == "runtime" && !c.ok)
+        });
         rt.set_down(false);
-        h.wait("running after runtime returns", |h| phase(h, "u1") == "Running");
+        h.wait("running after runtime returns", |h| {
+            phase(h, "u1") == "Running"
+        });
         assert!(h.store.health().iter().all(|c| c.ok));
         let _ = ContainerState::Running;
+    }
+
+    #[test]
+    fn pods_over_max_pods_are_rejected_out_of_pods_and_admitted_later() {
+        let h = Harness::start_with(fake(), 1);
+        let (a, b) = (
+            pod("u1", "a", "Always", &["c"]),
+            pod("u2", "b", "Always", &["c"]),
+        );
+        h.desire(&[a, b.clone()], true);
+        h.wait("a Running", |h| phase(h, "u1") == "Running");
+        h.wait("b rejected", |h| {
+            h.status("u2")
+                .is_some_and(|s| s.phase == "Failed" && s.reason == "OutOfpods")
+        });
+        let msg = h.status("u2").map(|s| s.message).unwrap_or_default();
+        assert_eq!(
+            msg,
+            "Node didn't have enough resource: pods, requested: 1, used: 1, capacity: 1"
+        );
+        assert_eq!(h.rt.count_calls("run_pod_sandbox"), 1);
+        // Room appears: the rejected pod is admitted.
+        h.desire(&[b], true);
+        h.wait("b Running", |h| phase(h, "u2") == "Running");
+        assert!(h.store.get("u1").is_none());
     }
 }

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::runtime::{
-    ANN_CONTAINER_HASH, ANN_CONTAINER_TYPE, ANN_RESTART_COUNT, ContainerState, LABEL_MANAGED_BY, LABEL_POD_UID,
-    Runtime, RuntimeError, SandboxState,
+    ANN_CONTAINER_HASH, ANN_CONTAINER_TYPE, ANN_RESTART_COUNT, ContainerState, LABEL_MANAGED_BY,
+    LABEL_POD_UID, Runtime, RuntimeError, SandboxState,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +56,9 @@ impl PodRuntimeState {
 
     /// The newest exited container with this name (what backoff and lastState look at).
     pub fn latest_exited(&self, name: &str) -> Option<&ObservedContainer> {
-        self.containers.iter().find(|c| c.name == name && c.state == ContainerState::Exited)
+        self.containers
+            .iter()
+            .find(|c| c.name == name && c.state == ContainerState::Exited)
     }
 
     /// The second newest container with this name (its lastState).
@@ -65,7 +67,9 @@ impl PodRuntimeState {
     }
 
     pub fn running(&self) -> impl Iterator<Item = &ObservedContainer> {
-        self.containers.iter().filter(|c| c.state == ContainerState::Running)
+        self.containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
     }
 
     pub fn newest_sandbox(&self) -> Option<&ObservedSandbox> {
@@ -80,10 +84,15 @@ impl PodRuntimeState {
 /// Read the runtime's view of the pod `uid` (only objects nanolet created).
 pub fn observe_pod(rt: &dyn Runtime, uid: &str) -> Result<PodRuntimeState, RuntimeError> {
     let ours = |labels: &BTreeMap<String, String>| {
-        labels.get(LABEL_POD_UID).map(String::as_str) == Some(uid) && labels.contains_key(LABEL_MANAGED_BY)
+        labels.get(LABEL_POD_UID).map(String::as_str) == Some(uid)
+            && labels.contains_key(LABEL_MANAGED_BY)
     };
     let mut state = PodRuntimeState::default();
-    for sb in rt.list_pod_sandboxes()?.into_iter().filter(|s| ours(&s.labels)) {
+    for sb in rt
+        .list_pod_sandboxes()?
+        .into_iter()
+        .filter(|s| ours(&s.labels))
+    {
         let (ip, additional_ips) = if sb.state == SandboxState::Ready {
             match rt.pod_sandbox_status(&sb.id) {
                 Ok(st) => (st.ip, st.additional_ips),
@@ -102,18 +111,29 @@ pub fn observe_pod(rt: &dyn Runtime, uid: &str) -> Result<PodRuntimeState, Runti
             additional_ips,
         });
     }
-    for c in rt.list_containers()?.into_iter().filter(|c| ours(&c.labels)) {
+    for c in rt
+        .list_containers()?
+        .into_iter()
+        .filter(|c| ours(&c.labels))
+    {
         let st = match rt.container_status(&c.id) {
             Ok(st) => st,
             Err(e) if e.is_not_found() => continue, // removed between list and status
             Err(e) => return Err(e),
         };
-        let ann = |k: &str| st.annotations.get(k).cloned().or_else(|| c.annotations.get(k).cloned());
+        let ann = |k: &str| {
+            st.annotations
+                .get(k)
+                .cloned()
+                .or_else(|| c.annotations.get(k).cloned())
+        };
         state.containers.push(ObservedContainer {
             id: c.id,
             sandbox_id: c.sandbox_id,
             name: c.name,
-            restart_count: ann(ANN_RESTART_COUNT).and_then(|v| v.parse().ok()).unwrap_or(st.attempt),
+            restart_count: ann(ANN_RESTART_COUNT)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(st.attempt),
             hash: ann(ANN_CONTAINER_HASH).unwrap_or_default(),
             kind: ann(ANN_CONTAINER_TYPE).unwrap_or_else(|| "regular".into()),
             state: st.state,
@@ -128,9 +148,15 @@ pub fn observe_pod(rt: &dyn Runtime, uid: &str) -> Result<PodRuntimeState, Runti
             log_path: st.log_path,
         });
     }
-    state.sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.attempt.cmp(&a.attempt)));
-    state
-        .containers
-        .sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.restart_count.cmp(&a.restart_count)));
+    state.sandboxes.sort_by(|a, b| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then(b.attempt.cmp(&a.attempt))
+    });
+    state.containers.sort_by(|a, b| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then(b.restart_count.cmp(&a.restart_count))
+    });
     Ok(state)
 }

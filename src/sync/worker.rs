@@ -12,17 +12,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, info, warn};
 
-use crate::pod::{Container, Pod};
 use crate::pod::quantity::parse_quantity;
+use crate::pod::{Container, Pod};
 use crate::runtime::{
     ANN_CONTAINER_HASH, ANN_CONTAINER_TYPE, ANN_POD_TERMINATION_GRACE, ANN_RESTART_COUNT,
     ANN_TERMINATION_MESSAGE_PATH, ANN_TERMINATION_MESSAGE_POLICY, ContainerConfig, ContainerState,
-    LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, LinuxResources,
-    PodSandboxConfig, PortMapping, Protocol, Runtime, RuntimeError,
+    LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
+    LinuxResources, PodSandboxConfig, PortMapping, Protocol, Runtime, RuntimeError,
 };
 use crate::status::StatusStore;
 
-use super::actions::{Now, PodActions, backoff_key, compute_pod_actions, container_hash, is_sidecar};
+use super::actions::{
+    Now, PodActions, backoff_key, compute_pod_actions, container_hash, is_sidecar,
+};
 use super::apistatus::{self, StatusInputs, WaitingReason};
 use super::backoff::Backoff;
 use super::state::{PodRuntimeState, observe_pod};
@@ -41,6 +43,8 @@ pub struct SyncSettings {
     pub container_logs_dir: PathBuf,
     /// How often a pod is re-synced with no event (the kubelet's syncFrequency).
     pub resync: Duration,
+    /// The kubelet's maxPods: pods over the limit are rejected with OutOfpods.
+    pub max_pods: u32,
 }
 
 pub struct WorkerContext {
@@ -84,16 +88,25 @@ pub enum SyncError {
 }
 
 fn now_wall_nanos() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 fn now() -> Now {
-    Now { instant: Instant::now(), wall_nanos: now_wall_nanos() }
+    Now {
+        instant: Instant::now(),
+        wall_nanos: now_wall_nanos(),
+    }
 }
 
 /// `<namespace>_<name>_<uid>`: the pod's log directory name.
 pub fn pod_log_dir_name(pod: &Pod) -> String {
-    format!("{}_{}_{}", pod.metadata.namespace, pod.metadata.name, pod.metadata.uid)
+    format!(
+        "{}_{}_{}",
+        pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
+    )
 }
 
 pub struct PodWorker {
@@ -135,7 +148,10 @@ impl PodWorker {
     }
 
     fn wrap(&self, source: RuntimeError) -> SyncError {
-        SyncError::Runtime { pod: self.full_name.clone(), source }
+        SyncError::Runtime {
+            pod: self.full_name.clone(),
+            source,
+        }
     }
 
     /// The worker thread's body.
@@ -158,7 +174,9 @@ impl PodWorker {
             }
             if terminate {
                 self.terminate();
-                let _ = reports.send(LoopMsg::Worker(WorkerReport::Terminated { uid: self.uid().to_string() }));
+                let _ = reports.send(LoopMsg::Worker(WorkerReport::Terminated {
+                    uid: self.uid().to_string(),
+                }));
                 return;
             }
             let next = match self.sync() {
@@ -194,13 +212,21 @@ impl PodWorker {
         if self.start_time_nanos.is_none() {
             // Adopted pods keep the start time of their sandbox; new pods start now.
             self.start_time_nanos = Some(
-                state.sandboxes.iter().map(|s| s.created_at).min().filter(|t| *t > 0).unwrap_or_else(now_wall_nanos),
+                state
+                    .sandboxes
+                    .iter()
+                    .map(|s| s.created_at)
+                    .min()
+                    .filter(|t| *t > 0)
+                    .unwrap_or_else(now_wall_nanos),
             );
         }
         let mut next = self.ctx.settings.resync;
 
         // activeDeadlineSeconds: the pod fails with DeadlineExceeded.
-        if let (Some(deadline), Some(start)) = (self.pod.spec.active_deadline_seconds, self.start_time_nanos) {
+        if let (Some(deadline), Some(start)) =
+            (self.pod.spec.active_deadline_seconds, self.start_time_nanos)
+        {
             let active = Duration::from_nanos(now_wall_nanos().saturating_sub(start).max(0) as u64);
             let limit = Duration::from_secs(deadline.max(0) as u64);
             if active >= limit {
@@ -225,7 +251,11 @@ impl PodWorker {
         } else {
             let n = now();
             let acts = compute_pod_actions(&self.pod, &state, &self.backoff, n);
-            self.waiting.retain(|name, _| state.latest(name).is_none_or(|c| c.state != ContainerState::Running));
+            self.waiting.retain(|name, _| {
+                state
+                    .latest(name)
+                    .is_none_or(|c| c.state != ContainerState::Running)
+            });
             if let Some(d) = self.execute(&acts, &state, n)? {
                 next = next.min(d);
             }
@@ -242,7 +272,12 @@ impl PodWorker {
     }
 
     /// Run the actions. Returns the shortest backoff wait, if any.
-    fn execute(&mut self, acts: &PodActions, state: &PodRuntimeState, n: Now) -> Result<Option<Duration>, SyncError> {
+    fn execute(
+        &mut self,
+        acts: &PodActions,
+        state: &PodRuntimeState,
+        n: Now,
+    ) -> Result<Option<Duration>, SyncError> {
         let mut wake: Option<Duration> = None;
         if acts.kill_pod {
             info!(pod = %self.full_name, reason = %acts.sandbox_reason, "killing pod");
@@ -251,12 +286,19 @@ impl PodWorker {
         for k in &acts.containers_to_kill {
             info!(pod = %self.full_name, container = %k.name, reason = %k.reason, "killing container");
             let grace = self.grace_seconds(None);
-            if let Err(e) = self.rt().stop_container(&k.id, Duration::from_secs(grace as u64)) {
+            if let Err(e) = self
+                .rt()
+                .stop_container(&k.id, Duration::from_secs(grace as u64))
+            {
                 warn!(pod = %self.full_name, container = %k.name, error = %e, "stopping container failed");
             }
         }
         let mut sandbox = acts.sandbox_id.clone();
-        let sandbox_cfg = self.sandbox_config(if acts.create_sandbox { acts.attempt } else { self.current_attempt(state) });
+        let sandbox_cfg = self.sandbox_config(if acts.create_sandbox {
+            acts.attempt
+        } else {
+            self.current_attempt(state)
+        });
         if acts.create_sandbox {
             sandbox = Some(self.create_sandbox(&sandbox_cfg)?);
         }
@@ -272,11 +314,19 @@ impl PodWorker {
             );
             debug!(pod = %self.full_name, container = %w.name, remaining = ?w.remaining, "in CrashLoopBackOff");
             if spec.is_some() {
-                self.waiting.insert(w.name.clone(), WaitingReason { reason: "CrashLoopBackOff".into(), message: msg });
+                self.waiting.insert(
+                    w.name.clone(),
+                    WaitingReason {
+                        reason: "CrashLoopBackOff".into(),
+                        message: msg,
+                    },
+                );
             }
             wake = Some(wake.map_or(w.remaining, |x| x.min(w.remaining)));
         }
-        let Some(sandbox_id) = sandbox else { return Ok(wake) };
+        let Some(sandbox_id) = sandbox else {
+            return Ok(wake);
+        };
         // After a new sandbox the state of old containers still matters for restart counts.
         let mut starts: Vec<(Container, &'static str)> = vec![];
         if let Some(i) = acts.init_to_start {
@@ -298,7 +348,12 @@ impl PodWorker {
     }
 
     fn find_spec(&self, name: &str) -> Option<&Container> {
-        self.pod.spec.containers.iter().chain(&self.pod.spec.init_containers).find(|c| c.name == name)
+        self.pod
+            .spec
+            .containers
+            .iter()
+            .chain(&self.pod.spec.init_containers)
+            .find(|c| c.name == name)
     }
 
     fn current_attempt(&self, state: &PodRuntimeState) -> u32 {
@@ -308,12 +363,20 @@ impl PodWorker {
     fn grace_seconds(&self, override_secs: Option<i64>) -> i64 {
         match override_secs {
             Some(g) => g.max(0),
-            None => self.pod.spec.termination_grace_period_seconds.unwrap_or(30).max(MIN_GRACE_SECONDS),
+            None => self
+                .pod
+                .spec
+                .termination_grace_period_seconds
+                .unwrap_or(30)
+                .max(MIN_GRACE_SECONDS),
         }
     }
 
     fn log_dir(&self) -> PathBuf {
-        self.ctx.settings.pod_logs_dir.join(pod_log_dir_name(&self.pod))
+        self.ctx
+            .settings
+            .pod_logs_dir
+            .join(pod_log_dir_name(&self.pod))
     }
 
     fn sandbox_config(&self, attempt: u32) -> PodSandboxConfig {
@@ -347,7 +410,13 @@ impl PodWorker {
         } else if !p.spec.hostname.is_empty() {
             p.spec.hostname.clone()
         } else {
-            p.metadata.name.chars().take(63).collect::<String>().trim_end_matches(['-', '.']).to_string()
+            p.metadata
+                .name
+                .chars()
+                .take(63)
+                .collect::<String>()
+                .trim_end_matches(['-', '.'])
+                .to_string()
         };
         PodSandboxConfig {
             name: p.metadata.name.clone(),
@@ -393,14 +462,18 @@ impl PodWorker {
         let name = c.name.clone();
         // kubelet doBackOff: record the restart against the newest exited container's finish.
         if let Some(exited) = state.latest_exited(&name) {
-            self.backoff.next(&backoff_key(&self.pod, c), n.instant_of(exited.finished_at));
+            self.backoff
+                .next(&backoff_key(&self.pod, c), n.instant_of(exited.finished_at));
         }
         if let Err(w) = self.ensure_image(c, n) {
             let retry = w.1;
             self.waiting.insert(name, w.0);
             return Some(retry);
         }
-        let restart_count = state.latest(&name).map(|l| l.restart_count + 1).unwrap_or(0);
+        let restart_count = state
+            .latest(&name)
+            .map(|l| l.restart_count + 1)
+            .unwrap_or(0);
         let log_rel = format!("{name}/{restart_count}.log");
         let cdir = self.log_dir().join(&name);
         if let Err(e) = std::fs::create_dir_all(&cdir) {
@@ -412,13 +485,25 @@ impl PodWorker {
             Ok(id) => id,
             Err(e) => {
                 warn!(pod = %self.full_name, container = %name, error = %e, "create container failed");
-                self.waiting.insert(name, WaitingReason { reason: "CreateContainerError".into(), message: e.message });
+                self.waiting.insert(
+                    name,
+                    WaitingReason {
+                        reason: "CreateContainerError".into(),
+                        message: e.message,
+                    },
+                );
                 return Some(Duration::from_secs(2));
             }
         };
         if let Err(e) = self.rt().start_container(&id) {
             warn!(pod = %self.full_name, container = %name, error = %e, "start container failed");
-            self.waiting.insert(name, WaitingReason { reason: "RunContainerError".into(), message: e.message });
+            self.waiting.insert(
+                name,
+                WaitingReason {
+                    reason: "RunContainerError".into(),
+                    message: e.message,
+                },
+            );
             return Some(Duration::from_secs(2));
         }
         self.waiting.remove(&name);
@@ -433,7 +518,10 @@ impl PodWorker {
             Ok(p) => p.is_some(),
             Err(e) => {
                 return Err((
-                    WaitingReason { reason: "ErrImagePull".into(), message: e.to_string() },
+                    WaitingReason {
+                        reason: "ErrImagePull".into(),
+                        message: e.to_string(),
+                    },
                     Duration::from_secs(2),
                 ));
             }
@@ -447,7 +535,9 @@ impl PodWorker {
                 return Err((
                     WaitingReason {
                         reason: "ErrImageNeverPull".into(),
-                        message: format!("Container image \"{image}\" is not present with pull policy of Never"),
+                        message: format!(
+                            "Container image \"{image}\" is not present with pull policy of Never"
+                        ),
                     },
                     self.ctx.settings.resync,
                 ));
@@ -460,7 +550,10 @@ impl PodWorker {
         let key = format!("image:{}:{}", self.uid(), image);
         if let Some(rem) = self.image_backoff.remaining(&key, n.instant, n.instant) {
             return Err((
-                WaitingReason { reason: "ImagePullBackOff".into(), message: format!("Back-off pulling image \"{image}\"") },
+                WaitingReason {
+                    reason: "ImagePullBackOff".into(),
+                    message: format!("Back-off pulling image \"{image}\""),
+                },
                 rem,
             ));
         }
@@ -474,27 +567,54 @@ impl PodWorker {
             }
             Err(e) => {
                 self.image_backoff.next(&key, n.instant);
-                let delay = self.image_backoff.delay(&key).unwrap_or(Duration::from_secs(10));
+                let delay = self
+                    .image_backoff
+                    .delay(&key)
+                    .unwrap_or(Duration::from_secs(10));
                 warn!(pod = %self.full_name, container = %c.name, image, error = %e, "pulling image failed");
-                Err((WaitingReason { reason: "ErrImagePull".into(), message: e.message }, delay))
+                Err((
+                    WaitingReason {
+                        reason: "ErrImagePull".into(),
+                        message: e.message,
+                    },
+                    delay,
+                ))
             }
         }
     }
 
-    fn container_config(&self, c: &Container, kind: &str, restart_count: u32, log_path: String) -> ContainerConfig {
+    fn container_config(
+        &self,
+        c: &Container,
+        kind: &str,
+        restart_count: u32,
+        log_path: String,
+    ) -> ContainerConfig {
         let p = &self.pod;
         let mut labels = BTreeMap::new();
         labels.insert(LABEL_POD_NAME.to_string(), p.metadata.name.clone());
-        labels.insert(LABEL_POD_NAMESPACE.to_string(), p.metadata.namespace.clone());
+        labels.insert(
+            LABEL_POD_NAMESPACE.to_string(),
+            p.metadata.namespace.clone(),
+        );
         labels.insert(LABEL_POD_UID.to_string(), p.metadata.uid.clone());
         labels.insert(LABEL_CONTAINER_NAME.to_string(), c.name.clone());
         labels.insert(LABEL_MANAGED_BY.to_string(), "nanolet".into());
         let mut ann = BTreeMap::new();
         ann.insert(ANN_CONTAINER_HASH.to_string(), container_hash(c));
         ann.insert(ANN_RESTART_COUNT.to_string(), restart_count.to_string());
-        ann.insert(ANN_TERMINATION_MESSAGE_PATH.to_string(), c.termination_message_path.clone());
-        ann.insert(ANN_TERMINATION_MESSAGE_POLICY.to_string(), c.termination_message_policy.clone());
-        ann.insert(ANN_POD_TERMINATION_GRACE.to_string(), self.grace_seconds(None).to_string());
+        ann.insert(
+            ANN_TERMINATION_MESSAGE_PATH.to_string(),
+            c.termination_message_path.clone(),
+        );
+        ann.insert(
+            ANN_TERMINATION_MESSAGE_POLICY.to_string(),
+            c.termination_message_policy.clone(),
+        );
+        ann.insert(
+            ANN_POD_TERMINATION_GRACE.to_string(),
+            self.grace_seconds(None).to_string(),
+        );
         ann.insert(ANN_CONTAINER_TYPE.to_string(), kind.to_string());
         let envs = c
             .env
@@ -531,7 +651,10 @@ impl PodWorker {
         if std::fs::create_dir_all(dir).is_err() {
             return;
         }
-        let link = dir.join(format!("{}_{}_{}-{}.log", self.pod.metadata.name, self.pod.metadata.namespace, name, id));
+        let link = dir.join(format!(
+            "{}_{}_{}-{}.log",
+            self.pod.metadata.name, self.pod.metadata.namespace, name, id
+        ));
         let target = self.log_dir().join(log_rel);
         let _ = std::fs::remove_file(&link);
         if let Err(e) = std::os::unix::fs::symlink(&target, &link) {
@@ -543,7 +666,8 @@ impl PodWorker {
     fn kill_pod(&self, state: &PodRuntimeState, grace_override: Option<i64>) {
         let grace = Duration::from_secs(self.grace_seconds(grace_override) as u64);
         let running: Vec<_> = state.running().cloned().collect();
-        let (sidecars, main): (Vec<_>, Vec<_>) = running.into_iter().partition(|c| c.kind == "sidecar");
+        let (sidecars, main): (Vec<_>, Vec<_>) =
+            running.into_iter().partition(|c| c.kind == "sidecar");
         for group in [main, sidecars] {
             std::thread::scope(|s| {
                 for c in &group {
@@ -571,7 +695,11 @@ impl PodWorker {
     /// sandboxes that no kept container needs (the kubelet's GC with MaxPerPodContainer=1).
     fn gc(&self, state: &PodRuntimeState) {
         let mut kept: BTreeMap<&str, usize> = BTreeMap::new();
-        let mut keep_sandboxes: Vec<&str> = state.newest_sandbox().map(|s| s.id.as_str()).into_iter().collect();
+        let mut keep_sandboxes: Vec<&str> = state
+            .newest_sandbox()
+            .map(|s| s.id.as_str())
+            .into_iter()
+            .collect();
         for c in &state.containers {
             let n = kept.entry(c.name.as_str()).or_default();
             *n += 1;
@@ -654,9 +782,14 @@ impl PodWorker {
     }
 
     fn remove_legacy_links(&self) {
-        let prefix = format!("{}_{}_", self.pod.metadata.name, self.pod.metadata.namespace);
+        let prefix = format!(
+            "{}_{}_",
+            self.pod.metadata.name, self.pod.metadata.namespace
+        );
         let dir = &self.ctx.settings.container_logs_dir;
-        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
         let ours = self.log_dir();
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -690,16 +823,25 @@ fn fmt_secs(d: Duration) -> String {
 pub fn linux_resources(c: &Container) -> LinuxResources {
     const PERIOD: i64 = 100_000;
     let milli = |m: &BTreeMap<String, serde_json::Value>, k: &str| {
-        m.get(k).and_then(|v| parse_quantity(v).ok()).map(|q| q.milli_value() as i64)
+        m.get(k)
+            .and_then(|v| parse_quantity(v).ok())
+            .map(|q| q.milli_value() as i64)
     };
     let cpu_req = milli(&c.resources.requests, "cpu").or_else(|| milli(&c.resources.limits, "cpu"));
     let cpu_lim = milli(&c.resources.limits, "cpu");
-    let mem_lim = c.resources.limits.get("memory").and_then(|v| parse_quantity(v).ok()).map(|q| q.value() as i64);
+    let mem_lim = c
+        .resources
+        .limits
+        .get("memory")
+        .and_then(|v| parse_quantity(v).ok())
+        .map(|q| q.value() as i64);
     let shares = match cpu_req {
         Some(m) if m > 0 => ((m * 1024) / 1000).max(2),
         _ => 2,
     };
-    let quota = cpu_lim.map(|m| ((m * PERIOD) / 1000).max(1000)).unwrap_or(0);
+    let quota = cpu_lim
+        .map(|m| ((m * PERIOD) / 1000).max(1000))
+        .unwrap_or(0);
     LinuxResources {
         cpu_period: if quota > 0 { PERIOD } else { 0 },
         cpu_quota: quota,
