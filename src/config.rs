@@ -42,13 +42,20 @@ pub enum ConfigError {
     #[error("{flag}: {reason}")]
     InvalidFlag { flag: String, reason: String },
     #[error("reading config file {}: {source}", path.display())]
-    ReadFile { path: PathBuf, source: std::io::Error },
+    ReadFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The file as a whole is unusable (syntax, wrong kind).
     #[error("{}: {reason}", path.display())]
     InvalidFile { path: PathBuf, reason: String },
     /// `config.yaml: fileCheckFrequency: ...`
     #[error("{}: {field}: {reason}", path.display())]
-    InvalidField { path: PathBuf, field: String, reason: String },
+    InvalidField {
+        path: PathBuf,
+        field: String,
+        reason: String,
+    },
     #[error("node name: {0}")]
     NodeName(String),
 }
@@ -141,7 +148,9 @@ impl Config {
     pub fn redacted_json(&self) -> serde_json::Value {
         let mut headers = serde_json::Map::new();
         for (name, _) in &self.manifest_url_headers {
-            let entry = headers.entry(name.clone()).or_insert_with(|| serde_json::json!([]));
+            let entry = headers
+                .entry(name.clone())
+                .or_insert_with(|| serde_json::json!([]));
             if let Some(list) = entry.as_array_mut() {
                 list.push(serde_json::Value::String(REDACTED.into()));
             }
@@ -172,11 +181,17 @@ impl Config {
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let headers: Vec<String> =
-            self.manifest_url_headers.iter().map(|(n, _)| format!("{n}: {REDACTED}")).collect();
+        let headers: Vec<String> = self
+            .manifest_url_headers
+            .iter()
+            .map(|(n, _)| format!("{n}: {REDACTED}"))
+            .collect();
         f.debug_struct("Config")
             .field("pod_manifest_path", &self.pod_manifest_path)
-            .field("manifest_url", &self.manifest_url.as_deref().map(redact_url))
+            .field(
+                "manifest_url",
+                &self.manifest_url.as_deref().map(redact_url),
+            )
             .field("manifest_url_headers", &headers)
             .field("file_check_frequency", &self.file_check_frequency)
             .field("http_check_frequency", &self.http_check_frequency)
@@ -210,7 +225,9 @@ pub fn verbosity_level(v: u8) -> tracing::Level {
 
 /// Replaces `user:password@` in a URL's authority with `<redacted>@`.
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else { return url.to_string() };
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
     let auth_start = scheme_end + 3;
     let rest = &url[auth_start..];
     let auth_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
@@ -421,13 +438,21 @@ pub fn help_text() -> String {
                 Some(c) => format!("-{c}, "),
                 None => "    ".into(),
             };
-            let value = if f.value_name.is_empty() { String::new() } else { format!(" {}", f.value_name) };
+            let value = if f.value_name.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", f.value_name)
+            };
             format!("  {short}--{}{value}", f.name)
         })
         .collect();
     let width = left.iter().map(|s| s.chars().count()).max().unwrap_or(0);
     for (f, l) in FLAGS.iter().zip(left) {
-        let default = if f.default.is_empty() { String::new() } else { format!(" (default {})", f.default) };
+        let default = if f.default.is_empty() {
+            String::new()
+        } else {
+            format!(" (default {})", f.default)
+        };
         out.push_str(&format!("{l:width$}   {}{default}\n", f.help));
     }
     out
@@ -460,12 +485,14 @@ fn lex(args: &[String]) -> Result<Vec<(&'static FlagSpec, String)>, ConfigError>
                 Some((n, v)) => (n, Some(v.to_string())),
                 None => (body, None),
             };
-            let spec = find_flag(name).ok_or_else(|| ConfigError::UnknownFlag(format!("--{name}")))?;
+            let spec =
+                find_flag(name).ok_or_else(|| ConfigError::UnknownFlag(format!("--{name}")))?;
             (spec, inline, format!("--{name}"))
         } else if let Some(body) = arg.strip_prefix('-').filter(|b| !b.is_empty()) {
             let mut chars = body.chars();
             let c = chars.next().unwrap_or('-');
-            let spec = find_shorthand(c).ok_or_else(|| ConfigError::UnknownFlag(format!("-{c}")))?;
+            let spec =
+                find_shorthand(c).ok_or_else(|| ConfigError::UnknownFlag(format!("-{c}")))?;
             let rest = chars.as_str();
             let inline = if rest.is_empty() {
                 None
@@ -473,7 +500,10 @@ fn lex(args: &[String]) -> Result<Vec<(&'static FlagSpec, String)>, ConfigError>
                 Some(v.to_string())
             } else if spec.kind == Kind::Bool {
                 // pflag would read `-hx` as `-h -x`; nanolet has no other boolean shorthand.
-                return Err(ConfigError::UnknownFlag(format!("-{}", rest.chars().next().unwrap_or('-'))));
+                return Err(ConfigError::UnknownFlag(format!(
+                    "-{}",
+                    rest.chars().next().unwrap_or('-')
+                )));
             } else {
                 Some(rest.to_string()) // `-v3`
             };
@@ -515,7 +545,8 @@ pub fn parse_run_args(args: &[String]) -> Result<ParseOutcome, ConfigError> {
 
 fn machine_hostname() -> Result<String, String> {
     let name = nix::unistd::gethostname().map_err(|e| format!("reading the hostname: {e}"))?;
-    name.into_string().map_err(|_| "the hostname is not valid UTF-8".to_string())
+    name.into_string()
+        .map_err(|_| "the hostname is not valid UTF-8".to_string())
 }
 
 fn parse_run_args_with(
@@ -533,8 +564,10 @@ fn parse_run_args_with(
     if let Some((_, path)) = flags.iter().rev().find(|(f, _)| f.name == "config") {
         if !path.is_empty() {
             let path = PathBuf::from(path);
-            let text = std::fs::read_to_string(&path)
-                .map_err(|source| ConfigError::ReadFile { path: path.clone(), source })?;
+            let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::ReadFile {
+                path: path.clone(),
+                source,
+            })?;
             // Warnings are kept in `cfg.warnings`: tracing is not set up yet at this point.
             apply_file(&mut cfg, &path, &text)?;
         }
@@ -544,7 +577,10 @@ fn parse_run_args_with(
     let mut header_flags: Option<Vec<(String, String)>> = None;
     for (spec, value) in &flags {
         let flag = format!("--{}", spec.name);
-        let err = |reason: String| ConfigError::InvalidFlag { flag: flag.clone(), reason };
+        let err = |reason: String| ConfigError::InvalidFlag {
+            flag: flag.clone(),
+            reason,
+        };
         match spec.name {
             "config" | "help" => {}
             "pod-manifest-path" => cfg.pod_manifest_path = PathBuf::from(value),
@@ -554,11 +590,19 @@ fn parse_run_args_with(
                 let list = header_flags.get_or_insert_with(Vec::new);
                 list.extend(parse_header_list(value).map_err(err)?);
             }
-            "file-check-frequency" => cfg.file_check_frequency = parse_frequency(value).map_err(err)?,
-            "http-check-frequency" => cfg.http_check_frequency = parse_frequency(value).map_err(err)?,
+            "file-check-frequency" => {
+                cfg.file_check_frequency = parse_frequency(value).map_err(err)?
+            }
+            "http-check-frequency" => {
+                cfg.http_check_frequency = parse_frequency(value).map_err(err)?
+            }
             "sync-frequency" => cfg.sync_frequency = parse_frequency(value).map_err(err)?,
-            "container-runtime-endpoint" => cfg.runtime_endpoint = parse_endpoint(value).map_err(err)?,
-            "runtime-request-timeout" => cfg.runtime_request_timeout = parse_frequency(value).map_err(err)?,
+            "container-runtime-endpoint" => {
+                cfg.runtime_endpoint = parse_endpoint(value).map_err(err)?
+            }
+            "runtime-request-timeout" => {
+                cfg.runtime_request_timeout = parse_frequency(value).map_err(err)?
+            }
             "hostname-override" => hostname_override = value.clone(),
             "root-dir" => cfg.root_dir = parse_nonempty_path(value).map_err(err)?,
             "pod-logs-dir" => cfg.pod_logs_dir = parse_nonempty_path(value).map_err(err)?,
@@ -587,7 +631,9 @@ fn parse_run_args_with(
 fn normalize_node_name(raw: &str) -> Result<String, ConfigError> {
     let name = raw.trim().to_lowercase();
     if name.is_empty() {
-        return Err(ConfigError::NodeName("the hostname is empty; set --hostname-override".into()));
+        return Err(ConfigError::NodeName(
+            "the hostname is empty; set --hostname-override".into(),
+        ));
     }
     if !is_dns_subdomain(&name) {
         return Err(ConfigError::NodeName(format!(
@@ -604,7 +650,8 @@ fn is_dns_subdomain(s: &str) -> bool {
         && s.split('.').all(|label| {
             let b = label.as_bytes();
             !b.is_empty()
-                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
                 && b[0] != b'-'
                 && b[b.len() - 1] != b'-'
         })
@@ -623,11 +670,15 @@ fn parse_frequency(s: &str) -> Result<Duration, String> {
 }
 
 fn parse_ip(s: &str) -> Result<IpAddr, String> {
-    s.trim().parse().map_err(|_| format!("invalid IP address {s:?}"))
+    s.trim()
+        .parse()
+        .map_err(|_| format!("invalid IP address {s:?}"))
 }
 
 fn parse_port(s: &str) -> Result<u16, String> {
-    s.trim().parse().map_err(|_| format!("invalid port {s:?}: must be an integer from 0 to 65535"))
+    s.trim()
+        .parse()
+        .map_err(|_| format!("invalid port {s:?}: must be an integer from 0 to 65535"))
 }
 
 fn port_from_int(n: i64) -> Result<u16, String> {
@@ -635,7 +686,9 @@ fn port_from_int(n: i64) -> Result<u16, String> {
 }
 
 fn parse_max_pods(s: &str) -> Result<u32, String> {
-    s.trim().parse().map_err(|_| format!("invalid number {s:?}: must be a non-negative integer"))
+    s.trim()
+        .parse()
+        .map_err(|_| format!("invalid number {s:?}: must be a non-negative integer"))
 }
 
 fn max_pods_from_int(n: i64) -> Result<u32, String> {
@@ -643,7 +696,10 @@ fn max_pods_from_int(n: i64) -> Result<u32, String> {
 }
 
 fn parse_verbosity(s: &str) -> Result<u8, String> {
-    let v: u64 = s.trim().parse().map_err(|_| format!("invalid level {s:?}: must be an integer from 0 to 10"))?;
+    let v: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid level {s:?}: must be an integer from 0 to 10"))?;
     Ok(v.min(10) as u8)
 }
 
@@ -668,16 +724,23 @@ fn parse_manifest_url(s: &str) -> Result<Option<String>, String> {
         return Ok(None);
     }
     let lower = s.to_ascii_lowercase();
-    let host = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("https://"));
+    let host = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"));
     match host {
         Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(Some(s.to_string())),
-        _ => Err(format!("invalid URL {:?}: must be an http:// or https:// URL with a host", redact_url(s))),
+        _ => Err(format!(
+            "invalid URL {:?}: must be an http:// or https:// URL with a host",
+            redact_url(s)
+        )),
     }
 }
 
 /// HTTP token characters (RFC 9110) for header names.
 fn is_header_name(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// Checks one header; messages never contain the value.
@@ -686,7 +749,9 @@ fn check_header(name: &str, value: &str) -> Result<(), String> {
         return Err(format!("invalid header name {name:?}"));
     }
     if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-        return Err(format!("header {name:?}: value contains a line break or NUL"));
+        return Err(format!(
+            "header {name:?}: value contains a line break or NUL"
+        ));
     }
     Ok(())
 }
@@ -701,7 +766,10 @@ fn parse_header_list(s: &str) -> Result<Vec<(String, String)>, String> {
         }
         let Some((name, value)) = item.split_once(':') else {
             // Do not echo the item: it may be a secret with a missing name.
-            return Err(format!("malformed header #{} (expected Name:Value; value not shown)", i + 1));
+            return Err(format!(
+                "malformed header #{} (expected Name:Value; value not shown)",
+                i + 1
+            ));
         };
         let (name, value) = (name.trim(), value.trim());
         check_header(name, value)?;
@@ -755,7 +823,10 @@ const FILE_FIELDS: &[&str] = &[
 
 /// Parses the file text (YAML, or JSON when it starts with `{`) into a YAML value.
 fn parse_document(path: &Path, text: &str) -> Result<serde_yaml::Value, ConfigError> {
-    let invalid = |reason: String| ConfigError::InvalidFile { path: path.to_path_buf(), reason };
+    let invalid = |reason: String| ConfigError::InvalidFile {
+        path: path.to_path_buf(),
+        reason,
+    };
     if text.trim_start().starts_with('{') {
         let json: serde_json::Value =
             serde_json::from_str(text).map_err(|e| invalid(format!("invalid JSON: {e}")))?;
@@ -776,7 +847,10 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     let serde_yaml::Value::Mapping(map) = &doc else {
         return Err(ConfigError::InvalidFile {
             path: path.to_path_buf(),
-            reason: format!("expected a {CONFIG_KIND} mapping, found {}", yaml_kind(&doc)),
+            reason: format!(
+                "expected a {CONFIG_KIND} mapping, found {}",
+                yaml_kind(&doc)
+            ),
         });
     };
 
@@ -787,7 +861,12 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
             Some(serde_yaml::Value::String(s)) => {
                 return Err(field_err(field, format!("expected {want:?}, found {s:?}")));
             }
-            Some(other) => return Err(field_err(field, format!("expected the string {want:?}, found {}", yaml_kind(other)))),
+            Some(other) => {
+                return Err(field_err(
+                    field,
+                    format!("expected the string {want:?}, found {}", yaml_kind(other)),
+                ));
+            }
             None => return Err(field_err(field, format!("missing; expected {want:?}"))),
         }
     }
@@ -799,7 +878,10 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
                 "{}: ignoring field {k:?}: unknown or not supported by nanolet",
                 path.display()
             )),
-            None => cfg.warnings.push(format!("{}: ignoring non-string key {key:?}", path.display())),
+            None => cfg.warnings.push(format!(
+                "{}: ignoring non-string key {key:?}",
+                path.display()
+            )),
         }
     }
 
@@ -813,7 +895,11 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     let base = path.parent().unwrap_or_else(|| Path::new(""));
     let resolve = |p: &str| {
         let p = PathBuf::from(p);
-        if p.as_os_str().is_empty() || p.is_absolute() { p } else { base.join(p) }
+        if p.as_os_str().is_empty() || p.is_absolute() {
+            p
+        } else {
+            base.join(p)
+        }
     };
 
     if let Some(p) = &fc.static_pod_path {
@@ -826,10 +912,22 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
         cfg.manifest_url_headers = file_headers(v).map_err(|(f, r)| field_err(&f, r))?;
     }
     let durations = [
-        ("fileCheckFrequency", &fc.file_check_frequency, &mut cfg.file_check_frequency),
-        ("httpCheckFrequency", &fc.http_check_frequency, &mut cfg.http_check_frequency),
+        (
+            "fileCheckFrequency",
+            &fc.file_check_frequency,
+            &mut cfg.file_check_frequency,
+        ),
+        (
+            "httpCheckFrequency",
+            &fc.http_check_frequency,
+            &mut cfg.http_check_frequency,
+        ),
         ("syncFrequency", &fc.sync_frequency, &mut cfg.sync_frequency),
-        ("runtimeRequestTimeout", &fc.runtime_request_timeout, &mut cfg.runtime_request_timeout),
+        (
+            "runtimeRequestTimeout",
+            &fc.runtime_request_timeout,
+            &mut cfg.runtime_request_timeout,
+        ),
     ];
     for (field, value, slot) in durations {
         if let Some(s) = value {
@@ -856,7 +954,8 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
         cfg.pod_logs_dir = resolve(p);
     }
     if let Some(s) = &fc.container_runtime_endpoint {
-        cfg.runtime_endpoint = parse_endpoint(s).map_err(|r| field_err("containerRuntimeEndpoint", r))?;
+        cfg.runtime_endpoint =
+            parse_endpoint(s).map_err(|r| field_err("containerRuntimeEndpoint", r))?;
     }
     Ok(())
 }
@@ -868,14 +967,23 @@ fn file_headers(v: &serde_yaml::Value) -> Result<Vec<(String, String)>, (String,
         serde_yaml::Value::Null => return Ok(Vec::new()),
         serde_yaml::Value::Mapping(m) => m,
         other => {
-            return Err((FIELD.into(), format!("expected a map of header name to list of values, found {}", yaml_kind(other))));
+            return Err((
+                FIELD.into(),
+                format!(
+                    "expected a map of header name to list of values, found {}",
+                    yaml_kind(other)
+                ),
+            ));
         }
     };
     // Sorted by name for a deterministic order (the kubelet's map has none).
     let mut sorted: BTreeMap<String, &serde_yaml::Value> = BTreeMap::new();
     for (k, vals) in map {
         let Some(name) = k.as_str() else {
-            return Err((FIELD.into(), format!("header names must be strings, found {}", yaml_kind(k))));
+            return Err((
+                FIELD.into(),
+                format!("header names must be strings, found {}", yaml_kind(k)),
+            ));
         };
         sorted.insert(name.to_string(), vals);
     }
@@ -883,11 +991,23 @@ fn file_headers(v: &serde_yaml::Value) -> Result<Vec<(String, String)>, (String,
     for (name, vals) in sorted {
         let field = format!("{FIELD}.{name}");
         let serde_yaml::Value::Sequence(list) = vals else {
-            return Err((field, format!("expected a list of strings, found {} (value not shown)", yaml_kind(vals))));
+            return Err((
+                field,
+                format!(
+                    "expected a list of strings, found {} (value not shown)",
+                    yaml_kind(vals)
+                ),
+            ));
         };
         for (i, item) in list.iter().enumerate() {
             let Some(value) = item.as_str() else {
-                return Err((format!("{field}[{i}]"), format!("expected a string, found {} (value not shown)", yaml_kind(item))));
+                return Err((
+                    format!("{field}[{i}]"),
+                    format!(
+                        "expected a string, found {} (value not shown)",
+                        yaml_kind(item)
+                    ),
+                ));
             };
             check_header(&name, value).map_err(|r| (field.clone(), r))?;
             out.push((name.clone(), value.to_string()));
@@ -941,11 +1061,17 @@ mod tests {
         let mut want = Config::defaults("edge-box-01".into());
         want.warnings.clear();
         assert_eq!(c, want);
-        assert_eq!(c.pod_manifest_path, PathBuf::from("/etc/kubernetes/manifests"));
+        assert_eq!(
+            c.pod_manifest_path,
+            PathBuf::from("/etc/kubernetes/manifests")
+        );
         assert_eq!(c.sync_frequency, Duration::from_secs(60));
         assert_eq!(c.runtime_request_timeout, Duration::from_secs(120));
         assert_eq!(c.address.to_string(), "127.0.0.1");
-        assert_eq!((c.read_only_port, c.healthz_port, c.max_pods), (10255, 10248, 110));
+        assert_eq!(
+            (c.read_only_port, c.healthz_port, c.max_pods),
+            (10255, 10248, 110)
+        );
         assert_eq!(c.runtime_endpoint, "unix:///run/containerd/containerd.sock");
         assert_eq!(c.manifest_url, None);
         assert_eq!(c.log_level(), tracing::Level::INFO);
@@ -980,24 +1106,43 @@ mod tests {
         assert_eq!(parse(&["-v=7"]).unwrap().verbosity, 7);
         assert_eq!(parse(&["-v3"]).unwrap().verbosity, 3);
         assert_eq!(parse(&["--v=99"]).unwrap().verbosity, 10);
-        assert_eq!(parse(&["--v=6"]).unwrap().log_level(), tracing::Level::TRACE);
+        assert_eq!(
+            parse(&["--v=6"]).unwrap().log_level(),
+            tracing::Level::TRACE
+        );
         // Last occurrence of a single-valued flag wins.
-        assert_eq!(parse(&["--max-pods=1", "--max-pods=2"]).unwrap().max_pods, 2);
+        assert_eq!(
+            parse(&["--max-pods=1", "--max-pods=2"]).unwrap().max_pods,
+            2
+        );
     }
 
     #[test]
     fn help() {
-        for a in [&["--help"][..], &["-h"], &["--sync-frequency=1s", "--help=true"]] {
+        for a in [
+            &["--help"][..],
+            &["-h"],
+            &["--sync-frequency=1s", "--help=true"],
+        ] {
             match parse_run_args_with(&args(a), &host).unwrap() {
                 ParseOutcome::Help(text) => {
                     for f in FLAGS {
-                        assert!(text.contains(&format!("--{} ", f.name)), "{} missing", f.name);
+                        assert!(
+                            text.contains(&format!("--{} ", f.name)),
+                            "{} missing",
+                            f.name
+                        );
                         if !f.default.is_empty() {
                             assert!(text.contains(&format!("(default {})", f.default)));
                         }
                     }
                     assert!(text.contains("kubelet defaults to 0.0.0.0"));
-                    assert_eq!(text.lines().filter(|l| l.trim_start().starts_with('-')).count(), FLAGS.len());
+                    assert_eq!(
+                        text.lines()
+                            .filter(|l| l.trim_start().starts_with('-'))
+                            .count(),
+                        FLAGS.len()
+                    );
                 }
                 other => panic!("{other:?}"),
             }
@@ -1007,20 +1152,51 @@ mod tests {
     #[test]
     fn flag_errors() {
         let e = parse(&["--sync-frequency=x"]).unwrap_err().to_string();
-        assert!(e.starts_with("--sync-frequency: invalid duration \"x\": "), "{e}");
+        assert!(
+            e.starts_with("--sync-frequency: invalid duration \"x\": "),
+            "{e}"
+        );
         let e = parse(&["--sync-frequency=0s"]).unwrap_err().to_string();
         assert!(e.contains("greater than zero"), "{e}");
         assert!(matches!(parse(&["--nope"]), Err(ConfigError::UnknownFlag(f)) if f == "--nope"));
         assert!(matches!(parse(&["-x"]), Err(ConfigError::UnknownFlag(f)) if f == "-x"));
-        assert!(matches!(parse(&["--max-pods"]), Err(ConfigError::MissingValue(f)) if f == "--max-pods"));
-        assert!(matches!(parse(&["extra"]), Err(ConfigError::UnexpectedArgument(_))));
-        assert!(matches!(parse(&["--", "extra"]), Err(ConfigError::UnexpectedArgument(_))));
-        assert!(parse(&["--help=maybe"]).unwrap_err().to_string().contains("invalid boolean"));
-        assert!(parse(&["--read-only-port=70000"]).unwrap_err().to_string().starts_with("--read-only-port: invalid port"));
+        assert!(
+            matches!(parse(&["--max-pods"]), Err(ConfigError::MissingValue(f)) if f == "--max-pods")
+        );
+        assert!(matches!(
+            parse(&["extra"]),
+            Err(ConfigError::UnexpectedArgument(_))
+        ));
+        assert!(matches!(
+            parse(&["--", "extra"]),
+            Err(ConfigError::UnexpectedArgument(_))
+        ));
+        assert!(
+            parse(&["--help=maybe"])
+                .unwrap_err()
+                .to_string()
+                .contains("invalid boolean")
+        );
+        assert!(
+            parse(&["--read-only-port=70000"])
+                .unwrap_err()
+                .to_string()
+                .starts_with("--read-only-port: invalid port")
+        );
         assert!(parse(&["--max-pods=-1"]).is_err());
-        assert!(parse(&["--address=localhost"]).unwrap_err().to_string().contains("invalid IP address"));
+        assert!(
+            parse(&["--address=localhost"])
+                .unwrap_err()
+                .to_string()
+                .contains("invalid IP address")
+        );
         assert!(parse(&["--manifest-url=ftp://x/"]).is_err());
-        assert!(parse(&["--hostname-override=bad_name"]).unwrap_err().to_string().contains("--hostname-override"));
+        assert!(
+            parse(&["--hostname-override=bad_name"])
+                .unwrap_err()
+                .to_string()
+                .contains("--hostname-override")
+        );
         let e = parse_run_args_with(&args(&[]), &|| Err("boom".into())).unwrap_err();
         assert!(matches!(e, ConfigError::NodeName(_)));
     }
@@ -1045,8 +1221,13 @@ mod tests {
                 ("Authorization".into(), "Bearer x:y".into()),
             ]
         );
-        let e = parse(&["--manifest-url-header=Bearer-secret-token"]).unwrap_err().to_string();
-        assert!(e.starts_with("--manifest-url-header: malformed header"), "{e}");
+        let e = parse(&["--manifest-url-header=Bearer-secret-token"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--manifest-url-header: malformed header"),
+            "{e}"
+        );
         assert!(!e.contains("secret"), "{e}");
         assert!(parse(&["--manifest-url-header=bad name:x"]).is_err());
         assert!(parse(&["--manifest-url-header=:x"]).is_err());
@@ -1073,7 +1254,10 @@ mod tests {
         assert_eq!(c.max_pods, 20);
         assert_eq!(c.address.to_string(), "0.0.0.0");
         assert_eq!(c.manifest_url.as_deref(), Some("http://10.0.0.1/pods"));
-        assert_eq!(c.manifest_url_headers, vec![("X-Token".to_string(), "file-secret".to_string())]);
+        assert_eq!(
+            c.manifest_url_headers,
+            vec![("X-Token".to_string(), "file-secret".to_string())]
+        );
         assert_eq!(c.pod_logs_dir, PathBuf::from("/data/logs"));
         assert_eq!(c.runtime_endpoint, "unix:///tmp/c.sock");
         assert_eq!(c.runtime_request_timeout, Duration::from_secs(30));
@@ -1084,7 +1268,10 @@ mod tests {
         assert_eq!(c.max_pods, 3);
         // Header flags replace the file's headers.
         let c = parse(&["--config", &path, "--manifest-url-header=A:b"]).unwrap();
-        assert_eq!(c.manifest_url_headers, vec![("A".to_string(), "b".to_string())]);
+        assert_eq!(
+            c.manifest_url_headers,
+            vec![("A".to_string(), "b".to_string())]
+        );
         assert!(c.warnings.is_empty());
     }
 
@@ -1097,7 +1284,10 @@ mod tests {
             "{\n\t\"apiVersion\": \"kubelet.config.k8s.io/v1beta1\",\n\t\"kind\": \"KubeletConfiguration\",\n\t\"staticPodPath\": \"/srv/m\", \"maxPods\": 7}",
         );
         let c = parse(&["--config", &path]).unwrap();
-        assert_eq!((c.pod_manifest_path, c.max_pods), (PathBuf::from("/srv/m"), 7));
+        assert_eq!(
+            (c.pod_manifest_path, c.max_pods),
+            (PathBuf::from("/srv/m"), 7)
+        );
     }
 
     #[test]
@@ -1106,12 +1296,18 @@ mod tests {
         let path = write(
             &dir,
             "config.yaml",
-            &format!("{HEAD}cgroupDriver: systemd\nauthentication:\n  anonymous: {{enabled: false}}\nmaxPods: 9\n"),
+            &format!(
+                "{HEAD}cgroupDriver: systemd\nauthentication:\n  anonymous: {{enabled: false}}\nmaxPods: 9\n"
+            ),
         );
         let c = parse(&["--config", &path]).unwrap();
         assert_eq!(c.max_pods, 9);
         assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
-        assert!(c.warnings.iter().any(|w| w.contains("\"cgroupDriver\"") && w.contains("config.yaml")));
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w.contains("\"cgroupDriver\"") && w.contains("config.yaml"))
+        );
         assert!(c.warnings.iter().any(|w| w.contains("\"authentication\"")));
     }
 
@@ -1134,38 +1330,79 @@ mod tests {
         let c = parse(&["--config", &path]).unwrap();
         let buf = Buf::default();
         let writer = buf.clone();
-        let sub = tracing_subscriber::fmt().with_ansi(false).with_writer(move || writer.clone()).finish();
+        let sub = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
         tracing::subscriber::with_default(sub, || c.log_warnings());
         let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-        assert!(out.contains("WARN") && out.contains("\"evictionHard\""), "{out}");
+        assert!(
+            out.contains("WARN") && out.contains("\"evictionHard\""),
+            "{out}"
+        );
     }
 
     #[test]
     fn bad_type_names_file_and_field() {
         let dir = tempfile::tempdir().unwrap();
-        let path = write(&dir, "config.yaml", &format!("{HEAD}fileCheckFrequency: 20\n"));
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!("{HEAD}fileCheckFrequency: 20\n"),
+        );
         let e = parse(&["--config", &path]).unwrap_err();
         let msg = e.to_string();
-        assert!(matches!(&e, ConfigError::InvalidField { field, .. } if field == "fileCheckFrequency"), "{msg}");
-        assert!(msg.starts_with(&format!("{path}: fileCheckFrequency: ")), "{msg}");
+        assert!(
+            matches!(&e, ConfigError::InvalidField { field, .. } if field == "fileCheckFrequency"),
+            "{msg}"
+        );
+        assert!(
+            msg.starts_with(&format!("{path}: fileCheckFrequency: ")),
+            "{msg}"
+        );
 
         let path = write(&dir, "c2.yaml", &format!("{HEAD}fileCheckFrequency: 20x\n"));
         let msg = parse(&["--config", &path]).unwrap_err().to_string();
-        assert!(msg.starts_with(&format!("{path}: fileCheckFrequency: invalid duration \"20x\"")), "{msg}");
+        assert!(
+            msg.starts_with(&format!(
+                "{path}: fileCheckFrequency: invalid duration \"20x\""
+            )),
+            "{msg}"
+        );
 
         let path = write(&dir, "c3.yaml", &format!("{HEAD}readOnlyPort: 99999\n"));
-        assert!(parse(&["--config", &path]).unwrap_err().to_string().contains(": readOnlyPort: invalid port"));
+        assert!(
+            parse(&["--config", &path])
+                .unwrap_err()
+                .to_string()
+                .contains(": readOnlyPort: invalid port")
+        );
 
         let path = write(&dir, "c4.yaml", &format!("{HEAD}maxPods: lots\n"));
-        assert!(parse(&["--config", &path]).unwrap_err().to_string().contains(": maxPods: invalid type"));
+        assert!(
+            parse(&["--config", &path])
+                .unwrap_err()
+                .to_string()
+                .contains(": maxPods: invalid type")
+        );
 
         let path = write(&dir, "c5.yaml", "kind: KubeletConfiguration\n");
-        assert!(parse(&["--config", &path]).unwrap_err().to_string().contains(": apiVersion: missing"));
+        assert!(
+            parse(&["--config", &path])
+                .unwrap_err()
+                .to_string()
+                .contains(": apiVersion: missing")
+        );
 
         let path = write(&dir, "c6.yaml", "apiVersion: v1\nkind: Pod\n");
         assert!(parse(&["--config", &path]).is_err());
 
-        for (name, text) in [("c7.yaml", "a: [\n"), ("c8.yaml", "- 1\n"), ("c9.yaml", ""), ("c10.json", "{\"a\":")] {
+        for (name, text) in [
+            ("c7.yaml", "a: [\n"),
+            ("c8.yaml", "- 1\n"),
+            ("c9.yaml", ""),
+            ("c10.json", "{\"a\":"),
+        ] {
             let path = write(&dir, name, text);
             let e = parse(&["--config", &path]).unwrap_err();
             assert!(e.to_string().starts_with(&path), "{e}");
@@ -1179,13 +1416,24 @@ mod tests {
     #[test]
     fn header_type_errors_do_not_leak_values() {
         let dir = tempfile::tempdir().unwrap();
-        let path = write(&dir, "config.yaml", &format!("{HEAD}staticPodURLHeader:\n  Authorization: Bearer s3cr3t\n"));
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!("{HEAD}staticPodURLHeader:\n  Authorization: Bearer s3cr3t\n"),
+        );
         let msg = parse(&["--config", &path]).unwrap_err().to_string();
         assert!(msg.contains("staticPodURLHeader.Authorization"), "{msg}");
         assert!(!msg.contains("s3cr3t"), "{msg}");
-        let path = write(&dir, "c2.yaml", &format!("{HEAD}staticPodURLHeader:\n  Authorization: [\"a\\r\\nb: s3cr3t\"]\n"));
+        let path = write(
+            &dir,
+            "c2.yaml",
+            &format!("{HEAD}staticPodURLHeader:\n  Authorization: [\"a\\r\\nb: s3cr3t\"]\n"),
+        );
         let msg = parse(&["--config", &path]).unwrap_err().to_string();
-        assert!(msg.contains("line break") && !msg.contains("s3cr3t"), "{msg}");
+        assert!(
+            msg.contains("line break") && !msg.contains("s3cr3t"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -1196,14 +1444,29 @@ mod tests {
         ])
         .unwrap();
         let dbg = format!("{c:?} {c:#?}");
-        assert!(!dbg.contains("s3cr3t") && !dbg.contains("t0ken") && !dbg.contains("pa55"), "{dbg}");
+        assert!(
+            !dbg.contains("s3cr3t") && !dbg.contains("t0ken") && !dbg.contains("pa55"),
+            "{dbg}"
+        );
         assert!(dbg.contains("Authorization: <redacted>"), "{dbg}");
-        assert!(dbg.contains("https://<redacted>@example.com/pods?x=1"), "{dbg}");
+        assert!(
+            dbg.contains("https://<redacted>@example.com/pods?x=1"),
+            "{dbg}"
+        );
         let j = c.redacted_json();
         let s = j.to_string();
-        assert!(!s.contains("s3cr3t") && !s.contains("t0ken") && !s.contains("pa55"), "{s}");
-        assert_eq!(j["staticPodURLHeader"]["Authorization"], serde_json::json!(["<redacted>", "<redacted>"]));
-        assert_eq!(j["staticPodURLHeader"]["X-A"], serde_json::json!(["<redacted>"]));
+        assert!(
+            !s.contains("s3cr3t") && !s.contains("t0ken") && !s.contains("pa55"),
+            "{s}"
+        );
+        assert_eq!(
+            j["staticPodURLHeader"]["Authorization"],
+            serde_json::json!(["<redacted>", "<redacted>"])
+        );
+        assert_eq!(
+            j["staticPodURLHeader"]["X-A"],
+            serde_json::json!(["<redacted>"])
+        );
         assert_eq!(j["syncFrequency"], "1m0s");
         assert_eq!(j["runtimeRequestTimeout"], "2m0s");
         assert_eq!(j["readOnlyPort"], 10255);
@@ -1216,7 +1479,10 @@ mod tests {
     #[test]
     fn url_redaction() {
         assert_eq!(redact_url("http://h/p"), "http://h/p");
-        assert_eq!(redact_url("http://u@h:80/p@q"), "http://<redacted>@h:80/p@q");
+        assert_eq!(
+            redact_url("http://u@h:80/p@q"),
+            "http://<redacted>@h:80/p@q"
+        );
         assert_eq!(redact_url("not a url"), "not a url");
     }
 

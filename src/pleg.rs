@@ -31,14 +31,24 @@ pub struct Pleg {
 
 impl Pleg {
     pub fn new(runtime: Arc<dyn Runtime>, store: Arc<StatusStore>, out: Sender<LoopMsg>) -> Self {
-        Pleg { runtime, store, out, last: BTreeMap::new(), last_refs: BTreeMap::new(), first: true }
+        Pleg {
+            runtime,
+            store,
+            out,
+            last: BTreeMap::new(),
+            last_refs: BTreeMap::new(),
+            first: true,
+        }
     }
 
     /// One relist: compare with the previous one and report changed pods. Returns false when
     /// the sync loop is gone.
     pub fn relist(&mut self) -> bool {
         let started = Instant::now();
-        let (sandboxes, containers) = match (self.runtime.list_pod_sandboxes(), self.runtime.list_containers()) {
+        let (sandboxes, containers) = match (
+            self.runtime.list_pod_sandboxes(),
+            self.runtime.list_containers(),
+        ) {
             (Ok(s), Ok(c)) => (s, c),
             (Err(e), _) | (_, Err(e)) => {
                 warn!(error = %e, "PLEG relist failed");
@@ -52,8 +62,12 @@ impl Pleg {
             if !s.labels.contains_key(LABEL_MANAGED_BY) {
                 continue;
             }
-            let Some(uid) = s.labels.get(LABEL_POD_UID) else { continue };
-            now.entry(uid.clone()).or_default().push((s.id.clone(), format!("{:?}", s.state)));
+            let Some(uid) = s.labels.get(LABEL_POD_UID) else {
+                continue;
+            };
+            now.entry(uid.clone())
+                .or_default()
+                .push((s.id.clone(), format!("{:?}", s.state)));
             if let Some(r) = RuntimePodRef::from_labels(&s.labels, &s.annotations) {
                 refs.entry(uid.clone()).or_insert(r);
             }
@@ -62,8 +76,12 @@ impl Pleg {
             if !c.labels.contains_key(LABEL_MANAGED_BY) {
                 continue;
             }
-            let Some(uid) = c.labels.get(LABEL_POD_UID) else { continue };
-            now.entry(uid.clone()).or_default().push((c.id.clone(), format!("{:?}", c.state)));
+            let Some(uid) = c.labels.get(LABEL_POD_UID) else {
+                continue;
+            };
+            now.entry(uid.clone())
+                .or_default()
+                .push((c.id.clone(), format!("{:?}", c.state)));
             if let Some(r) = RuntimePodRef::from_labels(&c.labels, &c.annotations) {
                 // Container annotations carry the grace period; prefer them.
                 let e = refs.entry(uid.clone()).or_insert(r.clone());
@@ -128,34 +146,37 @@ impl Pleg {
 /// Subscribe to containerd's task events and poke the relist loop on each; resubscribe with a
 /// capped backoff when the stream breaks (containerd restarted).
 fn spawn_event_watcher(runtime: Arc<dyn Runtime>, wake: Sender<()>) {
-    let spawned = std::thread::Builder::new().name("pleg-events".into()).stack_size(256 * 1024).spawn(move || {
-        let mut delay = Duration::from_millis(500);
-        loop {
-            match runtime.subscribe_events() {
-                Ok(rx) => {
-                    info!("subscribed to containerd task events");
-                    delay = Duration::from_millis(500);
-                    for ev in rx.iter() {
-                        let lost = ev == RuntimeEvent::StreamLost;
-                        if wake.send(()).is_err() {
-                            return;
+    let spawned = std::thread::Builder::new()
+        .name("pleg-events".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let mut delay = Duration::from_millis(500);
+            loop {
+                match runtime.subscribe_events() {
+                    Ok(rx) => {
+                        info!("subscribed to containerd task events");
+                        delay = Duration::from_millis(500);
+                        for ev in rx.iter() {
+                            let lost = ev == RuntimeEvent::StreamLost;
+                            if wake.send(()).is_err() {
+                                return;
+                            }
+                            if lost {
+                                break;
+                            }
                         }
-                        if lost {
-                            break;
-                        }
+                        warn!("containerd event stream lost; resubscribing");
                     }
-                    warn!("containerd event stream lost; resubscribing");
+                    Err(e) => debug!(error = %e, "subscribing to containerd events failed"),
                 }
-                Err(e) => debug!(error = %e, "subscribing to containerd events failed"),
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(30));
+                // Stop when the relist loop is gone.
+                if wake.send(()).is_err() {
+                    return;
+                }
             }
-            std::thread::sleep(delay);
-            delay = (delay * 2).min(Duration::from_secs(30));
-            // Stop when the relist loop is gone.
-            if wake.send(()).is_err() {
-                return;
-            }
-        }
-    });
+        });
     if let Err(e) = spawned {
         warn!(error = %e, "cannot start the event watcher; relying on relist only");
     }

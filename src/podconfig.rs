@@ -29,7 +29,12 @@ impl Desired {
     pub fn by_full_name(&self) -> BTreeMap<String, &SourcePod> {
         self.pods
             .values()
-            .map(|sp| (format!("{}/{}", sp.pod.metadata.namespace, sp.pod.metadata.name), sp))
+            .map(|sp| {
+                (
+                    format!("{}/{}", sp.pod.metadata.namespace, sp.pod.metadata.name),
+                    sp,
+                )
+            })
             .collect()
     }
 
@@ -77,7 +82,11 @@ pub struct PodConfig {
 
 impl PodConfig {
     pub fn new(expected_sources: &[SourceKind]) -> Self {
-        PodConfig { expected: expected_sources.iter().copied().collect(), latest: BTreeMap::new(), last: None }
+        PodConfig {
+            expected: expected_sources.iter().copied().collect(),
+            latest: BTreeMap::new(),
+            last: None,
+        }
     }
 
     /// The current merged set (None before any snapshot).
@@ -88,7 +97,10 @@ impl PodConfig {
     /// Apply one snapshot; `Some(desired)` when the merged result changed.
     pub fn update(&mut self, snap: Snapshot) -> Option<Desired> {
         if !self.expected.contains(&snap.source) {
-            tracing::warn!(source = snap.source.as_str(), "snapshot from a source that was not expected; merging it anyway");
+            tracing::warn!(
+                source = snap.source.as_str(),
+                "snapshot from a source that was not expected; merging it anyway"
+            );
         }
         self.latest.insert(snap.source, snap);
         let merged = self.merge();
@@ -120,14 +132,21 @@ impl PodConfig {
                         sp.origin
                     );
                     tracing::warn!(pod = %format!("{}/{}", key.0, key.1), origin = %sp.origin, "{reason}");
-                    conflicts.push(ManifestError { origin: sp.origin.clone(), field: "metadata.name".into(), reason });
+                    conflicts.push(ManifestError {
+                        origin: sp.origin.clone(),
+                        field: "metadata.name".into(),
+                        reason,
+                    });
                     continue;
                 }
                 if pods.contains_key(&meta.uid) {
                     conflicts.push(ManifestError {
                         origin: sp.origin.clone(),
                         field: "metadata.uid".into(),
-                        reason: format!("Duplicate value: {:?} (already used by another source's pod)", meta.uid),
+                        reason: format!(
+                            "Duplicate value: {:?} (already used by another source's pod)",
+                            meta.uid
+                        ),
                     });
                     continue;
                 }
@@ -138,7 +157,12 @@ impl PodConfig {
         errors.extend(conflicts);
         let ready_sources: BTreeSet<SourceKind> = self.latest.keys().copied().collect();
         let all_sources_ready = self.expected.is_subset(&ready_sources);
-        Desired { pods, errors, all_sources_ready, ready_sources }
+        Desired {
+            pods,
+            errors,
+            all_sources_ready,
+            ready_sources,
+        }
     }
 }
 
@@ -152,11 +176,18 @@ mod tests {
         pod.metadata.name = name.into();
         pod.metadata.namespace = "default".into();
         pod.metadata.uid = uid.into();
-        SourcePod { pod, origin: origin.into() }
+        SourcePod {
+            pod,
+            origin: origin.into(),
+        }
     }
 
     fn snap(source: SourceKind, pods: Vec<SourcePod>) -> Snapshot {
-        Snapshot { source, pods, errors: Vec::new() }
+        Snapshot {
+            source,
+            pods,
+            errors: Vec::new(),
+        }
     }
 
     #[test]
@@ -165,13 +196,21 @@ mod tests {
         let d = pc.update(snap(SourceKind::File, vec![sp("a-n", "u1", "/m/a.yaml")]));
         let d = d.unwrap_or_else(|| panic!("first update must report"));
         assert!(!d.all_sources_ready);
-        assert_eq!(d.ready_sources.iter().copied().collect::<Vec<_>>(), vec![SourceKind::File]);
+        assert_eq!(
+            d.ready_sources.iter().copied().collect::<Vec<_>>(),
+            vec![SourceKind::File]
+        );
         assert!(d.source_ready(SourceKind::File) && !d.source_ready(SourceKind::Http));
         assert_eq!(d.pods.len(), 1);
         // Same snapshot again: no change.
-        assert!(pc.update(snap(SourceKind::File, vec![sp("a-n", "u1", "/m/a.yaml")])).is_none());
+        assert!(
+            pc.update(snap(SourceKind::File, vec![sp("a-n", "u1", "/m/a.yaml")]))
+                .is_none()
+        );
         // Http's first (empty) snapshot changes readiness.
-        let d = pc.update(snap(SourceKind::Http, vec![])).unwrap_or_else(|| panic!("readiness change"));
+        let d = pc
+            .update(snap(SourceKind::Http, vec![]))
+            .unwrap_or_else(|| panic!("readiness change"));
         assert!(d.all_sources_ready);
         assert_eq!(pc.current(), Some(&d));
     }
@@ -180,22 +219,40 @@ mod tests {
     fn file_wins_conflicts() {
         let mut pc = PodConfig::new(&[SourceKind::File, SourceKind::Http]);
         // Http arrives first, then file defines the same name: file wins regardless of order.
-        pc.update(snap(SourceKind::Http, vec![sp("web-n", "h1", "http://x"), sp("other-n", "h2", "http://x")]));
-        let d = pc.update(snap(SourceKind::File, vec![sp("web-n", "f1", "/m/web.yaml")]));
+        pc.update(snap(
+            SourceKind::Http,
+            vec![
+                sp("web-n", "h1", "http://x"),
+                sp("other-n", "h2", "http://x"),
+            ],
+        ));
+        let d = pc.update(snap(
+            SourceKind::File,
+            vec![sp("web-n", "f1", "/m/web.yaml")],
+        ));
         let d = d.unwrap_or_else(|| panic!("changed"));
         let uids: Vec<&str> = d.pods.keys().map(String::as_str).collect();
         assert_eq!(uids, vec!["f1", "h2"]);
         assert_eq!(d.errors.len(), 1);
         assert_eq!(d.errors[0].origin, "http://x");
         assert!(d.errors[0].reason.contains("/m/web.yaml"));
-        assert_eq!(d.by_full_name().get("default/web-n").map(|p| p.origin.as_str()), Some("/m/web.yaml"));
+        assert_eq!(
+            d.by_full_name()
+                .get("default/web-n")
+                .map(|p| p.origin.as_str()),
+            Some("/m/web.yaml")
+        );
     }
 
     #[test]
     fn errors_are_carried_and_diff() {
         let mut pc = PodConfig::new(&[SourceKind::File]);
         let mut s = snap(SourceKind::File, vec![sp("a-n", "u1", "/m/a.yaml")]);
-        s.errors.push(ManifestError { origin: "/m/b.yaml".into(), field: "kind".into(), reason: "x".into() });
+        s.errors.push(ManifestError {
+            origin: "/m/b.yaml".into(),
+            field: "kind".into(),
+            reason: "x".into(),
+        });
         let d1 = pc.update(s).unwrap_or_else(|| panic!("changed"));
         assert_eq!(d1.errors.len(), 1);
         let d2 = pc

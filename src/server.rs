@@ -64,7 +64,9 @@ impl Drop for ServerHandle {
 
 impl std::fmt::Debug for ServerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerHandle").field("local_addr", &self.local_addr).finish()
+        f.debug_struct("ServerHandle")
+            .field("local_addr", &self.local_addr)
+            .finish()
     }
 }
 
@@ -84,16 +86,26 @@ pub fn spawn_healthz(addr: SocketAddr, store: Arc<StatusStore>) -> io::Result<Se
 }
 
 /// Starts the read-only API server on `addr`.
-pub fn spawn_read_only(addr: SocketAddr, store: Arc<StatusStore>, node_name: String) -> io::Result<ServerHandle> {
+pub fn spawn_read_only(
+    addr: SocketAddr,
+    store: Arc<StatusStore>,
+    node_name: String,
+) -> io::Result<ServerHandle> {
     spawn("read-only", addr, store, Endpoints::ReadOnly { node_name })
 }
 
-fn spawn(kind: &'static str, addr: SocketAddr, store: Arc<StatusStore>, endpoints: Endpoints) -> io::Result<ServerHandle> {
+fn spawn(
+    kind: &'static str,
+    addr: SocketAddr,
+    store: Arc<StatusStore>,
+    endpoints: Endpoints,
+) -> io::Result<ServerHandle> {
     let server = Server::http(addr)
         .map_err(|e| io::Error::other(format!("{kind} server: binding {addr}: {e}")))?;
-    let local_addr = server.server_addr().to_ip().ok_or_else(|| {
-        io::Error::other(format!("{kind} server: {addr} is not an IP listener"))
-    })?;
+    let local_addr = server
+        .server_addr()
+        .to_ip()
+        .ok_or_else(|| io::Error::other(format!("{kind} server: {addr} is not an IP listener")))?;
     let server = Arc::new(server);
     let stopping = Arc::new(AtomicBool::new(false));
     let thread = {
@@ -104,10 +116,21 @@ fn spawn(kind: &'static str, addr: SocketAddr, store: Arc<StatusStore>, endpoint
             .spawn(move || serve(kind, &server, &stopping, &store, &endpoints))?
     };
     tracing::info!(addr = %local_addr, "{kind} server listening");
-    Ok(ServerHandle { server, stopping, thread: Some(thread), local_addr })
+    Ok(ServerHandle {
+        server,
+        stopping,
+        thread: Some(thread),
+        local_addr,
+    })
 }
 
-fn serve(kind: &str, server: &Server, stopping: &AtomicBool, store: &StatusStore, endpoints: &Endpoints) {
+fn serve(
+    kind: &str,
+    server: &Server,
+    stopping: &AtomicBool,
+    store: &StatusStore,
+    endpoints: &Endpoints,
+) {
     loop {
         let request = match server.recv() {
             Ok(r) => r,
@@ -153,17 +176,27 @@ impl Reply {
     fn text(status: u16, body: String) -> Reply {
         Reply {
             status,
-            headers: vec![("Content-Type", TEXT), ("X-Content-Type-Options", "nosniff")],
+            headers: vec![
+                ("Content-Type", TEXT),
+                ("X-Content-Type-Options", "nosniff"),
+            ],
             body: body.into_bytes(),
         }
     }
 
     fn json<T: serde::Serialize>(value: &T) -> Reply {
         match serde_json::to_vec(value) {
-            Ok(body) => Reply { status: 200, headers: vec![("Content-Type", JSON)], body },
+            Ok(body) => Reply {
+                status: 200,
+                headers: vec![("Content-Type", JSON)],
+                body,
+            },
             Err(e) => {
                 tracing::error!("serializing response: {e}");
-                Reply::text(500, "internal server error: cannot serialize the response\n".into())
+                Reply::text(
+                    500,
+                    "internal server error: cannot serialize the response\n".into(),
+                )
             }
         }
     }
@@ -222,7 +255,11 @@ fn split_url(url: &str) -> (&str, &str) {
 
 /// The store's checks behind the always-passing `ping` check the kubelet also has.
 fn checks(store: &StatusStore) -> Vec<HealthCheck> {
-    let mut v = vec![HealthCheck { name: "ping".into(), ok: true, message: "ok".into() }];
+    let mut v = vec![HealthCheck {
+        name: "ping".into(),
+        ok: true,
+        message: "ok".into(),
+    }];
     v.extend(store.health());
     v
 }
@@ -234,7 +271,9 @@ fn healthz(checks: &[HealthCheck], query: &str) -> Reply {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "verbose" => verbose = true,
-            "exclude" => exclude.extend(value.split(',').filter(|s| !s.is_empty()).map(String::from)),
+            "exclude" => {
+                exclude.extend(value.split(',').filter(|s| !s.is_empty()).map(String::from))
+            }
             _ => {}
         }
     }
@@ -253,10 +292,16 @@ fn healthz(checks: &[HealthCheck], query: &str) -> Reply {
     }
     if !exclude.is_empty() {
         let names: Vec<String> = exclude.iter().map(|e| format!("{e:?}")).collect();
-        out.push_str(&format!("warn: some health checks cannot be excluded: no matches for {}\n", names.join(",")));
+        out.push_str(&format!(
+            "warn: some health checks cannot be excluded: no matches for {}\n",
+            names.join(",")
+        ));
     }
     if !failed.is_empty() {
-        let details: Vec<String> = failed.iter().map(|c| format!("{}: {}", c.name, c.message)).collect();
+        let details: Vec<String> = failed
+            .iter()
+            .map(|c| format!("{}: {}", c.name, c.message))
+            .collect();
         tracing::debug!("healthz check failed: {}", details.join("; "));
         out.push_str("healthz check failed\n");
         return Reply::text(500, out);
@@ -320,7 +365,11 @@ mod tests {
         s.read_to_string(&mut raw).unwrap();
         let (head, body) = raw.split_once("\r\n\r\n").unwrap();
         let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-        Resp { status, headers: head.to_ascii_lowercase(), body: body.to_string() }
+        Resp {
+            status,
+            headers: head.to_ascii_lowercase(),
+            body: body.to_string(),
+        }
     }
 
     /// tiny_http's accept thread closes the socket a moment after the server is dropped.
@@ -341,13 +390,22 @@ mod tests {
     #[test]
     fn read_only_server_endpoints() {
         let store = healthy_store();
-        let srv = spawn_read_only("127.0.0.1:0".parse().unwrap(), store.clone(), "node1".into()).unwrap();
+        let srv = spawn_read_only(
+            "127.0.0.1:0".parse().unwrap(),
+            store.clone(),
+            "node1".into(),
+        )
+        .unwrap();
         let addr = srv.local_addr();
         assert_ne!(addr.port(), 0);
 
         let r = get(addr, "/pods");
         assert_eq!(r.status, 200);
-        assert!(r.headers.contains("content-type: application/json"), "{}", r.headers);
+        assert!(
+            r.headers.contains("content-type: application/json"),
+            "{}",
+            r.headers
+        );
         let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
         assert_eq!(v["kind"], "PodList");
         assert_eq!(v["apiVersion"], "v1");
@@ -410,7 +468,10 @@ mod tests {
         assert_eq!((r.status, r.body.as_str()), (200, "ok"));
         let r = get(addr, "/healthz?verbose");
         assert_eq!(r.status, 200);
-        assert_eq!(r.body, "[+]ping ok\n[+]syncloop ok\n[+]runtime ok\n[+]pleg ok\nhealthz check passed\n");
+        assert_eq!(
+            r.body,
+            "[+]ping ok\n[+]syncloop ok\n[+]runtime ok\n[+]pleg ok\nhealthz check passed\n"
+        );
         let r = get(addr, "/healthz/syncloop");
         assert_eq!((r.status, r.body.as_str()), (200, "ok"));
 
@@ -429,7 +490,10 @@ mod tests {
         );
         let r = get(addr, "/healthz/runtime");
         assert_eq!(r.status, 500);
-        assert_eq!(r.body, "internal server error: container runtime is down: connection refused\n");
+        assert_eq!(
+            r.body,
+            "internal server error: container runtime is down: connection refused\n"
+        );
         assert_eq!(get(addr, "/healthz/nope").status, 404);
 
         // Excluding the failing check passes.
@@ -446,15 +510,30 @@ mod tests {
         let srv = spawn_healthz("127.0.0.1:0".parse().unwrap(), store).unwrap();
         let r = get(srv.local_addr(), "/healthz");
         assert_eq!(r.status, 500);
-        assert!(r.body.contains("[-]syncloop failed: reason withheld\n"), "{}", r.body);
+        assert!(
+            r.body.contains("[-]syncloop failed: reason withheld\n"),
+            "{}",
+            r.body
+        );
         assert!(r.body.ends_with("healthz check failed\n"));
     }
 
     #[test]
     fn garbage_requests_do_not_kill_the_server() {
-        let srv = spawn_read_only("127.0.0.1:0".parse().unwrap(), healthy_store(), "node1".into()).unwrap();
+        let srv = spawn_read_only(
+            "127.0.0.1:0".parse().unwrap(),
+            healthy_store(),
+            "node1".into(),
+        )
+        .unwrap();
         let addr = srv.local_addr();
-        for junk in ["\r\n\r\n", "GARBAGE\r\n\r\n", "GET\r\n\r\n", "GET /pods HTTP/9.9\r\n\r\n", "\u{0}\u{1}\u{2}"] {
+        for junk in [
+            "\r\n\r\n",
+            "GARBAGE\r\n\r\n",
+            "GET\r\n\r\n",
+            "GET /pods HTTP/9.9\r\n\r\n",
+            "\u{0}\u{1}\u{2}",
+        ] {
             let mut s = TcpStream::connect(addr).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
             let _ = s.write_all(junk.as_bytes());
@@ -475,14 +554,21 @@ mod tests {
     #[test]
     fn url_splitting() {
         assert_eq!(split_url("/pods"), ("/pods", ""));
-        assert_eq!(split_url("/healthz?verbose&exclude=a"), ("/healthz", "verbose&exclude=a"));
+        assert_eq!(
+            split_url("/healthz?verbose&exclude=a"),
+            ("/healthz", "verbose&exclude=a")
+        );
         assert_eq!(split_url("http://127.0.0.1:10255/pods?x"), ("/pods", "x"));
         assert_eq!(split_url("http://host"), ("/", ""));
     }
 
     #[test]
     fn healthz_exclude_unknown_warns() {
-        let checks = vec![HealthCheck { name: "a".into(), ok: true, message: String::new() }];
+        let checks = vec![HealthCheck {
+            name: "a".into(),
+            ok: true,
+            message: String::new(),
+        }];
         let r = healthz(&checks, "verbose&exclude=zz");
         assert_eq!(r.status, 200);
         assert_eq!(

@@ -34,7 +34,10 @@ pub struct StatusStore {
 
 impl StatusStore {
     pub fn new(sync_deadline: std::time::Duration) -> Self {
-        StatusStore { inner: Mutex::new(Inner::default()), sync_deadline }
+        StatusStore {
+            inner: Mutex::new(Inner::default()),
+            sync_deadline,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -47,7 +50,8 @@ impl StatusStore {
     pub fn pods(&self) -> Vec<Pod> {
         let mut v: Vec<Pod> = self.lock().pods.values().cloned().collect();
         v.sort_by(|a, b| {
-            (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
         v
     }
@@ -99,8 +103,12 @@ impl StatusStore {
     pub fn health(&self) -> Vec<HealthCheck> {
         let g = self.lock();
         let now = Instant::now();
-        let sync_ok = g.last_sync.is_some_and(|t| now.duration_since(t) <= self.sync_deadline);
-        let pleg_ok = g.last_relist.is_some_and(|t| now.duration_since(t) <= std::time::Duration::from_secs(180));
+        let sync_ok = g
+            .last_sync
+            .is_some_and(|t| now.duration_since(t) <= self.sync_deadline);
+        let pleg_ok = g
+            .last_relist
+            .is_some_and(|t| now.duration_since(t) <= std::time::Duration::from_secs(180));
         vec![
             HealthCheck {
                 name: "syncloop".into(),
@@ -124,7 +132,10 @@ impl StatusStore {
                 ok: pleg_ok,
                 message: match g.last_relist {
                     None => "PLEG has not relisted yet".into(),
-                    Some(t) => format!("last relist {:.1}s ago", now.duration_since(t).as_secs_f64()),
+                    Some(t) => format!(
+                        "last relist {:.1}s ago",
+                        now.duration_since(t).as_secs_f64()
+                    ),
                 },
             },
         ]

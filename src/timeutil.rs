@@ -10,7 +10,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Signed seconds since the Unix epoch plus a nanosecond part in `0..1e9`.
 fn split_unix(t: SystemTime) -> (i64, u32) {
     match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => (i64::try_from(d.as_secs()).unwrap_or(i64::MAX), d.subsec_nanos()),
+        Ok(d) => (
+            i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            d.subsec_nanos(),
+        ),
         Err(e) => {
             // Before the epoch: floor to whole seconds, keep the nanos positive.
             let d = e.duration();
@@ -249,7 +252,9 @@ impl FakeClock {
 
     /// Starts at the real `Instant::now()` and the given wall time.
     pub fn at(system: SystemTime) -> Self {
-        FakeClock { inner: Arc::new(Mutex::new((Instant::now(), system))) }
+        FakeClock {
+            inner: Arc::new(Mutex::new((Instant::now(), system))),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, (Instant, SystemTime)> {
@@ -291,7 +296,10 @@ mod tests {
     fn rfc3339_seconds() {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         // 2026-11-22T18:46:47Z
-        assert_eq!(rfc3339(at(1_795_373_207, 999_999_999)), "2026-11-22T18:46:47Z");
+        assert_eq!(
+            rfc3339(at(1_795_373_207, 999_999_999)),
+            "2026-11-22T18:46:47Z"
+        );
         // Leap day and end of a century-not-leap year.
         assert_eq!(rfc3339(at(951_782_400, 0)), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(at(4_107_542_399, 0)), "2100-02-28T23:59:59Z");
@@ -301,7 +309,10 @@ mod tests {
 
     #[test]
     fn rfc3339_before_epoch_does_not_panic() {
-        assert_eq!(rfc3339(UNIX_EPOCH - Duration::from_secs(1)), "1969-12-31T23:59:59Z");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH - Duration::from_secs(1)),
+            "1969-12-31T23:59:59Z"
+        );
         assert_eq!(
             rfc3339_nanos(UNIX_EPOCH - Duration::from_millis(500)),
             "1969-12-31T23:59:59.5Z"
@@ -311,17 +322,32 @@ mod tests {
     #[test]
     fn rfc3339_nanos_trims_like_go() {
         assert_eq!(rfc3339_nanos(at(1_795_373_207, 0)), "2026-11-22T18:46:47Z");
-        assert_eq!(rfc3339_nanos(at(1_795_373_207, 500_000_000)), "2026-11-22T18:46:47.5Z");
-        assert_eq!(rfc3339_nanos(at(1_795_373_207, 120_000)), "2026-11-22T18:46:47.00012Z");
-        assert_eq!(rfc3339_nanos(at(1_795_373_207, 1)), "2026-11-22T18:46:47.000000001Z");
-        assert_eq!(rfc3339_nanos(at(1_795_373_207, 123_456_789)), "2026-11-22T18:46:47.123456789Z");
+        assert_eq!(
+            rfc3339_nanos(at(1_795_373_207, 500_000_000)),
+            "2026-11-22T18:46:47.5Z"
+        );
+        assert_eq!(
+            rfc3339_nanos(at(1_795_373_207, 120_000)),
+            "2026-11-22T18:46:47.00012Z"
+        );
+        assert_eq!(
+            rfc3339_nanos(at(1_795_373_207, 1)),
+            "2026-11-22T18:46:47.000000001Z"
+        );
+        assert_eq!(
+            rfc3339_nanos(at(1_795_373_207, 123_456_789)),
+            "2026-11-22T18:46:47.123456789Z"
+        );
     }
 
     #[test]
     fn unix_nanos() {
         assert_eq!(from_unix_nanos(0), UNIX_EPOCH);
         assert_eq!(from_unix_nanos(1_500_000_001), at(1, 500_000_001));
-        assert_eq!(from_unix_nanos(-1_000_000_000), UNIX_EPOCH - Duration::from_secs(1));
+        assert_eq!(
+            from_unix_nanos(-1_000_000_000),
+            UNIX_EPOCH - Duration::from_secs(1)
+        );
         // Extremes do not panic.
         let _ = rfc3339_nanos(from_unix_nanos(i64::MAX));
         let _ = rfc3339_nanos(from_unix_nanos(i64::MIN));
@@ -351,7 +377,18 @@ mod tests {
     #[test]
     fn parse_duration_errors() {
         for bad in [
-            "", "x", "20", "s", ".s", "1.2.3s", "20 s", "1d", "-5s", "1m-5s", "20S", "3000000h",
+            "",
+            "x",
+            "20",
+            "s",
+            ".s",
+            "1.2.3s",
+            "20 s",
+            "1d",
+            "-5s",
+            "1m-5s",
+            "20S",
+            "3000000h",
             "99999999999999999999999999999999999999999999h",
         ] {
             assert!(parse_go_duration(bad).is_err(), "{bad:?} should fail");

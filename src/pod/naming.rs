@@ -38,7 +38,11 @@ pub enum DecodedDoc {
 }
 
 fn merr(origin: &str, field: impl Into<String>, reason: impl Into<String>) -> ManifestError {
-    ManifestError { origin: origin.to_string(), field: field.into(), reason: reason.into() }
+    ManifestError {
+        origin: origin.to_string(),
+        field: field.into(),
+        reason: reason.into(),
+    }
 }
 
 #[derive(Deserialize)]
@@ -50,16 +54,28 @@ struct RawPodList {
 /// Decode one YAML or JSON document holding a `v1` Pod or PodList. Never panics.
 pub fn decode_manifest(bytes: &[u8], origin: &str) -> Result<DecodedDoc, ManifestError> {
     if bytes.len() > MAX_MANIFEST_BYTES {
-        return Err(merr(origin, "", format!("manifest is too large ({} bytes, limit {MAX_MANIFEST_BYTES})", bytes.len())));
+        return Err(merr(
+            origin,
+            "",
+            format!(
+                "manifest is too large ({} bytes, limit {MAX_MANIFEST_BYTES})",
+                bytes.len()
+            ),
+        ));
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| merr(origin, "", format!("manifest is not UTF-8: {e}")))?;
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| merr(origin, "", format!("manifest is not UTF-8: {e}")))?;
     if text.trim().is_empty() {
         return Err(merr(origin, "", "manifest is empty"));
     }
     // libyaml is quadratic on deeply nested flow collections: refuse absurd nesting up front
     // (real manifests nest a few dozen levels at most).
     if flow_nesting_depth(bytes) > MAX_FLOW_NESTING {
-        return Err(merr(origin, "", format!("manifest nests more than {MAX_FLOW_NESTING} levels of [ or {{")));
+        return Err(merr(
+            origin,
+            "",
+            format!("manifest nests more than {MAX_FLOW_NESTING} levels of [ or {{"),
+        ));
     }
     // JSON is YAML, but parse JSON directly when it looks like JSON: clearer errors.
     let value: Value = if text.trim_start().starts_with('{') {
@@ -68,12 +84,22 @@ pub fn decode_manifest(bytes: &[u8], origin: &str) -> Result<DecodedDoc, Manifes
         serde_yaml::from_str(text).map_err(|e| merr(origin, "", format!("invalid YAML: {e}")))?
     };
     let Value::Object(obj) = &value else {
-        return Err(merr(origin, "", "manifest must be an object (a Pod or a PodList)"));
+        return Err(merr(
+            origin,
+            "",
+            "manifest must be an object (a Pod or a PodList)",
+        ));
     };
     let api_version = match obj.get("apiVersion") {
         None | Some(Value::Null) => "",
         Some(Value::String(s)) => s.as_str(),
-        Some(_) => return Err(merr(origin, "apiVersion", "Invalid value: must be a string")),
+        Some(_) => {
+            return Err(merr(
+                origin,
+                "apiVersion",
+                "Invalid value: must be a string",
+            ));
+        }
     };
     let kind = match obj.get("kind") {
         None | Some(Value::Null) => "",
@@ -81,28 +107,44 @@ pub fn decode_manifest(bytes: &[u8], origin: &str) -> Result<DecodedDoc, Manifes
         Some(_) => return Err(merr(origin, "kind", "Invalid value: must be a string")),
     };
     if kind.is_empty() {
-        return Err(merr(origin, "kind", "Required value: Object 'Kind' is missing"));
+        return Err(merr(
+            origin,
+            "kind",
+            "Required value: Object 'Kind' is missing",
+        ));
     }
     if api_version.is_empty() {
-        return Err(merr(origin, "apiVersion", "Required value: Object 'apiVersion' is missing"));
+        return Err(merr(
+            origin,
+            "apiVersion",
+            "Required value: Object 'apiVersion' is missing",
+        ));
     }
     if api_version != "v1" {
         return Err(merr(
             origin,
             "apiVersion",
-            format!("Unsupported value: {api_version:?}: supported values: \"v1\" (no kind {kind:?} is registered for it)"),
+            format!(
+                "Unsupported value: {api_version:?}: supported values: \"v1\" (no kind {kind:?} is registered for it)"
+            ),
         ));
     }
     match kind {
         "Pod" => {
-            let pod: Pod = serde_path_to_error::deserialize(&value).map_err(|e| path_error(origin, "", e))?;
+            let pod: Pod =
+                serde_path_to_error::deserialize(&value).map_err(|e| path_error(origin, "", e))?;
             Ok(DecodedDoc::Pod(Box::new(pod)))
         }
         "PodList" => {
-            let list: RawPodList = serde_path_to_error::deserialize(&value).map_err(|e| path_error(origin, "", e))?;
+            let list: RawPodList =
+                serde_path_to_error::deserialize(&value).map_err(|e| path_error(origin, "", e))?;
             Ok(DecodedDoc::PodList(list.items))
         }
-        other => Err(merr(origin, "kind", format!("Unsupported value: {other:?}: supported values: \"Pod\", \"PodList\""))),
+        other => Err(merr(
+            origin,
+            "kind",
+            format!("Unsupported value: {other:?}: supported values: \"Pod\", \"PodList\""),
+        )),
     }
 }
 
@@ -124,10 +166,18 @@ fn flow_nesting_depth(bytes: &[u8]) -> usize {
     max
 }
 
-fn path_error(origin: &str, prefix: &str, e: serde_path_to_error::Error<serde_json::Error>) -> ManifestError {
+fn path_error(
+    origin: &str,
+    prefix: &str,
+    e: serde_path_to_error::Error<serde_json::Error>,
+) -> ManifestError {
     let path = e.path().to_string();
     let path = if path == "." { String::new() } else { path };
-    merr(origin, format!("{prefix}{path}"), e.into_inner().to_string())
+    merr(
+        origin,
+        format!("{prefix}{path}"),
+        e.into_inner().to_string(),
+    )
 }
 
 /// Write `v` as JSON with object keys sorted, whatever serde_json's map ordering is.
@@ -180,7 +230,12 @@ pub fn canonical_json(pod: &Pod) -> Vec<u8> {
 }
 
 /// The static-pod UID for an API-defaulted pod (see the module docs for the recipe).
-pub fn static_pod_uid(defaulted: &Pod, node_name: &str, source: SourceKind, origin: &str) -> String {
+pub fn static_pod_uid(
+    defaulted: &Pod,
+    node_name: &str,
+    source: SourceKind,
+    origin: &str,
+) -> String {
     let mut hashed = defaulted.clone();
     // The kubelet hashes the internal object, whose type meta is empty.
     hashed.kind.clear();
@@ -210,7 +265,13 @@ pub fn static_pod_name(name: &str, node_name: &str) -> String {
 }
 
 /// Default, hash, name, annotate and validate one manifest pod.
-pub fn make_static_pod(raw: Pod, node_name: &str, source: SourceKind, origin: &str, seen: &str) -> Result<Pod, Vec<FieldError>> {
+pub fn make_static_pod(
+    raw: Pod,
+    node_name: &str,
+    source: SourceKind,
+    origin: &str,
+    seen: &str,
+) -> Result<Pod, Vec<FieldError>> {
     let mut pod = raw;
     apply_api_defaults(&mut pod);
     if pod.metadata.name.is_empty() {
@@ -254,7 +315,9 @@ fn add_no_execute_toleration(pod: &mut Pod) {
         }
         Some(_) => {} // malformed; left alone (not modelled)
         None => {
-            pod.spec.extra.insert("tolerations".into(), Value::Array(vec![tol]));
+            pod.spec
+                .extra
+                .insert("tolerations".into(), Value::Array(vec![tol]));
         }
     }
 }
@@ -306,10 +369,28 @@ mod tests {
         assert_eq!(p.spec.node_name, "Node-1");
         let uid = &p.metadata.uid;
         assert_eq!(uid.len(), 32);
-        assert!(uid.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
-        assert_eq!(p.metadata.annotations.get(CONFIG_HASH_ANNOTATION), Some(uid));
-        assert_eq!(p.metadata.annotations.get(CONFIG_SOURCE_ANNOTATION).map(String::as_str), Some("file"));
-        assert_eq!(p.metadata.annotations.get(CONFIG_SEEN_ANNOTATION).map(String::as_str), Some("t"));
+        assert!(
+            uid.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        );
+        assert_eq!(
+            p.metadata.annotations.get(CONFIG_HASH_ANNOTATION),
+            Some(uid)
+        );
+        assert_eq!(
+            p.metadata
+                .annotations
+                .get(CONFIG_SOURCE_ANNOTATION)
+                .map(String::as_str),
+            Some("file")
+        );
+        assert_eq!(
+            p.metadata
+                .annotations
+                .get(CONFIG_SEEN_ANNOTATION)
+                .map(String::as_str),
+            Some("t")
+        );
         assert_eq!(p.kind, "Pod");
     }
 
@@ -320,7 +401,11 @@ mod tests {
         assert_ne!(a, make(POD, "node2", "/m/web.yaml").metadata.uid, "node");
         assert_ne!(a, make(POD, "node1", "/m/other.yaml").metadata.uid, "path");
         let changed = POD.replace("1.36", "1.37");
-        assert_ne!(a, make(&changed, "node1", "/m/web.yaml").metadata.uid, "content");
+        assert_ne!(
+            a,
+            make(&changed, "node1", "/m/web.yaml").metadata.uid,
+            "content"
+        );
         // Explicit defaults hash like omitted ones.
         let explicit = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  restartPolicy: Always\n  \
             terminationGracePeriodSeconds: 30\n  dnsPolicy: ClusterFirst\n  enableServiceLinks: true\n  containers:\n  \
@@ -330,19 +415,53 @@ mod tests {
         let json = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web"},"spec":{"containers":[{"image":"busybox:1.36","name":"c"}]}}"#;
         assert_eq!(a, make(json, "node1", "/m/web.yaml").metadata.uid);
         // config.seen does not enter the hash.
-        let p1 = make_static_pod(decode_pod(POD), "n", SourceKind::File, "/x", "2024-01-01T00:00:00Z");
-        let p2 = make_static_pod(decode_pod(POD), "n", SourceKind::File, "/x", "2025-01-01T00:00:00Z");
-        let (Ok(p1), Ok(p2)) = (p1, p2) else { panic!("invalid") };
+        let p1 = make_static_pod(
+            decode_pod(POD),
+            "n",
+            SourceKind::File,
+            "/x",
+            "2024-01-01T00:00:00Z",
+        );
+        let p2 = make_static_pod(
+            decode_pod(POD),
+            "n",
+            SourceKind::File,
+            "/x",
+            "2025-01-01T00:00:00Z",
+        );
+        let (Ok(p1), Ok(p2)) = (p1, p2) else {
+            panic!("invalid")
+        };
         assert_eq!(p1.metadata.uid, p2.metadata.uid);
         assert!(same_content(&p1, &p2));
         assert_ne!(p1, p2);
         // URL pods: "url:" + url, no host (as the kubelet).
-        let u1 = make_static_pod(decode_pod(POD), "n1", SourceKind::Http, "http://x/pods", "t");
-        let u2 = make_static_pod(decode_pod(POD), "n2", SourceKind::Http, "http://x/pods", "t");
-        let (Ok(u1), Ok(u2)) = (u1, u2) else { panic!("invalid") };
+        let u1 = make_static_pod(
+            decode_pod(POD),
+            "n1",
+            SourceKind::Http,
+            "http://x/pods",
+            "t",
+        );
+        let u2 = make_static_pod(
+            decode_pod(POD),
+            "n2",
+            SourceKind::Http,
+            "http://x/pods",
+            "t",
+        );
+        let (Ok(u1), Ok(u2)) = (u1, u2) else {
+            panic!("invalid")
+        };
         assert_eq!(u1.metadata.uid, u2.metadata.uid);
         assert_ne!(u1.metadata.uid, p1.metadata.uid);
-        assert_eq!(u1.metadata.annotations.get(CONFIG_SOURCE_ANNOTATION).map(String::as_str), Some("http"));
+        assert_eq!(
+            u1.metadata
+                .annotations
+                .get(CONFIG_SOURCE_ANNOTATION)
+                .map(String::as_str),
+            Some("http")
+        );
     }
 
     #[test]
@@ -353,8 +472,13 @@ mod tests {
 
     #[test]
     fn decode_errors_name_the_field() {
-        let bad = POD.replace("image: busybox:1.36", "image: busybox:1.36\n    ports:\n    - containerPort: x");
-        let e = decode_manifest(bad.as_bytes(), "/m/a.yaml").err().unwrap_or_else(|| panic!("accepted"));
+        let bad = POD.replace(
+            "image: busybox:1.36",
+            "image: busybox:1.36\n    ports:\n    - containerPort: x",
+        );
+        let e = decode_manifest(bad.as_bytes(), "/m/a.yaml")
+            .err()
+            .unwrap_or_else(|| panic!("accepted"));
         assert_eq!(e.origin, "/m/a.yaml");
         assert_eq!(e.field, "spec.containers[0].ports[0].containerPort");
         assert_eq!(e.reason, "invalid type: string \"x\", expected i32");
@@ -366,22 +490,37 @@ mod tests {
 
     #[test]
     fn decode_kinds() {
-        assert!(matches!(decode_manifest(POD.as_bytes(), "o"), Ok(DecodedDoc::Pod(_))));
+        assert!(matches!(
+            decode_manifest(POD.as_bytes(), "o"),
+            Ok(DecodedDoc::Pod(_))
+        ));
         let list = "apiVersion: v1\nkind: PodList\nitems:\n- metadata: {name: a}\n  spec: {containers: [{name: c, image: x}]}\n";
         match decode_manifest(list.as_bytes(), "o") {
             Ok(DecodedDoc::PodList(items)) => assert_eq!(items.len(), 1),
             other => panic!("{other:?}"),
         }
         let no_kind = POD.replace("kind: Pod\n", "");
-        assert_eq!(decode_manifest(no_kind.as_bytes(), "o").err().map(|e| e.field), Some("kind".to_string()));
+        assert_eq!(
+            decode_manifest(no_kind.as_bytes(), "o")
+                .err()
+                .map(|e| e.field),
+            Some("kind".to_string())
+        );
         let no_ver = POD.replace("apiVersion: v1\n", "");
-        assert_eq!(decode_manifest(no_ver.as_bytes(), "o").err().map(|e| e.field), Some("apiVersion".to_string()));
+        assert_eq!(
+            decode_manifest(no_ver.as_bytes(), "o")
+                .err()
+                .map(|e| e.field),
+            Some("apiVersion".to_string())
+        );
         let apps = POD.replace("apiVersion: v1", "apiVersion: apps/v1");
         assert!(decode_manifest(apps.as_bytes(), "o").is_err());
         let dep = POD.replace("kind: Pod", "kind: Deployment");
         assert!(decode_manifest(dep.as_bytes(), "o").is_err());
         let bad_item = "apiVersion: v1\nkind: PodList\nitems:\n- metadata: {name: a}\n  spec: {containers: [{name: 3}]}\n";
-        let e = decode_manifest(bad_item.as_bytes(), "o").err().map(|e| e.field);
+        let e = decode_manifest(bad_item.as_bytes(), "o")
+            .err()
+            .map(|e| e.field);
         assert_eq!(e, Some("items[0].spec.containers[0].name".to_string()));
     }
 
@@ -414,7 +553,13 @@ mod tests {
             bomb.push_str(&format!("{cur}: &{cur} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
         }
         inputs.push(bomb.into_bytes());
-        inputs.push(format!("{{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{}}}", "{\"a\":".repeat(10_000)).into_bytes());
+        inputs.push(
+            format!(
+                "{{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{}}}",
+                "{\"a\":".repeat(10_000)
+            )
+            .into_bytes(),
+        );
         // Pseudo-random bytes (xorshift), deterministic.
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         for len in [1usize, 7, 64, 512, 4096] {
@@ -443,13 +588,21 @@ mod tests {
 
     #[test]
     fn huge_and_invalid_make_errors() {
-        let p = decode_pod("apiVersion: v1\nkind: Pod\nmetadata: {name: Web}\nspec: {containers: [{name: c, image: x}]}\n");
-        let errs = make_static_pod(p, "n", SourceKind::File, "o", "t").err().unwrap_or_default();
+        let p = decode_pod(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: Web}\nspec: {containers: [{name: c, image: x}]}\n",
+        );
+        let errs = make_static_pod(p, "n", SourceKind::File, "o", "t")
+            .err()
+            .unwrap_or_default();
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].field, "metadata.name");
         assert!(errs[0].reason.starts_with("Invalid value: \"Web-n\""));
-        let p = decode_pod("apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {containers: [{name: c, image: x}]}\n");
-        let errs = make_static_pod(p, "n", SourceKind::File, "o", "t").err().unwrap_or_default();
+        let p = decode_pod(
+            "apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {containers: [{name: c, image: x}]}\n",
+        );
+        let errs = make_static_pod(p, "n", SourceKind::File, "o", "t")
+            .err()
+            .unwrap_or_default();
         assert_eq!(errs[0].field, "metadata.name");
     }
 }

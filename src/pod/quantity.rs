@@ -55,7 +55,11 @@ impl Quantity {
         let a = self.abs_scaled_u128(12);
         let b = other.abs_scaled_u128(12);
         let ord = a.cmp(&b);
-        if self.is_negative() { ord.reverse() } else { ord }
+        if self.is_negative() {
+            ord.reverse()
+        } else {
+            ord
+        }
     }
 
     /// |value| × 10^t, rounded away from zero, saturating at u128::MAX.
@@ -117,7 +121,10 @@ pub fn parse_quantity(v: &Value) -> Result<Quantity, String> {
     match v {
         Value::String(s) => parse_quantity_str(s),
         Value::Number(n) => parse_quantity_str(&n.to_string()),
-        other => Err(format!("quantities must be a string or a number, got {}", type_name(other))),
+        other => Err(format!(
+            "quantities must be a string or a number, got {}",
+            type_name(other)
+        )),
     }
 }
 
@@ -240,7 +247,12 @@ pub fn parse_quantity_str(s: &str) -> Result<Quantity, String> {
             exp10 += sign * e;
         }
     }
-    Ok(Quantity { negative, mantissa, exp10, exp2 })
+    Ok(Quantity {
+        negative,
+        mantissa,
+        exp10,
+        exp2,
+    })
 }
 
 /// CPU amount in millicores (rounded up, as the kubelet does).
@@ -321,8 +333,27 @@ mod tests {
     #[test]
     fn garbage_is_rejected() {
         for s in [
-            "", ".", "-", "+", "abc", "1.2.3", "1Kb", "1kk", "1e", "1e+", "1ee3", "Mi", "1 Mi",
-            " 1", "1i", "1KI", "1e99999999999", "--1", "0x10", "1,5", "∞",
+            "",
+            ".",
+            "-",
+            "+",
+            "abc",
+            "1.2.3",
+            "1Kb",
+            "1kk",
+            "1e",
+            "1e+",
+            "1ee3",
+            "Mi",
+            "1 Mi",
+            " 1",
+            "1i",
+            "1KI",
+            "1e99999999999",
+            "--1",
+            "0x10",
+            "1,5",
+            "∞",
         ] {
             assert!(parse_quantity_str(s).is_err(), "{s:?} should be rejected");
         }
@@ -332,12 +363,18 @@ mod tests {
 
     #[test]
     fn huge_values_saturate_and_never_panic() {
-        assert_eq!(q("9999999999999999999999999999999999999999999").value(), i64::MAX);
+        assert_eq!(
+            q("9999999999999999999999999999999999999999999").value(),
+            i64::MAX
+        );
         assert_eq!(q("1e1000").milli_value(), i64::MAX);
         assert_eq!(q("-1e1000").value(), i64::MIN);
         assert_eq!(q("1e-1000").value(), 1);
         assert_eq!(q("0e1000").value(), 0);
-        assert_eq!(q("0.00000000000000000000000000000000000000000001").milli_value(), 1);
+        assert_eq!(
+            q("0.00000000000000000000000000000000000000000001").milli_value(),
+            1
+        );
     }
 
     #[test]

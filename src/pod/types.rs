@@ -65,9 +65,17 @@ pub struct PodSpec {
     pub node_name: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub host_network: bool,
-    #[serde(default, rename = "hostPID", skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        default,
+        rename = "hostPID",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
     pub host_pid: bool,
-    #[serde(default, rename = "hostIPC", skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        default,
+        rename = "hostIPC",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
     pub host_ipc: bool,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hostname: String,
@@ -233,7 +241,11 @@ pub struct ContainerStatus {
     pub image: String,
     #[serde(rename = "imageID")]
     pub image_id: String,
-    #[serde(default, rename = "containerID", skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        rename = "containerID",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub container_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<bool>,
@@ -281,7 +293,11 @@ pub struct StateTerminated {
     pub started_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
-    #[serde(default, rename = "containerID", skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        rename = "containerID",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub container_id: String,
 }
 

@@ -57,7 +57,11 @@ pub fn apply_api_defaults(pod: &mut Pod) {
         spec.priority = Some(0);
     }
     let host_network = spec.host_network;
-    for c in spec.init_containers.iter_mut().chain(spec.containers.iter_mut()) {
+    for c in spec
+        .init_containers
+        .iter_mut()
+        .chain(spec.containers.iter_mut())
+    {
         default_container(c, host_network);
     }
 }
@@ -81,8 +85,12 @@ fn default_container(c: &mut Container, host_network: bool) {
         }
     }
     // Requests default to limits for every resource that has a limit but no request.
-    let limits: Vec<(String, Value)> =
-        c.resources.limits.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let limits: Vec<(String, Value)> = c
+        .resources
+        .limits
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     for (k, v) in limits {
         c.resources.requests.entry(k).or_insert(v);
     }
@@ -101,8 +109,12 @@ fn default_container(c: &mut Container, host_network: bool) {
 }
 
 fn default_probe(probe: &mut Map<String, Value>) {
-    for (k, v) in [("timeoutSeconds", 1), ("periodSeconds", 10), ("successThreshold", 1), ("failureThreshold", 3)]
-    {
+    for (k, v) in [
+        ("timeoutSeconds", 1),
+        ("periodSeconds", 10),
+        ("successThreshold", 1),
+        ("failureThreshold", 3),
+    ] {
         let missing = match probe.get(k) {
             None | Some(Value::Null) => true,
             Some(Value::Number(n)) => n.as_i64() == Some(0),
@@ -121,7 +133,9 @@ fn default_probe(probe: &mut Map<String, Value>) {
 
 fn default_handler(h: &mut Map<String, Value>) {
     if let Some(Value::Object(get)) = h.get_mut("httpGet") {
-        let empty = |v: Option<&Value>| matches!(v, None | Some(Value::Null)) || v.and_then(Value::as_str) == Some("");
+        let empty = |v: Option<&Value>| {
+            matches!(v, None | Some(Value::Null)) || v.and_then(Value::as_str) == Some("")
+        };
         if empty(get.get("path")) {
             get.insert("path".to_string(), Value::from("/"));
         }
@@ -176,7 +190,10 @@ struct Errs(Vec<FieldError>);
 
 impl Errs {
     fn push(&mut self, field: impl Into<String>, reason: impl Into<String>) {
-        self.0.push(FieldError { field: field.into(), reason: reason.into() });
+        self.0.push(FieldError {
+            field: field.into(),
+            reason: reason.into(),
+        });
     }
     fn required(&mut self, field: impl Into<String>) {
         self.push(field, "Required value");
@@ -192,7 +209,14 @@ impl Errs {
     }
     fn unsupported(&mut self, field: impl Into<String>, value: &str, supported: &[&str]) {
         let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
-        self.push(field, format!("Unsupported value: {}: supported values: {}", quote(value), list.join(", ")));
+        self.push(
+            field,
+            format!(
+                "Unsupported value: {}: supported values: {}",
+                quote(value),
+                list.join(", ")
+            ),
+        );
     }
     fn forbidden(&mut self, field: impl Into<String>, msg: &str) {
         self.push(field, format!("Forbidden: {msg}"));
@@ -202,7 +226,8 @@ impl Errs {
 fn is_dns1123_label_chars(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
@@ -234,7 +259,8 @@ pub fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
 fn is_qualified_name_part(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
 }
@@ -285,8 +311,13 @@ fn iana_svc_name_errors(s: &str) -> Vec<String> {
     if s.len() > 15 {
         out.push("must be no more than 15 characters".to_string());
     }
-    if !s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-') {
-        out.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string());
+    if !s
+        .bytes()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+    {
+        out.push(
+            "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string(),
+        );
     }
     if s.contains("--") {
         out.push("must not contain consecutive hyphens".to_string());
@@ -311,7 +342,10 @@ pub fn validate(pod: &Pod) -> Vec<FieldError> {
 fn validate_meta(pod: &Pod, e: &mut Errs) {
     let m = &pod.metadata;
     if m.name.is_empty() {
-        e.push("metadata.name", "Required value: name or generateName is required");
+        e.push(
+            "metadata.name",
+            "Required value: name or generateName is required",
+        );
     } else {
         for msg in dns1123_subdomain_errors(&m.name) {
             e.invalid_str("metadata.name", &m.name, &msg);
@@ -338,7 +372,10 @@ fn validate_meta(pod: &Pod, e: &mut Errs) {
         total = total.saturating_add(k.len()).saturating_add(v.len());
     }
     if total > TOTAL_ANNOTATION_SIZE {
-        e.push("metadata.annotations", format!("Too long: must have at most {TOTAL_ANNOTATION_SIZE} bytes"));
+        e.push(
+            "metadata.annotations",
+            format!("Too long: must have at most {TOTAL_ANNOTATION_SIZE} bytes"),
+        );
     }
 }
 
@@ -351,28 +388,65 @@ fn validate_spec(pod: &Pod, e: &mut Errs) {
 
     let mut names: BTreeSet<&str> = BTreeSet::new();
     for (i, c) in s.init_containers.iter().enumerate() {
-        validate_container(c, &format!("spec.initContainers[{i}]"), true, s.host_network, &volumes, &mut names, e);
+        validate_container(
+            c,
+            &format!("spec.initContainers[{i}]"),
+            true,
+            s.host_network,
+            &volumes,
+            &mut names,
+            e,
+        );
     }
     for (i, c) in s.containers.iter().enumerate() {
-        validate_container(c, &format!("spec.containers[{i}]"), false, s.host_network, &volumes, &mut names, e);
+        validate_container(
+            c,
+            &format!("spec.containers[{i}]"),
+            false,
+            s.host_network,
+            &volumes,
+            &mut names,
+            e,
+        );
     }
 
-    if !s.restart_policy.is_empty() && !matches!(s.restart_policy.as_str(), "Always" | "OnFailure" | "Never") {
-        e.unsupported("spec.restartPolicy", &s.restart_policy, &["Always", "OnFailure", "Never"]);
+    if !s.restart_policy.is_empty()
+        && !matches!(s.restart_policy.as_str(), "Always" | "OnFailure" | "Never")
+    {
+        e.unsupported(
+            "spec.restartPolicy",
+            &s.restart_policy,
+            &["Always", "OnFailure", "Never"],
+        );
     }
     if !s.dns_policy.is_empty()
-        && !matches!(s.dns_policy.as_str(), "ClusterFirstWithHostNet" | "ClusterFirst" | "Default" | "None")
+        && !matches!(
+            s.dns_policy.as_str(),
+            "ClusterFirstWithHostNet" | "ClusterFirst" | "Default" | "None"
+        )
     {
-        e.unsupported("spec.dnsPolicy", &s.dns_policy, &["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"]);
+        e.unsupported(
+            "spec.dnsPolicy",
+            &s.dns_policy,
+            &["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"],
+        );
     }
     if let Some(g) = s.termination_grace_period_seconds {
         if g < 0 {
-            e.invalid_int("spec.terminationGracePeriodSeconds", g, "must be greater than or equal to 0");
+            e.invalid_int(
+                "spec.terminationGracePeriodSeconds",
+                g,
+                "must be greater than or equal to 0",
+            );
         }
     }
     if let Some(a) = s.active_deadline_seconds {
         if a < 1 {
-            e.invalid_int("spec.activeDeadlineSeconds", a, "must be between 1 and 2147483647, inclusive");
+            e.invalid_int(
+                "spec.activeDeadlineSeconds",
+                a,
+                "must be between 1 and 2147483647, inclusive",
+            );
         }
     }
     if !s.hostname.is_empty() {
@@ -383,11 +457,17 @@ fn validate_spec(pod: &Pod, e: &mut Errs) {
 
     // Static-pod restrictions: the kubelet refuses pods that reference API objects.
     if !s.service_account_name.is_empty() {
-        e.forbidden("spec.serviceAccountName", "static pods may not reference a ServiceAccount (kubelet refuses)");
+        e.forbidden(
+            "spec.serviceAccountName",
+            "static pods may not reference a ServiceAccount (kubelet refuses)",
+        );
     }
     if let Some(Value::String(sa)) = s.extra.get("serviceAccount") {
         if !sa.is_empty() {
-            e.forbidden("spec.serviceAccount", "static pods may not reference a ServiceAccount (kubelet refuses)");
+            e.forbidden(
+                "spec.serviceAccount",
+                "static pods may not reference a ServiceAccount (kubelet refuses)",
+            );
         }
     }
 }
@@ -418,10 +498,16 @@ fn validate_volumes<'a>(v: Option<&'a Value>, e: &mut Errs) -> BTreeSet<&'a str>
             }
         }
         if obj.contains_key("configMap") {
-            e.forbidden(format!("{path}.configMap"), "static pods may not reference ConfigMaps (kubelet refuses)");
+            e.forbidden(
+                format!("{path}.configMap"),
+                "static pods may not reference ConfigMaps (kubelet refuses)",
+            );
         }
         if obj.contains_key("secret") {
-            e.forbidden(format!("{path}.secret"), "static pods may not reference Secrets (kubelet refuses)");
+            e.forbidden(
+                format!("{path}.secret"),
+                "static pods may not reference Secrets (kubelet refuses)",
+            );
         }
         if obj.contains_key("persistentVolumeClaim") {
             e.forbidden(
@@ -433,10 +519,16 @@ fn validate_volumes<'a>(v: Option<&'a Value>, e: &mut Errs) -> BTreeSet<&'a str>
             for (j, src) in sources.iter().enumerate() {
                 let sp = format!("{path}.projected.sources[{j}]");
                 if src.get("configMap").is_some() {
-                    e.forbidden(format!("{sp}.configMap"), "static pods may not reference ConfigMaps (kubelet refuses)");
+                    e.forbidden(
+                        format!("{sp}.configMap"),
+                        "static pods may not reference ConfigMaps (kubelet refuses)",
+                    );
                 }
                 if src.get("secret").is_some() {
-                    e.forbidden(format!("{sp}.secret"), "static pods may not reference Secrets (kubelet refuses)");
+                    e.forbidden(
+                        format!("{sp}.secret"),
+                        "static pods may not reference Secrets (kubelet refuses)",
+                    );
                 }
                 if src.get("serviceAccountToken").is_some() {
                     e.forbidden(
@@ -472,11 +564,23 @@ fn validate_container<'a>(
     if c.image.trim().is_empty() {
         e.required(format!("{path}.image"));
     }
-    if !c.image_pull_policy.is_empty() && !matches!(c.image_pull_policy.as_str(), "Always" | "IfNotPresent" | "Never") {
-        e.unsupported(format!("{path}.imagePullPolicy"), &c.image_pull_policy, &["Always", "IfNotPresent", "Never"]);
+    if !c.image_pull_policy.is_empty()
+        && !matches!(
+            c.image_pull_policy.as_str(),
+            "Always" | "IfNotPresent" | "Never"
+        )
+    {
+        e.unsupported(
+            format!("{path}.imagePullPolicy"),
+            &c.image_pull_policy,
+            &["Always", "IfNotPresent", "Never"],
+        );
     }
     if !c.termination_message_policy.is_empty()
-        && !matches!(c.termination_message_policy.as_str(), "File" | "FallbackToLogsOnError")
+        && !matches!(
+            c.termination_message_policy.as_str(),
+            "File" | "FallbackToLogsOnError"
+        )
     {
         e.unsupported(
             format!("{path}.terminationMessagePolicy"),
@@ -486,8 +590,13 @@ fn validate_container<'a>(
     }
     match (&c.restart_policy, is_init) {
         (None, _) => {}
-        (Some(_), false) => e.forbidden(format!("{path}.restartPolicy"), "may not be set for non-init containers"),
-        (Some(p), true) if p != "Always" => e.unsupported(format!("{path}.restartPolicy"), p, &["Always"]),
+        (Some(_), false) => e.forbidden(
+            format!("{path}.restartPolicy"),
+            "may not be set for non-init containers",
+        ),
+        (Some(p), true) if p != "Always" => {
+            e.unsupported(format!("{path}.restartPolicy"), p, &["Always"])
+        }
         _ => {}
     }
 
@@ -495,19 +604,35 @@ fn validate_container<'a>(
     for (j, p) in c.ports.iter().enumerate() {
         let pp = format!("{path}.ports[{j}]");
         if !(1..=65535).contains(&p.container_port) {
-            e.invalid_int(format!("{pp}.containerPort"), i64::from(p.container_port), "must be between 1 and 65535, inclusive");
+            e.invalid_int(
+                format!("{pp}.containerPort"),
+                i64::from(p.container_port),
+                "must be between 1 and 65535, inclusive",
+            );
         }
         if let Some(h) = p.host_port {
             if !(0..=65535).contains(&h) {
-                e.invalid_int(format!("{pp}.hostPort"), i64::from(h), "must be between 0 and 65535, inclusive");
+                e.invalid_int(
+                    format!("{pp}.hostPort"),
+                    i64::from(h),
+                    "must be between 0 and 65535, inclusive",
+                );
             } else if host_network && h != 0 && h != p.container_port {
-                e.invalid_int(format!("{pp}.hostPort"), i64::from(h), "must match `containerPort` when `hostNetwork` is true");
+                e.invalid_int(
+                    format!("{pp}.hostPort"),
+                    i64::from(h),
+                    "must match `containerPort` when `hostNetwork` is true",
+                );
             }
         }
         if p.protocol.is_empty() {
             e.required(format!("{pp}.protocol"));
         } else if !matches!(p.protocol.as_str(), "TCP" | "UDP" | "SCTP") {
-            e.unsupported(format!("{pp}.protocol"), &p.protocol, &["SCTP", "TCP", "UDP"]);
+            e.unsupported(
+                format!("{pp}.protocol"),
+                &p.protocol,
+                &["SCTP", "TCP", "UDP"],
+            );
         }
         if !p.name.is_empty() {
             for msg in iana_svc_name_errors(&p.name) {
@@ -532,13 +657,23 @@ fn validate_container<'a>(
         }
         if let Some(from) = &env.value_from {
             if env.value.as_deref().is_some_and(|v| !v.is_empty()) {
-                e.invalid_str(format!("{ep}.valueFrom"), "", "may not be specified when `value` is not empty");
+                e.invalid_str(
+                    format!("{ep}.valueFrom"),
+                    "",
+                    "may not be specified when `value` is not empty",
+                );
             }
             if from.get("configMapKeyRef").is_some() {
-                e.forbidden(format!("{ep}.valueFrom.configMapKeyRef"), "static pods may not reference ConfigMaps (kubelet refuses)");
+                e.forbidden(
+                    format!("{ep}.valueFrom.configMapKeyRef"),
+                    "static pods may not reference ConfigMaps (kubelet refuses)",
+                );
             }
             if from.get("secretKeyRef").is_some() {
-                e.forbidden(format!("{ep}.valueFrom.secretKeyRef"), "static pods may not reference Secrets (kubelet refuses)");
+                e.forbidden(
+                    format!("{ep}.valueFrom.secretKeyRef"),
+                    "static pods may not reference Secrets (kubelet refuses)",
+                );
             }
         }
     }
@@ -546,10 +681,16 @@ fn validate_container<'a>(
         for (j, src) in list.iter().enumerate() {
             let ep = format!("{path}.envFrom[{j}]");
             if src.get("configMapRef").is_some() {
-                e.forbidden(format!("{ep}.configMapRef"), "static pods may not reference ConfigMaps (kubelet refuses)");
+                e.forbidden(
+                    format!("{ep}.configMapRef"),
+                    "static pods may not reference ConfigMaps (kubelet refuses)",
+                );
             }
             if src.get("secretRef").is_some() {
-                e.forbidden(format!("{ep}.secretRef"), "static pods may not reference Secrets (kubelet refuses)");
+                e.forbidden(
+                    format!("{ep}.secretRef"),
+                    "static pods may not reference Secrets (kubelet refuses)",
+                );
             }
         }
     }
@@ -558,7 +699,9 @@ fn validate_container<'a>(
             let mp = format!("{path}.volumeMounts[{j}]");
             match m.get("name").and_then(Value::as_str) {
                 None | Some("") => e.required(format!("{mp}.name")),
-                Some(n) if !volumes.contains(n) => e.push(format!("{mp}.name"), format!("Not found: {}", quote(n))),
+                Some(n) if !volumes.contains(n) => {
+                    e.push(format!("{mp}.name"), format!("Not found: {}", quote(n)))
+                }
                 _ => {}
             }
             match m.get("mountPath").and_then(Value::as_str) {
@@ -582,7 +725,13 @@ fn validate_resources(c: &Container, path: &str, e: &mut Errs) {
             }
             match parse_quantity(v) {
                 Ok(q) if q.is_negative() => {
-                    e.push(fp, format!("Invalid value: {}: must be greater than or equal to 0", display_value(v)));
+                    e.push(
+                        fp,
+                        format!(
+                            "Invalid value: {}: must be greater than or equal to 0",
+                            display_value(v)
+                        ),
+                    );
                 }
                 Ok(q) => {
                     out.insert(k.clone(), q);
@@ -597,8 +746,18 @@ fn validate_resources(c: &Container, path: &str, e: &mut Errs) {
     for (k, req) in &requests {
         if let Some(lim) = limits.get(k) {
             if req.cmp_value(lim) == std::cmp::Ordering::Greater {
-                let shown = c.resources.requests.get(k).map(display_value).unwrap_or_default();
-                let lim_shown = c.resources.limits.get(k).map(display_value).unwrap_or_default();
+                let shown = c
+                    .resources
+                    .requests
+                    .get(k)
+                    .map(display_value)
+                    .unwrap_or_default();
+                let lim_shown = c
+                    .resources
+                    .limits
+                    .get(k)
+                    .map(display_value)
+                    .unwrap_or_default();
                 e.push(
                     format!("{path}.resources.requests[{k}]"),
                     format!("Invalid value: {shown}: must be less than or equal to {k} limit of {lim_shown}"),
@@ -624,7 +783,11 @@ mod tests {
     fn pod() -> Pod {
         let mut p = Pod::default();
         p.metadata.name = "web".into();
-        p.spec.containers.push(Container { name: "c".into(), image: "busybox:1.36".into(), ..Default::default() });
+        p.spec.containers.push(Container {
+            name: "c".into(),
+            image: "busybox:1.36".into(),
+            ..Default::default()
+        });
         p
     }
 
@@ -633,16 +796,29 @@ mod tests {
     }
 
     fn reason_for(p: &Pod, field: &str) -> String {
-        validate(p).into_iter().find(|e| e.field == field).map(|e| e.reason).unwrap_or_default()
+        validate(p)
+            .into_iter()
+            .find(|e| e.field == field)
+            .map(|e| e.reason)
+            .unwrap_or_default()
     }
 
     #[test]
     fn defaults() {
         let mut p = pod();
         p.spec.host_network = true;
-        p.spec.containers[0].ports.push(ContainerPort { container_port: 80, ..Default::default() });
-        p.spec.containers[0].resources.limits.insert("cpu".into(), json!("500m"));
-        p.spec.containers[0].extra.insert("livenessProbe".into(), json!({"httpGet": {"port": 80}, "initialDelaySeconds": 0}));
+        p.spec.containers[0].ports.push(ContainerPort {
+            container_port: 80,
+            ..Default::default()
+        });
+        p.spec.containers[0]
+            .resources
+            .limits
+            .insert("cpu".into(), json!("500m"));
+        p.spec.containers[0].extra.insert(
+            "livenessProbe".into(),
+            json!({"httpGet": {"port": 80}, "initialDelaySeconds": 0}),
+        );
         apply_defaults(&mut p);
         assert_eq!(p.metadata.namespace, "default");
         assert_eq!(p.spec.restart_policy, "Always");
@@ -660,8 +836,10 @@ mod tests {
         assert_eq!(c.resources.requests.get("cpu"), Some(&json!("500m")));
         assert_eq!(
             c.extra.get("livenessProbe"),
-            Some(&json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "timeoutSeconds": 1,
-                "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}))
+            Some(
+                &json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "timeoutSeconds": 1,
+                "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3})
+            )
         );
         assert!(validate(&p).is_empty(), "{:?}", validate(&p));
     }
@@ -686,11 +864,18 @@ mod tests {
     fn names() {
         let mut p = pod();
         p.metadata.name = "Foo".into();
-        assert!(reason_for(&p, "metadata.name").starts_with("Invalid value: \"Foo\": a lowercase RFC 1123 subdomain"));
+        assert!(
+            reason_for(&p, "metadata.name")
+                .starts_with("Invalid value: \"Foo\": a lowercase RFC 1123 subdomain")
+        );
         p.metadata.name = String::new();
         assert!(reason_for(&p, "metadata.name").starts_with("Required value"));
         p.metadata.name = "a".repeat(254);
-        assert!(validate(&p).iter().any(|e| e.reason.contains("no more than 253")));
+        assert!(
+            validate(&p)
+                .iter()
+                .any(|e| e.reason.contains("no more than 253"))
+        );
         p.metadata.name = "a.b-c".into();
         p.metadata.namespace = "a.b".into();
         assert_eq!(fields(&p), vec!["metadata.namespace"]);
@@ -702,19 +887,41 @@ mod tests {
         p.spec.containers.clear();
         assert_eq!(fields(&p), vec!["spec.containers"]);
         let mut p = pod();
-        p.spec.init_containers.push(Container { name: "c".into(), image: "x".into(), ..Default::default() });
-        p.spec.containers.push(Container { name: "Bad_Name".into(), ..Default::default() });
+        p.spec.init_containers.push(Container {
+            name: "c".into(),
+            image: "x".into(),
+            ..Default::default()
+        });
+        p.spec.containers.push(Container {
+            name: "Bad_Name".into(),
+            ..Default::default()
+        });
         let errs = validate(&p);
-        assert!(errs.iter().any(|e| e.field == "spec.containers[0].name" && e.reason == "Duplicate value: \"c\""));
-        assert!(errs.iter().any(|e| e.field == "spec.containers[1].name" && e.reason.contains("RFC 1123 label")));
-        assert!(errs.iter().any(|e| e.field == "spec.containers[1].image" && e.reason == "Required value"));
+        assert!(
+            errs.iter()
+                .any(|e| e.field == "spec.containers[0].name"
+                    && e.reason == "Duplicate value: \"c\"")
+        );
+        assert!(
+            errs.iter().any(
+                |e| e.field == "spec.containers[1].name" && e.reason.contains("RFC 1123 label")
+            )
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.field == "spec.containers[1].image" && e.reason == "Required value")
+        );
     }
 
     #[test]
     fn ports() {
         let mut p = pod();
         let c = &mut p.spec.containers[0];
-        c.ports.push(ContainerPort { container_port: 0, protocol: "TCP".into(), ..Default::default() });
+        c.ports.push(ContainerPort {
+            container_port: 0,
+            protocol: "TCP".into(),
+            ..Default::default()
+        });
         c.ports.push(ContainerPort {
             name: "http".into(),
             container_port: 80,
@@ -722,18 +929,45 @@ mod tests {
             protocol: "ICMP".into(),
             ..Default::default()
         });
-        c.ports.push(ContainerPort { name: "http".into(), container_port: 81, protocol: "UDP".into(), ..Default::default() });
-        c.ports.push(ContainerPort { name: "123".into(), container_port: 82, protocol: "TCP".into(), ..Default::default() });
+        c.ports.push(ContainerPort {
+            name: "http".into(),
+            container_port: 81,
+            protocol: "UDP".into(),
+            ..Default::default()
+        });
+        c.ports.push(ContainerPort {
+            name: "123".into(),
+            container_port: 82,
+            protocol: "TCP".into(),
+            ..Default::default()
+        });
         let errs = validate(&p);
-        let get = |f: &str| errs.iter().filter(|e| e.field == f).map(|e| e.reason.clone()).collect::<Vec<_>>();
-        assert_eq!(get("spec.containers[0].ports[0].containerPort"), vec!["Invalid value: 0: must be between 1 and 65535, inclusive"]);
-        assert_eq!(get("spec.containers[0].ports[1].hostPort"), vec!["Invalid value: 70000: must be between 0 and 65535, inclusive"]);
+        let get = |f: &str| {
+            errs.iter()
+                .filter(|e| e.field == f)
+                .map(|e| e.reason.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            get("spec.containers[0].ports[0].containerPort"),
+            vec!["Invalid value: 0: must be between 1 and 65535, inclusive"]
+        );
+        assert_eq!(
+            get("spec.containers[0].ports[1].hostPort"),
+            vec!["Invalid value: 70000: must be between 0 and 65535, inclusive"]
+        );
         assert_eq!(
             get("spec.containers[0].ports[1].protocol"),
             vec!["Unsupported value: \"ICMP\": supported values: \"SCTP\", \"TCP\", \"UDP\""]
         );
-        assert_eq!(get("spec.containers[0].ports[2].name"), vec!["Duplicate value: \"http\""]);
-        assert_eq!(get("spec.containers[0].ports[3].name"), vec!["Invalid value: \"123\": must contain at least one letter (a-z)"]);
+        assert_eq!(
+            get("spec.containers[0].ports[2].name"),
+            vec!["Duplicate value: \"http\""]
+        );
+        assert_eq!(
+            get("spec.containers[0].ports[3].name"),
+            vec!["Invalid value: \"123\": must contain at least one letter (a-z)"]
+        );
     }
 
     #[test]
@@ -753,19 +987,40 @@ mod tests {
             reason_for(&p, "spec.restartPolicy"),
             "Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""
         );
-        assert_eq!(reason_for(&p, "spec.terminationGracePeriodSeconds"), "Invalid value: -1: must be greater than or equal to 0");
+        assert_eq!(
+            reason_for(&p, "spec.terminationGracePeriodSeconds"),
+            "Invalid value: -1: must be greater than or equal to 0"
+        );
         assert!(reason_for(&p, "spec.activeDeadlineSeconds").starts_with("Invalid value: 0"));
-        assert_eq!(reason_for(&p, "spec.containers[0].restartPolicy"), "Forbidden: may not be set for non-init containers");
-        assert_eq!(reason_for(&p, "spec.initContainers[0].restartPolicy"), "Unsupported value: \"Never\": supported values: \"Always\"");
+        assert_eq!(
+            reason_for(&p, "spec.containers[0].restartPolicy"),
+            "Forbidden: may not be set for non-init containers"
+        );
+        assert_eq!(
+            reason_for(&p, "spec.initContainers[0].restartPolicy"),
+            "Unsupported value: \"Never\": supported values: \"Always\""
+        );
     }
 
     #[test]
     fn env_and_resources() {
         let mut p = pod();
         let c = &mut p.spec.containers[0];
-        c.env.push(EnvVar { name: String::new(), value: Some("x".into()), value_from: None });
-        c.env.push(EnvVar { name: "A=B".into(), value: None, value_from: None });
-        c.env.push(EnvVar { name: "S".into(), value: None, value_from: Some(json!({"secretKeyRef": {"name": "s", "key": "k"}})) });
+        c.env.push(EnvVar {
+            name: String::new(),
+            value: Some("x".into()),
+            value_from: None,
+        });
+        c.env.push(EnvVar {
+            name: "A=B".into(),
+            value: None,
+            value_from: None,
+        });
+        c.env.push(EnvVar {
+            name: "S".into(),
+            value: None,
+            value_from: Some(json!({"secretKeyRef": {"name": "s", "key": "k"}})),
+        });
         c.resources.limits.insert("memory".into(), json!("64Mi"));
         c.resources.requests.insert("memory".into(), json!("128Mi"));
         c.resources.requests.insert("cpu".into(), json!("lots"));
@@ -779,7 +1034,10 @@ mod tests {
             reason_for(&p, "spec.containers[0].resources.requests[memory]"),
             "Invalid value: \"128Mi\": must be less than or equal to memory limit of \"64Mi\""
         );
-        assert!(reason_for(&p, "spec.containers[0].env[2].valueFrom.secretKeyRef").contains("kubelet refuses"));
+        assert!(
+            reason_for(&p, "spec.containers[0].env[2].valueFrom.secretKeyRef")
+                .contains("kubelet refuses")
+        );
     }
 
     #[test]
@@ -796,8 +1054,14 @@ mod tests {
                 {"name": "d", "emptyDir": {}}
             ]),
         );
-        p.spec.containers[0].extra.insert("envFrom".into(), json!([{"configMapRef": {"name": "x"}}, {"secretRef": {"name": "y"}}]));
-        p.spec.containers[0].extra.insert("volumeMounts".into(), json!([{"name": "d", "mountPath": "/d"}, {"name": "zz", "mountPath": "/z"}]));
+        p.spec.containers[0].extra.insert(
+            "envFrom".into(),
+            json!([{"configMapRef": {"name": "x"}}, {"secretRef": {"name": "y"}}]),
+        );
+        p.spec.containers[0].extra.insert(
+            "volumeMounts".into(),
+            json!([{"name": "d", "mountPath": "/d"}, {"name": "zz", "mountPath": "/z"}]),
+        );
         let fs = fields(&p);
         for f in [
             "spec.volumes[0].configMap",
@@ -821,16 +1085,25 @@ mod tests {
     #[test]
     fn labels_and_annotations() {
         let mut p = pod();
-        p.metadata.labels.insert("app.kubernetes.io/name".into(), "web".into());
+        p.metadata
+            .labels
+            .insert("app.kubernetes.io/name".into(), "web".into());
         p.metadata.labels.insert("bad key!".into(), "ok".into());
         p.metadata.labels.insert("k".into(), "-bad".into());
         p.metadata.labels.insert("long".into(), "a".repeat(64));
-        p.metadata.annotations.insert("example.com/Note".into(), "anything at all!".into());
+        p.metadata
+            .annotations
+            .insert("example.com/Note".into(), "anything at all!".into());
         p.metadata.annotations.insert("/x".into(), "v".into());
         let fs = fields(&p);
         assert_eq!(
             fs,
-            vec!["metadata.labels", "metadata.labels[k]", "metadata.labels[long]", "metadata.annotations"]
+            vec![
+                "metadata.labels",
+                "metadata.labels[k]",
+                "metadata.labels[long]",
+                "metadata.annotations"
+            ]
         );
     }
 }

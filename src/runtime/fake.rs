@@ -55,12 +55,18 @@ impl Default for FakeRuntime {
 }
 
 fn now_nanos() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 impl FakeRuntime {
     pub fn new() -> Self {
-        FakeRuntime { inner: Mutex::new(Inner::default()), next_id: AtomicU64::new(1) }
+        FakeRuntime {
+            inner: Mutex::new(Inner::default()),
+            next_id: AtomicU64::new(1),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -108,9 +114,16 @@ impl FakeRuntime {
             c.state = ContainerState::Exited;
             c.exit_code = code;
             c.finished_at = now_nanos();
-            c.reason = if code == 0 { "Completed".into() } else { "Error".into() };
+            c.reason = if code == 0 {
+                "Completed".into()
+            } else {
+                "Error".into()
+            };
         }
-        let ev = RuntimeEvent::TaskExit { id: id.to_string(), exit_code: code as u32 };
+        let ev = RuntimeEvent::TaskExit {
+            id: id.to_string(),
+            exit_code: code as u32,
+        };
         g.subscribers.retain(|s| s.send(ev.clone()).is_ok());
     }
 
@@ -132,7 +145,11 @@ impl FakeRuntime {
 
     /// Count calls whose string starts with `prefix`.
     pub fn count_calls(&self, prefix: &str) -> usize {
-        self.lock().calls.iter().filter(|c| c.starts_with(prefix)).count()
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.starts_with(prefix))
+            .count()
     }
 
     /// Ids of running containers named `name`.
@@ -157,7 +174,12 @@ impl FakeRuntime {
         let mut g = self.lock();
         g.calls.push(format!("{verb} {target}"));
         if g.down {
-            return Err(RuntimeError::new(verb, target, ErrorKind::Unavailable, "runtime is down"));
+            return Err(RuntimeError::new(
+                verb,
+                target,
+                ErrorKind::Unavailable,
+                "runtime is down",
+            ));
         }
         if let Some(q) = g.errors.get_mut(verb) {
             if !q.is_empty() {
@@ -186,10 +208,19 @@ impl Runtime for FakeRuntime {
     fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<String> {
         let id = self.id("sb");
         let mut g = self.enter("run_pod_sandbox", &config.name)?;
-        let ip = if config.host_network { String::new() } else { format!("10.0.0.{}", g.sandboxes.len() + 2) };
+        let ip = if config.host_network {
+            String::new()
+        } else {
+            format!("10.0.0.{}", g.sandboxes.len() + 2)
+        };
         g.sandboxes.insert(
             id.clone(),
-            FakeSandbox { config: config.clone(), state: SandboxState::Ready, created_at: now_nanos(), ip },
+            FakeSandbox {
+                config: config.clone(),
+                state: SandboxState::Ready,
+                created_at: now_nanos(),
+                ip,
+            },
         );
         Ok(id)
     }
@@ -200,7 +231,11 @@ impl Runtime for FakeRuntime {
         if let Some(s) = g.sandboxes.get_mut(sandbox_id) {
             s.state = SandboxState::NotReady;
         }
-        for c in g.containers.values_mut().filter(|c| c.sandbox_id == sandbox_id) {
+        for c in g
+            .containers
+            .values_mut()
+            .filter(|c| c.sandbox_id == sandbox_id)
+        {
             if c.state == ContainerState::Running {
                 c.state = ContainerState::Exited;
                 c.exit_code = 137;
@@ -220,13 +255,23 @@ impl Runtime for FakeRuntime {
 
     fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<SandboxStatus> {
         let g = self.enter("pod_sandbox_status", sandbox_id)?;
-        let s = g.sandboxes.get(sandbox_id).ok_or_else(|| not_found("pod_sandbox_status", sandbox_id))?;
-        Ok(SandboxStatus { info: sandbox_info(sandbox_id, s), ip: s.ip.clone(), additional_ips: vec![] })
+        let s = g
+            .sandboxes
+            .get(sandbox_id)
+            .ok_or_else(|| not_found("pod_sandbox_status", sandbox_id))?;
+        Ok(SandboxStatus {
+            info: sandbox_info(sandbox_id, s),
+            ip: s.ip.clone(),
+            additional_ips: vec![],
+        })
     }
 
     fn list_pod_sandboxes(&self) -> Result<Vec<SandboxInfo>> {
         let g = self.enter("list_pod_sandboxes", "")?;
-        Ok(g.sandboxes.iter().map(|(id, s)| sandbox_info(id, s)).collect())
+        Ok(g.sandboxes
+            .iter()
+            .map(|(id, s)| sandbox_info(id, s))
+            .collect())
     }
 
     fn create_container(
@@ -241,7 +286,12 @@ impl Runtime for FakeRuntime {
             return Err(not_found("create_container", sandbox_id));
         }
         if !g.images.contains_key(&config.image) {
-            return Err(RuntimeError::new("create_container", &config.name, ErrorKind::Other, "image not found"));
+            return Err(RuntimeError::new(
+                "create_container",
+                &config.name,
+                ErrorKind::Other,
+                "image not found",
+            ));
         }
         g.containers.insert(
             id.clone(),
@@ -263,7 +313,10 @@ impl Runtime for FakeRuntime {
         let mut g = self.enter("start_container", container_id)?;
         let now = now_nanos();
         let exit = {
-            let c = g.containers.get(container_id).ok_or_else(|| not_found("start_container", container_id))?;
+            let c = g
+                .containers
+                .get(container_id)
+                .ok_or_else(|| not_found("start_container", container_id))?;
             g.exit_on_start.get(&c.config.name).copied()
         };
         if let Some(c) = g.containers.get_mut(container_id) {
@@ -273,7 +326,11 @@ impl Runtime for FakeRuntime {
                     c.state = ContainerState::Exited;
                     c.exit_code = code;
                     c.finished_at = now;
-                    c.reason = if code == 0 { "Completed".into() } else { "Error".into() };
+                    c.reason = if code == 0 {
+                        "Completed".into()
+                    } else {
+                        "Error".into()
+                    };
                 }
                 None => c.state = ContainerState::Running,
             }
@@ -284,7 +341,10 @@ impl Runtime for FakeRuntime {
     fn stop_container(&self, container_id: &str, _timeout: Duration) -> Result<()> {
         let mut g = self.enter("stop_container", container_id)?;
         let now = now_nanos();
-        let c = g.containers.get_mut(container_id).ok_or_else(|| not_found("stop_container", container_id))?;
+        let c = g
+            .containers
+            .get_mut(container_id)
+            .ok_or_else(|| not_found("stop_container", container_id))?;
         if c.state == ContainerState::Running {
             c.state = ContainerState::Exited;
             c.exit_code = 143;
@@ -310,7 +370,11 @@ impl Runtime for FakeRuntime {
                 name: c.config.name.clone(),
                 attempt: c.config.attempt,
                 image: c.config.image.clone(),
-                image_ref: g.images.get(&c.config.image).map(|i| i.id.clone()).unwrap_or_default(),
+                image_ref: g
+                    .images
+                    .get(&c.config.image)
+                    .map(|i| i.id.clone())
+                    .unwrap_or_default(),
                 state: c.state,
                 created_at: c.created_at,
                 labels: c.config.labels.clone(),
@@ -321,8 +385,15 @@ impl Runtime for FakeRuntime {
 
     fn container_status(&self, container_id: &str) -> Result<ContainerStatus> {
         let g = self.enter("container_status", container_id)?;
-        let c = g.containers.get(container_id).ok_or_else(|| not_found("container_status", container_id))?;
-        let log_dir = g.sandboxes.get(&c.sandbox_id).map(|s| s.config.log_directory.clone()).unwrap_or_default();
+        let c = g
+            .containers
+            .get(container_id)
+            .ok_or_else(|| not_found("container_status", container_id))?;
+        let log_dir = g
+            .sandboxes
+            .get(&c.sandbox_id)
+            .map(|s| s.config.log_directory.clone())
+            .unwrap_or_default();
         Ok(ContainerStatus {
             id: container_id.to_string(),
             name: c.config.name.clone(),
@@ -333,7 +404,11 @@ impl Runtime for FakeRuntime {
             finished_at: c.finished_at,
             exit_code: c.exit_code,
             image: c.config.image.clone(),
-            image_ref: g.images.get(&c.config.image).map(|i| i.id.clone()).unwrap_or_default(),
+            image_ref: g
+                .images
+                .get(&c.config.image)
+                .map(|i| i.id.clone())
+                .unwrap_or_default(),
             reason: c.reason.clone(),
             message: String::new(),
             labels: c.config.labels.clone(),
@@ -351,16 +426,28 @@ impl Runtime for FakeRuntime {
         let g = self.enter("pull_image", image)?;
         match g.images.get(image) {
             Some(i) => Ok(i.id.clone()),
-            None => Err(RuntimeError::new("pull_image", image, ErrorKind::Other, "no registry reachable")),
+            None => Err(RuntimeError::new(
+                "pull_image",
+                image,
+                ErrorKind::Other,
+                "no registry reachable",
+            )),
         }
     }
 
-    fn exec_sync(&self, container_id: &str, _cmd: &[String], _timeout: Duration) -> Result<ExecResult> {
+    fn exec_sync(
+        &self,
+        container_id: &str,
+        _cmd: &[String],
+        _timeout: Duration,
+    ) -> Result<ExecResult> {
         let g = self.enter("exec_sync", container_id)?;
         match g.containers.get(container_id) {
-            Some(c) if c.state == ContainerState::Running => {
-                Ok(ExecResult { exit_code: 0, stdout: vec![], stderr: vec![] })
-            }
+            Some(c) if c.state == ContainerState::Running => Ok(ExecResult {
+                exit_code: 0,
+                stdout: vec![],
+                stderr: vec![],
+            }),
             _ => Err(not_found("exec_sync", container_id)),
         }
     }

@@ -52,8 +52,18 @@ pub struct RuntimeError {
 }
 
 impl RuntimeError {
-    pub fn new(op: &'static str, target: impl Into<String>, kind: ErrorKind, message: impl Into<String>) -> Self {
-        RuntimeError { op, target: target.into(), kind, message: message.into() }
+    pub fn new(
+        op: &'static str,
+        target: impl Into<String>,
+        kind: ErrorKind,
+        message: impl Into<String>,
+    ) -> Self {
+        RuntimeError {
+            op,
+            target: target.into(),
+            kind,
+            message: message.into(),
+        }
     }
     pub fn is_not_found(&self) -> bool {
         self.kind == ErrorKind::NotFound
@@ -280,7 +290,12 @@ pub trait Runtime: Send + Sync {
     /// Returns the image ref (id/digest).
     fn pull_image(&self, image: &str) -> Result<String>;
 
-    fn exec_sync(&self, container_id: &str, cmd: &[String], timeout: Duration) -> Result<ExecResult>;
+    fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult>;
 
     /// Subscribe to task lifecycle events. The receiver yields `StreamLost` and then closes if
     /// the stream breaks; callers resubscribe with backoff.

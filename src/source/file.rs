@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
 use super::{
-    ManifestError, SeenCache, Snapshot, SourceKind, SourcePod, build_pods, dedupe_by_name, now_rfc3339_nano,
+    ManifestError, SeenCache, Snapshot, SourceKind, SourcePod, build_pods, dedupe_by_name,
+    now_rfc3339_nano,
 };
 use crate::pod::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
 
@@ -27,11 +28,20 @@ const MAX_DEBOUNCE: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum FileSourceError {
     #[error("reading static pod directory {dir}: {source}")]
-    ReadDir { dir: PathBuf, source: std::io::Error },
+    ReadDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
     #[error("reading manifest {path}: {source}")]
-    ReadFile { path: PathBuf, source: std::io::Error },
+    ReadFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("watching {path}: {source}")]
-    Watch { path: PathBuf, source: notify::Error },
+    Watch {
+        path: PathBuf,
+        source: notify::Error,
+    },
 }
 
 /// The file source; start it with [`FileSource::spawn`].
@@ -86,27 +96,31 @@ impl FileSource {
     pub fn spawn(cfg: FileSourceConfig, tx: Sender<Snapshot>) -> std::io::Result<FileSourceHandle> {
         let (ctl, rx) = mpsc::channel::<Msg>();
         let events = ctl.clone();
-        let watcher = match notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
-            Ok(ev) if is_relevant(&ev.kind) => {
-                let _ = events.send(Msg::Changed);
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "file watch error; relying on periodic re-list");
-                let _ = events.send(Msg::Changed);
-            }
-        }) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(dir = %cfg.dir.display(), error = %e,
+        let watcher =
+            match notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
+                Ok(ev) if is_relevant(&ev.kind) => {
+                    let _ = events.send(Msg::Changed);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "file watch error; relying on periodic re-list");
+                    let _ = events.send(Msg::Changed);
+                }
+            }) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(dir = %cfg.dir.display(), error = %e,
                     "cannot create file watcher; relying on periodic re-list only");
-                None
-            }
-        };
+                    None
+                }
+            };
         let thread = std::thread::Builder::new()
             .name("source-file".into())
             .spawn(move || Worker::new(cfg, tx, watcher).run(rx))?;
-        Ok(FileSourceHandle { ctl, thread: Some(thread) })
+        Ok(FileSourceHandle {
+            ctl,
+            thread: Some(thread),
+        })
     }
 }
 
@@ -130,8 +144,19 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(cfg: FileSourceConfig, tx: Sender<Snapshot>, watcher: Option<RecommendedWatcher>) -> Self {
-        Worker { cfg, tx, watcher, watched: None, last_sent: None, seen: SeenCache::default() }
+    fn new(
+        cfg: FileSourceConfig,
+        tx: Sender<Snapshot>,
+        watcher: Option<RecommendedWatcher>,
+    ) -> Self {
+        Worker {
+            cfg,
+            tx,
+            watcher,
+            watched: None,
+            last_sent: None,
+            seen: SeenCache::default(),
+        }
     }
 
     fn run(mut self, rx: Receiver<Msg>) {
@@ -161,7 +186,9 @@ impl Worker {
 
     /// Watch the directory when it exists, else its parent (to notice it appear).
     fn ensure_watch(&mut self) {
-        let Some(w) = self.watcher.as_mut() else { return };
+        let Some(w) = self.watcher.as_mut() else {
+            return;
+        };
         let dir = &self.cfg.dir;
         let want = if dir.is_dir() {
             Some(dir.clone())
@@ -201,7 +228,11 @@ impl Worker {
                 return true;
             }
         };
-        if self.last_sent.as_ref().is_some_and(|l| l.same_content(&snap)) {
+        if self
+            .last_sent
+            .as_ref()
+            .is_some_and(|l| l.same_content(&snap))
+        {
             return true;
         }
         for e in &snap.errors {
@@ -236,15 +267,29 @@ pub fn list_dir(dir: &Path, node_name: &str, seen: &str) -> Result<Snapshot, Fil
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Snapshot { source: SourceKind::File, pods: Vec::new(), errors });
+            return Ok(Snapshot {
+                source: SourceKind::File,
+                pods: Vec::new(),
+                errors,
+            });
         }
-        Err(source) => return Err(FileSourceError::ReadDir { dir: dir.to_path_buf(), source }),
+        Err(source) => {
+            return Err(FileSourceError::ReadDir {
+                dir: dir.to_path_buf(),
+                source,
+            });
+        }
     };
     let mut paths: Vec<PathBuf> = Vec::new();
     for entry in entries {
         let entry = match entry {
             Ok(e) => e,
-            Err(source) => return Err(FileSourceError::ReadDir { dir: dir.to_path_buf(), source }),
+            Err(source) => {
+                return Err(FileSourceError::ReadDir {
+                    dir: dir.to_path_buf(),
+                    source,
+                });
+            }
         };
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
@@ -269,9 +314,17 @@ pub fn list_dir(dir: &Path, node_name: &str, seen: &str) -> Result<Snapshot, Fil
         let origin = path.to_string_lossy().into_owned();
         let bytes = match read_limited(&path) {
             Ok(b) => b,
-            Err(FileSourceError::ReadFile { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(FileSourceError::ReadFile { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                continue;
+            }
             Err(e) => {
-                errors.push(ManifestError { origin, field: String::new(), reason: e.to_string() });
+                errors.push(ManifestError {
+                    origin,
+                    field: String::new(),
+                    reason: e.to_string(),
+                });
                 continue;
             }
         };
@@ -280,21 +333,31 @@ pub fn list_dir(dir: &Path, node_name: &str, seen: &str) -> Result<Snapshot, Fil
             Ok(DecodedDoc::PodList(_)) => errors.push(ManifestError {
                 origin,
                 field: "kind".into(),
-                reason: "Unsupported value: \"PodList\": a manifest file holds exactly one Pod".into(),
+                reason: "Unsupported value: \"PodList\": a manifest file holds exactly one Pod"
+                    .into(),
             }),
             Err(e) => errors.push(e),
         }
     }
     let pods: Vec<SourcePod> = build_pods(raws, node_name, SourceKind::File, seen, &mut errors);
     let pods = dedupe_by_name(pods, &mut errors);
-    Ok(Snapshot { source: SourceKind::File, pods, errors })
+    Ok(Snapshot {
+        source: SourceKind::File,
+        pods,
+        errors,
+    })
 }
 
 fn read_limited(path: &Path) -> Result<Vec<u8>, FileSourceError> {
-    let wrap = |source| FileSourceError::ReadFile { path: path.to_path_buf(), source };
+    let wrap = |source| FileSourceError::ReadFile {
+        path: path.to_path_buf(),
+        source,
+    };
     let f = std::fs::File::open(path).map_err(wrap)?;
     let mut buf = Vec::new();
-    f.take(MAX_MANIFEST_BYTES as u64 + 1).read_to_end(&mut buf).map_err(wrap)?;
+    f.take(MAX_MANIFEST_BYTES as u64 + 1)
+        .read_to_end(&mut buf)
+        .map_err(wrap)?;
     if buf.len() > MAX_MANIFEST_BYTES {
         return Err(FileSourceError::ReadFile {
             path: path.to_path_buf(),
@@ -315,7 +378,9 @@ mod tests {
     const TIMEOUT: Duration = Duration::from_secs(10);
 
     fn manifest(name: &str, image: &str) -> String {
-        format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: {image}\n")
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: {image}\n"
+        )
     }
 
     fn recv(rx: &Receiver<Snapshot>) -> Snapshot {
@@ -371,14 +436,23 @@ mod tests {
     fn listing_rules_and_errors() {
         let d = tmp();
         write(&d.path().join("web.yaml"), &manifest("web", "busybox:1"));
-        write(&d.path().join(".hidden.yaml"), &manifest("hidden", "busybox:1"));
-        write(&d.path().join("web.yaml.bak"), &manifest("bak", "busybox:1"));
+        write(
+            &d.path().join(".hidden.yaml"),
+            &manifest("hidden", "busybox:1"),
+        );
+        write(
+            &d.path().join("web.yaml.bak"),
+            &manifest("bak", "busybox:1"),
+        );
         let sub = d.path().join("sub");
         if let Err(e) = fs::create_dir(&sub) {
             panic!("{e}");
         }
         write(&sub.join("deep.yaml"), &manifest("deep", "busybox:1"));
-        let bad = manifest("bad", "busybox:1").replace("image: busybox:1", "image: x\n    ports:\n    - containerPort: nope");
+        let bad = manifest("bad", "busybox:1").replace(
+            "image: busybox:1",
+            "image: x\n    ports:\n    - containerPort: nope",
+        );
         write(&d.path().join("bad.yaml"), &bad);
         let snap = match list_dir(d.path(), "Node1", "t") {
             Ok(s) => s,
@@ -389,7 +463,10 @@ mod tests {
         let e = &snap.errors[0];
         assert!(e.origin.ends_with("bad.yaml"), "{e}");
         assert_eq!(e.field, "spec.containers[0].ports[0].containerPort");
-        assert_eq!(snap.pods[0].origin, d.path().join("web.yaml").to_string_lossy());
+        assert_eq!(
+            snap.pods[0].origin,
+            d.path().join("web.yaml").to_string_lossy()
+        );
 
         // Missing directory: empty snapshot.
         let missing = list_dir(&d.path().join("nope"), "n", "t");
@@ -410,7 +487,10 @@ mod tests {
         assert_eq!(snap.errors.len(), 1);
         let reason = &snap.errors[0].reason;
         assert!(snap.errors[0].origin.ends_with("b.yaml"));
-        assert!(reason.contains("a.yaml") && reason.contains("b.yaml"), "{reason}");
+        assert!(
+            reason.contains("a.yaml") && reason.contains("b.yaml"),
+            "{reason}"
+        );
     }
 
     #[test]
@@ -418,7 +498,11 @@ mod tests {
         let d = tmp();
         let dir = d.path().join("manifests"); // does not exist yet
         let (tx, rx) = mpsc::channel();
-        let cfg = FileSourceConfig { dir: dir.clone(), node_name: "node1".into(), check_frequency: Duration::from_secs(3600) };
+        let cfg = FileSourceConfig {
+            dir: dir.clone(),
+            node_name: "node1".into(),
+            check_frequency: Duration::from_secs(3600),
+        };
         let handle = match FileSource::spawn(cfg, tx) {
             Ok(h) => h,
             Err(e) => panic!("{e}"),
@@ -439,12 +523,17 @@ mod tests {
         write(&dir.join(".web.yaml.swp"), "garbage");
         write(&dir.join("web.yaml.bak"), "garbage");
         write(&dir.join("web.yaml"), &manifest("web", "busybox:2"));
-        let s = recv_until(&rx, |s| s.pods.len() == 1 && s.pods[0].pod.metadata.uid != uid1);
+        let s = recv_until(&rx, |s| {
+            s.pods.len() == 1 && s.pods[0].pod.metadata.uid != uid1
+        });
         assert!(s.errors.is_empty());
         assert_eq!(s.pods[0].pod.spec.containers[0].image, "busybox:2");
 
         // Invalid file beside the valid one.
-        write(&dir.join("bad.json"), "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"bad\"},\"spec\":{\"containers\":[{\"name\":\"c\"}]}}");
+        write(
+            &dir.join("bad.json"),
+            "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"bad\"},\"spec\":{\"containers\":[{\"name\":\"c\"}]}}",
+        );
         let s = recv_until(&rx, |s| !s.errors.is_empty());
         assert_eq!(s.pods.len(), 1);
         assert!(s.errors[0].origin.ends_with("bad.json"));
@@ -483,13 +572,23 @@ mod tests {
         };
         let first = recv(&rx);
         assert_eq!(first.pods.len(), 1);
-        let seen1 = first.pods[0].pod.metadata.annotations.get(crate::pod::naming::CONFIG_SEEN_ANNOTATION).cloned();
+        let seen1 = first.pods[0]
+            .pod
+            .metadata
+            .annotations
+            .get(crate::pod::naming::CONFIG_SEEN_ANNOTATION)
+            .cloned();
         // Many relists happen in 500ms; none may produce a snapshot.
         assert!(rx.recv_timeout(Duration::from_millis(500)).is_err());
         // A second file: snapshot holds both, and the first pod's config.seen is unchanged.
         write(&d.path().join("z.yaml"), &manifest("zed", "busybox:1"));
         let s = recv_until(&rx, |s| s.pods.len() == 2);
-        let seen2 = s.pods[0].pod.metadata.annotations.get(crate::pod::naming::CONFIG_SEEN_ANNOTATION).cloned();
+        let seen2 = s.pods[0]
+            .pod
+            .metadata
+            .annotations
+            .get(crate::pod::naming::CONFIG_SEEN_ANNOTATION)
+            .cloned();
         assert_eq!(seen1, seen2);
         drop(handle);
     }

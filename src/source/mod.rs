@@ -76,7 +76,11 @@ pub fn now_rfc3339_nano() -> String {
     match s.strip_suffix('Z').and_then(|b| b.split_once('.')) {
         Some((secs, frac)) => {
             let frac = frac.trim_end_matches('0');
-            if frac.is_empty() { format!("{secs}Z") } else { format!("{secs}.{frac}Z") }
+            if frac.is_empty() {
+                format!("{secs}Z")
+            } else {
+                format!("{secs}.{frac}Z")
+            }
         }
         None => s,
     }
@@ -97,11 +101,9 @@ impl Snapshot {
         self.source == other.source
             && self.errors == other.errors
             && self.pods.len() == other.pods.len()
-            && self
-                .pods
-                .iter()
-                .zip(other.pods.iter())
-                .all(|(a, b)| a.origin == b.origin && crate::pod::naming::same_content(&a.pod, &b.pod))
+            && self.pods.iter().zip(other.pods.iter()).all(|(a, b)| {
+                a.origin == b.origin && crate::pod::naming::same_content(&a.pod, &b.pod)
+            })
     }
 }
 
@@ -148,7 +150,11 @@ pub fn build_pods(
                 for e in errs {
                     tracing::warn!(source = source.as_str(), origin = %origin, pod = %raw_name,
                         field = %format!("{prefix}{}", e.field), reason = %e.reason, "rejected static pod manifest");
-                    errors.push(ManifestError { origin: origin.clone(), field: format!("{prefix}{}", e.field), reason: e.reason });
+                    errors.push(ManifestError {
+                        origin: origin.clone(),
+                        field: format!("{prefix}{}", e.field),
+                        reason: e.reason,
+                    });
                 }
             }
         }
@@ -163,7 +169,10 @@ pub fn dedupe_by_name(pods: Vec<SourcePod>, errors: &mut Vec<ManifestError>) -> 
     let mut uids: BTreeSet<String> = BTreeSet::new();
     let mut out = Vec::with_capacity(pods.len());
     for sp in pods {
-        let key = (sp.pod.metadata.namespace.clone(), sp.pod.metadata.name.clone());
+        let key = (
+            sp.pod.metadata.namespace.clone(),
+            sp.pod.metadata.name.clone(),
+        );
         if let Some(first) = seen.get(&key) {
             errors.push(ManifestError {
                 origin: sp.origin.clone(),

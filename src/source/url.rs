@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use md5::{Digest, Md5};
 
-use super::{ManifestError, SeenCache, Snapshot, SourceKind, build_pods, dedupe_by_name, now_rfc3339_nano};
+use super::{
+    ManifestError, SeenCache, Snapshot, SourceKind, build_pods, dedupe_by_name, now_rfc3339_nano,
+};
 use crate::pod::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
 
 /// Default request timeout (the kubelet's).
@@ -59,7 +61,11 @@ impl UrlSourceConfig {
 
 impl std::fmt::Debug for UrlSourceConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let headers: Vec<String> = self.headers.iter().map(|(k, _)| format!("{k}: <redacted>")).collect();
+        let headers: Vec<String> = self
+            .headers
+            .iter()
+            .map(|(k, _)| format!("{k}: <redacted>"))
+            .collect();
         f.debug_struct("UrlSourceConfig")
             .field("url", &self.url)
             .field("headers", &headers)
@@ -104,7 +110,10 @@ impl UrlSource {
         let thread = std::thread::Builder::new()
             .name("source-url".into())
             .spawn(move || Poller::new(cfg, tx).run(rx))?;
-        Ok(UrlSourceHandle { ctl, thread: Some(thread) })
+        Ok(UrlSourceHandle {
+            ctl,
+            thread: Some(thread),
+        })
     }
 }
 
@@ -154,18 +163,25 @@ impl Poller {
         for (k, v) in &self.cfg.headers {
             req = req.header(k.as_str(), v.as_str());
         }
-        let mut resp = req
-            .call()
-            .map_err(|e| UrlSourceError::Transport { url: url.clone(), message: e.to_string() })?;
+        let mut resp = req.call().map_err(|e| UrlSourceError::Transport {
+            url: url.clone(),
+            message: e.to_string(),
+        })?;
         let status = resp.status().as_u16();
         if status != 200 {
-            return Err(UrlSourceError::Status { url: url.clone(), status });
+            return Err(UrlSourceError::Status {
+                url: url.clone(),
+                status,
+            });
         }
         resp.body_mut()
             .with_config()
             .limit(MAX_MANIFEST_BYTES as u64)
             .read_to_vec()
-            .map_err(|e| UrlSourceError::Body { url: url.clone(), message: e.to_string() })
+            .map_err(|e| UrlSourceError::Body {
+                url: url.clone(),
+                message: e.to_string(),
+            })
     }
 
     /// Returns false when the receiving side is gone.
@@ -182,7 +198,12 @@ impl Poller {
             return true;
         }
         self.last_body = Some(digest);
-        let snap = match parse_body(&body, &self.cfg.url, &self.cfg.node_name, &now_rfc3339_nano()) {
+        let snap = match parse_body(
+            &body,
+            &self.cfg.url,
+            &self.cfg.node_name,
+            &now_rfc3339_nano(),
+        ) {
             Ok(mut snap) => {
                 self.seen.stabilize(&mut snap.pods);
                 self.last_good = Some(snap.clone());
@@ -195,12 +216,20 @@ impl Poller {
                 }
                 match &self.last_good {
                     // Report the errors beside the pods still in force.
-                    Some(good) => Snapshot { source: SourceKind::Http, pods: good.pods.clone(), errors },
+                    Some(good) => Snapshot {
+                        source: SourceKind::Http,
+                        pods: good.pods.clone(),
+                        errors,
+                    },
                     None => return true,
                 }
             }
         };
-        if self.last_sent.as_ref().is_some_and(|l| l.same_content(&snap)) {
+        if self
+            .last_sent
+            .as_ref()
+            .is_some_and(|l| l.same_content(&snap))
+        {
             return true;
         }
         tracing::info!(url = %self.cfg.url, pods = snap.pods.len(), errors = snap.errors.len(),
@@ -214,7 +243,12 @@ impl Poller {
 }
 
 /// Decode a URL body into a complete snapshot, or the errors that reject it whole.
-pub fn parse_body(body: &[u8], url: &str, node_name: &str, seen: &str) -> Result<Snapshot, Vec<ManifestError>> {
+pub fn parse_body(
+    body: &[u8],
+    url: &str,
+    node_name: &str,
+    seen: &str,
+) -> Result<Snapshot, Vec<ManifestError>> {
     let raws = match decode_manifest(body, url).map_err(|e| vec![e])? {
         DecodedDoc::Pod(p) => vec![(*p, url.to_string(), String::new())],
         DecodedDoc::PodList(items) => items
@@ -226,7 +260,15 @@ pub fn parse_body(body: &[u8], url: &str, node_name: &str, seen: &str) -> Result
     let mut errors = Vec::new();
     let pods = build_pods(raws, node_name, SourceKind::Http, seen, &mut errors);
     let pods = dedupe_by_name(pods, &mut errors);
-    if errors.is_empty() { Ok(Snapshot { source: SourceKind::Http, pods, errors }) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(Snapshot {
+            source: SourceKind::Http,
+            pods,
+            errors,
+        })
+    } else {
+        Err(errors)
+    }
 }
 
 #[cfg(test)]
@@ -243,7 +285,10 @@ mod tests {
     }
 
     fn list(items: &[String]) -> String {
-        format!(r#"{{"apiVersion":"v1","kind":"PodList","items":[{}]}}"#, items.join(","))
+        format!(
+            r#"{{"apiVersion":"v1","kind":"PodList","items":[{}]}}"#,
+            items.join(",")
+        )
     }
 
     #[derive(Default)]
@@ -260,7 +305,10 @@ mod tests {
             Err(e) => panic!("{e}"),
         };
         let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
-        let state = Arc::new(Mutex::new(Served { status: 200, ..Default::default() }));
+        let state = Arc::new(Mutex::new(Served {
+            status: 200,
+            ..Default::default()
+        }));
         let (s2, st2) = (server.clone(), state.clone());
         std::thread::spawn(move || {
             for req in s2.incoming_requests() {
@@ -274,7 +322,8 @@ mod tests {
                     }
                     (st.status, st.body.clone())
                 };
-                let _ = req.respond(tiny_http::Response::from_string(body).with_status_code(status));
+                let _ =
+                    req.respond(tiny_http::Response::from_string(body).with_status_code(status));
             }
         });
         (format!("http://127.0.0.1:{port}/pods"), state, server)
@@ -296,7 +345,10 @@ mod tests {
         let target = requests(state) + n;
         let deadline = std::time::Instant::now() + TIMEOUT;
         while requests(state) < target {
-            assert!(std::time::Instant::now() < deadline, "server got no requests");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server got no requests"
+            );
             std::thread::yield_now();
         }
     }
@@ -304,7 +356,8 @@ mod tests {
     #[test]
     fn debug_redacts_headers() {
         let mut cfg = UrlSourceConfig::new("http://x/", "n");
-        cfg.headers.push(("Authorization".into(), "Bearer s3cret".into()));
+        cfg.headers
+            .push(("Authorization".into(), "Bearer s3cret".into()));
         let s = format!("{cfg:?}");
         assert!(s.contains("Authorization") && !s.contains("s3cret"), "{s}");
     }
@@ -312,13 +365,20 @@ mod tests {
     #[test]
     fn parse_body_rules() {
         let body = list(&[pod_json("a", "x:1"), pod_json("b", "x:1")]);
-        let snap = parse_body(body.as_bytes(), "http://u", "N1", "t").unwrap_or_else(|e| panic!("{e:?}"));
-        let names: Vec<_> = snap.pods.iter().map(|p| p.pod.metadata.name.as_str()).collect();
+        let snap =
+            parse_body(body.as_bytes(), "http://u", "N1", "t").unwrap_or_else(|e| panic!("{e:?}"));
+        let names: Vec<_> = snap
+            .pods
+            .iter()
+            .map(|p| p.pod.metadata.name.as_str())
+            .collect();
         assert_eq!(names, vec!["a-n1", "b-n1"]);
         assert_eq!(snap.pods[0].origin, "http://u");
         // One bad item rejects the whole body, the error names the item.
         let body = list(&[pod_json("a", "x:1"), pod_json("B", "x:1")]);
-        let errs = parse_body(body.as_bytes(), "http://u", "n", "t").err().unwrap_or_default();
+        let errs = parse_body(body.as_bytes(), "http://u", "n", "t")
+            .err()
+            .unwrap_or_default();
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].field, "items[1].metadata.name");
         assert_eq!(errs[0].origin, "http://u");
@@ -327,7 +387,10 @@ mod tests {
         assert!(parse_body(body.as_bytes(), "http://u", "n", "t").is_err());
         // A single pod.
         let single = pod_json("a", "x:1").replacen('{', r#"{"apiVersion":"v1","kind":"Pod","#, 1);
-        assert_eq!(parse_body(single.as_bytes(), "http://u", "n", "t").map(|s| s.pods.len()), Ok(1));
+        assert_eq!(
+            parse_body(single.as_bytes(), "http://u", "n", "t").map(|s| s.pods.len()),
+            Ok(1)
+        );
     }
 
     #[test]
@@ -346,12 +409,21 @@ mod tests {
         wait_requests(&state, 2);
         assert!(rx.try_recv().is_err());
 
-        set(&state, 200, &list(&[pod_json("a", "x:1"), pod_json("b", "x:1")]));
+        set(
+            &state,
+            200,
+            &list(&[pod_json("a", "x:1"), pod_json("b", "x:1")]),
+        );
         let snap = rx.recv_timeout(TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(snap.source, SourceKind::Http);
         assert_eq!(snap.pods.len(), 2);
         assert!(snap.errors.is_empty());
-        assert!(state.lock().map(|s| s.auth_seen.iter().all(|v| v == "token-123") && !s.auth_seen.is_empty()).unwrap_or(false));
+        assert!(
+            state
+                .lock()
+                .map(|s| s.auth_seen.iter().all(|v| v == "token-123") && !s.auth_seen.is_empty())
+                .unwrap_or(false)
+        );
 
         // Unchanged body: polled, nothing sent.
         wait_requests(&state, 3);
@@ -369,7 +441,11 @@ mod tests {
         assert_eq!(snap.pods[0].pod.spec.containers[0].image, "x:2");
 
         // Invalid body after a good one: last good pods plus the errors.
-        set(&state, 200, &list(&[pod_json("a", "x:3"), pod_json("Bad", "x:3")]));
+        set(
+            &state,
+            200,
+            &list(&[pod_json("a", "x:3"), pod_json("Bad", "x:3")]),
+        );
         let snap = rx.recv_timeout(TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(snap.pods.len(), 1);
         assert_eq!(snap.pods[0].pod.spec.containers[0].image, "x:2");

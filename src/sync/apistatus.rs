@@ -329,7 +329,7 @@ pub fn compute(
             if crate::sync::actions::is_sidecar(spec) {
                 s.started != Some(true)
             } else {
-                !is_terminated(s).is_some_and(|t| t.exit_code == 0)
+                is_terminated(s).is_none_or(|t| t.exit_code != 0)
             }
         })
         .map(|(spec, _)| spec.name.as_str())

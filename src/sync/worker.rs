@@ -825,7 +825,7 @@ pub fn linux_resources(c: &Container) -> LinuxResources {
     let milli = |m: &BTreeMap<String, serde_json::Value>, k: &str| {
         m.get(k)
             .and_then(|v| parse_quantity(v).ok())
-            .map(|q| q.milli_value() as i64)
+            .map(|q| q.milli_value())
     };
     let cpu_req = milli(&c.resources.requests, "cpu").or_else(|| milli(&c.resources.limits, "cpu"));
     let cpu_lim = milli(&c.resources.limits, "cpu");
@@ -834,7 +834,7 @@ pub fn linux_resources(c: &Container) -> LinuxResources {
         .limits
         .get("memory")
         .and_then(|v| parse_quantity(v).ok())
-        .map(|q| q.value() as i64);
+        .map(|q| q.value());
     let shares = match cpu_req {
         Some(m) if m > 0 => ((m * 1024) / 1000).max(2),
         _ => 2,
