@@ -830,3 +830,87 @@ fn url_source_runs_a_pod_list_and_keeps_it_when_the_server_fails() {
     .expect("containers removed");
     server.unblock();
 }
+
+#[test]
+fn container_spec_fields_and_networking_reach_the_containers() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let host_port = free_port();
+    n.write(
+        "spec.yaml",
+        &pod_yaml(
+            "spec",
+            &format!(
+                r#"spec:
+  containers:
+  - name: c
+    image: localhost/busybox:1.36
+    workingDir: /tmp
+    env:
+    - name: FOO
+      value: bar
+    command: [sh, -c]
+    args:
+    - |
+      echo "foo=$FOO pwd=$(pwd)"
+      echo "mem=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)"
+      echo served > /tmp/index.html
+      exec httpd -f -p 8080 -h /tmp
+    ports:
+    - containerPort: 8080
+      hostPort: {host_port}
+    resources:
+      limits:
+        memory: 64Mi
+        cpu: 500m
+"#
+            ),
+        ),
+    );
+    n.write(
+        "hostnet.yaml",
+        &pod_yaml(
+            "hostnet",
+            "spec:\n  hostNetwork: true\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n",
+        ),
+    );
+    let p = n.wait_phase("spec", "Running");
+    assert_eq!(
+        p["status"]["qosClass"], "Guaranteed",
+        "requests default to limits: cpu and memory limits only is Guaranteed"
+    );
+    let uid = uid_of(&p);
+    let log = n
+        .pod_logs()
+        .join(format!("default_spec-node1_{uid}/c/0.log"));
+    let text = wait_for(TIMEOUT, || {
+        fs::read_to_string(&log).ok().filter(|s| s.contains("mem="))
+    })
+    .unwrap_or_else(|| panic!("no output in {}", log.display()));
+    assert!(
+        text.contains("foo=bar pwd=/tmp"),
+        "env and workingDir applied: {text}"
+    );
+    assert!(
+        text.contains("mem=67108864"),
+        "memory limit 64Mi applied to the cgroup: {text}"
+    );
+    // hostPort through the CNI portmap plugin.
+    let body = wait_for(TIMEOUT, || {
+        let mut r = ureq::get(&format!("http://127.0.0.1:{host_port}/index.html"))
+            .call()
+            .ok()?;
+        r.body_mut().read_to_string().ok()
+    });
+    assert_eq!(
+        body.as_deref().map(str::trim),
+        Some("served"),
+        "hostPort {host_port} reaches the container"
+    );
+
+    let h = n.wait_phase("hostnet", "Running");
+    assert_eq!(
+        h["status"]["podIP"], h["status"]["hostIP"],
+        "hostNetwork pods report the host IP"
+    );
+}

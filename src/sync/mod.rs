@@ -865,4 +865,28 @@ mod tests {
         h.wait("b Running", |h| phase(h, "u2") == "Running");
         assert!(h.store.get("u1").is_none());
     }
+
+    #[test]
+    fn active_deadline_fails_the_pod_with_deadline_exceeded() {
+        // kubelet: activeDeadlineSeconds counts from the pod's start time; the pod is killed and
+        // ends Failed with reason DeadlineExceeded.
+        let h = Harness::start(fake());
+        let mut p = pod("u1", "job", "Always", &["a"]);
+        p.spec.active_deadline_seconds = Some(1);
+        h.desire(&[p], true);
+        h.wait("Running", |h| phase(h, "u1") == "Running");
+        h.wait("Failed", |h| phase(h, "u1") == "Failed");
+        let st = h.status("u1").expect("status");
+        assert_eq!(st.reason, "DeadlineExceeded");
+        assert_eq!(
+            st.message,
+            "Pod was active on the node longer than the specified deadline"
+        );
+        h.wait("containers stopped", |h| h.rt.running("a").is_empty());
+        assert_eq!(
+            h.rt.count_calls("create_container"),
+            1,
+            "nothing restarts after the deadline"
+        );
+    }
 }
