@@ -234,6 +234,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
 
     let ctx = Arc::new(WorkerContext {
         runtime: runtime.clone(),
+        prober: crate::prober::Prober::start(runtime.clone(), Some(loop_tx.clone())),
         store: store.clone(),
         settings: SyncSettings {
             node_name: cfg.node_name.clone(),

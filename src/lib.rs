@@ -9,6 +9,7 @@ pub mod config;
 pub mod pleg;
 pub mod pod;
 pub mod podconfig;
+pub mod prober;
 pub mod runtime;
 pub mod server;
 pub mod source;

@@ -40,6 +40,8 @@ struct Inner {
     exit_on_start: HashMap<String, i32>,
     subscribers: Vec<mpsc::Sender<RuntimeEvent>>,
     down: bool,
+    /// Exit code of ExecSync in containers named so (default 0).
+    exec_exit: HashMap<String, i32>,
 }
 
 /// See module docs.
@@ -100,6 +102,11 @@ impl FakeRuntime {
 
     pub fn clear_exit_on_start(&self, name: &str) {
         self.lock().exit_on_start.remove(name);
+    }
+
+    /// ExecSync (exec probes and hooks) in containers named `name` exits with `code`.
+    pub fn set_exec_exit(&self, name: &str, code: i32) {
+        self.lock().exec_exit.insert(name.to_string(), code);
     }
 
     /// Simulate the runtime being down: every call fails with Unavailable.
@@ -444,7 +451,7 @@ impl Runtime for FakeRuntime {
         let g = self.enter("exec_sync", container_id)?;
         match g.containers.get(container_id) {
             Some(c) if c.state == ContainerState::Running => Ok(ExecResult {
-                exit_code: 0,
+                exit_code: g.exec_exit.get(&c.config.name).copied().unwrap_or(0),
                 stdout: vec![],
                 stderr: vec![],
             }),

@@ -5,9 +5,11 @@
 //! kill and recreate the sandbox, which init container runs next, which containers start, which
 //! are killed (and why), and which wait in CrashLoopBackOff.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::pod::{Container, Pod};
+use crate::prober::ProbeView;
 use crate::runtime::ContainerState;
 
 use super::backoff::Backoff;
@@ -51,6 +53,8 @@ pub struct KillAction {
     pub id: String,
     pub name: String,
     pub reason: String,
+    /// A probe's terminationGracePeriodSeconds, which overrides the pod's.
+    pub grace_override: Option<i64>,
 }
 
 /// A container that should start but waits out its crash-loop backoff.
@@ -160,6 +164,7 @@ pub fn compute_pod_actions(
     pod: &Pod,
     state: &PodRuntimeState,
     backoff: &Backoff,
+    probes: &BTreeMap<String, ProbeView>,
     now: Now,
 ) -> PodActions {
     let policy = pod.spec.restart_policy.as_str();
@@ -221,11 +226,26 @@ pub fn compute_pod_actions(
             // A sidecar counts as done once it runs; it is restarted whenever it is not running.
             match latest {
                 Some(l) if l.state == ContainerState::Running => {
+                    let probe_kill = probes
+                        .get(&c.name)
+                        .and_then(|v| v.kill.as_ref())
+                        .filter(|k| k.container_id == l.id);
+                    if let Some(k) = probe_kill {
+                        a.containers_to_kill.push(KillAction {
+                            id: l.id.clone(),
+                            name: c.name.clone(),
+                            reason: k.message.clone(),
+                            grace_override: k.grace_override,
+                        });
+                        a.init_to_start = Some(i);
+                        continue;
+                    }
                     if l.hash != container_hash(c) {
                         a.containers_to_kill.push(KillAction {
                             id: l.id.clone(),
                             name: c.name.clone(),
                             reason: format!("Init container {} definition changed", c.name),
+                            grace_override: None,
                         });
                         a.init_to_start = Some(i);
                         init_done = false;
@@ -291,14 +311,31 @@ pub fn compute_pod_actions(
         let latest = state.latest(&c.name);
         match latest {
             Some(l) if l.state == ContainerState::Running => {
+                let probe_kill = probes
+                    .get(&c.name)
+                    .and_then(|v| v.kill.as_ref())
+                    .filter(|k| k.container_id == l.id);
                 if l.hash != container_hash(c) {
                     // Restart regardless of the restart policy: the definition changed.
                     a.containers_to_kill.push(KillAction {
                         id: l.id.clone(),
                         name: c.name.clone(),
                         reason: format!("Container {} definition changed", c.name),
+                        grace_override: None,
                     });
                     a.containers_to_start.push(i);
+                } else if let Some(k) = probe_kill {
+                    // Liveness/startup failure: kill, then restart unless restartPolicy is Never
+                    // (the kubelet's shouldRestartOnFailure).
+                    a.containers_to_kill.push(KillAction {
+                        id: l.id.clone(),
+                        name: c.name.clone(),
+                        reason: k.message.clone(),
+                        grace_override: k.grace_override,
+                    });
+                    if policy != "Never" {
+                        a.containers_to_start.push(i);
+                    }
                 } else {
                     keep += 1;
                 }
@@ -399,7 +436,13 @@ mod tests {
     #[test]
     fn new_pod_creates_sandbox_and_starts_all_containers() {
         let p = pod("Always", &["a", "b"], &[]);
-        let a = compute_pod_actions(&p, &PodRuntimeState::default(), &Backoff::default(), now());
+        let a = compute_pod_actions(
+            &p,
+            &PodRuntimeState::default(),
+            &Backoff::default(),
+            &BTreeMap::new(),
+            now(),
+        );
         assert!(a.create_sandbox);
         assert!(!a.kill_pod, "nothing to kill in an empty pod");
         assert_eq!(a.attempt, 0);
@@ -409,7 +452,13 @@ mod tests {
     #[test]
     fn new_pod_with_init_containers_starts_first_init_only() {
         let p = pod("Always", &["a"], &["i1", "i2"]);
-        let a = compute_pod_actions(&p, &PodRuntimeState::default(), &Backoff::default(), now());
+        let a = compute_pod_actions(
+            &p,
+            &PodRuntimeState::default(),
+            &Backoff::default(),
+            &BTreeMap::new(),
+            now(),
+        );
         assert!(a.create_sandbox);
         assert_eq!(a.init_to_start, Some(0));
         assert!(a.containers_to_start.is_empty());
@@ -424,14 +473,14 @@ mod tests {
             containers: vec![],
         };
         st.containers = vec![ctr(&p, "i1", ContainerState::Running, 0, 0, 0)];
-        let a = compute_pod_actions(&p, &st, &Backoff::default(), n);
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), n);
         assert!(a.is_noop(), "wait while i1 runs: {a:?}");
         st.containers = vec![ctr(&p, "i1", ContainerState::Exited, 0, 0, n.wall_nanos)];
-        let a = compute_pod_actions(&p, &st, &Backoff::default(), n);
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), n);
         assert_eq!(a.init_to_start, Some(1));
         st.containers
             .insert(0, ctr(&p, "i2", ContainerState::Exited, 0, 0, n.wall_nanos));
-        let a = compute_pod_actions(&p, &st, &Backoff::default(), n);
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), n);
         assert_eq!(a.init_to_start, None);
         assert_eq!(a.containers_to_start, vec![0]);
     }
@@ -444,7 +493,7 @@ mod tests {
             sandboxes: vec![sandbox(true, 0)],
             containers: vec![ctr(&p, "i1", ContainerState::Exited, 1, 0, n.wall_nanos)],
         };
-        let a = compute_pod_actions(&p, &st, &Backoff::default(), n);
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), n);
         assert!(a.init_failed);
         assert!(a.kill_pod);
         assert!(a.containers_to_start.is_empty() && a.init_to_start.is_none());
@@ -458,7 +507,7 @@ mod tests {
             sandboxes: vec![sandbox(true, 0)],
             containers: vec![ctr(&p, "i1", ContainerState::Exited, 1, 0, n.wall_nanos)],
         };
-        let a = compute_pod_actions(&p, &st, &Backoff::default(), n);
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), n);
         assert!(!a.init_failed);
         assert_eq!(a.init_to_start, Some(0), "first retry is immediate");
     }
@@ -479,7 +528,7 @@ mod tests {
                 sandboxes: vec![sandbox(true, 0)],
                 containers: vec![ctr(&p, "a", ContainerState::Exited, exit, 0, n.wall_nanos)],
             };
-            let a = compute_pod_actions(&p, &st, &Backoff::default(), n);
+            let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), n);
             assert_eq!(
                 a.containers_to_start == vec![0],
                 restart,
@@ -498,7 +547,7 @@ mod tests {
             sandboxes: vec![sandbox(true, 0)],
             containers: vec![c.clone()],
         };
-        let a = compute_pod_actions(&p, &st, &Backoff::default(), now());
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), now());
         assert!(a.is_noop(), "{a:?}");
         // Container spec hash mismatch: restarted whatever the restart policy (here Never).
         c.hash = "deadbeef".into();
@@ -506,7 +555,7 @@ mod tests {
             sandboxes: vec![sandbox(true, 0)],
             containers: vec![c],
         };
-        let a = compute_pod_actions(&p, &st, &Backoff::default(), now());
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), now());
         assert_eq!(a.containers_to_kill.len(), 1);
         assert_eq!(
             a.containers_to_kill[0].reason,
@@ -522,7 +571,7 @@ mod tests {
             sandboxes: vec![sandbox(false, 0)],
             containers: vec![ctr(&p, "a", ContainerState::Running, 0, 0, 0)],
         };
-        let a = compute_pod_actions(&p, &st, &Backoff::default(), now());
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), now());
         assert!(a.kill_pod && a.create_sandbox);
         assert_eq!(a.attempt, 1);
         assert_eq!(a.sandbox_reason, "sandbox is not ready");
@@ -536,7 +585,7 @@ mod tests {
             sandboxes: vec![sandbox(false, 0)],
             containers: vec![ctr(&p, "a", ContainerState::Exited, 0, 0, n.wall_nanos)],
         };
-        let a = compute_pod_actions(&p, &st, &Backoff::default(), n);
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), n);
         assert!(!a.create_sandbox);
         assert!(a.containers_to_start.is_empty());
     }
@@ -559,7 +608,7 @@ mod tests {
                 n.wall_nanos - 1_000_000_000,
             )],
         };
-        let a = compute_pod_actions(&p, &st, &b, n);
+        let a = compute_pod_actions(&p, &st, &b, &BTreeMap::new(), n);
         assert_eq!(a.containers_to_start, vec![0], "first restart is immediate");
         b.next(
             &backoff_key(&p, c0),
@@ -577,7 +626,7 @@ mod tests {
                 n.wall_nanos - 2_000_000_000,
             )],
         };
-        let a = compute_pod_actions(&p, &st, &b, n);
+        let a = compute_pod_actions(&p, &st, &b, &BTreeMap::new(), n);
         assert!(a.containers_to_start.is_empty());
         assert_eq!(a.backoff.len(), 1);
         assert_eq!(a.backoff[0].delay, Duration::from_secs(10));

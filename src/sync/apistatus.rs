@@ -33,6 +33,8 @@ pub struct StatusInputs {
     pub failed_reason: Option<(String, String)>,
     /// The worker is terminating the pod (its manifest is gone).
     pub terminating: bool,
+    /// What the probes say per container (ready/started); absent = no probe.
+    pub probes: BTreeMap<String, crate::prober::ProbeView>,
 }
 
 fn ts(n: i64) -> Option<String> {
@@ -125,8 +127,12 @@ fn container_statuses(
                         st.last_state = state_of(prev);
                     }
                     let running = l.state == ContainerState::Running;
-                    st.ready = running;
-                    st.started = Some(running);
+                    // started: running and the startup probe (if any) succeeded; ready: started
+                    // and the readiness probe (if any) succeeded.
+                    let view = inputs.probes.get(&spec.name);
+                    let started = running && view.and_then(|v| v.started).unwrap_or(true);
+                    st.started = Some(started);
+                    st.ready = started && view.and_then(|v| v.ready).unwrap_or(true);
                     // A dead container that will be restarted shows Waiting with the reason,
                     // and the dead one moves to lastState (kubelet: CrashLoopBackOff).
                     if l.state != ContainerState::Running {

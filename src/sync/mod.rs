@@ -377,8 +377,10 @@ mod tests {
         fn start_with(rt: Arc<FakeRuntime>, max_pods: u32) -> Harness {
             let logs = tempfile::tempdir().expect("tempdir");
             let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
+            let (tx, rx) = channel();
             let ctx = Arc::new(WorkerContext {
                 runtime: rt.clone(),
+                prober: crate::prober::Prober::start(rt.clone(), Some(tx.clone())),
                 store: store.clone(),
                 settings: SyncSettings {
                     node_name: "node1".into(),
@@ -389,7 +391,6 @@ mod tests {
                     max_pods,
                 },
             });
-            let (tx, rx) = channel();
             let sl = SyncLoop::new(ctx, tx.clone());
             let join = std::thread::spawn(move || sl.run(rx));
             let (pleg_stop, pleg_rx) = channel();
@@ -888,5 +889,127 @@ mod tests {
             1,
             "nothing restarts after the deadline"
         );
+    }
+
+    fn with_probe(mut p: Pod, container: usize, kind: &str, probe: serde_json::Value) -> Pod {
+        p.spec.containers[container]
+            .extra
+            .insert(kind.into(), probe);
+        p
+    }
+
+    fn ready(h: &Harness, uid: &str, c: &str) -> Option<bool> {
+        h.status(uid)
+            .and_then(|s| s.container_statuses.into_iter().find(|x| x.name == c))
+            .map(|x| x.ready)
+    }
+
+    #[test]
+    fn liveness_failure_kills_and_restarts_the_container() {
+        // kubelet: failureThreshold failures in a row kill the container; restartPolicy Always
+        // restarts it (the first restart without backoff).
+        let rt = fake();
+        let h = Harness::start(rt.clone());
+        let p = with_probe(
+            pod("u1", "live", "Always", &["a"]),
+            0,
+            "livenessProbe",
+            serde_json::json!({"exec": {"command": ["check"]}, "periodSeconds": 1, "failureThreshold": 2}),
+        );
+        h.desire(&[p], true);
+        h.wait("running", |h| {
+            phase(h, "u1") == "Running" && h.rt.running("a").len() == 1
+        });
+        rt.set_exec_exit("a", 1);
+        h.wait("restarted by liveness", |h| {
+            restarts(h, "u1", "a") == 1 && h.rt.running("a").len() == 1
+        });
+        rt.set_exec_exit("a", 0);
+        // With the probe passing again, no further restarts: wait for several more probe runs.
+        let n = h.rt.count_calls("exec_sync");
+        h.wait("more probe runs", |h| {
+            h.rt.count_calls("exec_sync") >= n + 3
+        });
+        assert_eq!(restarts(&h, "u1", "a"), 1);
+    }
+
+    #[test]
+    fn failing_readiness_is_never_ready_and_never_restarted() {
+        let rt = fake();
+        rt.set_exec_exit("a", 1);
+        let h = Harness::start(rt.clone());
+        let p = with_probe(
+            pod("u1", "notready", "Always", &["a"]),
+            0,
+            "readinessProbe",
+            serde_json::json!({"exec": {"command": ["check"]}, "periodSeconds": 1}),
+        );
+        h.desire(&[p], true);
+        h.wait("running", |h| phase(h, "u1") == "Running");
+        h.wait("probed 4 times", |h| h.rt.count_calls("exec_sync") >= 4);
+        assert_eq!(ready(&h, "u1", "a"), Some(false));
+        assert_eq!(restarts(&h, "u1", "a"), 0);
+        let st = h.status("u1").expect("status");
+        let c = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("Ready");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "ContainersNotReady")
+        );
+        assert_eq!(c.message, "containers with unready status: [a]");
+        // Readiness recovers when the probe passes.
+        rt.set_exec_exit("a", 0);
+        h.wait("ready", |h| ready(h, "u1", "a") == Some(true));
+        assert_eq!(
+            h.status("u1").map(|s| s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn readiness_waits_for_startup_probe_and_initial_delay() {
+        let rt = fake();
+        let h = Harness::start(rt.clone());
+        let p = pod("u1", "slow", "Always", &["a"]);
+        let p = with_probe(
+            p,
+            0,
+            "startupProbe",
+            serde_json::json!({"exec": {"command": ["s"]}, "periodSeconds": 1, "failureThreshold": 30}),
+        );
+        let p = with_probe(
+            p,
+            0,
+            "readinessProbe",
+            serde_json::json!({"exec": {"command": ["r"]}, "periodSeconds": 1, "initialDelaySeconds": 2}),
+        );
+        rt.set_exec_exit("a", 1); // startup fails for now
+        h.desire(&[p], true);
+        h.wait("running", |h| phase(h, "u1") == "Running");
+        h.wait("startup probed twice", |h| {
+            h.rt.count_calls("exec_sync") >= 2
+        });
+        let st = h.status("u1").expect("status");
+        assert_eq!(
+            st.container_statuses[0].started,
+            Some(false),
+            "not started before the startup probe succeeds"
+        );
+        assert!(!st.container_statuses[0].ready);
+        rt.set_exec_exit("a", 0);
+        h.wait("started", |h| {
+            h.status("u1")
+                .is_some_and(|s| s.container_statuses[0].started == Some(true))
+        });
+        h.wait("ready after startup and initial delay", |h| {
+            ready(h, "u1", "a") == Some(true)
+        });
+        assert_eq!(restarts(&h, "u1", "a"), 0);
     }
 }

@@ -49,6 +49,7 @@ pub struct SyncSettings {
 
 pub struct WorkerContext {
     pub runtime: Arc<dyn Runtime>,
+    pub prober: Arc<crate::prober::Prober>,
     pub store: Arc<StatusStore>,
     pub settings: SyncSettings,
 }
@@ -243,6 +244,23 @@ impl PodWorker {
         }
 
         let terminal = self.failed_reason.is_some() || self.is_terminal();
+        let probes = if terminal {
+            self.ctx.prober.remove_pod(self.uid());
+            BTreeMap::new()
+        } else {
+            let running: Vec<crate::prober::RunningContainer> = state
+                .running()
+                .map(|c| crate::prober::RunningContainer {
+                    name: c.name.clone(),
+                    id: c.id.clone(),
+                    started_at: c.started_at,
+                })
+                .collect();
+            self.ctx
+                .prober
+                .sync_pod(&self.pod, &running, &self.pod_ip(&state));
+            self.ctx.prober.view(self.uid())
+        };
         if terminal {
             // Nothing starts any more; whatever still runs is stopped.
             if state.running().next().is_some() || state.sandboxes.iter().any(|s| s.ready) {
@@ -250,7 +268,7 @@ impl PodWorker {
             }
         } else {
             let n = now();
-            let acts = compute_pod_actions(&self.pod, &state, &self.backoff, n);
+            let acts = compute_pod_actions(&self.pod, &state, &self.backoff, &probes, n);
             self.waiting.retain(|name, _| {
                 state
                     .latest(name)
@@ -285,7 +303,7 @@ impl PodWorker {
         }
         for k in &acts.containers_to_kill {
             info!(pod = %self.full_name, container = %k.name, reason = %k.reason, "killing container");
-            let grace = self.grace_seconds(None);
+            let grace = self.grace_seconds(k.grace_override);
             if let Err(e) = self
                 .rt()
                 .stop_container(&k.id, Duration::from_secs(grace as u64))
@@ -345,6 +363,17 @@ impl PodWorker {
             }
         }
         Ok(wake)
+    }
+
+    /// The pod IP probes connect to: the sandbox IP, or the host IP for hostNetwork pods.
+    fn pod_ip(&self, state: &PodRuntimeState) -> String {
+        if self.pod.spec.host_network {
+            return self.ctx.settings.host_ip.clone();
+        }
+        state
+            .newest_sandbox()
+            .map(|s| s.ip.clone())
+            .unwrap_or_default()
     }
 
     fn find_spec(&self, name: &str) -> Option<&Container> {
@@ -730,6 +759,11 @@ impl PodWorker {
             waiting: self.waiting.clone(),
             failed_reason: self.failed_reason.clone(),
             terminating,
+            probes: if terminating {
+                BTreeMap::new()
+            } else {
+                self.ctx.prober.view(self.uid())
+            },
         };
         let status = apistatus::compute(&self.pod, state, &inputs, old.as_ref());
         let mut pod = self.pod.clone();
@@ -741,6 +775,8 @@ impl PodWorker {
     /// log files, and drop the pod from the status store.
     pub fn terminate(&mut self) {
         info!(pod = %self.full_name, "terminating pod");
+        // No liveness kills while a pod is terminating.
+        self.ctx.prober.remove_pod(self.uid());
         let mut attempts = 0;
         loop {
             match self.try_terminate() {

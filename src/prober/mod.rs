@@ -1,0 +1,540 @@
+//! The prober: liveness, readiness and startup probes with the kubelet's timing semantics
+//! (pkg/kubelet/prober/worker.go), and the lifecycle-hook runner.
+//!
+//! One scheduler thread keeps every probe's next due time; each probe run executes on a
+//! short-lived thread (a slow exec or HTTP probe never delays the others) and reports back.
+//! Results are kept per (pod, container, kind); the pod worker reads them each sync:
+//! readiness and startup feed `ready`/`started`, a liveness or startup failure makes the
+//! worker kill (and, per restartPolicy, restart) the container. A result change pokes the
+//! sync loop so the worker reacts at once.
+//!
+//! Rules implemented:
+//! - before a container's first result: readiness = failure, liveness = success, startup =
+//!   not started;
+//! - liveness and readiness wait until the startup probe succeeded; a succeeded startup probe
+//!   is not run again for that container;
+//! - nothing runs before `initialDelaySeconds` after the container started (so readiness is a
+//!   failure until then);
+//! - a result flips only after `successThreshold` / `failureThreshold` equal results in a row;
+//! - after a liveness/startup failure the probe is on hold until a new container ID appears;
+//! - the first run of a probe is jittered within its period when nanolet started less than a
+//!   period ago (many probes after a restart must not fire at once), as the kubelet does.
+
+pub mod handlers;
+pub mod spec;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tracing::{debug, info, warn};
+
+use crate::pod::{Container, Pod};
+use crate::runtime::Runtime;
+use crate::sync::LoopMsg;
+
+use handlers::{ProbeResult, Target};
+pub use spec::ProbeKind;
+use spec::{Probe, probe_of};
+
+/// How many past results each probe keeps (shown in logs and, later, metrics).
+const HISTORY: usize = 10;
+
+/// A running container the prober should watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningContainer {
+    pub name: String,
+    pub id: String,
+    /// Unix nanoseconds.
+    pub started_at: i64,
+}
+
+/// What the probes say about one container, for the pod worker.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeView {
+    /// `Some` when the container has a readiness probe.
+    pub ready: Option<bool>,
+    /// `Some` when the container has a startup probe.
+    pub started: Option<bool>,
+    /// A liveness or startup failure asks for the container `id` to be killed.
+    pub kill: Option<KillRequest>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KillRequest {
+    pub container_id: String,
+    /// `Container c failed liveness probe, will be restarted`.
+    pub message: String,
+    /// The probe's own terminationGracePeriodSeconds, which overrides the pod's.
+    pub grace_override: Option<i64>,
+}
+
+/// One past probe result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEntry {
+    /// Unix nanoseconds.
+    pub at: i64,
+    pub success: bool,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    uid: String,
+    container: String,
+    kind: ProbeKind,
+}
+
+struct Worker {
+    spec: Probe,
+    container: Container,
+    pod_name: String,
+    container_id: String,
+    started_at: i64,
+    pod_ip: String,
+    next: Instant,
+    in_flight: bool,
+    /// The published result; None = initial value.
+    result: Option<bool>,
+    last: Option<bool>,
+    run: i32,
+    on_hold: bool,
+    history: VecDeque<HistoryEntry>,
+    total: BTreeMap<&'static str, u64>,
+}
+
+enum Cmd {
+    Wake,
+    Done {
+        key: Key,
+        container_id: String,
+        result: Result<ProbeResult, String>,
+    },
+}
+
+struct State {
+    workers: BTreeMap<Key, Worker>,
+}
+
+pub struct Prober {
+    state: Mutex<State>,
+    cmd: Mutex<Sender<Cmd>>,
+    runtime: Arc<dyn Runtime>,
+    notify: Mutex<Option<Sender<LoopMsg>>>,
+    started: Instant,
+}
+
+fn wall_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// A cheap pseudo-random fraction in [0, 1) for jitter (no RNG crate needed).
+fn jitter_fraction(seed: &Key) -> f64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ (wall_nanos() as u64);
+    for b in seed.uid.bytes().chain(seed.container.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl Prober {
+    /// Start the scheduler thread. `notify` receives `PodsChanged` when a result changes.
+    pub fn start(runtime: Arc<dyn Runtime>, notify: Option<Sender<LoopMsg>>) -> Arc<Prober> {
+        let (tx, rx) = channel();
+        let p = Arc::new(Prober {
+            state: Mutex::new(State {
+                workers: BTreeMap::new(),
+            }),
+            cmd: Mutex::new(tx),
+            runtime,
+            notify: Mutex::new(notify),
+            started: Instant::now(),
+        });
+        let weak = Arc::downgrade(&p);
+        let spawned = std::thread::Builder::new()
+            .name("prober".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                scheduler(weak, rx);
+            });
+        if let Err(e) = spawned {
+            warn!(error = %e, "cannot start the prober thread; probes will not run");
+        }
+        p
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake(&self) {
+        if let Ok(tx) = self.cmd.lock() {
+            let _ = tx.send(Cmd::Wake);
+        }
+    }
+
+    /// Make the probes of `pod` match its running containers.
+    pub fn sync_pod(&self, pod: &Pod, running: &[RunningContainer], pod_ip: &str) {
+        let uid = &pod.metadata.uid;
+        let pod_name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
+        let now = Instant::now();
+        let mut wanted: Vec<Key> = vec![];
+        {
+            let mut st = self.lock();
+            for c in pod
+                .spec
+                .init_containers
+                .iter()
+                .filter(|c| crate::sync::actions::is_sidecar(c))
+                .chain(&pod.spec.containers)
+            {
+                let Some(rc) = running.iter().find(|r| r.name == c.name) else {
+                    continue;
+                };
+                for kind in ProbeKind::ALL {
+                    let Some(spec) = probe_of(c, kind) else {
+                        continue;
+                    };
+                    let key = Key {
+                        uid: uid.clone(),
+                        container: c.name.clone(),
+                        kind,
+                    };
+                    wanted.push(key.clone());
+                    match st.workers.get_mut(&key) {
+                        Some(w) => {
+                            if w.container_id != rc.id {
+                                // A new container: start over.
+                                w.container_id = rc.id.clone();
+                                w.started_at = rc.started_at;
+                                w.result = None;
+                                w.last = None;
+                                w.run = 0;
+                                w.on_hold = false;
+                                w.next = now;
+                            }
+                            w.spec = spec;
+                            w.container = c.clone();
+                            w.pod_ip = pod_ip.to_string();
+                        }
+                        None => {
+                            let period = Duration::from_secs(spec.period_seconds as u64);
+                            let next = if self.started.elapsed() < period {
+                                now + period.mul_f64(jitter_fraction(&key))
+                            } else {
+                                now
+                            };
+                            st.workers.insert(
+                                key,
+                                Worker {
+                                    spec,
+                                    container: c.clone(),
+                                    pod_name: pod_name.clone(),
+                                    container_id: rc.id.clone(),
+                                    started_at: rc.started_at,
+                                    pod_ip: pod_ip.to_string(),
+                                    next,
+                                    in_flight: false,
+                                    result: None,
+                                    last: None,
+                                    run: 0,
+                                    on_hold: false,
+                                    history: VecDeque::new(),
+                                    total: BTreeMap::new(),
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            st.workers
+                .retain(|k, _| k.uid != *uid || wanted.contains(k));
+        }
+        self.wake();
+    }
+
+    /// Stop probing the pod (it is terminating: no liveness kills any more).
+    pub fn remove_pod(&self, uid: &str) {
+        self.lock().workers.retain(|k, _| k.uid != uid);
+    }
+
+    /// The probes' verdict per container of the pod.
+    pub fn view(&self, uid: &str) -> BTreeMap<String, ProbeView> {
+        let st = self.lock();
+        let mut out: BTreeMap<String, ProbeView> = BTreeMap::new();
+        for (k, w) in st.workers.range(
+            Key {
+                uid: uid.to_string(),
+                container: String::new(),
+                kind: ProbeKind::Liveness,
+            }..,
+        ) {
+            if k.uid != uid {
+                break;
+            }
+            let v = out.entry(k.container.clone()).or_default();
+            match k.kind {
+                ProbeKind::Startup => {
+                    v.started = Some(w.result == Some(true));
+                    if w.result == Some(false) {
+                        v.kill = Some(KillRequest {
+                            container_id: w.container_id.clone(),
+                            message: format!(
+                                "Container {} failed startup probe, will be restarted",
+                                k.container
+                            ),
+                            grace_override: w.spec.termination_grace_period_seconds,
+                        });
+                    }
+                }
+                ProbeKind::Readiness => v.ready = Some(w.result == Some(true)),
+                ProbeKind::Liveness => {
+                    if w.result == Some(false) && v.kill.is_none() {
+                        v.kill = Some(KillRequest {
+                            container_id: w.container_id.clone(),
+                            message: format!(
+                                "Container {} failed liveness probe, will be restarted",
+                                k.container
+                            ),
+                            grace_override: w.spec.termination_grace_period_seconds,
+                        });
+                    }
+                }
+            }
+        }
+        // Readiness waits for startup.
+        for v in out.values_mut() {
+            if v.started == Some(false) && v.ready.is_some() {
+                v.ready = Some(false);
+            }
+        }
+        out
+    }
+
+    /// Recent results of one probe, oldest first.
+    pub fn history(&self, uid: &str, container: &str, kind: ProbeKind) -> Vec<HistoryEntry> {
+        let key = Key {
+            uid: uid.to_string(),
+            container: container.to_string(),
+            kind,
+        };
+        self.lock()
+            .workers
+            .get(&key)
+            .map(|w| w.history.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Counters per (pod, container, kind, result) for metrics: ("successful"/"failed"/...).
+    pub fn totals(&self) -> Vec<(String, String, String, &'static str, &'static str, u64)> {
+        let st = self.lock();
+        let mut v = vec![];
+        for (k, w) in &st.workers {
+            let (ns, name) = w.pod_name.split_once('/').unwrap_or(("", &w.pod_name));
+            for (res, n) in &w.total {
+                v.push((
+                    ns.to_string(),
+                    name.to_string(),
+                    k.container.clone(),
+                    k.kind.title(),
+                    *res,
+                    *n,
+                ));
+            }
+        }
+        v
+    }
+
+    /// Take due probes: mark them in flight and return what to run. Returns the next due time.
+    fn take_due(&self, now: Instant) -> (Vec<(Key, Worker)>, Option<Instant>) {
+        let mut st = self.lock();
+        let now_wall = wall_nanos();
+        let started_ok: BTreeMap<(String, String), bool> = st
+            .workers
+            .iter()
+            .filter(|(k, _)| k.kind == ProbeKind::Startup)
+            .map(|(k, w)| ((k.uid.clone(), k.container.clone()), w.result == Some(true)))
+            .collect();
+        let mut jobs = vec![];
+        let mut next: Option<Instant> = None;
+        for (k, w) in st.workers.iter_mut() {
+            if w.in_flight {
+                continue;
+            }
+            if w.next <= now {
+                let period = Duration::from_secs(w.spec.period_seconds as u64);
+                let gated = k.kind != ProbeKind::Startup
+                    && started_ok.get(&(k.uid.clone(), k.container.clone())) == Some(&false);
+                let startup_done = k.kind == ProbeKind::Startup && w.result == Some(true);
+                let since_start =
+                    Duration::from_nanos(now_wall.saturating_sub(w.started_at).max(0) as u64);
+                let delayed =
+                    since_start < Duration::from_secs(w.spec.initial_delay_seconds as u64);
+                if gated || startup_done || w.on_hold || delayed {
+                    w.next = if delayed && !gated {
+                        now + (Duration::from_secs(w.spec.initial_delay_seconds as u64)
+                            - since_start)
+                            .min(period)
+                    } else {
+                        now + period
+                    };
+                } else {
+                    w.in_flight = true;
+                    w.next = now + period;
+                    jobs.push((
+                        k.clone(),
+                        Worker {
+                            spec: w.spec.clone(),
+                            container: w.container.clone(),
+                            pod_name: w.pod_name.clone(),
+                            container_id: w.container_id.clone(),
+                            started_at: w.started_at,
+                            pod_ip: w.pod_ip.clone(),
+                            next: w.next,
+                            in_flight: true,
+                            result: None,
+                            last: None,
+                            run: 0,
+                            on_hold: false,
+                            history: VecDeque::new(),
+                            total: BTreeMap::new(),
+                        },
+                    ));
+                    continue;
+                }
+            }
+            next = Some(next.map_or(w.next, |n| n.min(w.next)));
+        }
+        (jobs, next)
+    }
+
+    fn apply(&self, key: Key, container_id: String, result: Result<ProbeResult, String>) {
+        let mut changed = false;
+        {
+            let mut st = self.lock();
+            let Some(w) = st.workers.get_mut(&key) else {
+                return;
+            };
+            w.in_flight = false;
+            if w.container_id != container_id {
+                return;
+            }
+            let r = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    // Prober errors are thrown away, as in the kubelet.
+                    debug!(pod = %w.pod_name, container = %key.container, probe = key.kind.title(), error = %e, "probe error");
+                    *w.total.entry("unknown").or_default() += 1;
+                    return;
+                }
+            };
+            let success = r.is_success();
+            *w.total
+                .entry(if success { "successful" } else { "failed" })
+                .or_default() += 1;
+            if w.history.len() == HISTORY {
+                w.history.pop_front();
+            }
+            w.history.push_back(HistoryEntry {
+                at: wall_nanos(),
+                success,
+                message: r.message.clone(),
+            });
+            if !success {
+                warn!(pod = %w.pod_name, container = %key.container, "{} probe failed: {}", key.kind.title(), r.message);
+            } else if !r.message.is_empty() {
+                warn!(pod = %w.pod_name, container = %key.container, "{} probe warning: {}", key.kind.title(), r.message);
+            }
+            if w.last == Some(success) {
+                w.run += 1;
+            } else {
+                w.last = Some(success);
+                w.run = 1;
+            }
+            let threshold = if success {
+                w.spec.success_threshold
+            } else {
+                w.spec.failure_threshold
+            };
+            if w.run < threshold {
+                return;
+            }
+            if w.result != Some(success) {
+                changed = true;
+                if key.kind != ProbeKind::Liveness || !success {
+                    info!(pod = %w.pod_name, container = %key.container, probe = key.kind.title(), success, "probe result changed");
+                }
+            }
+            w.result = Some(success);
+            if !success && key.kind != ProbeKind::Readiness {
+                // Restart needed: hold until a new container ID shows up.
+                w.on_hold = true;
+                w.run = 0;
+            }
+        }
+        if changed {
+            if let Ok(n) = self.notify.lock() {
+                if let Some(tx) = n.as_ref() {
+                    let _ = tx.send(LoopMsg::PodsChanged(vec![key.uid]));
+                }
+            }
+        }
+    }
+}
+
+fn scheduler(prober: std::sync::Weak<Prober>, rx: Receiver<Cmd>) {
+    loop {
+        let Some(p) = prober.upgrade() else { return };
+        let (jobs, next) = p.take_due(Instant::now());
+        for (key, w) in jobs {
+            let runtime = p.runtime.clone();
+            let tx = match p.cmd.lock() {
+                Ok(tx) => tx.clone(),
+                Err(_) => return,
+            };
+            let spawned = std::thread::Builder::new()
+                .name("probe".into())
+                .stack_size(512 * 1024)
+                .spawn(move || {
+                    let target = Target {
+                        runtime: runtime.as_ref(),
+                        container: &w.container,
+                        container_id: &w.container_id,
+                        pod_ip: &w.pod_ip,
+                    };
+                    let timeout = Duration::from_secs(w.spec.timeout_seconds as u64);
+                    let result = handlers::run(&w.spec.handler, &target, timeout);
+                    let _ = tx.send(Cmd::Done {
+                        key,
+                        container_id: w.container_id.clone(),
+                        result,
+                    });
+                });
+            if let Err(e) = spawned {
+                warn!(error = %e, "cannot start a probe thread");
+            }
+        }
+        let wait = next
+            .map(|n| n.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::from_secs(1));
+        drop(p);
+        match rx.recv_timeout(wait.min(Duration::from_secs(1))) {
+            Ok(Cmd::Wake) | Err(RecvTimeoutError::Timeout) => {}
+            Ok(Cmd::Done {
+                key,
+                container_id,
+                result,
+            }) => {
+                if let Some(p) = prober.upgrade() {
+                    p.apply(key, container_id, result);
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
