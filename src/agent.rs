@@ -10,11 +10,13 @@ use std::time::Duration;
 use tracing::{error, info, warn};
 
 use crate::config::Config;
+use crate::kubeapi::NodeContext;
 use crate::pleg::Pleg;
 use crate::podconfig::PodConfig;
 use crate::runtime::Runtime;
 use crate::runtime::cri::CriRuntime;
-use crate::server;
+use crate::runtime::instrumented::InstrumentedRuntime;
+use crate::server::{self, ReadOnlyOptions};
 use crate::source::{Snapshot, SourceKind};
 use crate::status::StatusStore;
 use crate::sync::{DesiredPods, LoopMsg, SyncLoop, SyncSettings, WorkerContext};
@@ -42,6 +44,28 @@ pub enum AgentError {
     },
     #[error("blocking signals: {0}")]
     Signals(nix::Error),
+    #[error("read-only token file {}: {reason}", path.display())]
+    TokenFile { path: PathBuf, reason: String },
+}
+
+/// Reads the read-only server's bearer token (the file's content, trimmed). The token itself
+/// never appears in errors or logs.
+pub fn read_token_file(path: &std::path::Path) -> Result<String, AgentError> {
+    let err = |reason: String| AgentError::TokenFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(err("the file is empty".into()));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(err(
+            "the token must be one line without spaces or control characters".into(),
+        ));
+    }
+    Ok(token.to_string())
 }
 
 /// The node's primary IPv4 address: the address of the interface carrying the default route,
@@ -94,7 +118,14 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     sigs.add(nix::sys::signal::Signal::SIGINT);
     sigs.thread_block().map_err(AgentError::Signals)?;
 
-    let runtime: Arc<dyn Runtime> = Arc::new(
+    let health_deadline = (cfg.sync_frequency * 2).max(Duration::from_secs(300));
+    let store = Arc::new(StatusStore::new(health_deadline));
+    let token = match &cfg.read_only_token_file {
+        Some(path) if cfg.read_only_port != 0 => Some(read_token_file(path)?),
+        _ => None,
+    };
+
+    let cri: Arc<dyn Runtime> = Arc::new(
         CriRuntime::connect(&cfg.runtime_endpoint, cfg.runtime_request_timeout).map_err(
             |source| AgentError::Runtime {
                 endpoint: cfg.runtime_endpoint.clone(),
@@ -102,6 +133,9 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             },
         )?,
     );
+    // Every CRI call is counted for /metrics (kubelet_runtime_operations_total).
+    let runtime: Arc<dyn Runtime> =
+        Arc::new(InstrumentedRuntime::new(cri, store.metrics().clone()));
     match runtime.version() {
         Ok(v) => {
             info!(runtime = %v.runtime_name, version = %v.runtime_version, api = %v.runtime_api_version, "connected to container runtime")
@@ -109,8 +143,6 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         Err(e) => warn!(error = %e, "container runtime does not answer yet; will keep trying"),
     }
 
-    let health_deadline = (cfg.sync_frequency * 2).max(Duration::from_secs(300));
-    let store = Arc::new(StatusStore::new(health_deadline));
     let host_ip = detect_host_ip();
     info!(node = %cfg.node_name, host_ip = %host_ip, "starting nanolet");
 
@@ -128,13 +160,27 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     if cfg.read_only_port != 0 {
         let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
         servers.push(
-            server::spawn_read_only(addr, store.clone(), cfg.node_name.clone()).map_err(
-                |source| AgentError::Bind {
-                    what: "read-only server",
-                    addr,
-                    source,
+            server::spawn_read_only(
+                addr,
+                store.clone(),
+                ReadOnlyOptions {
+                    node: {
+                        let mut n = NodeContext::new(&cfg.node_name);
+                        n.host_ip = host_ip.to_string();
+                        n.max_pods = cfg.max_pods;
+                        n.pod_logs_dir = cfg.pod_logs_dir.clone();
+                        n.runtime = Some(runtime.clone());
+                        n
+                    },
+                    token: token.clone(),
+                    configz: cfg.redacted_json(),
                 },
-            )?,
+            )
+            .map_err(|source| AgentError::Bind {
+                what: "read-only server",
+                addr,
+                source,
+            })?,
         );
     }
 

@@ -58,6 +58,11 @@ pub enum ConfigError {
     },
     #[error("node name: {0}")]
     NodeName(String),
+    /// The read-only port bound off loopback without a token.
+    #[error(
+        "--address {0} is not a loopback address: the read-only port would be reachable from the network; set --read-only-token-file (config: readOnlyTokenFile) to require a bearer token, or --read-only-port=0 to disable it"
+    )]
+    ReadOnlyNeedsToken(IpAddr),
 }
 
 /// What `nanolet run <args>` should do.
@@ -93,6 +98,10 @@ pub struct Config {
     pub address: IpAddr,
     /// 0 disables the read-only server.
     pub read_only_port: u16,
+    /// File holding the bearer token the read-only server requires (`readOnlyTokenFile`, a
+    /// nanolet extension). Required when `address` is not loopback. The path is not secret;
+    /// the file's content is, and is only read by the agent at start.
+    pub read_only_token_file: Option<PathBuf>,
     pub healthz_bind_address: IpAddr,
     /// 0 disables the healthz server.
     pub healthz_port: u16,
@@ -122,6 +131,7 @@ impl Config {
             pod_logs_dir: PathBuf::from("/var/log/pods"),
             address: IpAddr::from([127, 0, 0, 1]),
             read_only_port: 10255,
+            read_only_token_file: None,
             healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
             healthz_port: 10248,
             max_pods: 110,
@@ -168,6 +178,11 @@ impl Config {
             "runtimeRequestTimeout": format_go_duration(self.runtime_request_timeout),
             "address": self.address.to_string(),
             "readOnlyPort": self.read_only_port,
+            "readOnlyTokenFile": self
+                .read_only_token_file
+                .as_deref()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             "healthzBindAddress": self.healthz_bind_address.to_string(),
             "healthzPort": self.healthz_port,
             "maxPods": self.max_pods,
@@ -203,6 +218,7 @@ impl fmt::Debug for Config {
             .field("pod_logs_dir", &self.pod_logs_dir)
             .field("address", &self.address)
             .field("read_only_port", &self.read_only_port)
+            .field("read_only_token_file", &self.read_only_token_file)
             .field("healthz_bind_address", &self.healthz_bind_address)
             .field("healthz_port", &self.healthz_port)
             .field("max_pods", &self.max_pods)
@@ -378,7 +394,15 @@ const FLAGS: &[FlagSpec] = &[
         kind: Kind::Value,
         value_name: "port",
         default: "10255",
-        help: "Port of the unauthenticated read-only API (/pods, /healthz), 0 disables it (config: readOnlyPort)",
+        help: "Port of the read-only API (/pods, /healthz, /metrics, /configz, the kubectl-compatible /api), 0 disables it (config: readOnlyPort)",
+    },
+    FlagSpec {
+        name: "read-only-token-file",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "file",
+        default: "",
+        help: "File holding a bearer token every read-only request must present (Authorization: Bearer <token>); required when --address is not loopback (config: readOnlyTokenFile, nanolet only)",
     },
     FlagSpec {
         name: "root-dir",
@@ -608,6 +632,13 @@ fn parse_run_args_with(
             "pod-logs-dir" => cfg.pod_logs_dir = parse_nonempty_path(value).map_err(err)?,
             "address" => cfg.address = parse_ip(value).map_err(err)?,
             "read-only-port" => cfg.read_only_port = parse_port(value).map_err(err)?,
+            "read-only-token-file" => {
+                cfg.read_only_token_file = if value.is_empty() {
+                    None
+                } else {
+                    Some(PathBuf::from(value))
+                }
+            }
             "healthz-bind-address" => cfg.healthz_bind_address = parse_ip(value).map_err(err)?,
             "healthz-port" => cfg.healthz_port = parse_port(value).map_err(err)?,
             "max-pods" => cfg.max_pods = parse_max_pods(value).map_err(err)?,
@@ -625,6 +656,9 @@ fn parse_run_args_with(
         hostname_override
     };
     cfg.node_name = normalize_node_name(&raw_name)?;
+    if cfg.read_only_port != 0 && !cfg.address.is_loopback() && cfg.read_only_token_file.is_none() {
+        return Err(ConfigError::ReadOnlyNeedsToken(cfg.address));
+    }
     Ok(ParseOutcome::Run(cfg))
 }
 
@@ -794,6 +828,7 @@ struct FileConfig {
     sync_frequency: Option<String>,
     address: Option<String>,
     read_only_port: Option<i64>,
+    read_only_token_file: Option<String>,
     healthz_bind_address: Option<String>,
     healthz_port: Option<i64>,
     max_pods: Option<i64>,
@@ -813,6 +848,7 @@ const FILE_FIELDS: &[&str] = &[
     "syncFrequency",
     "address",
     "readOnlyPort",
+    "readOnlyTokenFile",
     "healthzBindAddress",
     "healthzPort",
     "maxPods",
@@ -942,6 +978,9 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     }
     if let Some(n) = fc.read_only_port {
         cfg.read_only_port = port_from_int(n).map_err(|r| field_err("readOnlyPort", r))?;
+    }
+    if let Some(p) = &fc.read_only_token_file {
+        cfg.read_only_token_file = (!p.is_empty()).then(|| resolve(p));
     }
     if let Some(n) = fc.healthz_port {
         cfg.healthz_port = port_from_int(n).map_err(|r| field_err("healthzPort", r))?;
@@ -1493,5 +1532,35 @@ mod tests {
         assert!(normalize_node_name("-a").is_err());
         assert!(normalize_node_name("a..b").is_err());
         assert!(normalize_node_name(&"a".repeat(254)).is_err());
+    }
+
+    #[test]
+    fn off_loopback_read_only_port_needs_a_token_file() {
+        let e = parse(&["--address=0.0.0.0"]).unwrap_err();
+        assert!(matches!(e, ConfigError::ReadOnlyNeedsToken(_)), "{e}");
+        assert!(e.to_string().contains("--read-only-token-file"), "{e}");
+        // Disabled port, loopback, or a token file: fine.
+        assert!(parse(&["--address=0.0.0.0", "--read-only-port=0"]).is_ok());
+        assert!(parse(&["--address=::1"]).is_ok());
+        let c = parse(&[
+            "--address=0.0.0.0",
+            "--read-only-token-file=/etc/nanolet/token",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.read_only_token_file.as_deref(),
+            Some(Path::new("/etc/nanolet/token"))
+        );
+        assert_eq!(c.redacted_json()["readOnlyTokenFile"], "/etc/nanolet/token");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!("{HEAD}address: 10.0.0.1\nreadOnlyTokenFile: token\n"),
+        );
+        let c = parse(&["--config", &path]).unwrap();
+        assert_eq!(c.read_only_token_file, Some(dir.path().join("token")));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 }

@@ -5,7 +5,11 @@
 //! PLEG (events + relist) --> sync loop; status store --> HTTP server.
 
 pub mod agent;
+pub mod cli;
 pub mod config;
+pub mod events;
+pub mod kubeapi;
+pub mod metrics;
 pub mod pleg;
 pub mod pod;
 pub mod podconfig;

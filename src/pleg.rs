@@ -105,6 +105,7 @@ impl Pleg {
             }
         }
         self.store.mark_relist(Ok(()));
+        self.store.metrics().observe_pleg_relist(started.elapsed());
         debug!(pods = now.len(), changed = changed.len(), took = ?started.elapsed(), "PLEG relist");
         if !changed.is_empty() && self.out.send(LoopMsg::PodsChanged(changed)).is_err() {
             return false;

@@ -3,7 +3,11 @@
 //! - healthz server (`--healthz-bind-address:--healthz-port`, default 127.0.0.1:10248):
 //!   `/healthz`, `/healthz/<check>`.
 //! - read-only server (`--address:--read-only-port`, default 127.0.0.1:10255): `/healthz`,
-//!   `/healthz/<check>`, `/pods` (a v1 PodList), `/manifests/errors` (nanolet extra).
+//!   `/healthz/<check>`, `/pods` (a v1 PodList), `/manifests/errors` (nanolet extra),
+//!   `/configz` (the redacted configuration), `/metrics` (Prometheus text), and the read-only
+//!   Kubernetes API subset of [`crate::kubeapi`] (`/api`, `/apis`, `/version`, ...).
+//!   With a token (`--read-only-token-file`) every request needs `Authorization: Bearer
+//!   <token>`; 401 otherwise. The token is never logged or served.
 //!
 //! The healthz text mirrors the kubelet/apiserver healthz handler: `ok`; with `?verbose` one
 //! `[+]name ok` line per check and `healthz check passed`; on failure (always verbose, status 500)
@@ -12,16 +16,19 @@
 //! `internal server error: <reason>` for one check, and the reasons are logged at debug level.
 //! `?exclude=<name>` skips a check, as in the apiserver.
 //!
-//! Only GET and HEAD are served (405 with `Allow: GET, HEAD` otherwise); unknown paths are 404.
+//! Only GET and HEAD are served (405 with `Allow: GET, HEAD` otherwise; a `Status` object on API
+//! paths); unknown paths are 404. `follow=true` log requests are streamed on a thread of their
+//! own (at most [`MAX_FOLLOWERS`] at once) so they never block the server.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
 use tiny_http::{Header, Method, Response, Server};
 
+use crate::kubeapi::{self, ApiOutcome, LogFollow, NodeContext};
 use crate::pod::PodList;
 use crate::status::{HealthCheck, StatusStore};
 
@@ -70,14 +77,45 @@ impl std::fmt::Debug for ServerHandle {
     }
 }
 
+/// At most this many `follow=true` log streams at once.
+pub const MAX_FOLLOWERS: usize = 16;
+
+/// What the read-only server serves besides the status store.
+pub struct ReadOnlyOptions {
+    pub node: NodeContext,
+    /// The bearer token every request must carry; `None` serves without authentication.
+    pub token: Option<String>,
+    /// The `/configz` document (already redacted).
+    pub configz: serde_json::Value,
+}
+
+impl ReadOnlyOptions {
+    pub fn new(node_name: &str) -> ReadOnlyOptions {
+        ReadOnlyOptions {
+            node: NodeContext::new(node_name),
+            token: None,
+            configz: serde_json::Value::Null,
+        }
+    }
+}
+
+impl std::fmt::Debug for ReadOnlyOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadOnlyOptions")
+            .field("node", &self.node.node_name)
+            .field(
+                "token",
+                &self.token.as_ref().map(|_| crate::config::REDACTED),
+            )
+            .finish()
+    }
+}
+
 /// Which set of endpoints a server exposes.
 #[derive(Debug, Clone)]
 enum Endpoints {
     Healthz,
-    ReadOnly {
-        #[allow(dead_code)] // kept for node-scoped endpoints (/stats/summary) to come
-        node_name: String,
-    },
+    ReadOnly(Arc<ReadOnlyOptions>),
 }
 
 /// Starts the healthz server on `addr`.
@@ -89,9 +127,14 @@ pub fn spawn_healthz(addr: SocketAddr, store: Arc<StatusStore>) -> io::Result<Se
 pub fn spawn_read_only(
     addr: SocketAddr,
     store: Arc<StatusStore>,
-    node_name: String,
+    options: ReadOnlyOptions,
 ) -> io::Result<ServerHandle> {
-    spawn("read-only", addr, store, Endpoints::ReadOnly { node_name })
+    spawn(
+        "read-only",
+        addr,
+        store,
+        Endpoints::ReadOnly(Arc::new(options)),
+    )
 }
 
 fn spawn(
@@ -127,10 +170,11 @@ fn spawn(
 fn serve(
     kind: &str,
     server: &Server,
-    stopping: &AtomicBool,
-    store: &StatusStore,
+    stopping: &Arc<AtomicBool>,
+    store: &Arc<StatusStore>,
     endpoints: &Endpoints,
 ) {
+    let followers = Arc::new(AtomicUsize::new(0));
     loop {
         let request = match server.recv() {
             Ok(r) => r,
@@ -147,8 +191,41 @@ fn serve(
         if stopping.load(Ordering::SeqCst) {
             return;
         }
-        let reply = route(endpoints, request.method(), request.url(), store);
-        tracing::trace!(method = %request.method(), url = request.url(), status = reply.status, "{kind} server");
+        let header = |name: &'static str| {
+            request
+                .headers()
+                .iter()
+                .find(|h| h.field.equiv(name))
+                .map(|h| h.value.as_str().to_string())
+                .unwrap_or_default()
+        };
+        let req = Req {
+            method: request.method().clone(),
+            url: request.url().to_string(),
+            authorization: header("Authorization"),
+            accept: header("Accept"),
+        };
+        let reply = match route_request(endpoints, &req, store) {
+            Outcome::Reply(r) => r,
+            Outcome::Follow(follow) => {
+                if followers.fetch_add(1, Ordering::SeqCst) >= MAX_FOLLOWERS {
+                    followers.fetch_sub(1, Ordering::SeqCst);
+                    api_reply(
+                        429,
+                        &kubeapi::status(
+                            429,
+                            "TooManyRequests",
+                            "too many log streams are open; try again later",
+                            None,
+                        ),
+                    )
+                } else {
+                    spawn_follower(request, follow, store, stopping, &followers);
+                    continue;
+                }
+            }
+        };
+        tracing::trace!(method = %req.method, url = %req.url, status = reply.status, "{kind} server");
         let mut response = Response::from_data(reply.body).with_status_code(reply.status);
         for (name, value) in reply.headers {
             if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
@@ -159,6 +236,150 @@ fn serve(
             tracing::debug!("{kind} server: writing response: {e}");
         }
     }
+}
+
+/// Streams one `follow=true` log on its own thread, with chunked encoding (HTTP/1.1) or until
+/// the connection closes (HTTP/1.0).
+fn spawn_follower(
+    request: tiny_http::Request,
+    follow: LogFollow,
+    store: &Arc<StatusStore>,
+    stopping: &Arc<AtomicBool>,
+    followers: &Arc<AtomicUsize>,
+) {
+    let store = Arc::clone(store);
+    let stopping = Arc::clone(stopping);
+    let followers_t = Arc::clone(followers);
+    let chunked = request.http_version() >= &tiny_http::HTTPVersion(1, 1);
+    let spawned = std::thread::Builder::new()
+        .name("http-log-follow".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let mut w = request.into_writer();
+            let head = if chunked {
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            } else {
+                "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+            };
+            let result = w.write_all(head.as_bytes()).and_then(|()| {
+                let mut out = ChunkWriter { inner: &mut w, chunked };
+                follow.stream(&store, &mut out, &|| stopping.load(Ordering::SeqCst))?;
+                if chunked {
+                    out.inner.write_all(b"0\r\n\r\n")?;
+                }
+                out.inner.flush()
+            });
+            if let Err(e) = result {
+                tracing::debug!(container = %follow.container, pod_uid = %follow.uid, "log stream ended: {e}");
+            }
+            followers_t.fetch_sub(1, Ordering::SeqCst);
+        });
+    if let Err(e) = spawned {
+        followers.fetch_sub(1, Ordering::SeqCst);
+        tracing::warn!("starting a log stream thread: {e}");
+    }
+}
+
+/// Writes each `write_all` as one HTTP chunk.
+struct ChunkWriter<'a> {
+    inner: &'a mut Box<dyn io::Write + Send + 'static>,
+    chunked: bool,
+}
+
+impl io::Write for ChunkWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.chunked {
+            write!(self.inner, "{:x}\r\n", buf.len())?;
+            self.inner.write_all(buf)?;
+            self.inner.write_all(b"\r\n")?;
+        } else {
+            self.inner.write_all(buf)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// The parts of a request routing looks at.
+#[derive(Debug, Clone)]
+struct Req {
+    method: Method,
+    url: String,
+    authorization: String,
+    accept: String,
+}
+
+enum Outcome {
+    Reply(Reply),
+    Follow(LogFollow),
+}
+
+fn api_reply(status: u16, v: &serde_json::Value) -> Reply {
+    let mut r = Reply::json(v);
+    r.status = status;
+    r
+}
+
+/// Constant-time comparison of the presented bearer token with the configured one.
+fn token_ok(authorization: &str, token: &str) -> bool {
+    let presented = authorization
+        .strip_prefix("Bearer ")
+        .or_else(|| authorization.strip_prefix("bearer "))
+        .unwrap_or("")
+        .trim();
+    let (a, b) = (presented.as_bytes(), token.as_bytes());
+    let mut diff = a.len() ^ b.len();
+    for (i, x) in b.iter().enumerate() {
+        diff |= usize::from(x ^ a.get(i).copied().unwrap_or(0));
+    }
+    diff == 0 && !token.is_empty()
+}
+
+fn route_request(endpoints: &Endpoints, req: &Req, store: &StatusStore) -> Outcome {
+    let Endpoints::ReadOnly(opts) = endpoints else {
+        return Outcome::Reply(route(endpoints, &req.method, &req.url, store));
+    };
+    let (path, query) = split_url(&req.url);
+    if let Some(token) = &opts.token {
+        if !token_ok(&req.authorization, token) {
+            let mut r = if kubeapi::is_api_path(path) {
+                api_reply(
+                    401,
+                    &kubeapi::status(401, "Unauthorized", "Unauthorized", None),
+                )
+            } else {
+                Reply::text(401, "Unauthorized\n".into())
+            };
+            r.headers.push(("WWW-Authenticate", "Bearer"));
+            return Outcome::Reply(r);
+        }
+    }
+    if kubeapi::is_api_path(path) {
+        if !matches!(req.method, Method::Get | Method::Head) {
+            let mut r = api_reply(405, &kubeapi::method_not_allowed());
+            r.headers.push(("Allow", "GET, HEAD"));
+            return Outcome::Reply(r);
+        }
+        return match kubeapi::handle(&opts.node, store, path, query, &req.accept) {
+            ApiOutcome::Follow(f) => Outcome::Follow(f),
+            ApiOutcome::Response {
+                status,
+                content_type,
+                body,
+            } => Outcome::Reply(Reply {
+                status,
+                headers: vec![("Content-Type", content_type)],
+                body,
+            }),
+        };
+    }
+    Outcome::Reply(route(endpoints, &req.method, &req.url, store))
 }
 
 /// A response, independent of tiny_http so routing can be tested directly.
@@ -207,7 +428,9 @@ fn route(endpoints: &Endpoints, method: &Method, url: &str, store: &StatusStore)
     let known = match path {
         "/healthz" => true,
         p if p.starts_with("/healthz/") => true,
-        "/pods" | "/manifests/errors" => matches!(endpoints, Endpoints::ReadOnly { .. }),
+        "/pods" | "/manifests/errors" | "/configz" | "/metrics" => {
+            matches!(endpoints, Endpoints::ReadOnly(_))
+        }
         _ => false,
     };
     if !known {
@@ -227,6 +450,15 @@ fn route(endpoints: &Endpoints, method: &Method, url: &str, store: &StatusStore)
             items: store.pods(),
         }),
         "/manifests/errors" => Reply::json(&store.manifest_errors()),
+        "/configz" => match endpoints {
+            Endpoints::ReadOnly(o) => Reply::json(&serde_json::json!({"kubeletconfig": o.configz})),
+            Endpoints::Healthz => Reply::text(404, "404 page not found\n".into()),
+        },
+        "/metrics" => Reply {
+            status: 200,
+            headers: vec![("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+            body: store.metrics().render(&store.pods()).into_bytes(),
+        },
         p => {
             let name = p.trim_start_matches("/healthz/");
             match checks(store).into_iter().find(|c| c.name == name) {
@@ -358,9 +590,17 @@ mod tests {
 
     /// A minimal HTTP/1.0 client: the server closes the connection after the response.
     fn request(addr: SocketAddr, method: &str, path: &str) -> Resp {
+        request_with(addr, method, path, "")
+    }
+
+    fn request_with(addr: SocketAddr, method: &str, path: &str, headers: &str) -> Resp {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "{method} {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+        write!(
+            s,
+            "{method} {path} HTTP/1.0\r\nHost: localhost\r\n{headers}\r\n"
+        )
+        .unwrap();
         let mut raw = String::new();
         s.read_to_string(&mut raw).unwrap();
         let (head, body) = raw.split_once("\r\n\r\n").unwrap();
@@ -393,7 +633,7 @@ mod tests {
         let srv = spawn_read_only(
             "127.0.0.1:0".parse().unwrap(),
             store.clone(),
-            "node1".into(),
+            ReadOnlyOptions::new("node1"),
         )
         .unwrap();
         let addr = srv.local_addr();
@@ -456,6 +696,113 @@ mod tests {
 
         srv.stop();
         assert!(closed_soon(addr), "still listening after stop");
+    }
+
+    #[test]
+    fn token_configz_api_statuses_and_metrics() {
+        let store = healthy_store();
+        let mut opts = ReadOnlyOptions::new("node1");
+        opts.token = Some("s3cret-token".into());
+        opts.configz = serde_json::json!({"kind": "KubeletConfiguration", "readOnlyPort": 1});
+        let srv = spawn_read_only("127.0.0.1:0".parse().unwrap(), store, opts).unwrap();
+        let addr = srv.local_addr();
+        let auth = "Authorization: Bearer s3cret-token\r\n";
+
+        // Without (or with a wrong) token: 401 everywhere, before routing.
+        for path in ["/pods", "/healthz", "/nope", "/configz"] {
+            let r = get(addr, path);
+            assert_eq!(r.status, 401, "{path}");
+            assert!(
+                r.headers.contains("www-authenticate: bearer"),
+                "{}",
+                r.headers
+            );
+            assert!(!r.body.contains("s3cret"), "{}", r.body);
+        }
+        let r = request_with(
+            addr,
+            "GET",
+            "/pods",
+            "Authorization: Bearer s3cret-tokeX\r\n",
+        );
+        assert_eq!(r.status, 401);
+        let r = request_with(addr, "GET", "/pods", "Authorization: s3cret-token\r\n");
+        assert_eq!(r.status, 401);
+        let r = get(addr, "/api/v1/pods");
+        assert_eq!(r.status, 401);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(
+            (v["kind"].as_str(), v["reason"].as_str(), v["code"].as_i64()),
+            (Some("Status"), Some("Unauthorized"), Some(401))
+        );
+
+        assert_eq!(request_with(addr, "GET", "/pods", auth).status, 200);
+        let r = request_with(addr, "GET", "/configz", auth);
+        assert_eq!(r.status, 200);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["kubeletconfig"]["readOnlyPort"], 1);
+
+        // API: JSON pods, 404 and 405 Status objects.
+        let r = request_with(
+            addr,
+            "GET",
+            "/api/v1/namespaces/default/pods/web-node1",
+            auth,
+        );
+        assert_eq!(r.status, 200);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(
+            (v["kind"].as_str(), v["metadata"]["name"].as_str()),
+            (Some("Pod"), Some("web-node1"))
+        );
+        let r = request_with(addr, "GET", "/api/v1/namespaces/default/pods/nope", auth);
+        assert_eq!(r.status, 404);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["kind"], "Status");
+        assert_eq!(v["status"], "Failure");
+        assert_eq!(v["reason"], "NotFound");
+        assert_eq!(v["message"], "pods \"nope\" not found");
+        assert_eq!(
+            v["details"],
+            serde_json::json!({"name": "nope", "kind": "pods"})
+        );
+        for m in ["POST", "PUT", "PATCH", "DELETE"] {
+            let r = request_with(addr, m, "/api/v1/namespaces/default/pods", auth);
+            assert_eq!(r.status, 405, "{m}");
+            let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(v["reason"], "MethodNotAllowed");
+            assert_eq!(v["code"], 405);
+        }
+        let r = request_with(
+            addr,
+            "GET",
+            "/api/v1/pods",
+            &format!(
+                "{auth}Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json\r\n"
+            ),
+        );
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["kind"], "Table");
+        assert_eq!(v["rows"][0]["cells"][0], "web-node1");
+
+        let r = request_with(addr, "GET", "/metrics", auth);
+        assert_eq!(r.status, 200);
+        assert!(
+            r.headers
+                .contains("content-type: text/plain; version=0.0.4"),
+            "{}",
+            r.headers
+        );
+        assert!(r.body.contains("\nkubelet_running_pods 0\n"), "{}", r.body);
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(token_ok("Bearer abc", "abc"));
+        assert!(!token_ok("Bearer abcd", "abc"));
+        assert!(!token_ok("Bearer ab", "abc"));
+        assert!(!token_ok("Bearer ", ""));
+        assert!(!token_ok("", "abc"));
     }
 
     #[test]
@@ -523,7 +870,7 @@ mod tests {
         let srv = spawn_read_only(
             "127.0.0.1:0".parse().unwrap(),
             healthy_store(),
-            "node1".into(),
+            ReadOnlyOptions::new("node1"),
         )
         .unwrap();
         let addr = srv.local_addr();

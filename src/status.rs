@@ -1,10 +1,14 @@
 //! The authoritative pod status cache: what `/pods`, `/healthz` and the CLI read.
 //! Written by the sync loop and pod workers; read by the HTTP server. Cheap clones under a lock.
+//! Also owns the event ring and the metrics registry, so every component that has the store can
+//! record into them.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::events::EventRecorder;
+use crate::metrics::Metrics;
 use crate::pod::Pod;
 use crate::source::ManifestError;
 
@@ -30,6 +34,8 @@ pub struct StatusStore {
     inner: Mutex<Inner>,
     /// How long the sync loop may be silent before healthz fails.
     sync_deadline: std::time::Duration,
+    events: EventRecorder,
+    metrics: Arc<Metrics>,
 }
 
 impl StatusStore {
@@ -37,7 +43,20 @@ impl StatusStore {
         StatusStore {
             inner: Mutex::new(Inner::default()),
             sync_deadline,
+            events: EventRecorder::new(),
+            metrics: Arc::new(Metrics::new()),
         }
+    }
+
+    /// The event ring served on `/api/v1/events`: pod workers record here with
+    /// `store.events().record(&PodRef, EventType, reason, message)`.
+    pub fn events(&self) -> &EventRecorder {
+        &self.events
+    }
+
+    /// nanolet's metrics registry (`/metrics`).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -74,6 +74,73 @@ pub fn rfc3339_nanos(t: SystemTime) -> String {
     s
 }
 
+/// Days since 1970-01-01 from a proleptic Gregorian date (inverse of `civil_from_days`).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from(if m > 2 { m - 3 } else { m + 9 });
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses RFC 3339 as Kubernetes and the CRI log format write it (`2026-11-22T18:46:47Z`,
+/// `2026-11-22T18:46:47.123456789Z`, `2026-11-22T18:46:47.5+02:00`). `None` on anything else.
+pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        if t.bytes().all(|c| c.is_ascii_digit()) {
+            t.parse().ok()
+        } else {
+            None
+        }
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut nanos: u32 = 0;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        let frac = &s[start..i];
+        if frac.is_empty() || frac.len() > 9 {
+            return None;
+        }
+        nanos = format!("{frac:0<9}").parse().ok()?;
+    }
+    let offset: i64 = match &s[i..] {
+        "Z" | "z" => 0,
+        tz if tz.len() == 6
+            && matches!(tz.as_bytes()[0], b'+' | b'-')
+            && tz.as_bytes()[3] == b':' =>
+        {
+            let oh = num(i + 1..i + 3)?;
+            let om = num(i + 4..i + 6)?;
+            let o = oh * 3600 + om * 60;
+            if tz.starts_with('-') { -o } else { o }
+        }
+        _ => return None,
+    };
+    let secs = days_from_civil(y, mo as u32, d as u32) * 86_400 + h * 3600 + mi * 60 + se - offset;
+    let n = i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+    let n = i64::try_from(n).ok()?;
+    Some(from_unix_nanos(n))
+}
+
 /// A point in time from nanoseconds since the Unix epoch (CRI timestamps); negative values are
 /// before the epoch.
 pub fn from_unix_nanos(n: i64) -> SystemTime {
@@ -432,5 +499,32 @@ mod tests {
         assert_eq!(dynclock.system_now(), UNIX_EPOCH);
         let real = RealClock;
         assert!(real.system_now() > UNIX_EPOCH);
+    }
+
+    #[test]
+    fn rfc3339_parsing_round_trips() {
+        for s in [
+            "2026-11-22T18:46:47Z",
+            "2026-11-22T18:46:47.5Z",
+            "2024-02-29T00:00:00.123456789Z",
+            "1969-12-31T23:59:59Z",
+        ] {
+            let t = parse_rfc3339(s).unwrap_or_else(|| panic!("{s}"));
+            assert_eq!(rfc3339_nanos(t), s);
+        }
+        assert_eq!(
+            parse_rfc3339("2026-11-22T20:46:47+02:00"),
+            parse_rfc3339("2026-11-22T18:46:47Z")
+        );
+        for bad in [
+            "",
+            "2026-11-22",
+            "2026-13-01T00:00:00Z",
+            "2026-11-22T18:46:47",
+            "x026-11-22T18:46:47Z",
+            "2026-11-22T18:46:47.Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
     }
 }

@@ -17,6 +17,7 @@ use std::time::Duration;
 pub mod cri;
 pub mod fake;
 pub mod grpc_health;
+pub mod instrumented;
 
 /// Labels the kubelet puts on every CRI sandbox and container (kuberuntime_labels.go).
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";

@@ -1,0 +1,342 @@
+//! nanolet's own metrics, rendered in the Prometheus text exposition format (0.0.4) on
+//! `/metrics`, with the kubelet's metric names where one exists.
+//!
+//! Counters live here (runtime operations, counted by [`crate::runtime::instrumented`]; the
+//! PLEG relist histogram, fed by the PLEG); gauges are computed at scrape time from the status
+//! store and `/proc/self`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use crate::pod::Pod;
+
+/// The kubelet's PLEG relist histogram buckets (`metrics.DefBuckets`-like, in seconds).
+const RELIST_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Debug, Clone, Default)]
+struct Histogram {
+    /// Cumulative per bucket upper bound.
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// operation_type → (total, errors)
+    ops: BTreeMap<&'static str, (u64, u64)>,
+    relist: Histogram,
+}
+
+/// The registry of counters and histograms.
+pub struct Metrics {
+    inner: Mutex<Inner>,
+    start: SystemTime,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        Metrics {
+            inner: Mutex::new(Inner {
+                ops: BTreeMap::new(),
+                relist: Histogram {
+                    counts: vec![0; RELIST_BUCKETS.len()],
+                    ..Default::default()
+                },
+            }),
+            start: process_start_time().unwrap_or_else(SystemTime::now),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One runtime (CRI) call of `operation` (the kubelet's `operation_type` names).
+    pub fn runtime_operation(&self, operation: &'static str, failed: bool) {
+        let mut g = self.lock();
+        let e = g.ops.entry(operation).or_insert((0, 0));
+        e.0 += 1;
+        if failed {
+            e.1 += 1;
+        }
+    }
+
+    /// (total, errors) of one operation so far.
+    pub fn runtime_operations(&self, operation: &str) -> (u64, u64) {
+        self.lock().ops.get(operation).copied().unwrap_or((0, 0))
+    }
+
+    /// The PLEG calls this after each relist.
+    pub fn observe_pleg_relist(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        let mut g = self.lock();
+        for (i, le) in RELIST_BUCKETS.iter().enumerate() {
+            if secs <= *le {
+                if let Some(c) = g.relist.counts.get_mut(i) {
+                    *c += 1;
+                }
+            }
+        }
+        g.relist.sum += secs;
+        g.relist.count += 1;
+    }
+
+    /// The full `/metrics` text for these pods.
+    pub fn render(&self, pods: &[Pod]) -> String {
+        let mut out = String::new();
+        let (running_pods, states) = pod_gauges(pods);
+        gauge(
+            &mut out,
+            "kubelet_running_pods",
+            "Number of pods that have a running pod sandbox",
+            &[(String::new(), running_pods as f64)],
+        );
+        let rows: Vec<(String, f64)> = states
+            .iter()
+            .map(|(s, n)| (format!("container_state=\"{s}\""), *n as f64))
+            .collect();
+        gauge(
+            &mut out,
+            "kubelet_running_containers",
+            "Number of containers currently running",
+            &rows,
+        );
+        let g = self.lock();
+        let total: Vec<(String, f64)> = g
+            .ops
+            .iter()
+            .map(|(op, (n, _))| (format!("operation_type=\"{op}\""), *n as f64))
+            .collect();
+        let errors: Vec<(String, f64)> = g
+            .ops
+            .iter()
+            .map(|(op, (_, e))| (format!("operation_type=\"{op}\""), *e as f64))
+            .collect();
+        family(
+            &mut out,
+            "kubelet_runtime_operations_total",
+            "Cumulative number of runtime operations by operation type.",
+            "counter",
+            &total,
+        );
+        family(
+            &mut out,
+            "kubelet_runtime_operations_errors_total",
+            "Cumulative number of runtime operation errors by operation type.",
+            "counter",
+            &errors,
+        );
+        let name = "kubelet_pleg_relist_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Duration in seconds for relisting pods in PLEG.\n# TYPE {name} histogram"
+        );
+        for (le, c) in RELIST_BUCKETS.iter().zip(&g.relist.counts) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {c}", fmt_f64(*le));
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", g.relist.count);
+        let _ = writeln!(out, "{name}_sum {}", fmt_f64(g.relist.sum));
+        let _ = writeln!(out, "{name}_count {}", g.relist.count);
+        drop(g);
+
+        let p = ProcessStats::read();
+        gauge(
+            &mut out,
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            &[(String::new(), p.rss_bytes as f64)],
+        );
+        family(
+            &mut out,
+            "process_cpu_seconds_total",
+            "Total user and system CPU time spent in seconds.",
+            "counter",
+            &[(String::new(), p.cpu_seconds)],
+        );
+        gauge(
+            &mut out,
+            "process_open_fds",
+            "Number of open file descriptors.",
+            &[(String::new(), p.open_fds as f64)],
+        );
+        let start = self
+            .start
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        gauge(
+            &mut out,
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            &[(String::new(), start)],
+        );
+        out
+    }
+}
+
+/// Pods with a ready sandbox, and containers by state (`running`, `exited`, `created`,
+/// `unknown`), from the pods' statuses.
+fn pod_gauges(pods: &[Pod]) -> (usize, BTreeMap<&'static str, usize>) {
+    let mut states: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut running = 0;
+    for p in pods {
+        let Some(st) = &p.status else { continue };
+        let sandbox = st
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "PodReadyToStartContainers" && c.status == "True");
+        let any_running = st
+            .container_statuses
+            .iter()
+            .chain(&st.init_container_statuses)
+            .any(|c| c.state.running.is_some());
+        if sandbox || any_running {
+            running += 1;
+        }
+        for c in st
+            .container_statuses
+            .iter()
+            .chain(&st.init_container_statuses)
+        {
+            let s = if c.state.running.is_some() {
+                "running"
+            } else if c.state.terminated.is_some() {
+                "exited"
+            } else if c.container_id.is_empty() {
+                continue;
+            } else if c.last_state.terminated.is_some() {
+                "exited"
+            } else {
+                "created"
+            };
+            *states.entry(s).or_default() += 1;
+        }
+    }
+    (running, states)
+}
+
+fn fmt_f64(v: f64) -> String {
+    if v.is_finite() && v == v.trunc() && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, rows: &[(String, f64)]) {
+    family(out, name, help, "gauge", rows);
+}
+
+fn family(out: &mut String, name: &str, help: &str, kind: &str, rows: &[(String, f64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, v) in rows {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {}", fmt_f64(*v));
+        } else {
+            let _ = writeln!(out, "{name}{{{labels}}} {}", fmt_f64(*v));
+        }
+    }
+}
+
+/// `/proc/self` figures for the process_* metrics; zeros where unreadable.
+#[derive(Debug, Default)]
+struct ProcessStats {
+    rss_bytes: u64,
+    cpu_seconds: f64,
+    open_fds: u64,
+}
+
+fn clock_ticks() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|t| *t > 0)
+        .map_or(100.0, |t| t as f64)
+}
+
+/// Fields of /proc/self/stat after the `(comm)`; index 0 is field 3 (state).
+fn stat_fields() -> Option<Vec<String>> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(String::from).collect())
+}
+
+fn process_start_time() -> Option<SystemTime> {
+    let f = stat_fields()?;
+    let ticks: f64 = f.get(19)?.parse().ok()?; // field 22: starttime
+    let btime: u64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())?;
+    let secs = btime as f64 + ticks / clock_ticks();
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs_f64(secs))
+}
+
+impl ProcessStats {
+    fn read() -> ProcessStats {
+        let mut p = ProcessStats::default();
+        if let Some(f) = stat_fields() {
+            let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            p.cpu_seconds = (num(11) + num(12)) / clock_ticks(); // utime, stime
+            let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+                .ok()
+                .flatten()
+                .unwrap_or(4096);
+            p.rss_bytes = (num(21).max(0.0) as u64).saturating_mul(page.max(0) as u64); // rss pages
+        }
+        p.open_fds = std::fs::read_dir("/proc/self/fd")
+            .map(|d| d.count() as u64)
+            .unwrap_or(0);
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_format_has_the_families() {
+        let m = Metrics::new();
+        m.runtime_operation("list_containers", false);
+        m.runtime_operation("list_containers", true);
+        m.observe_pleg_relist(Duration::from_millis(30));
+        let t = m.render(&[]);
+        assert!(
+            t.contains("# TYPE kubelet_running_pods gauge\nkubelet_running_pods 0\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("kubelet_runtime_operations_total{operation_type=\"list_containers\"} 2\n")
+        );
+        assert!(t.contains(
+            "kubelet_runtime_operations_errors_total{operation_type=\"list_containers\"} 1\n"
+        ));
+        assert!(t.contains("kubelet_pleg_relist_duration_seconds_bucket{le=\"0.025\"} 0\n"));
+        assert!(t.contains("kubelet_pleg_relist_duration_seconds_bucket{le=\"0.05\"} 1\n"));
+        assert!(t.contains("kubelet_pleg_relist_duration_seconds_count 1\n"));
+        let rss = t
+            .lines()
+            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        assert!(rss > 0.0, "{t}");
+        let start = t
+            .lines()
+            .find_map(|l| l.strip_prefix("process_start_time_seconds "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        assert!(start > 1.6e9, "{t}");
+    }
+}
