@@ -73,6 +73,13 @@ impl PodRef {
     }
 }
 
+/// The event object for one container of `pod` (init or regular, from the spec).
+pub fn container_ref(pod: &crate::pod::Pod, container: &str) -> PodRef {
+    let m = &pod.metadata;
+    let init = pod.spec.init_containers.iter().any(|c| c.name == container);
+    PodRef::pod(&m.namespace, &m.name, &m.uid).container(container, init)
+}
+
 /// One stored event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {

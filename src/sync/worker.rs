@@ -303,6 +303,12 @@ impl PodWorker {
         }
         for k in &acts.containers_to_kill {
             info!(pod = %self.full_name, container = %k.name, reason = %k.reason, "killing container");
+            self.ctx.store.events().record(
+                &crate::events::container_ref(&self.pod, &k.name),
+                crate::events::EventType::Normal,
+                "Killing",
+                &format!("Stopping container {}", k.name),
+            );
             let grace = self.grace_seconds(k.grace_override);
             if let Err(e) = self
                 .rt()
@@ -331,6 +337,18 @@ impl PodWorker {
                 self.pod.metadata.uid
             );
             debug!(pod = %self.full_name, container = %w.name, remaining = ?w.remaining, "in CrashLoopBackOff");
+            self.ctx.store.events().record(
+                &crate::events::container_ref(&self.pod, &w.name),
+                crate::events::EventType::Warning,
+                "BackOff",
+                &format!(
+                    "Back-off restarting failed container {} in pod {}_{}({})",
+                    w.name,
+                    self.pod.metadata.name,
+                    self.pod.metadata.namespace,
+                    self.pod.metadata.uid
+                ),
+            );
             if spec.is_some() {
                 self.waiting.insert(
                     w.name.clone(),
@@ -511,7 +529,15 @@ impl PodWorker {
         let cfg = self.container_config(c, kind, restart_count, log_rel);
         info!(pod = %self.full_name, container = %name, restart_count, kind, "starting container");
         let id = match self.rt().create_container(sandbox_id, &cfg, sandbox_cfg) {
-            Ok(id) => id,
+            Ok(id) => {
+                self.ctx.store.events().record(
+                    &crate::events::container_ref(&self.pod, &name),
+                    crate::events::EventType::Normal,
+                    "Created",
+                    &format!("Created container {name}"),
+                );
+                id
+            }
             Err(e) => {
                 warn!(pod = %self.full_name, container = %name, error = %e, "create container failed");
                 self.waiting.insert(
@@ -526,6 +552,12 @@ impl PodWorker {
         };
         if let Err(e) = self.rt().start_container(&id) {
             warn!(pod = %self.full_name, container = %name, error = %e, "start container failed");
+            self.ctx.store.events().record(
+                &crate::events::container_ref(&self.pod, &name),
+                crate::events::EventType::Warning,
+                "Failed",
+                &format!("Error: {}", e.message),
+            );
             self.waiting.insert(
                 name,
                 WaitingReason {
@@ -536,6 +568,12 @@ impl PodWorker {
             return Some(Duration::from_secs(2));
         }
         self.waiting.remove(&name);
+        self.ctx.store.events().record(
+            &crate::events::container_ref(&self.pod, &name),
+            crate::events::EventType::Normal,
+            "Started",
+            &format!("Started container {name}"),
+        );
         self.link_legacy_log(&name, &id, &cfg.log_path);
         None
     }
