@@ -286,6 +286,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             node_name: cfg.node_name.clone(),
             host_ip: host_ip.to_string(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
+            root_dir: cfg.root_dir.clone(),
             container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
             resync: cfg.sync_frequency,
             max_pods: cfg.max_pods,

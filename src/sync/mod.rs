@@ -386,6 +386,7 @@ mod tests {
                     node_name: "node1".into(),
                     host_ip: "192.0.2.10".into(),
                     pod_logs_dir: logs.path().join("pods"),
+                    root_dir: logs.path().join("root"),
                     container_logs_dir: logs.path().join("containers"),
                     resync: Duration::from_secs(60),
                     max_pods,

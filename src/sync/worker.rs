@@ -14,11 +14,13 @@ use tracing::{debug, info, warn};
 
 use crate::pod::quantity::parse_quantity;
 use crate::pod::{Container, Pod};
+use crate::prober::handlers::Target;
+use crate::prober::spec::{Handler, lifecycle_of};
 use crate::runtime::{
     ANN_CONTAINER_HASH, ANN_CONTAINER_TYPE, ANN_POD_TERMINATION_GRACE, ANN_RESTART_COUNT,
     ANN_TERMINATION_MESSAGE_PATH, ANN_TERMINATION_MESSAGE_POLICY, ContainerConfig, ContainerState,
     LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
-    LinuxResources, PodSandboxConfig, PortMapping, Protocol, Runtime, RuntimeError,
+    LinuxResources, Mount, PodSandboxConfig, PortMapping, Protocol, Runtime, RuntimeError,
 };
 use crate::status::StatusStore;
 
@@ -39,6 +41,8 @@ pub struct SyncSettings {
     pub node_name: String,
     pub host_ip: String,
     pub pod_logs_dir: PathBuf,
+    /// nanolet's state directory (`--root-dir`): `pods/<uid>/...` lives below it.
+    pub root_dir: PathBuf,
     /// Directory of the legacy `<pod>_<ns>_<container>-<id>.log` symlinks.
     pub container_logs_dir: PathBuf,
     /// How often a pod is re-synced with no event (the kubelet's syncFrequency).
@@ -282,7 +286,8 @@ impl PodWorker {
             }
         }
 
-        let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        let mut state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        self.fill_termination_messages(&mut state);
         self.gc(&state);
         self.publish(&state, false);
         self.last_state = state;
@@ -302,20 +307,7 @@ impl PodWorker {
             self.kill_pod(state, None);
         }
         for k in &acts.containers_to_kill {
-            info!(pod = %self.full_name, container = %k.name, reason = %k.reason, "killing container");
-            self.ctx.store.events().record(
-                &crate::events::container_ref(&self.pod, &k.name),
-                crate::events::EventType::Normal,
-                "Killing",
-                &format!("Stopping container {}", k.name),
-            );
-            let grace = self.grace_seconds(k.grace_override);
-            if let Err(e) = self
-                .rt()
-                .stop_container(&k.id, Duration::from_secs(grace as u64))
-            {
-                warn!(pod = %self.full_name, container = %k.name, error = %e, "stopping container failed");
-            }
+            self.kill_container(&k.id, &k.name, k.grace_override, &k.reason);
         }
         let mut sandbox = acts.sandbox_id.clone();
         let sandbox_cfg = self.sandbox_config(if acts.create_sandbox {
@@ -575,6 +567,15 @@ impl PodWorker {
             &format!("Started container {name}"),
         );
         self.link_legacy_log(&name, &id, &cfg.log_path);
+        if let Some(post_start) = lifecycle_of(c).post_start {
+            // The kubelet runs postStart right after start; if it fails the container is killed
+            // (FailedPostStartHook) and restartPolicy decides what happens next.
+            let timeout = Duration::from_secs(self.grace_seconds(None).max(30) as u64);
+            if let Some(msg) = self.run_hook(&post_start, c, &id, timeout) {
+                warn!(pod = %self.full_name, container = %name, "FailedPostStartHook: {msg}");
+                self.kill_container(&id, &name, None, "FailedPostStartHook");
+            }
+        }
         None
     }
 
@@ -694,6 +695,31 @@ impl PodWorker {
                 (v, None) => Some((e.name.clone(), v.clone().unwrap_or_default())),
             })
             .collect();
+        let mut mounts = vec![];
+        if !c.termination_message_path.is_empty() {
+            let file = self.termination_message_file(&c.name, restart_count);
+            let created = file
+                .parent()
+                .map(std::fs::create_dir_all)
+                .unwrap_or(Ok(()))
+                .and_then(|()| {
+                    std::fs::write(&file, b"")?;
+                    std::fs::set_permissions(
+                        &file,
+                        std::os::unix::fs::PermissionsExt::from_mode(0o666),
+                    )
+                });
+            match created {
+                Ok(()) => mounts.push(Mount {
+                    container_path: c.termination_message_path.clone(),
+                    host_path: file.to_string_lossy().into_owned(),
+                    readonly: false,
+                }),
+                Err(e) => {
+                    warn!(pod = %self.full_name, container = %c.name, error = %e, "creating the termination message file")
+                }
+            }
+        }
         ContainerConfig {
             name: c.name.clone(),
             attempt: restart_count,
@@ -702,7 +728,7 @@ impl PodWorker {
             args: c.args.clone(),
             working_dir: c.working_dir.clone(),
             envs,
-            mounts: vec![],
+            mounts,
             labels,
             annotations: ann,
             log_path,
@@ -731,7 +757,6 @@ impl PodWorker {
 
     /// Stop every container (regular and init first, sidecars last), then the sandboxes.
     fn kill_pod(&self, state: &PodRuntimeState, grace_override: Option<i64>) {
-        let grace = Duration::from_secs(self.grace_seconds(grace_override) as u64);
         let running: Vec<_> = state.running().cloned().collect();
         let (sidecars, main): (Vec<_>, Vec<_>) =
             running.into_iter().partition(|c| c.kind == "sidecar");
@@ -739,12 +764,7 @@ impl PodWorker {
             std::thread::scope(|s| {
                 for c in &group {
                     s.spawn(move || {
-                        info!(pod = %self.full_name, container = %c.name, grace = ?grace, "stopping container");
-                        if let Err(e) = self.rt().stop_container(&c.id, grace) {
-                            if !e.is_not_found() {
-                                warn!(pod = %self.full_name, container = %c.name, error = %e, "stopping container failed");
-                            }
-                        }
+                        self.kill_container(&c.id, &c.name, grace_override, "Stopping container")
                     });
                 }
             });
@@ -754,6 +774,113 @@ impl PodWorker {
                 if !e.is_not_found() {
                     warn!(pod = %self.full_name, sandbox = %sb.id, error = %e, "stopping sandbox failed");
                 }
+            }
+        }
+    }
+
+    /// Kill one container the kubelet's way (kuberuntime `killContainer`): run its preStop hook
+    /// within the grace period, give it what is left of the grace period (at least 2 s: the
+    /// kubelet's one-off extension), unless a probe's own grace period overrides it; then
+    /// SIGTERM (or the image's STOPSIGNAL) and SIGKILL at the end, through CRI StopContainer.
+    fn kill_container(&self, id: &str, name: &str, grace_override: Option<i64>, reason: &str) {
+        self.ctx.store.events().record(
+            &crate::events::container_ref(&self.pod, name),
+            crate::events::EventType::Normal,
+            "Killing",
+            &format!("Stopping container {name}"),
+        );
+        let mut grace = self
+            .pod
+            .spec
+            .termination_grace_period_seconds
+            .unwrap_or(30)
+            .max(0);
+        if let Some(pre_stop) = self.find_spec(name).and_then(|c| lifecycle_of(c).pre_stop) {
+            if grace > 0 {
+                let started = Instant::now();
+                let spec = self.find_spec(name).cloned().unwrap_or_default();
+                info!(pod = %self.full_name, container = %name, "running preStop hook");
+                if let Some(msg) =
+                    self.run_hook(&pre_stop, &spec, id, Duration::from_secs(grace as u64))
+                {
+                    warn!(pod = %self.full_name, container = %name, "PreStopHook failed: {msg}");
+                }
+                grace -= started.elapsed().as_secs() as i64;
+            }
+        }
+        if grace < MIN_GRACE_SECONDS {
+            grace = MIN_GRACE_SECONDS;
+        }
+        if let Some(o) = grace_override {
+            grace = o.max(0);
+        }
+        info!(pod = %self.full_name, container = %name, grace_seconds = grace, reason, "killing container");
+        if let Err(e) = self
+            .rt()
+            .stop_container(id, Duration::from_secs(grace as u64))
+        {
+            if !e.is_not_found() {
+                warn!(pod = %self.full_name, container = %name, error = %e, "stopping container failed");
+            }
+        }
+    }
+
+    /// Run a lifecycle hook. Returns the failure message, if it failed.
+    fn run_hook(
+        &self,
+        h: &Handler,
+        c: &Container,
+        container_id: &str,
+        timeout: Duration,
+    ) -> Option<String> {
+        let pod_ip = self.pod_ip(&self.last_state);
+        let target = Target {
+            runtime: self.rt(),
+            container: c,
+            container_id,
+            pod_ip: &pod_ip,
+        };
+        match crate::prober::handlers::run(h, &target, timeout) {
+            Ok(r) if r.is_success() => None,
+            Ok(r) => Some(r.message),
+            Err(e) => Some(e),
+        }
+    }
+
+    /// `<root-dir>/pods/<uid>`: the pod's own directory (termination message files).
+    fn pod_dir(&self) -> PathBuf {
+        self.ctx.settings.root_dir.join("pods").join(self.uid())
+    }
+
+    fn termination_message_file(&self, name: &str, restart_count: u32) -> PathBuf {
+        self.pod_dir()
+            .join("containers")
+            .join(name)
+            .join(format!("termination-{restart_count}"))
+    }
+
+    /// The kubelet bind-mounts a host file at terminationMessagePath and reads it after the
+    /// container exits (at most 4096 bytes); with FallbackToLogsOnError an empty message of a
+    /// failed container is replaced by the log tail (80 lines, at most 2048 bytes).
+    fn fill_termination_messages(&self, state: &mut PodRuntimeState) {
+        for c in state
+            .containers
+            .iter_mut()
+            .filter(|c| c.state == ContainerState::Exited)
+        {
+            let Some(spec) = self.find_spec(&c.name) else {
+                continue;
+            };
+            let file = self.termination_message_file(&c.name, c.restart_count);
+            let mut msg = read_capped(&file, 4096);
+            if msg.is_empty()
+                && c.exit_code != 0
+                && spec.termination_message_policy == "FallbackToLogsOnError"
+            {
+                msg = log_tail(std::path::Path::new(&c.log_path), 80, 2048);
+            }
+            if !msg.is_empty() {
+                c.message = msg;
             }
         }
     }
@@ -828,6 +955,7 @@ impl PodWorker {
             }
         }
         let _ = std::fs::remove_dir_all(self.log_dir());
+        let _ = std::fs::remove_dir_all(self.pod_dir());
         self.remove_legacy_links();
         self.ctx.store.remove_pod(self.uid());
         info!(pod = %self.full_name, "pod terminated");
@@ -922,5 +1050,79 @@ pub fn linux_resources(c: &Container) -> LinuxResources {
         cpu_shares: shares,
         memory_limit_in_bytes: mem_lim.unwrap_or(0),
         oom_score_adj: 0,
+    }
+}
+
+/// Read at most `max` bytes of a file as text ("" when missing).
+fn read_capped(path: &std::path::Path, max: usize) -> String {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    if let Ok(f) = std::fs::File::open(path) {
+        let _ = f.take(max as u64).read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// The last `lines` lines of a CRI-format log (`<time> <stream> <P|F> <text>`), joined as the
+/// container wrote them, at most `max` bytes (the end is kept).
+pub fn log_tail(path: &std::path::Path, lines: usize, max: usize) -> String {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for l in text.lines() {
+        let mut parts = l.splitn(4, ' ');
+        let (_ts, _stream, tag, msg) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next().unwrap_or(""),
+        );
+        out.push_str(msg);
+        if tag != Some("P") {
+            out.push('\n');
+        }
+    }
+    let all: Vec<&str> = out.lines().collect();
+    let mut tail = all[all.len().saturating_sub(lines)..].join("\n");
+    if !tail.is_empty() {
+        tail.push('\n');
+    }
+    if tail.len() > max {
+        let mut cut = tail.len() - max;
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        tail = tail[cut..].to_string();
+    }
+    tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_tail_joins_partial_lines_and_keeps_the_end() {
+        // FallbackToLogsOnError: the last 80 lines, at most 2048 bytes.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("0.log");
+        let mut body = String::new();
+        for i in 0..100 {
+            body.push_str(&format!(
+                "2026-11-22T00:00:00.000000001Z stdout F line {i}\n"
+            ));
+        }
+        body.push_str(
+            "2026-11-22T00:00:00.1Z stderr P part-\n2026-11-22T00:00:00.2Z stderr F end\n",
+        );
+        std::fs::write(&f, body).expect("write");
+        let t = log_tail(&f, 80, 2048);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 80);
+        assert_eq!(lines[0], "line 21");
+        assert_eq!(lines[79], "part-end");
+        assert_eq!(log_tail(&f, 80, 12), "99\npart-end\n");
+        assert!(log_tail(&dir.path().join("missing"), 80, 2048).is_empty());
     }
 }
