@@ -125,6 +125,8 @@ pub struct PodWorker {
     first_seen: Instant,
     failed_reason: Option<(String, String)>,
     last_state: PodRuntimeState,
+    /// The pod IP as last seen (hooks connect to it).
+    pod_ip: String,
 }
 
 impl PodWorker {
@@ -141,6 +143,7 @@ impl PodWorker {
             first_seen: Instant::now(),
             failed_reason: None,
             last_state: PodRuntimeState::default(),
+            pod_ip: String::new(),
         }
     }
 
@@ -260,9 +263,10 @@ impl PodWorker {
                     started_at: c.started_at,
                 })
                 .collect();
-            self.ctx
-                .prober
-                .sync_pod(&self.pod, &running, &self.pod_ip(&state));
+            if state.newest_sandbox().is_some_and(|s| s.ready) {
+                self.pod_ip = self.pod_ip(&state);
+            }
+            self.ctx.prober.sync_pod(&self.pod, &running, &self.pod_ip);
             self.ctx.prober.view(self.uid())
         };
         if terminal {
@@ -484,6 +488,14 @@ impl PodWorker {
         })?;
         info!(pod = %self.full_name, attempt = cfg.attempt, "creating pod sandbox");
         let id = self.rt().run_pod_sandbox(cfg).map_err(|e| self.wrap(e))?;
+        self.pod_ip = if self.pod.spec.host_network {
+            self.ctx.settings.host_ip.clone()
+        } else {
+            self.rt()
+                .pod_sandbox_status(&id)
+                .map(|s| s.ip)
+                .unwrap_or_default()
+        };
         Ok(id)
     }
 
@@ -833,7 +845,7 @@ impl PodWorker {
         container_id: &str,
         timeout: Duration,
     ) -> Option<String> {
-        let pod_ip = self.pod_ip(&self.last_state);
+        let pod_ip = self.pod_ip.clone();
         let target = Target {
             runtime: self.rt(),
             container: c,
