@@ -1013,4 +1013,78 @@ mod tests {
         });
         assert_eq!(restarts(&h, "u1", "a"), 0);
     }
+
+    #[test]
+    fn sidecars_start_in_order_keep_running_and_stop_after_main_containers() {
+        // KEP-753 sidecars: an init container with restartPolicy Always starts before the next
+        // init container / the main containers, keeps running, counts toward readiness, and is
+        // stopped after the main containers.
+        let rt = fake();
+        rt.exit_on_start("init", 0);
+        let h = Harness::start(rt.clone());
+        let mut p = pod("u1", "side", "Always", &["main"]);
+        let mk = |n: &str, always: bool| Container {
+            name: n.into(),
+            image: IMAGE.into(),
+            image_pull_policy: "IfNotPresent".into(),
+            restart_policy: always.then(|| "Always".to_string()),
+            ..Default::default()
+        };
+        p.spec.init_containers = vec![mk("proxy", true), mk("init", false)];
+        h.desire(&[p], true);
+        h.wait("Running and Ready", |h| {
+            h.status("u1").is_some_and(|s| {
+                s.phase == "Running"
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+        });
+        let creates: Vec<String> =
+            h.rt.calls()
+                .into_iter()
+                .filter(|c| c.starts_with("create_container"))
+                .collect();
+        assert_eq!(
+            creates,
+            vec![
+                "create_container proxy",
+                "create_container init",
+                "create_container main"
+            ]
+        );
+        assert_eq!(h.rt.running("proxy").len(), 1, "the sidecar keeps running");
+        let st = h.status("u1").expect("status");
+        assert!(st.init_container_statuses[0].state.running.is_some());
+        // The sidecar crashing is restarted and makes the pod unready meanwhile.
+        let id = h.rt.running("proxy")[0].clone();
+        h.rt.exit_container(&id, 1);
+        h.wait("sidecar restarted", |h| {
+            h.rt.running("proxy").len() == 1 && h.rt.count_calls("create_container proxy") == 2
+        });
+        assert_eq!(
+            h.rt.count_calls("create_container main"),
+            1,
+            "main containers are not restarted"
+        );
+        // Termination: main first, sidecar last.
+        h.rt.clear_calls();
+        let main_id = h.rt.running("main")[0].clone();
+        let proxy_id = h.rt.running("proxy")[0].clone();
+        h.desire(&[], true);
+        h.wait("gone", |h| h.rt.container_count() == 0);
+        let calls = h.rt.calls();
+        let stop_main = calls
+            .iter()
+            .position(|c| *c == format!("stop_container {main_id}"))
+            .expect("main stopped");
+        let stop_proxy = calls
+            .iter()
+            .position(|c| *c == format!("stop_container {proxy_id}"))
+            .expect("proxy stopped");
+        assert!(
+            stop_main < stop_proxy,
+            "sidecars stop after the main containers: {calls:?}"
+        );
+    }
 }
