@@ -914,3 +914,64 @@ fn container_spec_fields_and_networking_reach_the_containers() {
         "hostNetwork pods report the host IP"
     );
 }
+
+#[test]
+fn containerd_restart_is_survived_without_recreating_pods() {
+    // containerd stops (shims and containers keep running): healthz names the runtime check,
+    // then nanolet reconnects when it returns; no pod is recreated, and work queued meanwhile
+    // (a new manifest) is done once containerd is back.
+    let mut ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "steady.yaml",
+        &pod_yaml("steady", "spec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n"),
+    );
+    n.wait_phase("steady", "Running");
+    let before = cri_containers(&ctd.runtime(), "steady");
+    assert_eq!(before.len(), 1);
+
+    ctd.stop_daemon();
+    let body = wait_for(TIMEOUT, || {
+        let b = n.get("/healthz")?;
+        (b != "ok").then_some(b)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "healthz stayed ok while containerd was down:\n{}",
+            n.log_tail()
+        )
+    });
+    assert!(
+        body.contains("[-]runtime failed"),
+        "the runtime check is named: {body}"
+    );
+    n.write(
+        "later.yaml",
+        &pod_yaml("later", "spec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n"),
+    );
+
+    ctd.start_daemon();
+    wait_for(TIMEOUT, || {
+        (n.get("/healthz").as_deref() == Some("ok")).then_some(())
+    })
+    .unwrap_or_else(|| panic!("healthz never recovered:\n{}", n.log_tail()));
+    n.wait_phase("later", "Running");
+    let rt = ctd.runtime();
+    let after = cri_containers(&rt, "steady");
+    assert_eq!(after.len(), 1);
+    assert_eq!(
+        after[0].id, before[0].id,
+        "the running container was not recreated"
+    );
+    assert_eq!(after[0].state, ContainerState::Running);
+    assert_eq!(rt.list_pod_sandboxes().expect("sandboxes").len(), 2);
+    let p = n.pod("steady").expect("steady");
+    assert_eq!(container_status(&p, "c")["restartCount"], 0);
+    // Exits are still noticed after the reconnect: the container is restarted.
+    rt.stop_container(&before[0].id, Duration::from_secs(0))
+        .expect("stop container");
+    n.wait_pod("steady", "restarted after an exit", |p| {
+        container_status(p, "c")["restartCount"] == 1
+            && container_status(p, "c")["state"]["running"].is_object()
+    });
+}
