@@ -53,6 +53,8 @@ pub struct RunningContainer {
 /// What the probes say about one container, for the pod worker.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProbeView {
+    /// The container these results are about (a restarted container has no results yet).
+    pub container_id: String,
     /// `Some` when the container has a readiness probe.
     pub ready: Option<bool>,
     /// `Some` when the container has a startup probe.
@@ -278,6 +280,7 @@ impl Prober {
                 break;
             }
             let v = out.entry(k.container.clone()).or_default();
+            v.container_id = w.container_id.clone();
             match k.kind {
                 ProbeKind::Startup => {
                     v.started = Some(w.result == Some(true));

@@ -129,10 +129,24 @@ fn container_statuses(
                     let running = l.state == ContainerState::Running;
                     // started: running and the startup probe (if any) succeeded; ready: started
                     // and the readiness probe (if any) succeeded.
-                    let view = inputs.probes.get(&spec.name);
-                    let started = running && view.and_then(|v| v.started).unwrap_or(true);
+                    // Results of another (older) container do not count, and a container
+                    // whose probe has no result yet is neither started nor ready (the kubelet
+                    // has a probe worker from the start; only a probe-less container defaults
+                    // to started/ready).
+                    let view = inputs
+                        .probes
+                        .get(&spec.name)
+                        .filter(|v| v.container_id.is_empty() || v.container_id == l.id);
+                    let no_probe = |kind| crate::prober::spec::probe_of(spec, kind).is_none();
+                    let started = running
+                        && view
+                            .and_then(|v| v.started)
+                            .unwrap_or_else(|| no_probe(crate::prober::ProbeKind::Startup));
                     st.started = Some(started);
-                    st.ready = started && view.and_then(|v| v.ready).unwrap_or(true);
+                    st.ready = started
+                        && view
+                            .and_then(|v| v.ready)
+                            .unwrap_or_else(|| no_probe(crate::prober::ProbeKind::Readiness));
                     // A dead container that will be restarted shows Waiting with the reason,
                     // and the dead one moves to lastState (kubelet: CrashLoopBackOff).
                     if l.state != ContainerState::Running {
@@ -495,5 +509,107 @@ pub fn qos_class(pod: &Pod) -> String {
         "Guaranteed".into()
     } else {
         "Burstable".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::Container;
+    use crate::prober::ProbeView;
+    use crate::sync::state::{ObservedContainer, ObservedSandbox};
+
+    fn running(id: &str) -> ObservedContainer {
+        ObservedContainer {
+            id: id.into(),
+            sandbox_id: "sb".into(),
+            name: "c".into(),
+            restart_count: 0,
+            hash: String::new(),
+            kind: "regular".into(),
+            state: ContainerState::Running,
+            created_at: 1,
+            started_at: 1,
+            finished_at: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            image: String::new(),
+            image_ref: String::new(),
+            log_path: String::new(),
+        }
+    }
+
+    fn status_of(c: Container, probes: BTreeMap<String, ProbeView>) -> ContainerStatus {
+        let mut pod = Pod::default();
+        pod.spec.restart_policy = "Always".into();
+        pod.spec.containers = vec![c];
+        let state = PodRuntimeState {
+            sandboxes: vec![ObservedSandbox {
+                id: "sb".into(),
+                attempt: 0,
+                ready: true,
+                created_at: 1,
+                ip: "10.0.0.2".into(),
+                additional_ips: vec![],
+            }],
+            containers: vec![running("new")],
+        };
+        let inputs = StatusInputs {
+            probes,
+            ..Default::default()
+        };
+        compute(&pod, &state, &inputs, None).container_statuses[0].clone()
+    }
+
+    #[test]
+    fn probed_container_without_a_result_is_neither_started_nor_ready() {
+        // The kubelet has a probe worker from the moment the pod is added: until the first
+        // success a container with a readiness (startup) probe is not ready (started). Only a
+        // container without the probe defaults to ready (started) once running.
+        let plain = Container {
+            name: "c".into(),
+            ..Default::default()
+        };
+        let st = status_of(plain.clone(), BTreeMap::new());
+        assert_eq!((st.started, st.ready), (Some(true), true));
+
+        let mut with_readiness = plain.clone();
+        with_readiness.extra.insert(
+            "readinessProbe".into(),
+            serde_json::json!({"exec": {"command": ["true"]}}),
+        );
+        let st = status_of(with_readiness.clone(), BTreeMap::new());
+        assert_eq!((st.started, st.ready), (Some(true), false));
+
+        let mut with_startup = plain.clone();
+        with_startup.extra.insert(
+            "startupProbe".into(),
+            serde_json::json!({"exec": {"command": ["true"]}}),
+        );
+        let st = status_of(with_startup, BTreeMap::new());
+        assert_eq!((st.started, st.ready), (Some(false), false));
+
+        // Results about an older container of the same name do not carry over.
+        let old = ProbeView {
+            container_id: "old".into(),
+            ready: Some(true),
+            ..Default::default()
+        };
+        let st = status_of(
+            with_readiness.clone(),
+            BTreeMap::from([("c".to_string(), old)]),
+        );
+        assert!(
+            !st.ready,
+            "a restarted container is not ready on the old one's result"
+        );
+        let current = ProbeView {
+            container_id: "new".into(),
+            ready: Some(true),
+            ..Default::default()
+        };
+        let st = status_of(with_readiness, BTreeMap::from([("c".to_string(), current)]));
+        assert!(st.ready);
     }
 }

@@ -1097,7 +1097,9 @@ pub fn log_tail(path: &std::path::Path, lines: usize, max: usize) -> String {
     }
     let all: Vec<&str> = out.lines().collect();
     let mut tail = all[all.len().saturating_sub(lines)..].join("\n");
-    if !tail.is_empty() {
+    // A last line written without a newline (`echo -n DONE; exit 1`) stays without one, as
+    // the kubelet's log reader returns it.
+    if !tail.is_empty() && out.ends_with('\n') {
         tail.push('\n');
     }
     if tail.len() > max {
@@ -1136,5 +1138,10 @@ mod tests {
         assert_eq!(lines[79], "part-end");
         assert_eq!(log_tail(&f, 80, 12), "99\npart-end\n");
         assert!(log_tail(&dir.path().join("missing"), 80, 2048).is_empty());
+        // A partial last line (no newline written) is returned without one.
+        std::fs::write(&f, "2026-11-22T00:00:00.1Z stdout P DONE\n").expect("write");
+        assert_eq!(log_tail(&f, 80, 2048), "DONE");
+        std::fs::write(&f, "2026-11-22T00:00:00.1Z stdout F DONE\n").expect("write");
+        assert_eq!(log_tail(&f, 80, 2048), "DONE\n");
     }
 }

@@ -1,0 +1,865 @@
+//! Black-box tests of probes, lifecycle hooks, termination messages and init-container status:
+//! the real `nanolet` binary on a real containerd, one of each per test.
+//!
+//! The scenarios are the kubelet's node e2e suites (test/e2e/common/node/container_probe.go,
+//! runtime.go, init_container.go, lifecycle_hook.go in kubernetes/kubernetes), with periods of
+//! one second instead of ten and shorter delays so that each test stays well under a minute; the
+//! assertions are the kubelet's. Servers for HTTP and TCP probes are busybox processes inside the
+//! test containers.
+//!
+//! Every condition is polled. Where a test asserts that something does *not* happen, it first
+//! waits for a positive sign that the probes in question ran (a logged probe failure, Ready,
+//! or a sibling pod on the same nanolet being restarted), then watches for several periods.
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use common::Containerd;
+use common::agent::{NODE, Nanolet};
+use nanolet::timeutil::parse_rfc3339;
+use serde_json::Value;
+
+/// How long a positive condition may take (image is local; restarts are immediate or 10 s).
+const WAIT: Duration = Duration::from_secs(40);
+/// Poll interval: gentle on a 2-core machine running several containerds at once.
+const POLL: Duration = Duration::from_millis(150);
+
+fn pod_yaml(name: &str, body: &str) -> String {
+    format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n{body}")
+}
+
+fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+fn status<'a>(p: &'a Value, list: &str, name: &str) -> &'a Value {
+    p["status"][list]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+/// The status of regular container `name`.
+fn cs<'a>(p: &'a Value, name: &str) -> &'a Value {
+    status(p, "containerStatuses", name)
+}
+
+fn condition<'a>(p: &'a Value, t: &str) -> &'a Value {
+    p["status"]["conditions"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["type"] == t))
+        .unwrap_or(&Value::Null)
+}
+
+fn restarts(p: &Value, c: &str) -> i64 {
+    cs(p, c)["restartCount"].as_i64().unwrap_or(-1)
+}
+
+fn running(p: &Value, c: &str) -> bool {
+    p["status"]["phase"] == "Running" && cs(p, c)["state"]["running"].is_object()
+}
+
+fn time_of(v: &Value) -> Instant2 {
+    let s = v.as_str().unwrap_or_else(|| panic!("not a timestamp: {v}"));
+    Instant2(parse_rfc3339(s).unwrap_or_else(|| panic!("bad timestamp {s}")))
+}
+
+/// A wall-clock time from the pod status, for differences in whole seconds.
+struct Instant2(std::time::SystemTime);
+
+impl Instant2 {
+    fn secs_since(&self, earlier: &Instant2) -> f64 {
+        match self.0.duration_since(earlier.0) {
+            Ok(d) => d.as_secs_f64(),
+            Err(e) => -e.duration().as_secs_f64(),
+        }
+    }
+}
+
+fn wait_pod(n: &Nanolet, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    poll(WAIT, || n.pod(name).filter(|p| f(p))).unwrap_or_else(|| {
+        panic!(
+            "pod {name}: timed out waiting for {what}; now: {:#}\nnanolet log:\n{}",
+            n.pod(name).unwrap_or(Value::Null),
+            n.log_tail()
+        )
+    })
+}
+
+fn wait_restarted(n: &Nanolet, name: &str) -> Value {
+    wait_pod(n, name, "restartCount >= 1", |p| restarts(p, "c") >= 1)
+}
+
+/// Watch pod `name` for `d`: `check` must hold on every observation.
+fn observe(n: &Nanolet, name: &str, d: Duration, check: impl Fn(&Value) -> Result<(), String>) {
+    let end = Instant::now() + d;
+    let mut seen = 0;
+    while Instant::now() < end {
+        if let Some(p) = n.pod(name) {
+            seen += 1;
+            if let Err(e) = check(&p) {
+                panic!(
+                    "pod {name}: {e}; status: {:#}\nnanolet log:\n{}",
+                    p["status"],
+                    n.log_tail()
+                );
+            }
+        }
+        std::thread::sleep(POLL);
+    }
+    assert!(seen > 0, "pod {name} was never listed while observing");
+}
+
+/// nanolet's own log has a line naming both `pod` and `needle` (a probe failure, for instance).
+fn wait_logged(n: &Nanolet, pod: &str, needle: &str) {
+    let full = format!("{pod}-{}", NODE.to_lowercase());
+    poll(WAIT, || {
+        fs::read_to_string(&n.log)
+            .ok()
+            .filter(|s| s.lines().any(|l| l.contains(&full) && l.contains(needle)))
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "nanolet never logged {needle:?} for {full}:\n{}",
+            n.log_tail()
+        )
+    });
+}
+
+fn never_restarted(p: &Value) -> Result<(), String> {
+    if restarts(p, "c") != 0 {
+        return Err(format!("restarted: restartCount {}", restarts(p, "c")));
+    }
+    if !running(p, "c") {
+        return Err("container not running".into());
+    }
+    Ok(())
+}
+
+/// The first container was killed by the probe (SIGKILL: these containers ignore SIGTERM, as
+/// a shell or sleep as PID 1 does) and it ran at least `min_secs` before.
+fn assert_killed_after(p: &Value, min_secs: f64) {
+    let last = &cs(p, "c")["lastState"]["terminated"];
+    assert!(last.is_object(), "lastState.terminated: {:#}", p["status"]);
+    assert_eq!(last["exitCode"], 137, "killed: {last}");
+    let ran = time_of(&last["finishedAt"]).secs_since(&time_of(&last["startedAt"]));
+    assert!(
+        ran >= min_secs,
+        "the container was killed after {ran}s, before its probe could fail ({min_secs}s): {last}"
+    );
+}
+
+// --- readiness -------------------------------------------------------------------------------
+
+#[test]
+fn readiness_initial_delay_failure_and_timeout() {
+    // container_probe.go: "with readiness probe should not be ready before initial delay and
+    // never restart", "with readiness probe that fails should never be ready and never
+    // restart", "should not be ready with an exec readiness probe timeout".
+    // Kubelet rules: readiness counts as failure before initialDelaySeconds; readiness failure
+    // only makes the pod unready (ContainersNotReady, `containers with unready status: [c]`),
+    // it never restarts; an exec probe that exceeds timeoutSeconds fails.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let pod = |name: &str, probe: &str| {
+        pod_yaml(
+            name,
+            &format!(
+                "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '600']\n    readinessProbe:\n{probe}"
+            ),
+        )
+    };
+    n.write(
+        "delay.yaml",
+        &pod(
+            "ready-delay",
+            "      exec:\n        command: ['true']\n      initialDelaySeconds: 5\n      periodSeconds: 1\n",
+        ),
+    );
+    n.write(
+        "fail.yaml",
+        &pod(
+            "ready-fail",
+            "      exec:\n        command: ['false']\n      periodSeconds: 1\n",
+        ),
+    );
+    n.write(
+        "timeout.yaml",
+        &pod(
+            "ready-timeout",
+            "      exec:\n        command: [sh, -c, 'sleep 10']\n      timeoutSeconds: 1\n      failureThreshold: 1\n      periodSeconds: 1\n",
+        ),
+    );
+
+    // Running, but not ready during the initial delay.
+    let p = wait_pod(&n, "ready-delay", "running", |p| running(p, "c"));
+    let started = time_of(&cs(&p, "c")["state"]["running"]["startedAt"]);
+    assert_eq!(
+        cs(&p, "c")["ready"],
+        false,
+        "ready before the initial delay"
+    );
+    for t in ["Ready", "ContainersReady"] {
+        let c = condition(&p, t);
+        assert_eq!(c["status"], "False", "{t}: {c}");
+        assert_eq!(c["reason"], "ContainersNotReady", "{t}: {c}");
+        assert_eq!(
+            c["message"], "containers with unready status: [c]",
+            "{t}: {c}"
+        );
+    }
+    let p = wait_pod(&n, "ready-delay", "Ready", |p| {
+        condition(p, "Ready")["status"] == "True"
+    });
+    assert_eq!(cs(&p, "c")["ready"], true);
+    assert_eq!(condition(&p, "ContainersReady")["status"], "True");
+    let ready_at = time_of(&condition(&p, "Ready")["lastTransitionTime"]);
+    let after = ready_at.secs_since(&started);
+    assert!(
+        after >= 5.0,
+        "pod became ready {after}s after the container started, before its 5s initial delay"
+    );
+    assert_eq!(restarts(&p, "c"), 0);
+
+    // Failing and timing-out readiness probes: probed (and failing), never ready, never
+    // restarted.
+    wait_logged(&n, "ready-fail", "Readiness probe failed");
+    wait_logged(&n, "ready-timeout", "timed out");
+    for name in ["ready-fail", "ready-timeout"] {
+        observe(&n, name, Duration::from_secs(5), |p| {
+            never_restarted(p)?;
+            if cs(p, "c")["ready"] != false || condition(p, "Ready")["status"] != "False" {
+                return Err("ready".into());
+            }
+            if condition(p, "Ready")["reason"] != "ContainersNotReady" {
+                return Err("Ready reason".into());
+            }
+            Ok(())
+        });
+    }
+    // Still ready, still not restarted.
+    let p = n.pod("ready-delay").expect("ready-delay listed");
+    assert_eq!(condition(&p, "Ready")["status"], "True");
+    assert_eq!(restarts(&p, "c"), 0);
+}
+
+// --- liveness: exec --------------------------------------------------------------------------
+
+#[test]
+fn exec_liveness_restarts_on_failure_and_on_timeout_only() {
+    // container_probe.go: "should be restarted with a exec "cat /tmp/health" liveness probe",
+    // "should *not* be restarted with a exec "cat /tmp/health" liveness probe", "should be
+    // restarted with an exec liveness probe with timeout".
+    // Kubelet rules: failureThreshold liveness failures in a row kill the container and
+    // restartPolicy (Always) restarts it; an exec probe exceeding timeoutSeconds is a failure
+    // (ExecProbeTimeout); a passing liveness probe never restarts.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let pod = |name: &str, cmd: &str, probe: &str| {
+        pod_yaml(
+            name,
+            &format!(
+                "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, '{cmd}']\n    livenessProbe:\n      exec:\n        command: {probe}\n      initialDelaySeconds: 1\n      periodSeconds: 1\n      failureThreshold: 1\n"
+            ),
+        )
+    };
+    n.write(
+        "restart.yaml",
+        &pod(
+            "live-exec",
+            "echo ok >/tmp/health; sleep 4; rm -f /tmp/health; sleep 600",
+            "[cat, /tmp/health]\n      timeoutSeconds: 5",
+        ),
+    );
+    n.write(
+        "ok.yaml",
+        &pod(
+            "live-exec-ok",
+            "echo ok >/tmp/health; sleep 600",
+            "[cat, /tmp/health]\n      timeoutSeconds: 5",
+        ),
+    );
+    n.write(
+        "timeout.yaml",
+        &pod(
+            "live-exec-timeout",
+            "sleep 600",
+            "[sh, -c, 'sleep 10']\n      timeoutSeconds: 1",
+        ),
+    );
+
+    let p = wait_restarted(&n, "live-exec");
+    // Not killed while the file was there (4 s), killed once it was gone.
+    assert_killed_after(&p, 4.0);
+    let p = wait_pod(&n, "live-exec", "the new container running", |p| {
+        running(p, "c")
+    });
+    assert!(restarts(&p, "c") >= 1);
+    wait_logged(&n, "live-exec", "Liveness probe failed");
+
+    let p = wait_restarted(&n, "live-exec-timeout");
+    assert_eq!(cs(&p, "c")["lastState"]["terminated"]["exitCode"], 137);
+    wait_logged(&n, "live-exec-timeout", "timed out");
+
+    // The same probe on a container whose file stays: never restarted, for several periods
+    // (its sibling shows the prober kills failing containers).
+    let p = wait_pod(&n, "live-exec-ok", "running", |p| running(p, "c"));
+    let started = time_of(&cs(&p, "c")["state"]["running"]["startedAt"]);
+    observe(&n, "live-exec-ok", Duration::from_secs(5), never_restarted);
+    let now = Instant2(std::time::SystemTime::now());
+    assert!(
+        now.secs_since(&started) >= 6.0,
+        "observed at least 5 probe periods after the initial delay"
+    );
+}
+
+// --- liveness: HTTP and TCP ------------------------------------------------------------------
+
+/// Serves /cgi-bin/healthz on :8080: 200 while /tmp/healthy exists, then 500.
+const CGI_SERVER: &str = r#"      mkdir -p /www/cgi-bin
+      cat > /www/cgi-bin/healthz <<'EOF'
+      #!/bin/sh
+      if [ -f /tmp/healthy ]; then
+        printf 'Content-Type: text/plain\r\n\r\nok\n'
+      else
+        printf 'Status: 500 Internal Server Error\r\nContent-Type: text/plain\r\n\r\nbroken\n'
+      fi
+      EOF
+      chmod +x /www/cgi-bin/healthz
+      touch /tmp/healthy
+"#;
+
+#[test]
+fn http_and_tcp_liveness() {
+    // container_probe.go: "should be restarted with a /healthz http liveness probe" (a server
+    // that starts returning 500), "should *not* be restarted with a /healthz http liveness
+    // probe", "should *not* be restarted with a tcp:8080 liveness probe", and a TCP liveness
+    // probe on a closed port.
+    // Kubelet rules: httpGet succeeds for 200 <= status < 400 and fails otherwise
+    // (`HTTP probe failed with statuscode: 500`); tcpSocket succeeds when the connect does;
+    // named ports resolve against the container's ports.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let pod = |name: &str, script: &str, probes: &str| {
+        pod_yaml(
+            name,
+            &format!(
+                "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c]\n    args:\n    - |\n{CGI_SERVER}{script}    ports:\n    - name: http\n      containerPort: 8080\n{probes}"
+            ),
+        )
+    };
+    let probe = |kind: &str, handler: &str| {
+        format!(
+            "    {kind}:\n{handler}      initialDelaySeconds: 1\n      periodSeconds: 1\n      failureThreshold: 1\n"
+        )
+    };
+    let http = "      httpGet:\n        path: /cgi-bin/healthz\n        port: http\n";
+    let tcp = |port: u16| format!("      tcpSocket:\n        port: {port}\n");
+    n.write(
+        "http-breaks.yaml",
+        &pod(
+            "http-breaks",
+            "      httpd -p 8080 -h /www\n      sleep 4\n      rm -f /tmp/healthy\n      exec sleep 600\n",
+            &probe("livenessProbe", http),
+        ),
+    );
+    n.write(
+        "http-ok.yaml",
+        &pod(
+            "http-ok",
+            "      exec httpd -f -p 8080 -h /www\n",
+            &(probe("livenessProbe", http) + &probe("readinessProbe", http)),
+        ),
+    );
+    n.write(
+        "tcp-open.yaml",
+        &pod(
+            "tcp-open",
+            "      exec httpd -f -p 8080 -h /www\n",
+            &(probe("livenessProbe", &tcp(8080)) + &probe("readinessProbe", &tcp(8080))),
+        ),
+    );
+    n.write(
+        "tcp-closed.yaml",
+        &pod(
+            "tcp-closed",
+            "      exec httpd -f -p 8080 -h /www\n",
+            &probe("livenessProbe", &tcp(8081)),
+        ),
+    );
+
+    let p = wait_restarted(&n, "http-breaks");
+    assert_killed_after(&p, 4.0);
+    wait_logged(&n, "http-breaks", "HTTP probe failed with statuscode: 500");
+
+    let p = wait_restarted(&n, "tcp-closed");
+    assert!(
+        cs(&p, "c")["lastState"]["terminated"].is_object(),
+        "{:#}",
+        p["status"]
+    );
+
+    // Healthy servers: HTTP and TCP readiness pass (so those probes run and reach the
+    // server), and liveness on the same endpoint never restarts.
+    for name in ["http-ok", "tcp-open"] {
+        wait_pod(&n, name, "Ready", |p| {
+            condition(p, "Ready")["status"] == "True"
+        });
+        observe(&n, name, Duration::from_secs(5), |p| {
+            never_restarted(p)?;
+            if condition(p, "Ready")["status"] != "True" {
+                return Err("became unready".into());
+            }
+            Ok(())
+        });
+    }
+}
+
+// --- startup probes --------------------------------------------------------------------------
+
+#[test]
+fn startup_probe_gates_liveness_and_readiness() {
+    // container_probe.go: "should be restarted startup probe fails", "should *not* be
+    // restarted by liveness probe because startup probe delays it", "should be restarted by
+    // liveness probe after startup probe enables it", "should be ready immediately after
+    // startupProbe succeeds".
+    // Kubelet rules: a failing startup probe kills the container (restartPolicy applies);
+    // liveness and readiness do not run until the startup probe succeeded; `started` is false
+    // until then and the container cannot be ready before it is started.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let exec = |kind: &str, cmd: &str, threshold: u32| {
+        format!(
+            "    {kind}:\n      exec:\n        command: {cmd}\n      periodSeconds: 1\n      failureThreshold: {threshold}\n"
+        )
+    };
+    let pod = |name: &str, cmd: &str, probes: &str| {
+        pod_yaml(
+            name,
+            &format!(
+                "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, '{cmd}']\n{probes}"
+            ),
+        )
+    };
+    n.write(
+        "su-fails.yaml",
+        &pod(
+            "su-fails",
+            "exec sleep 600",
+            &(exec("startupProbe", "['false']", 3) + &exec("livenessProbe", "['true']", 1)),
+        ),
+    );
+    n.write(
+        "su-delays.yaml",
+        &pod(
+            "su-delays",
+            "exec sleep 600",
+            &(exec("startupProbe", "['false']", 60) + &exec("livenessProbe", "['false']", 1)),
+        ),
+    );
+    n.write(
+        "su-enables.yaml",
+        &pod(
+            "su-enables",
+            "sleep 4; echo ok >/tmp/startup; exec sleep 600",
+            &(exec("startupProbe", "[cat, /tmp/startup]", 60)
+                + &exec("livenessProbe", "['false']", 1)),
+        ),
+    );
+    n.write(
+        "su-ready.yaml",
+        &pod(
+            "su-ready",
+            "sleep 4; echo ok >/tmp/startup; exec sleep 600",
+            &(exec("startupProbe", "[cat, /tmp/startup]", 60)
+                + &exec("readinessProbe", "['true']", 1)),
+        ),
+    );
+
+    // Ready only after started; started only after the file appears (4 s).
+    let p = wait_pod(&n, "su-ready", "running", |p| running(p, "c"));
+    assert_eq!(
+        cs(&p, "c")["started"],
+        false,
+        "started before startup probe"
+    );
+    assert_eq!(cs(&p, "c")["ready"], false);
+    let started_at = time_of(&cs(&p, "c")["state"]["running"]["startedAt"]);
+    let deadline = Instant::now() + WAIT;
+    let p = loop {
+        let p = n.pod("su-ready").expect("su-ready listed");
+        let c = cs(&p, "c");
+        assert!(
+            c["started"] == true || c["ready"] == false,
+            "ready before started: {c}"
+        );
+        if c["ready"] == true {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never ready: {:#}\n{}",
+            p["status"],
+            n.log_tail()
+        );
+        std::thread::sleep(POLL);
+    };
+    assert_eq!(condition(&p, "Ready")["status"], "True");
+    let ready_after =
+        time_of(&condition(&p, "Ready")["lastTransitionTime"]).secs_since(&started_at);
+    assert!(
+        ready_after >= 4.0,
+        "ready {ready_after}s after start, before the startup probe could succeed (4s)"
+    );
+    assert_eq!(restarts(&p, "c"), 0);
+
+    let p = wait_restarted(&n, "su-fails");
+    assert_eq!(cs(&p, "c")["lastState"]["terminated"]["exitCode"], 137);
+    wait_logged(&n, "su-fails", "Startup probe failed");
+
+    // Liveness fails at once after startup succeeded (4 s), not before.
+    let p = wait_restarted(&n, "su-enables");
+    assert_killed_after(&p, 4.0);
+
+    // Startup keeps failing (threshold 60): the always-failing liveness probe never runs.
+    wait_logged(&n, "su-delays", "Startup probe failed");
+    observe(&n, "su-delays", Duration::from_secs(6), |p| {
+        never_restarted(p)?;
+        if cs(p, "c")["started"] != false || cs(p, "c")["ready"] != false {
+            return Err("started or ready while the startup probe fails".into());
+        }
+        Ok(())
+    });
+    let log = fs::read_to_string(&n.log).unwrap_or_default();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("su-delays") && l.contains("Liveness probe failed")),
+        "liveness ran before the startup probe succeeded:\n{}",
+        n.log_tail()
+    );
+}
+
+// --- probe-level terminationGracePeriodSeconds -----------------------------------------------
+
+#[test]
+fn probe_termination_grace_period_overrides_the_pods() {
+    // container_probe.go: "should override timeoutGracePeriodSeconds when LivenessProbe field
+    // is set" and "... when StartupProbe field is set".
+    // Kubelet rule: a liveness or startup kill uses the probe's terminationGracePeriodSeconds
+    // instead of the pod's. The containers ignore SIGTERM (sleep as PID 1) and the pod allows
+    // 600 s, so only the probe's 1 s lets them be replaced quickly.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    for kind in ["livenessProbe", "startupProbe"] {
+        let name = format!("grace-{}", kind.trim_end_matches("Probe").to_lowercase());
+        n.write(
+            &format!("{name}.yaml"),
+            &pod_yaml(
+                &name,
+                &format!(
+                    "spec:\n  terminationGracePeriodSeconds: 600\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '600']\n    {kind}:\n      exec:\n        command: ['false']\n      initialDelaySeconds: 1\n      periodSeconds: 1\n      failureThreshold: 1\n      terminationGracePeriodSeconds: 1\n"
+                ),
+            ),
+        );
+    }
+    for name in ["grace-liveness", "grace-startup"] {
+        let p = wait_pod(&n, name, "running", |p| running(p, "c"));
+        let started = time_of(&cs(&p, "c")["state"]["running"]["startedAt"]);
+        let p = wait_restarted(&n, name);
+        let last = &cs(&p, "c")["lastState"]["terminated"];
+        assert_eq!(
+            last["exitCode"], 137,
+            "SIGKILL after the probe's grace: {last}"
+        );
+        let killed_after = time_of(&last["finishedAt"]).secs_since(&started);
+        // initial delay 1 s + a probe + 1 s grace (+ the kubelet-style 2 s minimum would
+        // still be far below the pod's 600 s).
+        assert!(
+            killed_after < 15.0,
+            "{name}: killed {killed_after}s after start: the pod's grace period was used"
+        );
+    }
+}
+
+// --- termination messages --------------------------------------------------------------------
+
+#[test]
+fn termination_messages() {
+    // runtime.go: "should report termination message if TerminationMessagePath is set",
+    // "... from log output if TerminationMessagePolicy FallbackToLogsOnError is set",
+    // "... as empty when pod succeeds and TerminationMessagePolicy FallbackToLogsOnError is
+    // set", "... from file when pod succeeds and TerminationMessagePolicy
+    // FallbackToLogsOnError is set".
+    // Kubelet rules: the file at terminationMessagePath (default /dev/termination-log) becomes
+    // state.terminated.message; FallbackToLogsOnError uses the log tail only when the file is
+    // empty and the container failed.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let pod = |name: &str, cmd: &str, extra: &str| {
+        pod_yaml(
+            name,
+            &format!(
+                "spec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, '{cmd}']\n{extra}"
+            ),
+        )
+    };
+    let fallback = "    terminationMessagePolicy: FallbackToLogsOnError\n";
+    let cases = [
+        (
+            "tm-default",
+            "echo -n DONE > /dev/termination-log",
+            String::new(),
+            "Succeeded",
+            "DONE",
+        ),
+        (
+            "tm-custom",
+            "echo -n DONE > /dev/termination-custom-log",
+            "    terminationMessagePath: /dev/termination-custom-log\n".to_string(),
+            "Succeeded",
+            "DONE",
+        ),
+        (
+            "tm-fallback-fail",
+            "echo -n DONE; exit 1",
+            fallback.to_string(),
+            "Failed",
+            "DONE",
+        ),
+        (
+            "tm-fallback-ok",
+            "echo -n OK",
+            fallback.to_string(),
+            "Succeeded",
+            "",
+        ),
+        (
+            "tm-fallback-file",
+            "echo -n OK > /dev/termination-log",
+            fallback.to_string(),
+            "Succeeded",
+            "OK",
+        ),
+        (
+            "tm-file-wins",
+            "echo -n FILE > /dev/termination-log; echo LOG; exit 2",
+            fallback.to_string(),
+            "Failed",
+            "FILE",
+        ),
+    ];
+    for (name, cmd, extra, _, _) in &cases {
+        n.write(&format!("{name}.yaml"), &pod(name, cmd, extra));
+    }
+    for (name, _, _, phase, message) in &cases {
+        let p = wait_pod(&n, name, phase, |p| p["status"]["phase"] == *phase);
+        let t = &cs(&p, "c")["state"]["terminated"];
+        assert!(t.is_object(), "{name}: {:#}", p["status"]);
+        assert_eq!(
+            t["message"].as_str().unwrap_or_default(),
+            *message,
+            "{name}: {t}"
+        );
+    }
+}
+
+// --- lifecycle hooks -------------------------------------------------------------------------
+
+#[test]
+fn lifecycle_hooks_exec_and_http() {
+    // lifecycle_hook.go: "should execute poststart exec hook properly", "should execute
+    // prestop exec hook properly", "should execute poststart http hook properly", "should
+    // execute prestop http hook properly": each hook sends a request to a separate handler
+    // pod, whose log proves the hook ran.
+    // Kubelet rules: postStart runs right after the container started; preStop runs when the
+    // container is stopped (here: its static pod's manifest is removed), before SIGTERM.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let port = common::agent::free_port();
+    let paths = [
+        "poststart-exec",
+        "prestop-exec",
+        "poststart-http",
+        "prestop-http",
+    ];
+    n.write(
+        "handler.yaml",
+        &pod_yaml(
+            "handler",
+            &format!(
+                "spec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c]\n    args:\n    - |\n      mkdir -p /www\n      for f in {}; do echo ok > /www/$f; done\n      exec httpd -f -vv -p 127.0.0.1:{port} -h /www\n",
+                paths.join(" ")
+            ),
+        ),
+    );
+    let p = wait_pod(&n, "handler", "running", |p| running(p, "c"));
+    let uid = p["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    poll(WAIT, || {
+        ureq::get(&format!("http://127.0.0.1:{port}/poststart-exec"))
+            .call()
+            .ok()
+    })
+    .expect("handler pod serves");
+    let handler_log = n
+        .pod_logs()
+        .join(format!("default_handler-node1_{uid}/c/0.log"));
+
+    let target = |name: &str, hook: &str, handler: &str| {
+        pod_yaml(
+            name,
+            &format!(
+                "spec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '600']\n    lifecycle:\n      {hook}:\n{handler}"
+            ),
+        )
+    };
+    let exec = |path: &str| {
+        format!(
+            "        exec:\n          command: [wget, -q, -O-, 'http://127.0.0.1:{port}/{path}']\n"
+        )
+    };
+    let http = |path: &str| {
+        format!(
+            "        httpGet:\n          host: 127.0.0.1\n          port: {port}\n          path: /{path}\n"
+        )
+    };
+    n.write(
+        "poststart-exec.yaml",
+        &target("poststart-exec", "postStart", &exec("poststart-exec")),
+    );
+    n.write(
+        "poststart-http.yaml",
+        &target("poststart-http", "postStart", &http("poststart-http")),
+    );
+    n.write(
+        "prestop-exec.yaml",
+        &target("prestop-exec", "preStop", &exec("prestop-exec")),
+    );
+    n.write(
+        "prestop-http.yaml",
+        &target("prestop-http", "preStop", &http("prestop-http")),
+    );
+    let wait_request = |path: &str| {
+        let needle = format!("url:/{path}");
+        poll(WAIT, || {
+            fs::read_to_string(&handler_log)
+                .ok()
+                .filter(|s| s.contains(&needle))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the handler never saw {needle}; its log:\n{}\nnanolet log:\n{}",
+                fs::read_to_string(&handler_log).unwrap_or_default(),
+                n.log_tail()
+            )
+        });
+    };
+    for name in [
+        "poststart-exec",
+        "poststart-http",
+        "prestop-exec",
+        "prestop-http",
+    ] {
+        let p = wait_pod(&n, name, "running", |p| running(p, "c"));
+        assert_eq!(restarts(&p, "c"), 0, "{name}: a failed postStart kills");
+    }
+    wait_request("poststart-exec");
+    wait_request("poststart-http");
+    let log = fs::read_to_string(&handler_log).unwrap_or_default();
+    assert!(
+        !log.contains("url:/prestop"),
+        "preStop ran while the pods were running:\n{log}"
+    );
+
+    n.remove("prestop-exec.yaml");
+    n.remove("prestop-http.yaml");
+    wait_request("prestop-exec");
+    wait_request("prestop-http");
+    for name in ["prestop-exec", "prestop-http"] {
+        poll(WAIT, || n.pod(name).is_none().then_some(()))
+            .unwrap_or_else(|| panic!("{name} never finished terminating:\n{}", n.log_tail()));
+    }
+}
+
+// --- init containers -------------------------------------------------------------------------
+
+#[test]
+fn failing_init_container_with_restart_always_keeps_the_pod_pending() {
+    // init_container.go: "should not start app containers if init containers fail on a
+    // RestartAlways pod".
+    // Kubelet rules: with restartPolicy Always a failed init container is retried (with crash
+    // backoff) and the pod stays Pending with Initialized False (ContainersNotInitialized,
+    // `containers with incomplete status: [init1 init2]`); later init containers and the app
+    // container never start; restart counts never decrease.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "init.yaml",
+        &pod_yaml(
+            "init-fail",
+            "spec:\n  restartPolicy: Always\n  terminationGracePeriodSeconds: 1\n  initContainers:\n  - name: init1\n    image: localhost/busybox:1.36\n    command: ['false']\n  - name: init2\n    image: localhost/busybox:1.36\n    command: ['true']\n  containers:\n  - name: run1\n    image: localhost/busybox:1.36\n    command: [sleep, '600']\n",
+        ),
+    );
+    let mut last = 0;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let Some(p) = n.pod("init-fail") else {
+            std::thread::sleep(POLL);
+            continue;
+        };
+        let init1 = status(&p, "initContainerStatuses", "init1");
+        let count = init1["restartCount"].as_i64().unwrap_or(0);
+        assert!(count >= last, "restartCount decreased: {last} -> {count}");
+        last = count;
+        assert_eq!(p["status"]["phase"], "Pending", "{:#}", p["status"]);
+        let init2 = status(&p, "initContainerStatuses", "init2");
+        assert!(
+            !init2["state"]["running"].is_object() && !init2["state"]["terminated"].is_object(),
+            "init2 started after init1 failed: {init2}"
+        );
+        let run1 = cs(&p, "run1");
+        assert!(
+            run1["state"]["waiting"].is_object(),
+            "run1 must wait: {run1}"
+        );
+        assert_eq!(run1["state"]["waiting"]["reason"], "PodInitializing");
+        let c = condition(&p, "Initialized");
+        if c.is_object() {
+            assert_eq!(c["status"], "False", "{c}");
+            assert_eq!(c["reason"], "ContainersNotInitialized", "{c}");
+            assert_eq!(
+                c["message"], "containers with incomplete status: [init1 init2]",
+                "{c}"
+            );
+        }
+        if count >= 2 {
+            assert!(
+                init1["lastState"]["terminated"].is_object(),
+                "init1 lastState: {init1}"
+            );
+            assert_eq!(init1["lastState"]["terminated"]["exitCode"], 1);
+            assert!(c.is_object(), "no Initialized condition: {:#}", p["status"]);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "init1 not retried twice: {:#}\n{}",
+            p["status"],
+            n.log_tail()
+        );
+        std::thread::sleep(POLL);
+    }
+}
