@@ -2,7 +2,8 @@
 # Installs what nanolet's integration tests need to run a private containerd, if missing:
 # containerd (+ ctr), runc, the CNI plugins (bridge, host-local, portmap, loopback),
 # busybox-static (test images are built from it), iproute2, iptables (bridge/portmap),
-# mount (umount for tear-down), tar/gzip/coreutils (image build).
+# mount (umount for tear-down), tar/gzip/coreutils (image build), prometheus (only for
+# promtool: tests/api.rs checks /metrics with `promtool check metrics`).
 #
 # Idempotent and non-interactive; runs `apt-get update` only when something is missing.
 # Needs root (or sudo) when it has to install anything.
@@ -28,6 +29,7 @@ need mount have umount
 need tar have tar
 need gzip have gzip
 need coreutils have sha256sum
+need prometheus have promtool
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: everything present"

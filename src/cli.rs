@@ -1,1 +1,807 @@
-//! The `nanolet` CLI commands that talk to a running agent or work offline (being written).
+//! The client commands of the `nanolet` binary: `get pods`, `describe pod`, `logs` talk to a
+//! running agent's read-only port (the kubectl-compatible API of [`crate::kubeapi`]);
+//! `validate` works offline, exactly as `nanolet run` decodes, defaults and validates manifests.
+//!
+//! Output reads like kubectl's. Errors are returned as `anyhow` (this is the CLI edge); `main`
+//! prints them and exits 1.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use anyhow::{Context, anyhow, bail};
+use serde_json::Value;
+
+use crate::pod::naming::{DecodedDoc, decode_manifest, make_static_pod};
+use crate::source::SourceKind;
+
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:10255";
+
+pub const USAGE: &str = "Client commands (talk to a running `nanolet run` on its read-only port):
+  nanolet get pods [NAME] [-A] [-n NS] [-l SELECTOR] [-o wide|json|yaml|name]
+  nanolet describe pod NAME [-n NS]
+  nanolet logs NAME [-c CONTAINER] [-p|--previous] [--tail N] [-f|--follow] [--timestamps] [-n NS]
+  nanolet validate FILE...     offline: decode, default and validate manifests as `run` does
+Common flags: --server URL (default http://127.0.0.1:10255), --token-file FILE (bearer token
+for a read-only port started with --read-only-token-file).
+";
+
+/// Flags shared by the client commands, plus the positional arguments left.
+#[derive(Debug, Default)]
+struct Opts {
+    server: Option<String>,
+    token_file: Option<String>,
+    namespace: Option<String>,
+    all_namespaces: bool,
+    output: String,
+    selector: String,
+    container: String,
+    previous: bool,
+    follow: bool,
+    timestamps: bool,
+    tail: Option<i64>,
+    hostname: Option<String>,
+    positional: Vec<String>,
+}
+
+fn parse_opts(args: &[String]) -> anyhow::Result<Opts> {
+    let mut o = Opts::default();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with('-') => (f, Some(v.to_string())),
+            _ => (a, None),
+        };
+        let mut value = || -> anyhow::Result<String> {
+            if let Some(v) = &inline {
+                return Ok(v.clone());
+            }
+            i += 1;
+            args.get(i)
+                .cloned()
+                .ok_or_else(|| anyhow!("flag needs an argument: {flag}"))
+        };
+        match flag {
+            "--server" | "-s" => o.server = Some(value()?),
+            "--token-file" => o.token_file = Some(value()?),
+            "-n" | "--namespace" => o.namespace = Some(value()?),
+            "-A" | "--all-namespaces" => o.all_namespaces = true,
+            "-o" | "--output" => o.output = value()?,
+            "-l" | "--selector" => o.selector = value()?,
+            "-c" | "--container" => o.container = value()?,
+            "-p" | "--previous" => o.previous = true,
+            "-f" | "--follow" => o.follow = true,
+            "--timestamps" => o.timestamps = true,
+            "--tail" => {
+                let v = value()?;
+                o.tail = Some(
+                    v.parse()
+                        .map_err(|_| anyhow!("--tail: invalid number {v:?}"))?,
+                );
+            }
+            "--hostname-override" => o.hostname = Some(value()?),
+            "--" => {
+                o.positional.extend(args[i + 1..].iter().cloned());
+                break;
+            }
+            f if f.starts_with('-') && f.len() > 1 => bail!("unknown flag: {f}"),
+            _ => o.positional.push(a.to_string()),
+        }
+        i += 1;
+    }
+    Ok(o)
+}
+
+/// Dispatches `nanolet <command> args...` for the client commands. `Ok(None)` when `command`
+/// is not one of them.
+pub fn run(command: &str, args: &[String]) -> Option<anyhow::Result<()>> {
+    let r = match command {
+        "get" => parse_opts(args).and_then(|o| get(&o)),
+        "describe" => parse_opts(args).and_then(|o| describe(&o)),
+        "logs" | "log" => parse_opts(args).and_then(|o| logs(&o)),
+        "validate" => parse_opts(args).and_then(|o| validate(&o)),
+        _ => return None,
+    };
+    Some(r)
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+struct Client {
+    server: String,
+    token: Option<String>,
+}
+
+impl Client {
+    fn new(o: &Opts) -> anyhow::Result<Client> {
+        let server = o
+            .server
+            .clone()
+            .unwrap_or_else(|| DEFAULT_SERVER.to_string())
+            .trim_end_matches('/')
+            .to_string();
+        let token = match &o.token_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("reading the token file {p}"))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        Ok(Client { server, token })
+    }
+
+    /// GET `path`; returns the body reader for 2xx, an error with the server's Status message
+    /// otherwise, and a clear error when the agent cannot be reached.
+    fn get(
+        &self,
+        path: &str,
+        accept: &str,
+        streaming: bool,
+    ) -> anyhow::Result<Box<dyn Read + Send>> {
+        let url = format!("{}{path}", self.server);
+        let mut cfg = ureq::Agent::config_builder().http_status_as_error(false);
+        if !streaming {
+            cfg = cfg.timeout_global(Some(std::time::Duration::from_secs(60)));
+        } else {
+            cfg = cfg.timeout_connect(Some(std::time::Duration::from_secs(10)));
+        }
+        let agent = cfg.build().new_agent();
+        let mut req = agent.get(&url).header("Accept", accept);
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let resp = req.call().map_err(|e| {
+            anyhow!(
+                "cannot reach the nanolet agent at {}: {e}\n(is `nanolet run` running with its read-only port there? --server sets the address)",
+                self.server
+            )
+        })?;
+        let status = resp.status().as_u16();
+        let body = resp.into_body().into_reader();
+        if (200..300).contains(&status) {
+            return Ok(Box::new(body));
+        }
+        let mut text = String::new();
+        let _ = body.take(64 * 1024).read_to_string(&mut text);
+        let msg = match serde_json::from_str::<Value>(&text) {
+            Ok(v) if v["kind"] == "Status" => format!(
+                "Error from server ({}): {}",
+                v["reason"].as_str().unwrap_or("Unknown"),
+                v["message"].as_str().unwrap_or_default()
+            ),
+            _ if status == 401 => {
+                "Error from server (Unauthorized): the read-only port requires a bearer token (--token-file)".to_string()
+            }
+            _ => format!("Error from server (HTTP {status}): {}", text.trim()),
+        };
+        Err(anyhow!(msg))
+    }
+
+    fn get_json(&self, path: &str, table: bool) -> anyhow::Result<Value> {
+        let accept = if table {
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        } else {
+            "application/json"
+        };
+        let mut body = self.get(path, accept, false)?;
+        let mut text = String::new();
+        body.read_to_string(&mut text)
+            .with_context(|| format!("reading the answer to {path}"))?;
+        serde_json::from_str(&text).with_context(|| format!("decoding the answer to {path}"))
+    }
+}
+
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn namespace(o: &Opts) -> String {
+    o.namespace.clone().unwrap_or_else(|| "default".into())
+}
+
+// ---------------------------------------------------------------------------------------------
+// get
+
+/// Renders a meta.k8s.io Table like kubectl: upper-case headers, columns separated by three
+/// spaces, priority > 0 columns only with `wide`, a NAMESPACE column first with `namespaced`.
+pub fn render_table(t: &Value, wide: bool, namespaced: bool) -> String {
+    let empty = vec![];
+    let cols = t["columnDefinitions"].as_array().unwrap_or(&empty);
+    let keep: Vec<usize> = cols
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| wide || c["priority"].as_i64().unwrap_or(0) == 0)
+        .map(|(i, _)| i)
+        .collect();
+    let mut grid: Vec<Vec<String>> = vec![];
+    let mut header: Vec<String> = vec![];
+    if namespaced {
+        header.push("NAMESPACE".into());
+    }
+    header.extend(
+        keep.iter()
+            .map(|i| cols[*i]["name"].as_str().unwrap_or_default().to_uppercase()),
+    );
+    grid.push(header);
+    for row in t["rows"].as_array().unwrap_or(&empty) {
+        let mut line = vec![];
+        if namespaced {
+            line.push(
+                row["object"]["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+        }
+        for i in &keep {
+            let cell = &row["cells"][*i];
+            line.push(match cell {
+                Value::String(s) => s.clone(),
+                Value::Null => "<none>".into(),
+                other => other.to_string(),
+            });
+        }
+        grid.push(line);
+    }
+    let ncols = grid[0].len();
+    let widths: Vec<usize> = (0..ncols)
+        .map(|c| {
+            grid.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in &grid {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 == ncols {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}   ", w = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn get(o: &Opts) -> anyhow::Result<()> {
+    let (kind, name) = match o.positional.as_slice() {
+        [k] => (k.as_str(), None),
+        [k, n] => (k.as_str(), Some(n.as_str())),
+        [] => bail!("usage: nanolet get pods [NAME] [-A] [-o wide|json|yaml|name]"),
+        _ => bail!("nanolet get takes one resource type and at most one name"),
+    };
+    if !matches!(kind, "pods" | "pod" | "po") {
+        bail!(
+            "nanolet get supports only pods (for nodes and events use kubectl --server {DEFAULT_SERVER})"
+        );
+    }
+    let client = Client::new(o)?;
+    let ns = namespace(o);
+    let mut path = match (name, o.all_namespaces) {
+        (Some(n), _) => format!("/api/v1/namespaces/{}/pods/{}", encode(&ns), encode(n)),
+        (None, true) => "/api/v1/pods".to_string(),
+        (None, false) => format!("/api/v1/namespaces/{}/pods", encode(&ns)),
+    };
+    if !o.selector.is_empty() {
+        path.push_str(&format!("?labelSelector={}", encode(&o.selector)));
+    }
+    let mut stdout = std::io::stdout().lock();
+    match o.output.as_str() {
+        "" | "wide" => {
+            let t = client.get_json(&path, true)?;
+            if t["rows"].as_array().is_none_or(|r| r.is_empty()) {
+                eprintln!(
+                    "No resources found{}.",
+                    if o.all_namespaces {
+                        String::new()
+                    } else {
+                        format!(" in {ns} namespace")
+                    }
+                );
+                return Ok(());
+            }
+            let namespaced = o.all_namespaces && name.is_none();
+            write!(
+                stdout,
+                "{}",
+                render_table(&t, o.output == "wide", namespaced)
+            )?;
+        }
+        "json" => {
+            let v = client.get_json(&path, false)?;
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&v)?)?;
+        }
+        "yaml" => {
+            let v = client.get_json(&path, false)?;
+            write!(stdout, "{}", serde_yaml::to_string(&v)?)?;
+        }
+        "name" => {
+            let v = client.get_json(&path, false)?;
+            let items = match v["items"].as_array() {
+                Some(a) => a.clone(),
+                None => vec![v.clone()],
+            };
+            for p in items {
+                writeln!(
+                    stdout,
+                    "pod/{}",
+                    p["metadata"]["name"].as_str().unwrap_or_default()
+                )?;
+            }
+        }
+        other => bail!("unknown output format {other:?} (wide, json, yaml, name)"),
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// describe
+
+fn state_lines(out: &mut String, label: &str, s: &Value) {
+    let pad = " ".repeat(4);
+    if let Some(r) = s.get("running").filter(|v| v.is_object()) {
+        out.push_str(&format!("{pad}{label}:\tRunning\n"));
+        if let Some(t) = r["startedAt"].as_str() {
+            out.push_str(&format!("{pad}  Started:\t{t}\n"));
+        }
+    } else if let Some(t) = s.get("terminated").filter(|v| v.is_object()) {
+        out.push_str(&format!("{pad}{label}:\tTerminated\n"));
+        out.push_str(&format!(
+            "{pad}  Reason:\t{}\n",
+            t["reason"].as_str().unwrap_or("")
+        ));
+        out.push_str(&format!("{pad}  Exit Code:\t{}\n", t["exitCode"]));
+        for (k, f) in [("Started", "startedAt"), ("Finished", "finishedAt")] {
+            if let Some(v) = t[f].as_str() {
+                out.push_str(&format!("{pad}  {k}:\t{v}\n"));
+            }
+        }
+    } else if let Some(w) = s.get("waiting").filter(|v| v.is_object()) {
+        out.push_str(&format!("{pad}{label}:\tWaiting\n"));
+        out.push_str(&format!(
+            "{pad}  Reason:\t{}\n",
+            w["reason"].as_str().unwrap_or("")
+        ));
+        if let Some(m) = w["message"].as_str().filter(|m| !m.is_empty()) {
+            out.push_str(&format!("{pad}  Message:\t{m}\n"));
+        }
+    } else if label == "State" {
+        out.push_str(&format!("{pad}{label}:\tWaiting\n"));
+    }
+}
+
+fn map_lines(out: &mut String, label: &str, m: &Value) {
+    match m.as_object().filter(|m| !m.is_empty()) {
+        None => out.push_str(&format!("{label}:\t<none>\n")),
+        Some(m) => {
+            for (i, (k, v)) in m.iter().enumerate() {
+                let head = if i == 0 {
+                    format!("{label}:")
+                } else {
+                    String::new()
+                };
+                out.push_str(&format!("{head}\t{k}={}\n", v.as_str().unwrap_or_default()));
+            }
+        }
+    }
+}
+
+/// kubectl-describe-like text for a pod and its events.
+pub fn describe_text(p: &Value, events: &[Value], now: std::time::SystemTime) -> String {
+    let mut out = String::new();
+    let md = &p["metadata"];
+    let st = &p["status"];
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    out.push_str(&format!("Name:\t{}\n", s(&md["name"])));
+    out.push_str(&format!("Namespace:\t{}\n", s(&md["namespace"])));
+    out.push_str(&format!(
+        "Node:\t{}/{}\n",
+        s(&p["spec"]["nodeName"]),
+        s(&st["hostIP"])
+    ));
+    out.push_str(&format!("Start Time:\t{}\n", s(&st["startTime"])));
+    map_lines(&mut out, "Labels", &md["labels"]);
+    map_lines(&mut out, "Annotations", &md["annotations"]);
+    out.push_str(&format!("Status:\t{}\n", s(&st["phase"])));
+    if let Some(r) = st["reason"].as_str().filter(|r| !r.is_empty()) {
+        out.push_str(&format!("Reason:\t{r}\n"));
+    }
+    out.push_str(&format!("IP:\t{}\n", s(&st["podIP"])));
+    let empty = vec![];
+    for (title, specs, statuses) in [
+        (
+            "Init Containers",
+            &p["spec"]["initContainers"],
+            &st["initContainerStatuses"],
+        ),
+        (
+            "Containers",
+            &p["spec"]["containers"],
+            &st["containerStatuses"],
+        ),
+    ] {
+        let specs = specs.as_array().unwrap_or(&empty);
+        if specs.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("{title}:\n"));
+        for c in specs {
+            let name = s(&c["name"]);
+            let cs = statuses
+                .as_array()
+                .and_then(|a| a.iter().find(|x| x["name"] == c["name"]))
+                .cloned()
+                .unwrap_or(Value::Null);
+            out.push_str(&format!("  {name}:\n"));
+            out.push_str(&format!("    Container ID:\t{}\n", s(&cs["containerID"])));
+            out.push_str(&format!("    Image:\t{}\n", s(&c["image"])));
+            out.push_str(&format!("    Image ID:\t{}\n", s(&cs["imageID"])));
+            if let Some(cmd) = c["command"].as_array() {
+                out.push_str("    Command:\n");
+                for a in cmd {
+                    out.push_str(&format!("      {}\n", a.as_str().unwrap_or_default()));
+                }
+            }
+            state_lines(&mut out, "State", &cs["state"]);
+            state_lines(&mut out, "Last State", &cs["lastState"]);
+            out.push_str(&format!(
+                "    Ready:\t{}\n",
+                cs["ready"].as_bool().unwrap_or(false)
+            ));
+            out.push_str(&format!(
+                "    Restart Count:\t{}\n",
+                cs["restartCount"].as_i64().unwrap_or(0)
+            ));
+        }
+    }
+    out.push_str("Conditions:\n  Type\tStatus\n");
+    for c in st["conditions"].as_array().unwrap_or(&empty) {
+        out.push_str(&format!("  {}\t{}\n", s(&c["type"]), s(&c["status"])));
+    }
+    out.push_str(&format!("QoS Class:\t{}\n", s(&st["qosClass"])));
+    if events.is_empty() {
+        out.push_str("Events:\t<none>\n");
+    } else {
+        out.push_str(
+            "Events:\n  Type\tReason\tAge\tFrom\tMessage\n  ----\t------\t----\t----\t-------\n",
+        );
+        for e in events {
+            let age = e["lastTimestamp"]
+                .as_str()
+                .and_then(crate::timeutil::parse_rfc3339)
+                .map(|t| {
+                    let d = now.duration_since(t).unwrap_or_default();
+                    let count = e["count"].as_i64().unwrap_or(1);
+                    let first = e["firstTimestamp"]
+                        .as_str()
+                        .and_then(crate::timeutil::parse_rfc3339)
+                        .map(|f| now.duration_since(f).unwrap_or_default());
+                    match first {
+                        Some(f) if count > 1 => format!(
+                            "{} (x{count} over {})",
+                            crate::kubeapi::human_duration(d),
+                            crate::kubeapi::human_duration(f)
+                        ),
+                        _ => crate::kubeapi::human_duration(d),
+                    }
+                })
+                .unwrap_or_else(|| "<unknown>".into());
+            out.push_str(&format!(
+                "  {}\t{}\t{age}\t{}\t{}\n",
+                s(&e["type"]),
+                s(&e["reason"]),
+                s(&e["source"]["component"]),
+                s(&e["message"])
+            ));
+        }
+    }
+    align_tabs(&out)
+}
+
+/// Aligns `\t`-separated columns within each run of lines with the same indentation and
+/// number of tabs (a small tabwriter).
+fn align_tabs(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let tabs = lines[i].matches('\t').count();
+        if tabs == 0 {
+            out.push_str(lines[i]);
+            out.push('\n');
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < lines.len() && lines[j].matches('\t').count() == tabs {
+            j += 1;
+        }
+        let block: Vec<Vec<&str>> = lines[i..j]
+            .iter()
+            .map(|l| l.split('\t').collect())
+            .collect();
+        let widths: Vec<usize> = (0..tabs)
+            .map(|c| {
+                block
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for r in &block {
+            let mut line = String::new();
+            for (c, cell) in r.iter().enumerate() {
+                if c < tabs {
+                    line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+                } else {
+                    line.push_str(cell);
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        i = j;
+    }
+    out
+}
+
+fn describe(o: &Opts) -> anyhow::Result<()> {
+    let name = match o.positional.as_slice() {
+        [k, n] if matches!(k.as_str(), "pod" | "pods" | "po") => n,
+        _ => bail!("usage: nanolet describe pod NAME [-n NS]"),
+    };
+    let client = Client::new(o)?;
+    let ns = namespace(o);
+    let pod = client.get_json(
+        &format!("/api/v1/namespaces/{}/pods/{}", encode(&ns), encode(name)),
+        false,
+    )?;
+    let selector = format!(
+        "involvedObject.name={},involvedObject.namespace={},involvedObject.uid={}",
+        name,
+        ns,
+        pod["metadata"]["uid"].as_str().unwrap_or_default()
+    );
+    let events = client.get_json(
+        &format!(
+            "/api/v1/namespaces/{}/events?fieldSelector={}",
+            encode(&ns),
+            encode(&selector)
+        ),
+        false,
+    )?;
+    let events = events["items"].as_array().cloned().unwrap_or_default();
+    print!(
+        "{}",
+        describe_text(&pod, &events, std::time::SystemTime::now())
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// logs
+
+fn logs(o: &Opts) -> anyhow::Result<()> {
+    let name = match o.positional.as_slice() {
+        [n] => n,
+        _ => bail!("usage: nanolet logs NAME [-c CONTAINER] [-p] [--tail N] [-f]"),
+    };
+    let client = Client::new(o)?;
+    let ns = namespace(o);
+    let mut q = vec![];
+    if !o.container.is_empty() {
+        q.push(format!("container={}", encode(&o.container)));
+    } else {
+        // As kubectl: the default-container annotation, else the first container.
+        let pod = client.get_json(
+            &format!("/api/v1/namespaces/{}/pods/{}", encode(&ns), encode(name)),
+            false,
+        )?;
+        let c = pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"]
+            .as_str()
+            .or_else(|| pod["spec"]["containers"][0]["name"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        q.push(format!("container={}", encode(&c)));
+    }
+    if o.previous {
+        q.push("previous=true".into());
+    }
+    if o.follow {
+        q.push("follow=true".into());
+    }
+    if o.timestamps {
+        q.push("timestamps=true".into());
+    }
+    if let Some(n) = o.tail.filter(|n| *n >= 0) {
+        q.push(format!("tailLines={n}"));
+    }
+    let path = format!(
+        "/api/v1/namespaces/{}/pods/{}/log?{}",
+        encode(&ns),
+        encode(name),
+        q.join("&")
+    );
+    let mut body = client.get(&path, "text/plain", o.follow)?;
+    let mut stdout = std::io::stdout().lock();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match body.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(anyhow!("reading the log stream: {e}")),
+        };
+        stdout.write_all(&buf[..n])?;
+        stdout.flush()?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// validate
+
+/// Errors of one manifest file, as `nanolet run` would report them (`field: reason`, field may
+/// be empty for whole-document problems).
+pub fn validate_file(path: &Path, node_name: &str) -> Vec<(String, String)> {
+    let origin = path.to_string_lossy().into_owned();
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => return vec![(String::new(), format!("reading: {e}"))],
+    };
+    match decode_manifest(&bytes, &origin) {
+        Err(e) => vec![(e.field, e.reason)],
+        Ok(DecodedDoc::PodList(_)) => vec![(
+            "kind".into(),
+            "Unsupported value: \"PodList\": a manifest file holds exactly one Pod".into(),
+        )],
+        Ok(DecodedDoc::Pod(pod)) => {
+            match make_static_pod(*pod, node_name, SourceKind::File, &origin, "") {
+                Ok(_) => vec![],
+                Err(errs) => errs.into_iter().map(|e| (e.field, e.reason)).collect(),
+            }
+        }
+    }
+}
+
+fn validate(o: &Opts) -> anyhow::Result<()> {
+    if o.positional.is_empty() {
+        bail!("usage: nanolet validate FILE...");
+    }
+    let node = match &o.hostname {
+        Some(h) => h.to_lowercase(),
+        None => nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .map(|h| h.to_lowercase())
+            .unwrap_or_else(|| "localhost".into()),
+    };
+    let mut failed = 0;
+    for f in &o.positional {
+        let errs = validate_file(Path::new(f), &node);
+        if errs.is_empty() {
+            println!("{f}: valid");
+            continue;
+        }
+        failed += 1;
+        for (field, reason) in errs {
+            if field.is_empty() {
+                eprintln!("{f}: {reason}");
+            } else {
+                eprintln!("{f}: {field}: {reason}");
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} of {} manifests are invalid", o.positional.len());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn table_rendering_like_kubectl() {
+        let t = json!({
+            "columnDefinitions": [
+                {"name": "Name", "priority": 0},
+                {"name": "Ready", "priority": 0},
+                {"name": "IP", "priority": 1},
+            ],
+            "rows": [
+                {"cells": ["web-node1", "1/1", "10.1.0.2"], "object": {"metadata": {"namespace": "default"}}},
+                {"cells": ["a", "0/2", null], "object": {"metadata": {"namespace": "kube-system"}}},
+            ],
+        });
+        assert_eq!(
+            render_table(&t, false, false),
+            "NAME        READY\nweb-node1   1/1\na           0/2\n"
+        );
+        assert_eq!(
+            render_table(&t, true, true),
+            "NAMESPACE     NAME        READY   IP\ndefault       web-node1   1/1     10.1.0.2\nkube-system   a           0/2     <none>\n"
+        );
+    }
+
+    #[test]
+    fn flags() {
+        let args: Vec<String> = [
+            "pods",
+            "-A",
+            "-o=wide",
+            "--server",
+            "http://x:1",
+            "--tail",
+            "5",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let o = parse_opts(&args).unwrap();
+        assert!(o.all_namespaces);
+        assert_eq!(o.output, "wide");
+        assert_eq!(o.server.as_deref(), Some("http://x:1"));
+        assert_eq!(o.tail, Some(5));
+        assert_eq!(o.positional, ["pods"]);
+        assert!(parse_opts(&["--bogus".to_string()]).is_err());
+        assert!(parse_opts(&["--tail".to_string()]).is_err());
+        assert_eq!(encode("a=b,c d"), "a%3Db%2Cc%20d");
+    }
+
+    #[test]
+    fn validate_reports_field_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.yaml");
+        std::fs::write(
+            &p,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: c\n    image: ''\n",
+        )
+        .unwrap();
+        let errs = validate_file(&p, "node1");
+        assert!(
+            errs.iter().any(|(f, _)| f == "spec.containers[0].image"),
+            "{errs:?}"
+        );
+        std::fs::write(&p, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: c\n    image: busybox\n").unwrap();
+        assert_eq!(validate_file(&p, "node1"), vec![]);
+        assert_eq!(validate_file(&dir.path().join("nope.yaml"), "n").len(), 1);
+    }
+
+    #[test]
+    fn describe_aligns_and_lists_events() {
+        let now = crate::timeutil::parse_rfc3339("2026-11-22T18:10:00Z").unwrap();
+        let p = json!({
+            "metadata": {"name": "web-node1", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "c", "ready": true, "restartCount": 2, "state": {"running": {"startedAt": "2026-11-22T18:00:00Z"}}}]},
+        });
+        let e = json!({"type": "Normal", "reason": "Started", "message": "Started container c", "source": {"component": "kubelet"}, "count": 3, "firstTimestamp": "2026-11-22T18:00:00Z", "lastTimestamp": "2026-11-22T18:09:00Z"});
+        let t = describe_text(&p, &[e], now);
+        assert!(t.contains("Name:         web-node1\n"), "{t}");
+        assert!(t.contains("Restart Count:  2\n"), "{t}");
+        assert!(
+            t.contains("Normal  Started  60s (x3 over 10m)  kubelet  Started container c\n"),
+            "{t}"
+        );
+    }
+}

@@ -9,6 +9,10 @@ const USAGE: &str = "nanolet: a standalone static-pod runner for edge devices
 
 Usage:
   nanolet run [flags]     run static pods from a manifest directory and/or URL on containerd
+  nanolet get pods        list pods of a running agent (kubectl-like; -A, -o wide|json|yaml)
+  nanolet describe pod N  one pod with its status and events
+  nanolet logs N          a container's log (-c, --previous, --tail N, -f)
+  nanolet validate FILE.. check manifests offline, exactly as `run` would
   nanolet version         print the version
   nanolet help            this text
 
@@ -20,11 +24,25 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("run") => run(&args[1..]),
         Some("version" | "--version") => {
-            println!("nanolet {}", env!("CARGO_PKG_VERSION"));
+            println!(
+                "nanolet {} (kubelet API {})",
+                env!("CARGO_PKG_VERSION"),
+                nanolet::kubeapi::KUBELET_VERSION
+            );
             ExitCode::SUCCESS
         }
+        Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate")) => {
+            match nanolet::cli::run(cmd, &args[1..]) {
+                Some(Ok(())) => ExitCode::SUCCESS,
+                Some(Err(e)) => {
+                    eprintln!("{e:#}");
+                    ExitCode::FAILURE
+                }
+                None => ExitCode::from(2),
+            }
+        }
         Some("help" | "--help" | "-h") | None => {
-            print!("{USAGE}");
+            print!("{USAGE}\n{}", nanolet::cli::USAGE);
             if args.is_empty() {
                 ExitCode::from(2)
             } else {

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 use nanolet::runtime::Runtime;
 use nanolet::runtime::cri::CriRuntime;
 
+pub mod agent;
+
 pub const BUSYBOX_IMAGE: &str = "localhost/busybox:1.36";
 pub const PAUSE_IMAGE: &str = "localhost/pause:3.9";
 

@@ -1,0 +1,194 @@
+//! A running `nanolet run` for black-box tests: own manifest, root and log dirs, free ports,
+//! its output in `<tmp>/nanolet/nanolet.log`; stopped (SIGTERM, then SIGKILL) on drop.
+//! (The same helper as in tests/e2e.rs, shared for new test files.)
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Containerd, tail, wait_for};
+
+pub const NODE: &str = "Node1";
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A running `nanolet run` with its own dirs and ports.
+pub struct Nanolet {
+    pub child: Option<Child>,
+    pub args: Vec<String>,
+    pub dir: PathBuf,
+    pub port: u16,
+    pub log: PathBuf,
+    pub starts: usize,
+    /// The bearer token, read from `--read-only-token-file=PATH` in the extra args.
+    pub token: Option<String>,
+}
+
+impl Nanolet {
+    pub fn start(ctd: &Containerd, extra: &[String]) -> Nanolet {
+        let dir = ctd.tmp().join("nanolet");
+        fs::create_dir_all(dir.join("manifests")).expect("manifest dir");
+        let port = free_port();
+        let healthz_port = free_port();
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            format!("--pod-manifest-path={}", dir.join("manifests").display()),
+            format!("--container-runtime-endpoint={}", ctd.endpoint()),
+            format!("--hostname-override={NODE}"),
+            format!("--root-dir={}", dir.join("root").display()),
+            format!("--pod-logs-dir={}", dir.join("log/pods").display()),
+            format!("--read-only-port={port}"),
+            format!("--healthz-port={healthz_port}"),
+            "--file-check-frequency=2s".into(),
+            "--http-check-frequency=1s".into(),
+            "--v=3".into(),
+        ];
+        args.extend(extra.iter().cloned());
+        let token = extra
+            .iter()
+            .find_map(|a| a.strip_prefix("--read-only-token-file="))
+            .and_then(|p| fs::read_to_string(p).ok())
+            .map(|t| t.trim().to_string());
+        let mut n = Nanolet {
+            child: None,
+            args,
+            log: dir.join("nanolet.log"),
+            dir,
+            port,
+            starts: 0,
+            token,
+        };
+        n.spawn();
+        n
+    }
+
+    pub fn spawn(&mut self) {
+        self.starts += 1;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_nanolet"))
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start nanolet");
+        self.child = Some(child);
+        let ok = wait_for(TIMEOUT, || self.get("/healthz").filter(|b| b == "ok"));
+        assert!(
+            ok.is_some(),
+            "nanolet healthz never became ok:\n{}",
+            self.log_tail()
+        );
+    }
+
+    pub fn manifests(&self) -> PathBuf {
+        self.dir.join("manifests")
+    }
+
+    pub fn pod_logs(&self) -> PathBuf {
+        self.dir.join("log/pods")
+    }
+
+    pub fn write(&self, file: &str, body: &str) {
+        // Write then rename, as an editor or config management tool would.
+        let tmp = self.manifests().join(format!(".{file}.tmp"));
+        fs::write(&tmp, body).expect("write manifest");
+        fs::rename(&tmp, self.manifests().join(file)).expect("rename manifest");
+    }
+
+    pub fn remove(&self, file: &str) {
+        fs::remove_file(self.manifests().join(file)).expect("remove manifest");
+    }
+
+    pub fn get(&self, path: &str) -> Option<String> {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
+        let mut req = ureq::get(&url);
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let mut resp = req
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .call()
+            .ok()?;
+        resp.body_mut().read_to_string().ok()
+    }
+
+    /// The read-only server's base URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pods(&self) -> Vec<Value> {
+        self.get("/pods")
+            .and_then(|b| serde_json::from_str::<Value>(&b).ok())
+            .and_then(|v| v["items"].as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        let full = format!("{name}-{}", NODE.to_lowercase());
+        self.pods()
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == full.as_str())
+    }
+
+    pub fn wait_pod(&self, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        wait_for(TIMEOUT * 2, || self.pod(name).filter(|p| f(p))).unwrap_or_else(|| {
+            panic!(
+                "pod {name}: timed out waiting for {what}; now: {:#}\nnanolet log:\n{}",
+                self.pod(name).unwrap_or(Value::Null),
+                self.log_tail()
+            )
+        })
+    }
+
+    pub fn wait_phase(&self, name: &str, phase: &str) -> Value {
+        self.wait_pod(name, phase, |p| p["status"]["phase"] == phase)
+    }
+
+    pub fn log_tail(&self) -> String {
+        tail(&fs::read_to_string(&self.log).unwrap_or_default(), 60)
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let done = wait_for(Duration::from_secs(10), || c.try_wait().ok().flatten());
+            if done.is_none() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+impl Drop for Nanolet {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
