@@ -169,11 +169,13 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                         n.host_ip = host_ip.to_string();
                         n.max_pods = cfg.max_pods;
                         n.pod_logs_dir = cfg.pod_logs_dir.clone();
+                        n.root_dir = cfg.root_dir.clone();
                         n.runtime = Some(runtime.clone());
                         n
                     },
                     token: token.clone(),
                     configz: cfg.redacted_json(),
+                    stats: crate::stats::StatsProvider::new(),
                 },
             )
             .map_err(|source| AgentError::Bind {

@@ -37,6 +37,8 @@ pub struct NodeContext {
     pub host_ip: String,
     pub max_pods: u32,
     pub pod_logs_dir: PathBuf,
+    /// nanolet's root dir (the node filesystem of `/stats/summary`).
+    pub root_dir: PathBuf,
     /// For `containerRuntimeVersion`; `None` in tests.
     pub runtime: Option<Arc<dyn Runtime>>,
     /// The node object's creationTimestamp (when nanolet started).
@@ -51,6 +53,7 @@ impl NodeContext {
             host_ip: "127.0.0.1".into(),
             max_pods: 110,
             pod_logs_dir: PathBuf::from("/var/log/pods"),
+            root_dir: PathBuf::from("/var/lib/nanolet"),
             runtime: None,
             started: SystemTime::now(),
             runtime_version: OnceLock::new(),

@@ -17,6 +17,7 @@ pub mod prober;
 pub mod runtime;
 pub mod server;
 pub mod source;
+pub mod stats;
 pub mod status;
 pub mod sync;
 pub mod timeutil;

@@ -87,6 +87,8 @@ pub struct ReadOnlyOptions {
     pub token: Option<String>,
     /// The `/configz` document (already redacted).
     pub configz: serde_json::Value,
+    /// CPU-rate state for `/stats/summary` and `/metrics/resource`.
+    pub stats: crate::stats::StatsProvider,
 }
 
 impl ReadOnlyOptions {
@@ -95,6 +97,7 @@ impl ReadOnlyOptions {
             node: NodeContext::new(node_name),
             token: None,
             configz: serde_json::Value::Null,
+            stats: crate::stats::StatsProvider::new(),
         }
     }
 }
@@ -428,7 +431,8 @@ fn route(endpoints: &Endpoints, method: &Method, url: &str, store: &StatusStore)
     let known = match path {
         "/healthz" => true,
         p if p.starts_with("/healthz/") => true,
-        "/pods" | "/manifests/errors" | "/configz" | "/metrics" => {
+        "/pods" | "/manifests/errors" | "/configz" | "/metrics" | "/stats/summary" | "/stats"
+        | "/stats/" | "/metrics/resource" | "/metrics/cadvisor" => {
             matches!(endpoints, Endpoints::ReadOnly(_))
         }
         _ => false,
@@ -454,6 +458,31 @@ fn route(endpoints: &Endpoints, method: &Method, url: &str, store: &StatusStore)
             Endpoints::ReadOnly(o) => Reply::json(&serde_json::json!({"kubeletconfig": o.configz})),
             Endpoints::Healthz => Reply::text(404, "404 page not found\n".into()),
         },
+        "/stats/summary" | "/stats" | "/stats/" | "/metrics/resource" | "/metrics/cadvisor" => {
+            let Endpoints::ReadOnly(o) = endpoints else {
+                return Reply::text(404, "404 page not found\n".into());
+            };
+            let pods = store.pods();
+            let summary = o.stats.summary(
+                o.node.runtime.as_deref(),
+                &crate::stats::SummaryInput {
+                    node_name: &o.node.node_name,
+                    pods: &pods,
+                    root_dir: &o.node.root_dir,
+                    pod_logs_dir: &o.node.pod_logs_dir,
+                },
+            );
+            let text = |body: String| Reply {
+                status: 200,
+                headers: vec![("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                body: body.into_bytes(),
+            };
+            match path {
+                "/metrics/resource" => text(crate::stats::resource_metrics(&summary)),
+                "/metrics/cadvisor" => text(crate::stats::cadvisor_metrics(&summary)),
+                _ => Reply::json(&summary),
+            }
+        }
         "/metrics" => Reply {
             status: 200,
             headers: vec![("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],

@@ -344,6 +344,57 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     let check = promtool_check(&metrics);
     assert!(check.0, "promtool check metrics:\n{}\n{metrics}", check.1);
 
+    // /stats/summary: the Summary API's field names, node from /proc, pods from CRI stats.
+    let (code, body, _) = http(&n, "GET", "/stats/summary", None);
+    assert_eq!(code, 200);
+    let s: Value = serde_json::from_str(&body).expect("summary JSON");
+    assert_eq!(s["node"]["nodeName"], node());
+    for (part, field) in [
+        ("cpu", "usageCoreNanoSeconds"),
+        ("memory", "workingSetBytes"),
+        ("memory", "availableBytes"),
+        ("fs", "capacityBytes"),
+        ("rlimit", "maxpid"),
+    ] {
+        assert!(
+            s["node"][part][field].as_u64().is_some(),
+            "node.{part}.{field}: {body}"
+        );
+    }
+    let sp = s["pods"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["podRef"]["name"] == web.as_str()))
+        .cloned()
+        .unwrap_or_else(|| panic!("no {web} in the summary: {body}"));
+    assert_eq!(sp["podRef"]["uid"], pod["metadata"]["uid"]);
+    let c = &sp["containers"][0];
+    assert_eq!(c["name"], "c", "{sp}");
+    assert!(c["cpu"]["usageCoreNanoSeconds"].as_u64().is_some(), "{sp}");
+    assert!(
+        c["memory"]["workingSetBytes"]
+            .as_u64()
+            .is_some_and(|v| v > 0),
+        "{sp}"
+    );
+    assert!(
+        c["logs"]["usedBytes"].as_u64().is_some_and(|v| v > 0),
+        "{sp}"
+    );
+    assert!(
+        sp["ephemeral-storage"]["usedBytes"].as_u64().is_some(),
+        "{sp}"
+    );
+    for path in ["/metrics/resource", "/metrics/cadvisor"] {
+        let (code, text, _) = http(&n, "GET", path, None);
+        assert_eq!(code, 200, "{path}");
+        let want = format!(
+            "container_memory_working_set_bytes{{container=\"c\",namespace=\"default\",pod=\"{web}\"}}"
+        );
+        assert!(text.contains(&want), "{path}: {want} missing:\n{text}");
+        let check = promtool_check(&text);
+        assert!(check.0, "promtool check {path}:\n{}\n{text}", check.1);
+    }
+
     // The CLI against the same agent.
     let server = format!("--server={}", n.url());
     let out = ok(nanolet_cli(&["get", "pods", &server]), "nanolet get pods");

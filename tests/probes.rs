@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::Containerd;
 use common::agent::{NODE, Nanolet};
+use nanolet::runtime::Runtime;
 use nanolet::timeutil::parse_rfc3339;
 use serde_json::Value;
 
@@ -202,6 +203,17 @@ fn readiness_initial_delay_failure_and_timeout() {
         ),
     );
 
+    // A server that is healthy, breaks for a while, then recovers.
+    n.write(
+        "flap.yaml",
+        &pod_yaml(
+            "ready-flap",
+            &format!(
+                "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c]\n    args:\n    - |\n{CGI_SERVER}      httpd -p 8080 -h /www\n      while [ ! -f /tmp/break ]; do sleep 0.2; done\n      rm -f /tmp/healthy\n      while [ ! -f /tmp/heal ]; do sleep 0.2; done\n      touch /tmp/healthy\n      exec sleep 600\n    readinessProbe:\n      httpGet:\n        path: /cgi-bin/healthz\n        port: 8080\n      periodSeconds: 1\n"
+            ),
+        ),
+    );
+
     // Running, but not ready during the initial delay.
     let p = wait_pod(&n, "ready-delay", "running", |p| running(p, "c"));
     let started = time_of(&cs(&p, "c")["state"]["running"]["startedAt"]);
@@ -252,6 +264,35 @@ fn readiness_initial_delay_failure_and_timeout() {
     let p = n.pod("ready-delay").expect("ready-delay listed");
     assert_eq!(condition(&p, "Ready")["status"], "True");
     assert_eq!(restarts(&p, "c"), 0);
+
+    // Readiness keeps probing after success and after failure: ready, unready while the
+    // server answers 500, ready again once it recovers; never restarted.
+    let p = wait_pod(&n, "ready-flap", "Ready", |p| {
+        condition(p, "Ready")["status"] == "True"
+    });
+    let id = cs(&p, "c")["containerID"]
+        .as_str()
+        .and_then(|s| s.strip_prefix("containerd://"))
+        .expect("containerID")
+        .to_string();
+    let rt = ctd.runtime();
+    let touch = |f: &str| {
+        let r = rt
+            .exec_sync(&id, &["touch".into(), f.into()], Duration::from_secs(5))
+            .expect("exec in ready-flap");
+        assert_eq!(r.exit_code, 0, "touch {f}");
+    };
+    touch("/tmp/break");
+    let p = wait_pod(&n, "ready-flap", "unready", |p| {
+        condition(p, "Ready")["status"] == "False"
+    });
+    assert_eq!(condition(&p, "Ready")["reason"], "ContainersNotReady");
+    assert_eq!(cs(&p, "c")["ready"], false);
+    touch("/tmp/heal");
+    let p = wait_pod(&n, "ready-flap", "ready again", |p| {
+        condition(p, "Ready")["status"] == "True"
+    });
+    assert_eq!(restarts(&p, "c"), 0, "readiness failure never restarts");
 }
 
 // --- liveness: exec --------------------------------------------------------------------------

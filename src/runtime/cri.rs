@@ -831,6 +831,53 @@ impl Runtime for CriRuntime {
             .collect())
     }
 
+    fn list_container_stats(&self) -> Result<Vec<super::ContainerStats>> {
+        let mut c = self.runtime_client();
+        let req = with_deadline(
+            pb::ListContainerStatsRequest { filter: None },
+            self.default_timeout,
+        );
+        let resp = self.run(
+            "ListContainerStats",
+            "containers",
+            self.default_timeout,
+            false,
+            async move { c.list_container_stats(req).await.map(|r| r.into_inner()) },
+        )?;
+        let v = |x: Option<pb::UInt64Value>| x.map(|x| x.value);
+        Ok(resp
+            .stats
+            .into_iter()
+            .map(|s| {
+                let attrs = s.attributes.unwrap_or_default();
+                let md = attrs.metadata.unwrap_or_default();
+                let cpu = s.cpu.unwrap_or_default();
+                let mem = s.memory.unwrap_or_default();
+                let fs = s.writable_layer.unwrap_or_default();
+                super::ContainerStats {
+                    id: attrs.id,
+                    name: md.name,
+                    attempt: md.attempt,
+                    labels: attrs.labels,
+                    cpu_time: cpu.timestamp,
+                    usage_core_nano_seconds: v(cpu.usage_core_nano_seconds),
+                    usage_nano_cores: v(cpu.usage_nano_cores),
+                    memory_time: mem.timestamp,
+                    working_set_bytes: v(mem.working_set_bytes),
+                    available_bytes: v(mem.available_bytes),
+                    usage_bytes: v(mem.usage_bytes),
+                    rss_bytes: v(mem.rss_bytes),
+                    page_faults: v(mem.page_faults),
+                    major_page_faults: v(mem.major_page_faults),
+                    fs_time: fs.timestamp,
+                    fs_mountpoint: fs.fs_id.map(|f| f.mountpoint).unwrap_or_default(),
+                    fs_used_bytes: v(fs.used_bytes),
+                    fs_inodes_used: v(fs.inodes_used),
+                }
+            })
+            .collect())
+    }
+
     fn container_status(&self, container_id: &str) -> Result<ContainerStatus> {
         let mut c = self.runtime_client();
         let req = with_deadline(

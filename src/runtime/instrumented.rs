@@ -106,6 +106,9 @@ impl Runtime for InstrumentedRuntime {
             self.inner.exec_sync(container_id, cmd, timeout),
         )
     }
+    fn list_container_stats(&self) -> Result<Vec<super::ContainerStats>> {
+        self.count("list_container_stats", self.inner.list_container_stats())
+    }
     fn subscribe_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>> {
         self.count("subscribe_events", self.inner.subscribe_events())
     }

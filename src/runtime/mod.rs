@@ -244,6 +244,30 @@ pub struct ExecResult {
     pub stderr: Vec<u8>,
 }
 
+/// One entry of ListContainerStats (CRI ContainerStats; `None` where the runtime gave none).
+/// Times are Unix nanoseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerStats {
+    pub id: String,
+    pub name: String,
+    pub attempt: u32,
+    pub labels: BTreeMap<String, String>,
+    pub cpu_time: i64,
+    pub usage_core_nano_seconds: Option<u64>,
+    pub usage_nano_cores: Option<u64>,
+    pub memory_time: i64,
+    pub working_set_bytes: Option<u64>,
+    pub available_bytes: Option<u64>,
+    pub usage_bytes: Option<u64>,
+    pub rss_bytes: Option<u64>,
+    pub page_faults: Option<u64>,
+    pub major_page_faults: Option<u64>,
+    pub fs_time: i64,
+    pub fs_mountpoint: String,
+    pub fs_used_bytes: Option<u64>,
+    pub fs_inodes_used: Option<u64>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeVersion {
     pub runtime_name: String,
@@ -298,6 +322,12 @@ pub trait Runtime: Send + Sync {
         cmd: &[String],
         timeout: Duration,
     ) -> Result<ExecResult>;
+
+    /// ListContainerStats: resource usage of the runtime's containers (for `/stats/summary`
+    /// and `/metrics/resource`). The default (used by the fake runtime) reports none.
+    fn list_container_stats(&self) -> Result<Vec<ContainerStats>> {
+        Ok(vec![])
+    }
 
     /// Subscribe to task lifecycle events. The receiver yields `StreamLost` and then closes if
     /// the stream breaks; callers resubscribe with backoff.
