@@ -367,7 +367,8 @@ fn exec_liveness_restarts_on_failure_and_on_timeout_only() {
 
 // --- liveness: HTTP and TCP ------------------------------------------------------------------
 
-/// Serves /cgi-bin/healthz on :8080: 200 while /tmp/healthy exists, then 500.
+/// Serves /cgi-bin/healthz on :8080: 200 while /tmp/healthy exists, then 500;
+/// /cgi-bin/redirect redirects there, /cgi-bin/away redirects to another host.
 const CGI_SERVER: &str = r#"      mkdir -p /www/cgi-bin
       cat > /www/cgi-bin/healthz <<'EOF'
       #!/bin/sh
@@ -377,7 +378,15 @@ const CGI_SERVER: &str = r#"      mkdir -p /www/cgi-bin
         printf 'Status: 500 Internal Server Error\r\nContent-Type: text/plain\r\n\r\nbroken\n'
       fi
       EOF
-      chmod +x /www/cgi-bin/healthz
+      cat > /www/cgi-bin/redirect <<'EOF'
+      #!/bin/sh
+      printf 'Status: 302 Found\r\nLocation: /cgi-bin/healthz\r\n\r\n'
+      EOF
+      cat > /www/cgi-bin/away <<'EOF'
+      #!/bin/sh
+      printf 'Status: 302 Found\r\nLocation: http://0.0.0.0/\r\n\r\n'
+      EOF
+      chmod +x /www/cgi-bin/healthz /www/cgi-bin/redirect /www/cgi-bin/away
       touch /tmp/healthy
 "#;
 
@@ -385,11 +394,12 @@ const CGI_SERVER: &str = r#"      mkdir -p /www/cgi-bin
 fn http_and_tcp_liveness() {
     // container_probe.go: "should be restarted with a /healthz http liveness probe" (a server
     // that starts returning 500), "should *not* be restarted with a /healthz http liveness
-    // probe", "should *not* be restarted with a tcp:8080 liveness probe", and a TCP liveness
-    // probe on a closed port.
+    // probe", "should *not* be restarted with a tcp:8080 liveness probe", the local and
+    // non-local redirect cases, and a TCP liveness probe on a closed port.
     // Kubelet rules: httpGet succeeds for 200 <= status < 400 and fails otherwise
     // (`HTTP probe failed with statuscode: 500`); tcpSocket succeeds when the connect does;
-    // named ports resolve against the container's ports.
+    // named ports resolve against the container's ports; redirects are followed only to the
+    // same host.
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[]);
     let pod = |name: &str, script: &str, probes: &str| {
@@ -440,6 +450,25 @@ fn http_and_tcp_liveness() {
         ),
     );
 
+    let redirect =
+        |path: &str| format!("      httpGet:\n        path: /cgi-bin/{path}\n        port: 8080\n");
+    n.write(
+        "redirect-local.yaml",
+        &pod(
+            "redirect-local",
+            "      httpd -p 8080 -h /www\n      sleep 4\n      rm -f /tmp/healthy\n      exec sleep 600\n",
+            &probe("livenessProbe", &redirect("redirect")),
+        ),
+    );
+    n.write(
+        "redirect-away.yaml",
+        &pod(
+            "redirect-away",
+            "      rm -f /tmp/healthy\n      exec httpd -f -p 8080 -h /www\n",
+            &probe("livenessProbe", &redirect("away")),
+        ),
+    );
+
     let p = wait_restarted(&n, "http-breaks");
     assert_killed_after(&p, 4.0);
     wait_logged(&n, "http-breaks", "HTTP probe failed with statuscode: 500");
@@ -450,6 +479,15 @@ fn http_and_tcp_liveness() {
         "{:#}",
         p["status"]
     );
+
+    // container_probe.go "should be restarted with a local redirect http liveness probe": a
+    // redirect to the same host is followed, to the 500.
+    let p = wait_restarted(&n, "redirect-local");
+    assert_killed_after(&p, 4.0);
+    // "should *not* be restarted with a non-local redirect http liveness probe": a redirect
+    // elsewhere is not followed; the probe succeeds with a warning.
+    wait_logged(&n, "redirect-away", "Probe terminated redirects");
+    observe(&n, "redirect-away", Duration::from_secs(4), never_restarted);
 
     // Healthy servers: HTTP and TCP readiness pass (so those probes run and reach the
     // server), and liveness on the same endpoint never restarts.
