@@ -27,6 +27,8 @@ pub struct Pleg {
     last: Fingerprints,
     last_refs: BTreeMap<String, RuntimePodRef>,
     first: bool,
+    /// Relists that found at least one changed pod (monotonic counter).
+    changes: u64,
 }
 
 impl Pleg {
@@ -38,6 +40,7 @@ impl Pleg {
             last: BTreeMap::new(),
             last_refs: BTreeMap::new(),
             first: true,
+            changes: 0,
         }
     }
 
@@ -107,6 +110,9 @@ impl Pleg {
         self.store.mark_relist(Ok(()));
         self.store.metrics().observe_pleg_relist(started.elapsed());
         debug!(pods = now.len(), changed = changed.len(), took = ?started.elapsed(), "PLEG relist");
+        if !changed.is_empty() {
+            self.changes += 1;
+        }
         if !changed.is_empty() && self.out.send(LoopMsg::PodsChanged(changed)).is_err() {
             return false;
         }
@@ -126,20 +132,34 @@ impl Pleg {
         let (wake_tx, wake_rx) = mpsc::channel::<()>();
         spawn_event_watcher(self.runtime.clone(), wake_tx);
         let mut next = Instant::now();
+        // containerd can publish a task exit a moment before CRI reports the container as
+        // exited; after an event that showed no change, look again shortly (50, 100, 200 ms)
+        // instead of waiting for the next periodic relist.
+        let mut recheck: u32 = 0;
         loop {
             if stop.try_recv().is_ok() {
                 return;
             }
             let timeout = next.saturating_duration_since(Instant::now());
             match wake_rx.recv_timeout(timeout) {
-                Ok(()) => while wake_rx.try_recv().is_ok() {},
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {}
+                Ok(()) => {
+                    while wake_rx.try_recv().is_ok() {}
+                    recheck = 3;
+                }
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {}
             }
+            let before = self.changes;
             if !self.relist() {
                 return;
             }
-            next = Instant::now() + RELIST_PERIOD;
+            let changed = self.changes != before;
+            if recheck > 0 && !changed {
+                next = Instant::now() + Duration::from_millis(50 << (3 - recheck));
+                recheck -= 1;
+            } else {
+                recheck = 0;
+                next = Instant::now() + RELIST_PERIOD;
+            }
         }
     }
 }

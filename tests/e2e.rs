@@ -975,3 +975,154 @@ fn containerd_restart_is_survived_without_recreating_pods() {
             && container_status(p, "c")["state"]["running"].is_object()
     });
 }
+
+#[test]
+fn volumes_and_downward_env_reach_the_containers() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let host = ctd.tmp().join("hostdata");
+    n.write(
+        "vols.yaml",
+        &pod_yaml(
+            "vols",
+            &format!(
+                r#"spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: shared
+    emptyDir: {{}}
+  - name: ram
+    emptyDir:
+      medium: Memory
+      sizeLimit: 8Mi
+  - name: data
+    hostPath:
+      path: {host}
+      type: DirectoryOrCreate
+  initContainers:
+  - name: prep
+    image: localhost/busybox:1.36
+    command: [sh, -c, 'echo from-init > /shared/greeting']
+    volumeMounts:
+    - name: shared
+      mountPath: /shared
+  containers:
+  - name: c
+    image: localhost/busybox:1.36
+    env:
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    - name: POD_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
+    - name: MEM_MI
+      valueFrom:
+        resourceFieldRef:
+          resource: limits.memory
+          divisor: 1Mi
+    - name: GREETING_FILE
+      value: /shared/greeting
+    command: [sh, -c]
+    args:
+    - |
+      echo "name=$(POD_NAME) ip=$POD_IP mem=$(MEM_MI)" 'escaped=$$(POD_NAME)'
+      echo "init says $(cat $GREETING_FILE)"
+      df -k /ram | tail -1
+      echo "written by $(POD_NAME)" > /data/out.txt
+      sleep 3600
+    resources:
+      limits:
+        memory: 32Mi
+    volumeMounts:
+    - name: shared
+      mountPath: /shared
+    - name: ram
+      mountPath: /ram
+    - name: data
+      mountPath: /data
+"#,
+                host = host.display()
+            ),
+        ),
+    );
+    let p = n.wait_phase("vols", "Running");
+    let uid = uid_of(&p);
+    let pod_ip = p["status"]["podIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let log = n
+        .pod_logs()
+        .join(format!("default_vols-node1_{uid}/c/0.log"));
+    let text = wait_for(TIMEOUT, || {
+        fs::read_to_string(&log).ok().filter(|s| s.contains("/ram"))
+    })
+    .unwrap_or_else(|| panic!("no output in {}:\n{}", log.display(), n.log_tail()));
+    assert!(
+        text.contains(&format!(
+            "name=vols-node1 ip={pod_ip} mem=32 escaped=$(POD_NAME)"
+        )),
+        // (the kubelet expands $(VAR) in args before the shell runs; $$ escapes)
+        "fieldRef, resourceFieldRef and $(VAR) expansion: {text}"
+    );
+    assert!(
+        text.contains("init says from-init"),
+        "emptyDir shared between init and main container: {text}"
+    );
+    assert!(
+        text.contains(" 8192 "),
+        "Memory emptyDir is a tmpfs of sizeLimit 8Mi: {text}"
+    );
+    let written = wait_for(TIMEOUT, || fs::read_to_string(host.join("out.txt")).ok())
+        .expect("hostPath written");
+    assert_eq!(written.trim(), "written by vols-node1");
+    // The pod's emptyDir lives under <root-dir>/pods/<uid>/volumes and goes with the pod.
+    let ed = n
+        .dir
+        .join("root/pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~empty-dir/shared/greeting");
+    assert!(ed.is_file(), "{}", ed.display());
+    n.remove("vols.yaml");
+    wait_for(TIMEOUT, || {
+        (!n.dir.join("root/pods").join(&uid).exists()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("pod directory not removed:\n{}", n.log_tail()));
+    assert!(
+        host.join("out.txt").exists(),
+        "hostPath content is left alone"
+    );
+}
+
+#[test]
+fn a_failed_host_path_check_keeps_the_pod_pending_with_the_reason() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let missing = ctd.tmp().join("does-not-exist");
+    n.write(
+        "hp.yaml",
+        &pod_yaml(
+            "hp",
+            &format!(
+                "spec:\n  volumes:\n  - name: d\n    hostPath:\n      path: {}\n      type: Directory\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n    volumeMounts:\n    - name: d\n      mountPath: /d\n",
+                missing.display()
+            ),
+        ),
+    );
+    let p = n.wait_pod("hp", "waiting with the mount failure", |p| {
+        container_status(p, "c")["state"]["waiting"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("hostPath type check failed"))
+    });
+    assert_eq!(p["status"]["phase"], "Pending");
+    assert_eq!(
+        container_status(&p, "c")["state"]["waiting"]["reason"],
+        "ContainerCreating"
+    );
+    // Creating the directory lets the pod start (the kubelet retries the mount).
+    fs::create_dir_all(&missing).expect("mkdir");
+    n.wait_phase("hp", "Running");
+}

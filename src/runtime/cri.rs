@@ -25,8 +25,8 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::{
     ContainerConfig, ContainerInfo, ContainerState, ContainerStatus, ErrorKind, ExecResult,
-    ImageInfo, PodSandboxConfig, Protocol, Result, Runtime, RuntimeError, RuntimeEvent,
-    RuntimeVersion, SandboxInfo, SandboxState, SandboxStatus,
+    ImageInfo, MountPropagation, PodSandboxConfig, Protocol, Result, Runtime, RuntimeError,
+    RuntimeEvent, RuntimeVersion, SandboxInfo, SandboxState, SandboxStatus,
 };
 
 /// Generated CRI client and messages. Private: nothing outside this module sees prost types.
@@ -443,6 +443,15 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
                 container_path: m.container_path.clone(),
                 host_path: m.host_path.clone(),
                 readonly: m.readonly,
+                propagation: match m.propagation {
+                    MountPropagation::Private => pb::MountPropagation::PropagationPrivate as i32,
+                    MountPropagation::HostToContainer => {
+                        pb::MountPropagation::PropagationHostToContainer as i32
+                    }
+                    MountPropagation::Bidirectional => {
+                        pb::MountPropagation::PropagationBidirectional as i32
+                    }
+                },
                 ..Default::default()
             })
             .collect(),

@@ -117,11 +117,21 @@ pub struct PodSandboxConfig {
     pub cgroup_parent: String,
 }
 
+/// CRI MountPropagation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MountPropagation {
+    #[default]
+    Private,
+    HostToContainer,
+    Bidirectional,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Mount {
     pub container_path: String,
     pub host_path: String,
     pub readonly: bool,
+    pub propagation: MountPropagation,
 }
 
 /// CRI LinuxContainerResources (0 = unset).

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, info, warn};
 
+use crate::pod::env::{EnvContext, expand_all, resolve_env};
 use crate::pod::quantity::parse_quantity;
 use crate::pod::{Container, Pod};
 use crate::prober::handlers::Target;
@@ -530,7 +531,14 @@ impl PodWorker {
         if let Err(e) = std::fs::create_dir_all(&cdir) {
             warn!(pod = %self.full_name, container = %name, error = %e, "creating container log directory");
         }
-        let cfg = self.container_config(c, kind, restart_count, log_rel);
+        let cfg = match self.container_config(c, kind, restart_count, log_rel) {
+            Ok(cfg) => cfg,
+            Err(w) => {
+                warn!(pod = %self.full_name, container = %name, reason = %w.reason, "{}", w.message);
+                self.waiting.insert(name, w);
+                return Some(Duration::from_secs(5));
+            }
+        };
         info!(pod = %self.full_name, container = %name, restart_count, kind, "starting container");
         let id = match self.rt().create_container(sandbox_id, &cfg, sandbox_cfg) {
             Ok(id) => {
@@ -669,7 +677,7 @@ impl PodWorker {
         kind: &str,
         restart_count: u32,
         log_path: String,
-    ) -> ContainerConfig {
+    ) -> Result<ContainerConfig, WaitingReason> {
         let p = &self.pod;
         let mut labels = BTreeMap::new();
         labels.insert(LABEL_POD_NAME.to_string(), p.metadata.name.clone());
@@ -696,18 +704,33 @@ impl PodWorker {
             self.grace_seconds(None).to_string(),
         );
         ann.insert(ANN_CONTAINER_TYPE.to_string(), kind.to_string());
-        let envs = c
-            .env
-            .iter()
-            .filter_map(|e| match (&e.value, &e.value_from) {
-                (_, Some(_)) => {
-                    warn!(pod = %self.full_name, container = %c.name, env = %e.name, "env valueFrom is not supported yet; skipped");
-                    None
-                }
-                (v, None) => Some((e.name.clone(), v.clone().unwrap_or_default())),
-            })
-            .collect();
-        let mut mounts = vec![];
+        // Environment (value, fieldRef, resourceFieldRef) with $(VAR) expansion, as the kubelet
+        // builds it; a bad reference keeps the container waiting (CreateContainerConfigError).
+        let cap = crate::node::capacity();
+        let env_ctx = EnvContext {
+            pod_ips: if self.pod_ip.is_empty() {
+                vec![]
+            } else {
+                vec![self.pod_ip.clone()]
+            },
+            host_ips: vec![self.ctx.settings.host_ip.clone()],
+            node_cpu_millis: cap.cpu_millis,
+            node_memory_bytes: cap.memory_bytes,
+            node_ephemeral_bytes: 0,
+        };
+        let envs = resolve_env(p, c, &env_ctx).map_err(|e| WaitingReason {
+            reason: "CreateContainerConfigError".into(),
+            message: format!("spec.containers{{{}}}.{e}", c.name),
+        })?;
+        // Volumes: set up (idempotent) and mounted per volumeMounts; a failure keeps the
+        // container in ContainerCreating with the kubelet's FailedMount text.
+        let volumes = crate::volumes::prepare(p, &self.pod_dir())
+            .and_then(|v| crate::volumes::mounts_for(c, &v, &envs))
+            .map_err(|e| WaitingReason {
+                reason: "ContainerCreating".into(),
+                message: e.to_string(),
+            })?;
+        let mut mounts = volumes;
         if !c.termination_message_path.is_empty() {
             let file = self.termination_message_file(&c.name, restart_count);
             let created = file
@@ -726,18 +749,19 @@ impl PodWorker {
                     container_path: c.termination_message_path.clone(),
                     host_path: file.to_string_lossy().into_owned(),
                     readonly: false,
+                    ..Default::default()
                 }),
                 Err(e) => {
                     warn!(pod = %self.full_name, container = %c.name, error = %e, "creating the termination message file")
                 }
             }
         }
-        ContainerConfig {
+        Ok(ContainerConfig {
             name: c.name.clone(),
             attempt: restart_count,
             image: c.image.clone(),
-            command: c.command.clone(),
-            args: c.args.clone(),
+            command: expand_all(&c.command, &envs),
+            args: expand_all(&c.args, &envs),
             working_dir: c.working_dir.clone(),
             envs,
             mounts,
@@ -748,7 +772,7 @@ impl PodWorker {
             stdin_once: c.stdin_once,
             tty: c.tty,
             resources: Some(linux_resources(c)),
-        }
+        })
     }
 
     fn link_legacy_log(&self, name: &str, id: &str, log_rel: &str) {
@@ -967,6 +991,7 @@ impl PodWorker {
             }
         }
         let _ = std::fs::remove_dir_all(self.log_dir());
+        crate::volumes::teardown(&self.pod_dir());
         let _ = std::fs::remove_dir_all(self.pod_dir());
         self.remove_legacy_links();
         self.ctx.store.remove_pod(self.uid());

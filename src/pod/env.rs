@@ -1,0 +1,413 @@
+//! Container environment as the kubelet builds it (kubelet_pods.go `makeEnvironmentVariables`)
+//! and `$(VAR)` expansion (third_party/forked/golang/expansion): pure, no I/O.
+//!
+//! Supported: `value`; `valueFrom.fieldRef` (metadata.name, namespace, uid,
+//! labels['k'], annotations['k'], spec.nodeName, spec.serviceAccountName, status.podIP,
+//! status.podIPs, status.hostIP, status.hostIPs); `valueFrom.resourceFieldRef` (limits/requests
+//! of cpu, memory, ephemeral-storage with `divisor`; CPU rounds up; unset limits default to
+//! node allocatable). ConfigMap/Secret references are refused for static pods by validation.
+
+use serde_json::Value;
+
+use super::quantity::parse_quantity;
+use super::{Container, Pod};
+
+/// What the environment may refer to beyond the pod itself.
+#[derive(Debug, Clone, Default)]
+pub struct EnvContext {
+    pub pod_ips: Vec<String>,
+    pub host_ips: Vec<String>,
+    /// Node allocatable CPU in millicores and memory/ephemeral storage in bytes: the values of
+    /// unset limits (the kubelet's rule).
+    pub node_cpu_millis: i64,
+    pub node_memory_bytes: i64,
+    pub node_ephemeral_bytes: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct EnvError {
+    pub field: String,
+    pub reason: String,
+}
+
+/// `$(VAR)` expansion with the kubelet's rules: `$$` is an escaped `$`; a reference to an
+/// undefined variable is left as written; a `$` not followed by `(` or `$` stays.
+pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
+    let b = input.as_bytes();
+    let mut out = String::with_capacity(input.len());
+    let mut i = 0;
+    let mut last = 0;
+    while i < b.len() {
+        if b[i] == b'$' && i + 1 < b.len() {
+            match b[i + 1] {
+                b'$' => {
+                    out.push_str(&input[last..i]);
+                    out.push('$');
+                    i += 2;
+                    last = i;
+                    continue;
+                }
+                b'(' => {
+                    if let Some(close) = input[i + 2..].find(')') {
+                        let name = &input[i + 2..i + 2 + close];
+                        out.push_str(&input[last..i]);
+                        match lookup(name) {
+                            Some(v) => out.push_str(&v),
+                            None => out.push_str(&input[i..i + 3 + close]),
+                        }
+                        i += 3 + close;
+                        last = i;
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    out.push_str(&input[last..]);
+    out
+}
+
+fn field_ref(pod: &Pod, ctx: &EnvContext, path: &str) -> Result<String, String> {
+    let m = &pod.metadata;
+    let quoted_key = |prefix: &str| -> Option<String> {
+        let rest = path.strip_prefix(prefix)?.strip_suffix("']")?;
+        Some(rest.to_string())
+    };
+    if let Some(k) = quoted_key("metadata.labels['") {
+        return Ok(m.labels.get(&k).cloned().unwrap_or_default());
+    }
+    if let Some(k) = quoted_key("metadata.annotations['") {
+        return Ok(m.annotations.get(&k).cloned().unwrap_or_default());
+    }
+    let kv = |map: &std::collections::BTreeMap<String, String>| {
+        map.iter()
+            .map(|(k, v)| format!("{k}=\"{v}\""))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    Ok(match path {
+        "metadata.name" => m.name.clone(),
+        "metadata.namespace" => m.namespace.clone(),
+        "metadata.uid" => m.uid.clone(),
+        "metadata.labels" => kv(&m.labels),
+        "metadata.annotations" => kv(&m.annotations),
+        "spec.nodeName" => pod.spec.node_name.clone(),
+        "spec.serviceAccountName" => pod.spec.service_account_name.clone(),
+        "status.podIP" => ctx.pod_ips.first().cloned().unwrap_or_default(),
+        "status.podIPs" => ctx.pod_ips.join(","),
+        "status.hostIP" => ctx.host_ips.first().cloned().unwrap_or_default(),
+        "status.hostIPs" => ctx.host_ips.join(","),
+        other => return Err(format!("Unsupported value: \"{other}\"")),
+    })
+}
+
+fn resource_field_ref(c: &Container, ctx: &EnvContext, spec: &Value) -> Result<String, String> {
+    let resource = spec
+        .get("resource")
+        .and_then(Value::as_str)
+        .ok_or("resource: Required value")?;
+    let divisor = match spec.get("divisor") {
+        None | Some(Value::Null) => None,
+        Some(d) => Some(parse_quantity(d).map_err(|e| format!("divisor: {e}"))?),
+    };
+    let (kind, name) = resource
+        .split_once('.')
+        .ok_or_else(|| format!("Unsupported value: \"{resource}\""))?;
+    let map = match kind {
+        "limits" => &c.resources.limits,
+        "requests" => &c.resources.requests,
+        _ => return Err(format!("Unsupported value: \"{resource}\"")),
+    };
+    // Requests default to limits (API defaulting); unset limits are node allocatable.
+    let set = map.get(name).or_else(|| {
+        if kind == "requests" {
+            c.resources.limits.get(name)
+        } else {
+            None
+        }
+    });
+    let value_milli: i64 = match (name, set) {
+        (_, Some(v)) => parse_quantity(v)
+            .map_err(|e| format!("{resource}: {e}"))?
+            .milli_value(),
+        ("cpu", None) if kind == "limits" => ctx.node_cpu_millis,
+        ("memory", None) if kind == "limits" => ctx.node_memory_bytes.saturating_mul(1000),
+        ("ephemeral-storage", None) if kind == "limits" => {
+            ctx.node_ephemeral_bytes.saturating_mul(1000)
+        }
+        ("cpu" | "memory" | "ephemeral-storage", None) => 0,
+        _ => return Err(format!("Unsupported value: \"{resource}\"")),
+    };
+    let divisor_milli = divisor
+        .map(|d| d.milli_value())
+        .filter(|d| *d > 0)
+        .unwrap_or(1000);
+    // ceil(value / divisor): CPU "rounds up to whole cores" with the default divisor of 1.
+    let q = value_milli / divisor_milli + i64::from(value_milli % divisor_milli != 0);
+    Ok(q.to_string())
+}
+
+/// The container's environment in order, with `$(VAR)` references expanded against the
+/// variables defined before each one.
+pub fn resolve_env(
+    pod: &Pod,
+    c: &Container,
+    ctx: &EnvContext,
+) -> Result<Vec<(String, String)>, EnvError> {
+    let mut out: Vec<(String, String)> = vec![];
+    for (i, e) in c.env.iter().enumerate() {
+        let field = |sub: &str| format!("env[{i}]{sub}");
+        let value = match (&e.value, &e.value_from) {
+            (_, Some(from)) => {
+                if let Some(fr) = from.get("fieldRef") {
+                    let path = fr
+                        .get("fieldPath")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    field_ref(pod, ctx, path).map_err(|reason| EnvError {
+                        field: field(".valueFrom.fieldRef.fieldPath"),
+                        reason,
+                    })?
+                } else if let Some(rf) = from.get("resourceFieldRef") {
+                    resource_field_ref(c, ctx, rf).map_err(|reason| EnvError {
+                        field: field(".valueFrom.resourceFieldRef"),
+                        reason,
+                    })?
+                } else {
+                    return Err(EnvError {
+                        field: field(".valueFrom"),
+                        reason: "only fieldRef and resourceFieldRef are supported in static pods"
+                            .into(),
+                    });
+                }
+            }
+            (Some(v), None) => {
+                let lookup = |n: &str| {
+                    out.iter()
+                        .rev()
+                        .find(|(k, _)| k == n)
+                        .map(|(_, v)| v.clone())
+                };
+                expand(v, &lookup)
+            }
+            (None, None) => String::new(),
+        };
+        out.push((e.name.clone(), value));
+    }
+    Ok(out)
+}
+
+/// Expand `$(VAR)` in command and args with the container's environment.
+pub fn expand_all(items: &[String], env: &[(String, String)]) -> Vec<String> {
+    let lookup = |n: &str| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| v.clone())
+    };
+    items.iter().map(|s| expand(s, &lookup)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::EnvVar;
+    use serde_json::json;
+
+    fn lookup(n: &str) -> Option<String> {
+        match n {
+            "A" => Some("x".into()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn expansion_follows_the_kubelet_rules() {
+        assert_eq!(expand("$(A)", &lookup), "x");
+        assert_eq!(expand("a-$(A)-b", &lookup), "a-x-b");
+        assert_eq!(expand("$$(A)", &lookup), "$(A)", "$$ escapes");
+        assert_eq!(expand("$$$(A)", &lookup), "$x");
+        assert_eq!(
+            expand("$(UNDEFINED)", &lookup),
+            "$(UNDEFINED)",
+            "undefined stays"
+        );
+        assert_eq!(expand("$(EMPTY)z", &lookup), "z");
+        assert_eq!(expand("$A $", &lookup), "$A $");
+        assert_eq!(expand("$(A", &lookup), "$(A", "unclosed stays");
+        assert_eq!(expand("ünï$(A)cödé", &lookup), "ünïxcödé");
+    }
+
+    fn pod() -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = "web-node1".into();
+        p.metadata.namespace = "default".into();
+        p.metadata.uid = "u1".into();
+        p.metadata.labels.insert("app".into(), "web".into());
+        p.spec.node_name = "node1".into();
+        p
+    }
+
+    fn var(name: &str, value: Option<&str>, from: Option<Value>) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: value.map(String::from),
+            value_from: from,
+        }
+    }
+
+    #[test]
+    fn field_refs_and_dependent_vars() {
+        let mut c = Container {
+            name: "c".into(),
+            ..Default::default()
+        };
+        c.env = vec![
+            var(
+                "POD",
+                None,
+                Some(json!({"fieldRef": {"fieldPath": "metadata.name"}})),
+            ),
+            var(
+                "NS",
+                None,
+                Some(json!({"fieldRef": {"fieldPath": "metadata.namespace"}})),
+            ),
+            var(
+                "APP",
+                None,
+                Some(json!({"fieldRef": {"fieldPath": "metadata.labels['app']"}})),
+            ),
+            var(
+                "NODE",
+                None,
+                Some(json!({"fieldRef": {"fieldPath": "spec.nodeName"}})),
+            ),
+            var(
+                "IP",
+                None,
+                Some(json!({"fieldRef": {"fieldPath": "status.podIP"}})),
+            ),
+            var(
+                "HOST",
+                None,
+                Some(json!({"fieldRef": {"fieldPath": "status.hostIP"}})),
+            ),
+            var("FULL", Some("$(NS)/$(POD) on $(NODE) $(LATER)"), None),
+            var("LATER", Some("l"), None),
+        ];
+        let ctx = EnvContext {
+            pod_ips: vec!["10.1.0.5".into()],
+            host_ips: vec!["192.0.2.1".into()],
+            ..Default::default()
+        };
+        let env = resolve_env(&pod(), &c, &ctx).expect("env");
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("POD"), Some("web-node1"));
+        assert_eq!(get("APP"), Some("web"));
+        assert_eq!(get("IP"), Some("10.1.0.5"));
+        assert_eq!(get("HOST"), Some("192.0.2.1"));
+        assert_eq!(
+            get("FULL"),
+            Some("default/web-node1 on node1 $(LATER)"),
+            "only earlier vars expand"
+        );
+        assert_eq!(
+            expand_all(&["echo $(POD)".into(), "$$(POD)".into()], &env),
+            vec!["echo web-node1", "$(POD)"]
+        );
+    }
+
+    #[test]
+    fn resource_field_refs_round_up_and_default_to_allocatable() {
+        let mut c = Container {
+            name: "c".into(),
+            ..Default::default()
+        };
+        c.resources.limits.insert("cpu".into(), json!("1250m"));
+        c.resources.limits.insert("memory".into(), json!("64Mi"));
+        c.resources.requests.insert("cpu".into(), json!("250m"));
+        c.env = vec![
+            var(
+                "CPU_LIMIT",
+                None,
+                Some(json!({"resourceFieldRef": {"resource": "limits.cpu"}})),
+            ),
+            var(
+                "CPU_REQ_M",
+                None,
+                Some(json!({"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}})),
+            ),
+            var(
+                "MEM_MI",
+                None,
+                Some(json!({"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}})),
+            ),
+            var(
+                "MEM_REQ",
+                None,
+                Some(json!({"resourceFieldRef": {"resource": "requests.memory"}})),
+            ),
+        ];
+        let ctx = EnvContext {
+            node_cpu_millis: 4000,
+            node_memory_bytes: 8 << 30,
+            ..Default::default()
+        };
+        let env = resolve_env(&pod(), &c, &ctx).expect("env");
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(get("CPU_LIMIT"), "2", "1250m rounds up to 2 cores");
+        assert_eq!(get("CPU_REQ_M"), "250");
+        assert_eq!(get("MEM_MI"), "64");
+        assert_eq!(
+            get("MEM_REQ"),
+            (64u64 << 20).to_string(),
+            "requests default to limits"
+        );
+        // No limits at all: node allocatable.
+        let mut c2 = Container {
+            name: "c".into(),
+            ..Default::default()
+        };
+        c2.env = vec![
+            var(
+                "CPU",
+                None,
+                Some(json!({"resourceFieldRef": {"resource": "limits.cpu"}})),
+            ),
+            var(
+                "MEM",
+                None,
+                Some(json!({"resourceFieldRef": {"resource": "limits.memory"}})),
+            ),
+        ];
+        let env = resolve_env(&pod(), &c2, &ctx).expect("env");
+        assert_eq!(env[0].1, "4");
+        assert_eq!(env[1].1, (8u64 << 30).to_string());
+    }
+
+    #[test]
+    fn unsupported_refs_name_the_field() {
+        let mut c = Container {
+            name: "c".into(),
+            ..Default::default()
+        };
+        c.env = vec![var(
+            "X",
+            None,
+            Some(json!({"fieldRef": {"fieldPath": "spec.nope"}})),
+        )];
+        let e = resolve_env(&pod(), &c, &EnvContext::default()).expect_err("error");
+        assert_eq!(e.field, "env[0].valueFrom.fieldRef.fieldPath");
+        assert!(e.reason.contains("Unsupported value"));
+    }
+}
