@@ -17,12 +17,50 @@ const RELIST_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// The kubelet's `kubelet_pod_start_duration_seconds` buckets.
+const POD_START_BUCKETS: &[f64] = &[
+    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0,
+    300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
+];
+
 #[derive(Debug, Clone, Default)]
 struct Histogram {
+    bounds: &'static [f64],
     /// Cumulative per bucket upper bound.
     counts: Vec<u64>,
     sum: f64,
     count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, secs: f64) {
+        for (le, c) in self.bounds.iter().zip(self.counts.iter_mut()) {
+            if secs <= *le {
+                *c += 1;
+            }
+        }
+        self.sum += secs;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (le, c) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {c}", fmt_f64(*le));
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum {}", fmt_f64(self.sum));
+        let _ = writeln!(out, "{name}_count {}", self.count);
+    }
 }
 
 #[derive(Default)]
@@ -30,6 +68,7 @@ struct Inner {
     /// operation_type → (total, errors)
     ops: BTreeMap<&'static str, (u64, u64)>,
     relist: Histogram,
+    pod_start: Histogram,
 }
 
 /// The registry of counters and histograms.
@@ -49,10 +88,8 @@ impl Metrics {
         Metrics {
             inner: Mutex::new(Inner {
                 ops: BTreeMap::new(),
-                relist: Histogram {
-                    counts: vec![0; RELIST_BUCKETS.len()],
-                    ..Default::default()
-                },
+                relist: Histogram::new(RELIST_BUCKETS),
+                pod_start: Histogram::new(POD_START_BUCKETS),
             }),
             start: process_start_time().unwrap_or_else(SystemTime::now),
         }
@@ -79,17 +116,12 @@ impl Metrics {
 
     /// The PLEG calls this after each relist.
     pub fn observe_pleg_relist(&self, took: Duration) {
-        let secs = took.as_secs_f64();
-        let mut g = self.lock();
-        for (i, le) in RELIST_BUCKETS.iter().enumerate() {
-            if secs <= *le {
-                if let Some(c) = g.relist.counts.get_mut(i) {
-                    *c += 1;
-                }
-            }
-        }
-        g.relist.sum += secs;
-        g.relist.count += 1;
+        self.lock().relist.observe(took.as_secs_f64());
+    }
+
+    /// A pod ran for the first time, `took` after nanolet first saw it.
+    pub fn observe_pod_start(&self, took: Duration) {
+        self.lock().pod_start.observe(took.as_secs_f64());
     }
 
     /// The full `/metrics` text for these pods.
@@ -137,17 +169,16 @@ impl Metrics {
             "counter",
             &errors,
         );
-        let name = "kubelet_pleg_relist_duration_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Duration in seconds for relisting pods in PLEG.\n# TYPE {name} histogram"
+        g.relist.render(
+            &mut out,
+            "kubelet_pleg_relist_duration_seconds",
+            "Duration in seconds for relisting pods in PLEG.",
         );
-        for (le, c) in RELIST_BUCKETS.iter().zip(&g.relist.counts) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {c}", fmt_f64(*le));
-        }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", g.relist.count);
-        let _ = writeln!(out, "{name}_sum {}", fmt_f64(g.relist.sum));
-        let _ = writeln!(out, "{name}_count {}", g.relist.count);
+        g.pod_start.render(
+            &mut out,
+            "kubelet_pod_start_duration_seconds",
+            "Duration in seconds from nanolet seeing a pod for the first time to the pod starting to run",
+        );
         drop(g);
 
         let p = ProcessStats::read();
@@ -312,6 +343,7 @@ mod tests {
         m.runtime_operation("list_containers", false);
         m.runtime_operation("list_containers", true);
         m.observe_pleg_relist(Duration::from_millis(30));
+        m.observe_pod_start(Duration::from_millis(2500));
         let t = m.render(&[]);
         assert!(
             t.contains("# TYPE kubelet_running_pods gauge\nkubelet_running_pods 0\n"),
@@ -326,6 +358,18 @@ mod tests {
         assert!(t.contains("kubelet_pleg_relist_duration_seconds_bucket{le=\"0.025\"} 0\n"));
         assert!(t.contains("kubelet_pleg_relist_duration_seconds_bucket{le=\"0.05\"} 1\n"));
         assert!(t.contains("kubelet_pleg_relist_duration_seconds_count 1\n"));
+        assert!(
+            t.contains("kubelet_pod_start_duration_seconds_bucket{le=\"2\"} 0\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("kubelet_pod_start_duration_seconds_bucket{le=\"3\"} 1\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("kubelet_pod_start_duration_seconds_sum 2.5\n"),
+            "{t}"
+        );
         let rss = t
             .lines()
             .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))

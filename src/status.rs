@@ -24,6 +24,8 @@ pub struct HealthCheck {
 struct Inner {
     /// By pod UID: the pod as desired, with `status` filled in.
     pods: BTreeMap<String, Pod>,
+    /// UIDs whose start was observed for `kubelet_pod_start_duration_seconds`.
+    started: std::collections::BTreeSet<String>,
     manifest_errors: Vec<ManifestError>,
     last_sync: Option<Instant>,
     last_relist: Option<Instant>,
@@ -81,11 +83,20 @@ impl StatusStore {
 
     pub fn set_pod(&self, pod: Pod) {
         let uid = pod.metadata.uid.clone();
-        self.lock().pods.insert(uid, pod);
+        let start = first_run(&pod);
+        let mut g = self.lock();
+        if let Some(took) = start {
+            if g.started.insert(uid.clone()) {
+                self.metrics.observe_pod_start(took);
+            }
+        }
+        g.pods.insert(uid, pod);
     }
 
     pub fn remove_pod(&self, uid: &str) {
-        self.lock().pods.remove(uid);
+        let mut g = self.lock();
+        g.pods.remove(uid);
+        g.started.remove(uid);
     }
 
     pub fn uids(&self) -> Vec<String> {
@@ -159,4 +170,25 @@ impl StatusStore {
             },
         ]
     }
+}
+
+/// For a pod whose regular containers all run: how long after it was first seen
+/// (`kubernetes.io/config.seen`) it started running. `None` otherwise.
+fn first_run(pod: &Pod) -> Option<std::time::Duration> {
+    let st = pod.status.as_ref()?;
+    if st.phase != "Running"
+        || st.container_statuses.len() != pod.spec.containers.len()
+        || st
+            .container_statuses
+            .iter()
+            .any(|c| c.state.running.is_none())
+    {
+        return None;
+    }
+    let seen = pod
+        .metadata
+        .annotations
+        .get("kubernetes.io/config.seen")
+        .and_then(|s| crate::timeutil::parse_rfc3339(s))?;
+    std::time::SystemTime::now().duration_since(seen).ok()
 }

@@ -341,6 +341,14 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     ] {
         assert!(metrics.contains(family), "{family} missing:\n{metrics}");
     }
+    let started = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("kubelet_pod_start_duration_seconds_count "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(
+        started.is_some_and(|n| n >= 1),
+        "pod start histogram:\n{metrics}"
+    );
     let check = promtool_check(&metrics);
     assert!(check.0, "promtool check metrics:\n{}\n{metrics}", check.1);
 
