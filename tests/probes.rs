@@ -942,3 +942,71 @@ fn failing_init_container_with_restart_always_keeps_the_pod_pending() {
         std::thread::sleep(POLL);
     }
 }
+
+// --- sidecars ----------------------------------------------------------------------------------
+
+#[test]
+fn sidecar_startup_probe_gates_the_pod_and_its_readiness_counts() {
+    // Kubelet rules (SidecarContainers, kuberuntime computeInitContainerActions): an init
+    // container with restartPolicy Always is a sidecar; when it has a startup probe, the next
+    // containers start only after that probe succeeded; its readiness counts toward the pod's
+    // Ready and ContainersReady conditions.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "sidecar.yaml",
+        &pod_yaml(
+            "sidecar",
+            "spec:\n  terminationGracePeriodSeconds: 1\n  initContainers:\n  - name: side\n    image: localhost/busybox:1.36\n    restartPolicy: Always\n    command: [sh, -c, 'sleep 4; touch /tmp/started; exec sleep 600']\n    startupProbe:\n      exec:\n        command: [cat, /tmp/started]\n      periodSeconds: 1\n      failureThreshold: 60\n    readinessProbe:\n      exec:\n        command: [cat, /tmp/ready]\n      periodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '600']\n",
+        ),
+    );
+    let side = |p: &Value| status(p, "initContainerStatuses", "side").clone();
+    let p = wait_pod(&n, "sidecar", "sidecar running", |p| {
+        side(p)["state"]["running"].is_object()
+    });
+    let side_started = time_of(&side(&p)["state"]["running"]["startedAt"]);
+    let p = wait_pod(&n, "sidecar", "main container running", |p| running(p, "c"));
+    let main_started = time_of(&cs(&p, "c")["state"]["running"]["startedAt"]);
+    let gap = main_started.secs_since(&side_started);
+    assert!(
+        gap >= 4.0,
+        "the main container started {gap}s after the sidecar, before its startup probe \
+         succeeded (4s)"
+    );
+    assert_eq!(side(&p)["started"], true);
+    assert_eq!(condition(&p, "Initialized")["status"], "True");
+
+    // The sidecar is not ready (no /tmp/ready): neither is the pod.
+    let p = wait_pod(&n, "sidecar", "main container ready", |p| {
+        cs(p, "c")["ready"] == true
+    });
+    assert_eq!(side(&p)["ready"], false);
+    for t in ["Ready", "ContainersReady"] {
+        let c = condition(&p, t);
+        assert_eq!(c["status"], "False", "{t}: {c}");
+        assert_eq!(c["reason"], "ContainersNotReady", "{t}: {c}");
+        assert_eq!(
+            c["message"], "containers with unready status: [side]",
+            "{t}: {c}"
+        );
+    }
+    let id = side(&p)["containerID"]
+        .as_str()
+        .and_then(|s| s.strip_prefix("containerd://"))
+        .expect("containerID")
+        .to_string();
+    let r = ctd
+        .runtime()
+        .exec_sync(
+            &id,
+            &["touch".into(), "/tmp/ready".into()],
+            Duration::from_secs(5),
+        )
+        .expect("exec in the sidecar");
+    assert_eq!(r.exit_code, 0);
+    let p = wait_pod(&n, "sidecar", "Ready", |p| {
+        condition(p, "Ready")["status"] == "True"
+    });
+    assert_eq!(side(&p)["ready"], true);
+    assert_eq!(restarts(&p, "c"), 0);
+}

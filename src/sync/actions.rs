@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::pod::{Container, Pod};
-use crate::prober::ProbeView;
+use crate::prober::spec::probe_of;
+use crate::prober::{ProbeKind, ProbeView};
 use crate::runtime::ContainerState;
 
 use super::backoff::Backoff;
@@ -248,6 +249,25 @@ pub fn compute_pod_actions(
                             grace_override: None,
                         });
                         a.init_to_start = Some(i);
+                        init_done = false;
+                        break;
+                    }
+                    // kubelet computeInitContainerActions: a sidecar with a startup probe
+                    // counts as initialized only once that probe succeeded (for this
+                    // container); until then nothing after it starts. A pod that already
+                    // initialized (a regular container exists) is not held back.
+                    let started = probes
+                        .get(&c.name)
+                        .filter(|v| v.container_id == l.id)
+                        .and_then(|v| v.started)
+                        .unwrap_or(false);
+                    let initialized_before = pod
+                        .spec
+                        .containers
+                        .iter()
+                        .any(|rc| state.latest(&rc.name).is_some());
+                    if probe_of(c, ProbeKind::Startup).is_some() && !started && !initialized_before
+                    {
                         init_done = false;
                         break;
                     }
@@ -639,5 +659,49 @@ mod tests {
         assert_eq!(fnv32a(b""), 0x811c9dc5);
         assert_eq!(fnv32a(b"a"), 0xe40c292c);
         assert_eq!(fnv32a(b"foobar"), 0xbf9cf968);
+    }
+
+    #[test]
+    fn sidecar_with_startup_probe_holds_back_later_containers_until_started() {
+        // kubelet computeInitContainerActions: a running sidecar with a startup probe that
+        // has not succeeded yet does not let the next containers start.
+        let mut p = pod("Always", &["a"], &["side"]);
+        p.spec.init_containers[0].restart_policy = Some("Always".into());
+        p.spec.init_containers[0].extra.insert(
+            "startupProbe".into(),
+            serde_json::json!({"exec": {"command": ["true"]}}),
+        );
+        let mut side = ctr(&p, "side", ContainerState::Running, 0, 0, 0);
+        side.kind = "sidecar".into();
+        let st = PodRuntimeState {
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![side],
+        };
+        let view = |id: &str, started: bool| {
+            BTreeMap::from([(
+                "side".to_string(),
+                ProbeView {
+                    container_id: id.into(),
+                    started: Some(started),
+                    ..Default::default()
+                },
+            )])
+        };
+        for probes in [BTreeMap::new(), view("side-0", false), view("older", true)] {
+            let a = compute_pod_actions(&p, &st, &Backoff::default(), &probes, now());
+            assert!(a.containers_to_start.is_empty(), "{probes:?}: {a:?}");
+        }
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &view("side-0", true), now());
+        assert_eq!(a.containers_to_start, vec![0]);
+        // Without a startup probe, running is enough.
+        p.spec.init_containers[0].extra.clear();
+        let mut side = ctr(&p, "side", ContainerState::Running, 0, 0, 0);
+        side.kind = "sidecar".into();
+        let st = PodRuntimeState {
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![side],
+        };
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), now());
+        assert_eq!(a.containers_to_start, vec![0]);
     }
 }
