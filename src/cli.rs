@@ -20,6 +20,9 @@ pub const USAGE: &str = "Client commands (talk to a running `nanolet run` on its
   nanolet get pods [NAME] [-A] [-n NS] [-l SELECTOR] [-o wide|json|yaml|name]
   nanolet describe pod NAME [-n NS]
   nanolet logs NAME [-c CONTAINER] [-p|--previous] [--tail N] [-f|--follow] [--timestamps] [-n NS]
+  nanolet exec NAME [-c CONTAINER] [-n NS] [--timeout 5m] -- COMMAND [ARG...]
+                               run a command in a container (CRI ExecSync on containerd's socket,
+                               --container-runtime-endpoint; needs root); exits with its code
   nanolet validate FILE...     offline: decode, default and validate manifests as `run` does
 Common flags: --server URL (default http://127.0.0.1:10255), --token-file FILE (bearer token
 for a read-only port started with --read-only-token-file).
@@ -40,7 +43,11 @@ struct Opts {
     timestamps: bool,
     tail: Option<i64>,
     hostname: Option<String>,
+    endpoint: Option<String>,
+    timeout: Option<String>,
     positional: Vec<String>,
+    /// After `--`.
+    command: Vec<String>,
 }
 
 fn parse_opts(args: &[String]) -> anyhow::Result<Opts> {
@@ -80,8 +87,10 @@ fn parse_opts(args: &[String]) -> anyhow::Result<Opts> {
                 );
             }
             "--hostname-override" => o.hostname = Some(value()?),
+            "--container-runtime-endpoint" => o.endpoint = Some(value()?),
+            "--timeout" => o.timeout = Some(value()?),
             "--" => {
-                o.positional.extend(args[i + 1..].iter().cloned());
+                o.command.extend(args[i + 1..].iter().cloned());
                 break;
             }
             f if f.starts_with('-') && f.len() > 1 => bail!("unknown flag: {f}"),
@@ -100,6 +109,7 @@ pub fn run(command: &str, args: &[String]) -> Option<anyhow::Result<()>> {
         "describe" => parse_opts(args).and_then(|o| describe(&o)),
         "logs" | "log" => parse_opts(args).and_then(|o| logs(&o)),
         "validate" => parse_opts(args).and_then(|o| validate(&o)),
+        "exec" => parse_opts(args).and_then(|o| exec(&o)),
         _ => return None,
     };
     Some(r)
@@ -651,6 +661,87 @@ fn logs(o: &Opts) -> anyhow::Result<()> {
         };
         stdout.write_all(&buf[..n])?;
         stdout.flush()?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// exec
+
+/// The command's exit status, for `main` to exit with (nothing more is printed).
+#[derive(Debug, thiserror::Error)]
+#[error("command exited with code {0}")]
+pub struct ExitStatus(pub i32);
+
+fn exec(o: &Opts) -> anyhow::Result<()> {
+    use crate::runtime::{
+        ContainerState, LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME,
+        LABEL_POD_NAMESPACE, Runtime,
+    };
+    let name = match o.positional.as_slice() {
+        [n] if !o.command.is_empty() => n,
+        _ => bail!("usage: nanolet exec NAME [-c CONTAINER] -- COMMAND [ARG...]"),
+    };
+    let ns = namespace(o);
+    let endpoint = o
+        .endpoint
+        .clone()
+        .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
+    let timeout = match &o.timeout {
+        Some(t) => crate::timeutil::parse_go_duration(t).map_err(|e| anyhow!("--timeout: {e}"))?,
+        None => std::time::Duration::from_secs(300),
+    };
+    let rt =
+        crate::runtime::cri::CriRuntime::connect(&endpoint, std::time::Duration::from_secs(30))
+            .map_err(|e| anyhow!("cannot reach the container runtime at {endpoint}: {e}"))?;
+    let containers = rt
+        .list_containers()
+        .map_err(|e| anyhow!("listing containers at {endpoint}: {e}"))?;
+    let mut mine: Vec<_> = containers
+        .into_iter()
+        .filter(|c| {
+            c.labels.contains_key(LABEL_MANAGED_BY)
+                && c.labels.get(LABEL_POD_NAME) == Some(name)
+                && c.labels.get(LABEL_POD_NAMESPACE) == Some(&ns)
+        })
+        .collect();
+    if mine.is_empty() {
+        bail!("Error from server (NotFound): pods \"{name}\" not found");
+    }
+    let wanted = if o.container.is_empty() {
+        // As kubectl: the first container of the spec is not known here; take the only one or
+        // ask.
+        let mut names: Vec<&str> = mine
+            .iter()
+            .filter_map(|c| c.labels.get(LABEL_CONTAINER_NAME).map(String::as_str))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        match names.as_slice() {
+            [one] => one.to_string(),
+            _ => bail!(
+                "pod {name} has several containers, choose one with -c: {}",
+                names.join(", ")
+            ),
+        }
+    } else {
+        o.container.clone()
+    };
+    mine.retain(|c| {
+        c.labels.get(LABEL_CONTAINER_NAME) == Some(&wanted) && c.state == ContainerState::Running
+    });
+    mine.sort_by_key(|c| c.attempt);
+    let Some(c) = mine.last() else {
+        bail!("container {wanted} is not running in pod {name}");
+    };
+    let r = rt
+        .exec_sync(&c.id, &o.command, timeout)
+        .map_err(|e| anyhow!("exec in container {wanted} of pod {name}: {e}"))?;
+    std::io::stdout().write_all(&r.stdout)?;
+    std::io::stdout().flush()?;
+    std::io::stderr().write_all(&r.stderr)?;
+    if r.exit_code != 0 {
+        return Err(ExitStatus(r.exit_code).into());
     }
     Ok(())
 }

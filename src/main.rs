@@ -12,6 +12,7 @@ Usage:
   nanolet get pods        list pods of a running agent (kubectl-like; -A, -o wide|json|yaml)
   nanolet describe pod N  one pod with its status and events
   nanolet logs N          a container's log (-c, --previous, --tail N, -f)
+  nanolet exec N -- CMD   run a command in a container (CRI ExecSync), exit with its code
   nanolet validate FILE.. check manifests offline, exactly as `run` would
   nanolet version         print the version
   nanolet help            this text
@@ -31,9 +32,15 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate")) => {
+        Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate" | "exec")) => {
             match nanolet::cli::run(cmd, &args[1..]) {
                 Some(Ok(())) => ExitCode::SUCCESS,
+                Some(Err(e)) if e.downcast_ref::<nanolet::cli::ExitStatus>().is_some() => {
+                    let code = e
+                        .downcast_ref::<nanolet::cli::ExitStatus>()
+                        .map_or(1, |s| s.0);
+                    ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
+                }
                 Some(Err(e)) => {
                     eprintln!("{e:#}");
                     ExitCode::FAILURE

@@ -464,6 +464,31 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         out.contains(&crashy) && out.contains("Events:") && out.contains("Started"),
         "{out}"
     );
+    // exec through CRI, the exit code propagated.
+    let endpoint = format!("--container-runtime-endpoint={}", ctd.endpoint());
+    let out = nanolet_cli(&[
+        "exec",
+        &web,
+        &endpoint,
+        "--",
+        "sh",
+        "-c",
+        "echo hi; echo err >&2; exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+    let out = nanolet_cli(&["exec", &crashy, "-c", "main", &endpoint, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = nanolet_cli(&["exec", &crashy, &endpoint, "--", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("choose one with -c"),
+        "{out:?}"
+    );
+    let out = nanolet_cli(&["exec", "nope", &endpoint, "--", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pods \"nope\" not found"));
     let out = nanolet_cli(&["logs", "nope", &server]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("pods \"nope\" not found"));
