@@ -289,6 +289,10 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             host_ip: host_ip.to_string(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             root_dir: cfg.root_dir.clone(),
+            store: Some(crate::localstore::LocalStore::new(
+                cfg.config_map_dir.clone(),
+                cfg.secret_dir.clone(),
+            )),
             container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
             resync: cfg.sync_frequency,
             max_pods: cfg.max_pods,

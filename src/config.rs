@@ -94,6 +94,10 @@ pub struct Config {
     pub node_name: String,
     pub root_dir: PathBuf,
     pub pod_logs_dir: PathBuf,
+    /// Directory of ConfigMap manifests that static pods may reference (nanolet extension).
+    pub config_map_dir: PathBuf,
+    /// Directory of Secret manifests that static pods may reference (nanolet extension).
+    pub secret_dir: PathBuf,
     /// Bind address of the read-only port.
     pub address: IpAddr,
     /// 0 disables the read-only server.
@@ -129,6 +133,8 @@ impl Config {
             node_name,
             root_dir: PathBuf::from("/var/lib/nanolet"),
             pod_logs_dir: PathBuf::from("/var/log/pods"),
+            config_map_dir: PathBuf::from("/etc/nanolet/configmaps"),
+            secret_dir: PathBuf::from("/etc/nanolet/secrets"),
             address: IpAddr::from([127, 0, 0, 1]),
             read_only_port: 10255,
             read_only_token_file: None,
@@ -189,6 +195,8 @@ impl Config {
             "podLogsDir": self.pod_logs_dir.to_string_lossy(),
             "nodeName": self.node_name,
             "rootDir": self.root_dir.to_string_lossy(),
+            "configMapDir": self.config_map_dir.to_string_lossy(),
+            "secretDir": self.secret_dir.to_string_lossy(),
             "verbosity": self.verbosity,
         })
     }
@@ -216,6 +224,8 @@ impl fmt::Debug for Config {
             .field("node_name", &self.node_name)
             .field("root_dir", &self.root_dir)
             .field("pod_logs_dir", &self.pod_logs_dir)
+            .field("config_map_dir", &self.config_map_dir)
+            .field("secret_dir", &self.secret_dir)
             .field("address", &self.address)
             .field("read_only_port", &self.read_only_port)
             .field("read_only_token_file", &self.read_only_token_file)
@@ -283,6 +293,14 @@ const FLAGS: &[FlagSpec] = &[
         value_name: "ip",
         default: "127.0.0.1",
         help: "IP address the read-only port listens on (config: address). NOTE: the kubelet defaults to 0.0.0.0; nanolet defaults to loopback only",
+    },
+    FlagSpec {
+        name: "config-map-dir",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "/etc/nanolet/configmaps",
+        help: "Directory of ConfigMap manifests static pods may reference in volumes and env (nanolet extension; the kubelet refuses them)",
     },
     FlagSpec {
         name: "config",
@@ -419,6 +437,14 @@ const FLAGS: &[FlagSpec] = &[
         value_name: "duration",
         default: "2m0s",
         help: "Timeout of every CRI request except long-running ones (config: runtimeRequestTimeout)",
+    },
+    FlagSpec {
+        name: "secret-dir",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "/etc/nanolet/secrets",
+        help: "Directory of Secret manifests static pods may reference; secret volumes live on tmpfs (nanolet extension)",
     },
     FlagSpec {
         name: "sync-frequency",
@@ -630,6 +656,8 @@ fn parse_run_args_with(
             "hostname-override" => hostname_override = value.clone(),
             "root-dir" => cfg.root_dir = parse_nonempty_path(value).map_err(err)?,
             "pod-logs-dir" => cfg.pod_logs_dir = parse_nonempty_path(value).map_err(err)?,
+            "config-map-dir" => cfg.config_map_dir = parse_nonempty_path(value).map_err(err)?,
+            "secret-dir" => cfg.secret_dir = parse_nonempty_path(value).map_err(err)?,
             "address" => cfg.address = parse_ip(value).map_err(err)?,
             "read-only-port" => cfg.read_only_port = parse_port(value).map_err(err)?,
             "read-only-token-file" => {

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod events;
 pub mod kubeapi;
+pub mod localstore;
 pub mod metrics;
 pub mod node;
 pub mod pleg;

@@ -14,6 +14,8 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::localstore::{Data, LocalStore};
+use crate::pod::env::EnvContext;
 use crate::pod::quantity::parse_quantity;
 use crate::pod::{Container, Pod};
 use crate::runtime::{Mount, MountPropagation};
@@ -35,6 +37,299 @@ fn setup_err(volume: &str, reason: impl Into<String>) -> VolumeError {
         volume: volume.to_string(),
         reason: reason.into(),
     }
+}
+
+/// What API-data volumes (configMap, secret, downwardAPI, projected) are made from.
+#[derive(Debug, Clone, Default)]
+pub struct VolumeContext {
+    pub store: Option<LocalStore>,
+    pub env: EnvContext,
+}
+
+/// Files of an API-data volume: relative path -> (content, mode).
+pub type Files = BTreeMap<String, (Vec<u8>, u32)>;
+
+fn plugin_dir(v: &Value) -> &'static str {
+    if v.get("configMap").is_some() {
+        "kubernetes.io~configmap"
+    } else if v.get("secret").is_some() {
+        "kubernetes.io~secret"
+    } else if v.get("downwardAPI").is_some() {
+        "kubernetes.io~downward-api"
+    } else {
+        "kubernetes.io~projected"
+    }
+}
+
+fn mode_of(v: Option<&Value>, default: u32) -> u32 {
+    v.and_then(Value::as_u64)
+        .map(|m| (m & 0o7777) as u32)
+        .unwrap_or(default)
+}
+
+/// Items of a configMap/secret source: all keys, or the listed ones (a missing listed key is an
+/// error unless the source is optional).
+fn key_files(
+    data: &Data,
+    src: &Value,
+    default_mode: u32,
+    what: &str,
+    files: &mut Files,
+) -> Result<(), String> {
+    match src.get("items").and_then(Value::as_array) {
+        Some(items) if !items.is_empty() => {
+            for it in items {
+                let key = it.get("key").and_then(Value::as_str).unwrap_or_default();
+                let path = it.get("path").and_then(Value::as_str).unwrap_or(key);
+                clean_relative(path)?;
+                match data.get(key) {
+                    Some(v) => {
+                        files.insert(
+                            path.to_string(),
+                            (v.clone(), mode_of(it.get("mode"), default_mode)),
+                        );
+                    }
+                    None if src
+                        .get("optional")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false) => {}
+                    None => return Err(format!("{what} has no key \"{key}\"")),
+                }
+            }
+        }
+        _ => {
+            for (k, v) in data {
+                files.insert(k.clone(), (v.clone(), default_mode));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn store_source(
+    pod: &Pod,
+    ctx: &VolumeContext,
+    src: &Value,
+    secret: bool,
+    default_mode: u32,
+    files: &mut Files,
+) -> Result<(), String> {
+    let name_field = if secret { "secretName" } else { "name" };
+    let name = src
+        .get(name_field)
+        .or_else(|| src.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let ns = &pod.metadata.namespace;
+    let what = format!(
+        "{} \"{ns}/{name}\"",
+        if secret { "secret" } else { "configmap" }
+    );
+    let Some(store) = ctx.store.as_ref() else {
+        return Err("no local configmap/secret store configured".into());
+    };
+    match if secret {
+        store.secret(ns, name)
+    } else {
+        store.config_map(ns, name)
+    } {
+        Ok(data) => key_files(&data, src, default_mode, &what, files),
+        Err(_)
+            if src
+                .get("optional")
+                .and_then(Value::as_bool)
+                .unwrap_or(false) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn downward_items(
+    pod: &Pod,
+    ctx: &VolumeContext,
+    items: Option<&Value>,
+    default_mode: u32,
+    files: &mut Files,
+) -> Result<(), String> {
+    for it in items.and_then(Value::as_array).into_iter().flatten() {
+        let path = it.get("path").and_then(Value::as_str).unwrap_or_default();
+        clean_relative(path)?;
+        let value = if let Some(fr) = it.get("fieldRef") {
+            let fp = fr
+                .get("fieldPath")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            crate::pod::env::field_ref(pod, &ctx.env, fp)?
+        } else if let Some(rf) = it.get("resourceFieldRef") {
+            let cname = rf
+                .get("containerName")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let c = pod
+                .spec
+                .containers
+                .iter()
+                .chain(&pod.spec.init_containers)
+                .find(|c| c.name == cname)
+                .ok_or_else(|| format!("resourceFieldRef: container \"{cname}\" not found"))?;
+            crate::pod::env::resource_field_ref(c, &ctx.env, rf)?
+        } else {
+            return Err(format!(
+                "downwardAPI item \"{path}\" needs fieldRef or resourceFieldRef"
+            ));
+        };
+        files.insert(
+            path.to_string(),
+            (value.into_bytes(), mode_of(it.get("mode"), default_mode)),
+        );
+    }
+    Ok(())
+}
+
+/// The files of a configMap, secret, downwardAPI or projected volume, and whether it lives on
+/// tmpfs (secrets). `Ok(None)` for other volume types.
+fn api_data_volume(
+    pod: &Pod,
+    v: &Value,
+    ctx: &VolumeContext,
+) -> Option<(Result<Files, String>, bool)> {
+    let mut files = Files::new();
+    if let Some(src) = v.get("configMap") {
+        let dm = mode_of(src.get("defaultMode"), 0o644);
+        let r = store_source(pod, ctx, src, false, dm, &mut files).map(|()| files);
+        return Some((r, false));
+    }
+    if let Some(src) = v.get("secret") {
+        let dm = mode_of(src.get("defaultMode"), 0o644);
+        let r = store_source(pod, ctx, src, true, dm, &mut files).map(|()| files);
+        return Some((r, true));
+    }
+    if let Some(src) = v.get("downwardAPI") {
+        let dm = mode_of(src.get("defaultMode"), 0o644);
+        let r = downward_items(pod, ctx, src.get("items"), dm, &mut files).map(|()| files);
+        return Some((r, false));
+    }
+    if let Some(src) = v.get("projected") {
+        let dm = mode_of(src.get("defaultMode"), 0o644);
+        let mut secret = false;
+        let mut r = Ok(());
+        for s in src
+            .get("sources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            r = r.and_then(|()| {
+                if let Some(c) = s.get("configMap") {
+                    store_source(pod, ctx, c, false, dm, &mut files)
+                } else if let Some(c) = s.get("secret") {
+                    secret = true;
+                    store_source(pod, ctx, c, true, dm, &mut files)
+                } else if let Some(d) = s.get("downwardAPI") {
+                    downward_items(pod, ctx, d.get("items"), dm, &mut files)
+                } else {
+                    Err(
+                        "projected source not supported (serviceAccountToken needs an API server)"
+                            .into(),
+                    )
+                }
+            });
+        }
+        return Some((r.map(|()| files), secret));
+    }
+    None
+}
+
+/// The kubelet's AtomicWriter: the files go into a fresh `..<timestamp>` directory, the
+/// `..data` symlink is swapped to it with one rename, and each top-level name is a symlink into
+/// `..data`. A reader inside the container sees the old set or the new set, never a mix.
+/// Returns false (and writes nothing) when the content is unchanged.
+pub fn write_atomic(dir: &Path, files: &Files) -> std::io::Result<bool> {
+    use std::os::unix::fs::symlink;
+    let data_link = dir.join("..data");
+    let current = std::fs::read_link(&data_link).ok();
+    if let Some(cur) = &current {
+        let cur_dir = dir.join(cur);
+        let same = files.iter().all(|(p, (content, mode))| {
+            let f = cur_dir.join(p);
+            std::fs::read(&f).is_ok_and(|c| c == *content)
+                && std::fs::metadata(&f).is_ok_and(|m| m.permissions().mode() & 0o7777 == *mode)
+        });
+        let count = count_files(&cur_dir);
+        if same && count == files.len() {
+            return Ok(false);
+        }
+    }
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let ts_name = format!("..{stamp}");
+    let ts_dir = dir.join(&ts_name);
+    std::fs::create_dir_all(&ts_dir)?;
+    for (p, (content, mode)) in files {
+        let f = ts_dir.join(p);
+        if let Some(parent) = f.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&f, content)?;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(*mode))?;
+    }
+    let tmp_link = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp_link);
+    symlink(&ts_name, &tmp_link)?;
+    std::fs::rename(&tmp_link, &data_link)?;
+    // Top-level names: one symlink each into ..data; drop the ones that went away.
+    let top: std::collections::BTreeSet<String> = files
+        .keys()
+        .filter_map(|p| p.split('/').next().map(str::to_string))
+        .collect();
+    for name in &top {
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            symlink(format!("..data/{name}"), &link)?;
+        }
+    }
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with("..") {
+            if n != ts_name && n != "..data" && e.path().is_dir() && !e.path().is_symlink() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+            continue;
+        }
+        if !top.contains(&n) && e.path().is_symlink() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    Ok(true)
+}
+
+fn count_files(dir: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| {
+            if e.path().is_dir() {
+                count_files(&e.path())
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
+fn is_api_data_dir(p: &Path) -> bool {
+    p.parent().and_then(|d| d.file_name()).is_some_and(|n| {
+        let n = n.to_string_lossy();
+        n == "kubernetes.io~configmap"
+            || n == "kubernetes.io~secret"
+            || n == "kubernetes.io~downward-api"
+            || n == "kubernetes.io~projected"
+    })
 }
 
 /// Where the emptyDir volumes of a pod live.
@@ -131,7 +426,11 @@ pub fn is_mount_point(path: &Path) -> bool {
 }
 
 /// Set up every volume of the pod; returns volume name -> host path.
-pub fn prepare(pod: &Pod, pod_dir: &Path) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+pub fn prepare(
+    pod: &Pod,
+    pod_dir: &Path,
+    ctx: &VolumeContext,
+) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
     let mut out = BTreeMap::new();
     let Some(Value::Array(vols)) = pod.spec.extra.get("volumes") else {
         return Ok(out);
@@ -174,6 +473,27 @@ pub fn prepare(pod: &Pod, pod_dir: &Path) -> Result<BTreeMap<String, PathBuf>, V
                     setup_err(&name, format!("mounting tmpfs at {}: {e}", dir.display()))
                 })?;
             }
+            out.insert(name, dir);
+        } else if let Some((files, tmpfs)) = api_data_volume(pod, v, ctx) {
+            let files = files.map_err(|e| setup_err(&name, e))?;
+            let dir = pod_dir.join("volumes").join(plugin_dir(v)).join(&name);
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| setup_err(&name, format!("creating {}: {e}", dir.display())))?;
+            if tmpfs && !is_mount_point(&dir) {
+                // Secrets never touch the disk: their volume is a tmpfs.
+                nix::mount::mount(
+                    Some("tmpfs"),
+                    &dir,
+                    Some("tmpfs"),
+                    nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+                    Some("mode=0755"),
+                )
+                .map_err(|e| {
+                    setup_err(&name, format!("mounting tmpfs at {}: {e}", dir.display()))
+                })?;
+            }
+            write_atomic(&dir, &files)
+                .map_err(|e| setup_err(&name, format!("writing {}: {e}", dir.display())))?;
             out.insert(name, dir);
         } else {
             let kind = v
@@ -265,7 +585,9 @@ pub fn mounts_for(
         out.push(Mount {
             container_path: mount_path.to_string(),
             host_path: host.to_string_lossy().into_owned(),
-            readonly: m.get("readOnly").and_then(Value::as_bool).unwrap_or(false),
+            // configMap, secret, downwardAPI and projected volumes are always read-only.
+            readonly: m.get("readOnly").and_then(Value::as_bool).unwrap_or(false)
+                || is_api_data_dir(base),
             propagation,
         });
     }
@@ -278,7 +600,7 @@ pub fn teardown(pod_dir: &Path) {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return;
     };
-    let prefix = format!("{}/", empty_dir_root(pod_dir).to_string_lossy());
+    let prefix = format!("{}/", pod_dir.join("volumes").to_string_lossy());
     let mut points: Vec<&str> = info
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
@@ -345,7 +667,7 @@ mod tests {
             {"name": "data", "hostPath": {"path": host.to_string_lossy(), "type": "Directory"}}
         ]));
         let pod_dir = d.path().join("pods/u1");
-        let vols = prepare(&pod, &pod_dir).expect("volumes");
+        let vols = prepare(&pod, &pod_dir, &VolumeContext::default()).expect("volumes");
         assert_eq!(
             vols["scratch"],
             pod_dir.join("volumes/kubernetes.io~empty-dir/scratch")
@@ -388,13 +710,103 @@ mod tests {
     #[test]
     fn unsupported_volume_types_are_named() {
         let d = tempfile::tempdir().expect("tempdir");
-        let e = prepare(
-            &pod_with(json!([{"name": "dapi", "downwardAPI": {"items": []}}])),
-            d.path(),
-        )
-        .expect_err("unsupported");
+        let pod = pod_with(json!([{"name": "n", "nfs": {"server": "x", "path": "/"}}]));
+        let e = prepare(&pod, d.path(), &VolumeContext::default()).expect_err("unsupported");
+        assert!(e.to_string().contains("\"nfs\" is not supported"), "{e}");
+    }
+
+    fn store_dirs(d: &Path) -> LocalStore {
+        let (cm, sec) = (d.join("cm"), d.join("sec"));
+        std::fs::create_dir_all(&cm).expect("dir");
+        std::fs::create_dir_all(&sec).expect("dir");
+        std::fs::write(cm.join("app.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\ndata:\n  mode: fast\n  level: \"3\"\n").expect("w");
+        LocalStore::new(cm, sec)
+    }
+
+    #[test]
+    fn config_map_volume_items_modes_and_atomic_update() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let store = store_dirs(d.path());
+        let mut pod = pod_with(json!([
+            {"name": "all", "configMap": {"name": "app"}},
+            {"name": "some", "configMap": {"name": "app", "defaultMode": 0o600, "items": [{"key": "mode", "path": "sub/m.txt", "mode": 0o400}]}},
+            {"name": "missing-ok", "configMap": {"name": "nope", "optional": true}},
+            {"name": "dapi", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}, {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}
+        ]));
+        pod.metadata.namespace = "default".into();
+        pod.metadata.name = "web-node1".into();
+        pod.metadata.labels.insert("app".into(), "web".into());
+        let ctx = VolumeContext {
+            store: Some(store.clone()),
+            env: EnvContext::default(),
+        };
+        let pod_dir = d.path().join("pod");
+        let vols = prepare(&pod, &pod_dir, &ctx).expect("volumes");
+        let all = &vols["all"];
+        assert!(all.ends_with("volumes/kubernetes.io~configmap/all"));
+        assert_eq!(
+            std::fs::read_to_string(all.join("mode")).expect("mode"),
+            "fast"
+        );
         assert!(
-            e.to_string().contains("\"downwardAPI\" is not supported"),
+            std::fs::symlink_metadata(all.join("mode"))
+                .expect("meta")
+                .file_type()
+                .is_symlink(),
+            "top-level names are symlinks into ..data"
+        );
+        let m = vols["some"].join("sub/m.txt");
+        assert_eq!(std::fs::read_to_string(&m).expect("item"), "fast");
+        assert_eq!(
+            std::fs::metadata(&m).expect("meta").permissions().mode() & 0o777,
+            0o400
+        );
+        assert!(
+            !vols["some"].join("level").exists(),
+            "only the listed items"
+        );
+        assert_eq!(
+            std::fs::read_to_string(vols["dapi"].join("labels")).expect("labels"),
+            "app=\"web\""
+        );
+        assert_eq!(
+            std::fs::read_to_string(vols["dapi"].join("name")).expect("name"),
+            "web-node1"
+        );
+        // Unchanged content: nothing rewritten.
+        let data_before = std::fs::read_link(all.join("..data")).expect("..data");
+        prepare(&pod, &pod_dir, &ctx).expect("again");
+        assert_eq!(
+            std::fs::read_link(all.join("..data")).expect("..data"),
+            data_before
+        );
+        // The source changes: new ..data target, new content, removed key gone.
+        std::fs::write(
+            store.config_map_dir.join("app.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\ndata:\n  mode: slow\n",
+        )
+        .expect("w");
+        prepare(&pod, &pod_dir, &ctx).expect("update");
+        assert_ne!(
+            std::fs::read_link(all.join("..data")).expect("..data"),
+            data_before
+        );
+        assert_eq!(
+            std::fs::read_to_string(all.join("mode")).expect("mode"),
+            "slow"
+        );
+        assert!(!all.join("level").exists(), "a removed key disappears");
+        let dirs = std::fs::read_dir(all)
+            .expect("rd")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("..1"))
+            .count();
+        assert_eq!(dirs, 1, "the old timestamped directory is removed");
+        // A missing, non-optional ConfigMap fails with the kubelet's wording.
+        let bad = pod_with(json!([{"name": "x", "configMap": {"name": "nope"}}]));
+        let e = prepare(&bad, &pod_dir, &ctx).expect_err("missing");
+        assert!(
+            e.to_string().contains("configmap \"/nope\" not found"),
             "{e}"
         );
     }

@@ -1126,3 +1126,137 @@ fn a_failed_host_path_check_keeps_the_pod_pending_with_the_reason() {
     fs::create_dir_all(&missing).expect("mkdir");
     n.wait_phase("hp", "Running");
 }
+
+#[test]
+fn config_maps_and_secrets_come_from_the_local_store() {
+    // The kubelet refuses ConfigMaps and Secrets in static pods; nanolet reads them from local
+    // manifest directories. Secret volumes live on tmpfs; an edited ConfigMap reaches the running
+    // container within one sync period (atomic ..data swap).
+    let ctd = Containerd::start();
+    let cm_dir = ctd.tmp().join("configmaps");
+    let sec_dir = ctd.tmp().join("secrets");
+    fs::create_dir_all(&cm_dir).expect("cm dir");
+    fs::create_dir_all(&sec_dir).expect("secret dir");
+    fs::write(
+        cm_dir.join("app.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  greeting: hello\n",
+    )
+    .expect("configmap");
+    fs::write(
+        sec_dir.join("creds.yaml"),
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\ndata:\n  password: czNjcmV0\n",
+    )
+    .expect("secret");
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--config-map-dir={}", cm_dir.display()),
+            format!("--secret-dir={}", sec_dir.display()),
+            "--sync-frequency=2s".into(),
+        ],
+    );
+    n.write(
+        "cfg.yaml",
+        &pod_yaml(
+            "cfg",
+            r#"spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: cfg
+    configMap:
+      name: app
+  - name: sec
+    secret:
+      secretName: creds
+      defaultMode: 0400
+  containers:
+  - name: c
+    image: localhost/busybox:1.36
+    env:
+    - name: GREETING
+      valueFrom:
+        configMapKeyRef:
+          name: app
+          key: greeting
+    envFrom:
+    - prefix: S_
+      secretRef:
+        name: creds
+    command: [sh, -c, 'echo "greeting=$GREETING pw=$S_password"; sleep 3600']
+    volumeMounts:
+    - name: cfg
+      mountPath: /etc/cfg
+    - name: sec
+      mountPath: /etc/sec
+"#,
+        ),
+    );
+    let p = n.wait_phase("cfg", "Running");
+    let uid = uid_of(&p);
+    let log = n
+        .pod_logs()
+        .join(format!("default_cfg-node1_{uid}/c/0.log"));
+    let text = wait_for(TIMEOUT, || {
+        fs::read_to_string(&log)
+            .ok()
+            .filter(|s| s.contains("greeting="))
+    })
+    .unwrap_or_else(|| panic!("no output:\n{}", n.log_tail()));
+    assert!(
+        text.contains("greeting=hello pw=s3cret"),
+        "configMapKeyRef and envFrom secretRef: {text}"
+    );
+    let rt = ctd.runtime();
+    let id = cri_containers(&rt, "cfg")[0].id.clone();
+    let cat = |path: &str| {
+        rt.exec_sync(
+            &id,
+            &["cat".to_string(), path.to_string()],
+            Duration::from_secs(5),
+        )
+        .map(|r| String::from_utf8_lossy(&r.stdout).into_owned())
+        .unwrap_or_default()
+    };
+    assert_eq!(cat("/etc/cfg/greeting"), "hello");
+    assert_eq!(cat("/etc/sec/password"), "s3cret");
+    let secret_dir = n
+        .dir
+        .join("root/pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~secret/sec");
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(
+        mountinfo.lines().any(
+            |l| l.split(' ').nth(4) == Some(&*secret_dir.to_string_lossy())
+                && l.contains(" - tmpfs ")
+        ),
+        "the secret volume is a tmpfs at {}",
+        secret_dir.display()
+    );
+    // Edit the ConfigMap: visible in the running container within one sync period (2s here).
+    fs::write(
+        cm_dir.join("app.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  greeting: bonjour\n",
+    )
+    .expect("configmap");
+    wait_for(Duration::from_secs(10), || {
+        (cat("/etc/cfg/greeting") == "bonjour").then_some(())
+    })
+    .unwrap_or_else(|| panic!("configmap update not visible:\n{}", n.log_tail()));
+    assert_eq!(
+        cri_containers(&rt, "cfg").len(),
+        1,
+        "the container was not restarted"
+    );
+    // Teardown unmounts the tmpfs.
+    n.remove("cfg.yaml");
+    wait_for(TIMEOUT, || {
+        (!n.dir.join("root/pods").join(&uid).exists()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("pod dir left:\n{}", n.log_tail()));
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(
+        !mountinfo.contains(&*secret_dir.to_string_lossy()),
+        "secret tmpfs unmounted"
+    );
+}

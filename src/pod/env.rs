@@ -22,6 +22,8 @@ pub struct EnvContext {
     pub node_cpu_millis: i64,
     pub node_memory_bytes: i64,
     pub node_ephemeral_bytes: i64,
+    /// The local ConfigMap/Secret store (configMapKeyRef, secretKeyRef, envFrom).
+    pub store: Option<crate::localstore::LocalStore>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,7 +72,7 @@ pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
     out
 }
 
-fn field_ref(pod: &Pod, ctx: &EnvContext, path: &str) -> Result<String, String> {
+pub fn field_ref(pod: &Pod, ctx: &EnvContext, path: &str) -> Result<String, String> {
     let m = &pod.metadata;
     let quoted_key = |prefix: &str| -> Option<String> {
         let rest = path.strip_prefix(prefix)?.strip_suffix("']")?;
@@ -104,7 +106,7 @@ fn field_ref(pod: &Pod, ctx: &EnvContext, path: &str) -> Result<String, String> 
     })
 }
 
-fn resource_field_ref(c: &Container, ctx: &EnvContext, spec: &Value) -> Result<String, String> {
+pub fn resource_field_ref(c: &Container, ctx: &EnvContext, spec: &Value) -> Result<String, String> {
     let resource = spec
         .get("resource")
         .and_then(Value::as_str)
@@ -150,14 +152,80 @@ fn resource_field_ref(c: &Container, ctx: &EnvContext, spec: &Value) -> Result<S
     Ok(q.to_string())
 }
 
-/// The container's environment in order, with `$(VAR)` references expanded against the
-/// variables defined before each one.
+fn optional(v: &Value) -> bool {
+    v.get("optional").and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// A valid environment variable name for envFrom (the kubelet skips invalid keys).
+fn valid_env_name(k: &str) -> bool {
+    !k.is_empty() && !k.contains('=') && !k.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// `envFrom`: every key of a ConfigMap/Secret from the local store, with `prefix`.
+fn env_from(
+    pod: &Pod,
+    c: &Container,
+    ctx: &EnvContext,
+    out: &mut Vec<(String, String)>,
+) -> Result<(), EnvError> {
+    let Some(Value::Array(list)) = c.extra.get("envFrom") else {
+        return Ok(());
+    };
+    for (i, src) in list.iter().enumerate() {
+        let prefix = src
+            .get("prefix")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let (field, secret, r) = match (src.get("configMapRef"), src.get("secretRef")) {
+            (Some(r), _) => ("configMapRef", false, r),
+            (_, Some(r)) => ("secretRef", true, r),
+            _ => continue,
+        };
+        let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
+        let ns = &pod.metadata.namespace;
+        let data = ctx.store.as_ref().map(|s| {
+            if secret {
+                s.secret(ns, name)
+            } else {
+                s.config_map(ns, name)
+            }
+        });
+        match data {
+            Some(Ok(d)) => {
+                for (k, v) in d {
+                    let key = format!("{prefix}{k}");
+                    if valid_env_name(&key) {
+                        out.push((key, String::from_utf8_lossy(&v).into_owned()));
+                    }
+                }
+            }
+            _ if optional(r) => {}
+            Some(Err(e)) => {
+                return Err(EnvError {
+                    field: format!("envFrom[{i}].{field}"),
+                    reason: e.to_string(),
+                });
+            }
+            None => {
+                return Err(EnvError {
+                    field: format!("envFrom[{i}].{field}"),
+                    reason: "no local store configured".into(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The container's environment in order (envFrom first, then env), with `$(VAR)` references
+/// expanded against the variables defined before each one.
 pub fn resolve_env(
     pod: &Pod,
     c: &Container,
     ctx: &EnvContext,
 ) -> Result<Vec<(String, String)>, EnvError> {
     let mut out: Vec<(String, String)> = vec![];
+    env_from(pod, c, ctx, &mut out)?;
     for (i, e) in c.env.iter().enumerate() {
         let field = |sub: &str| format!("env[{i}]{sub}");
         let value = match (&e.value, &e.value_from) {
@@ -176,11 +244,38 @@ pub fn resolve_env(
                         field: field(".valueFrom.resourceFieldRef"),
                         reason,
                     })?
+                } else if let Some((sub, secret, r)) = from
+                    .get("configMapKeyRef")
+                    .map(|r| (".valueFrom.configMapKeyRef", false, r))
+                    .or_else(|| {
+                        from.get("secretKeyRef")
+                            .map(|r| (".valueFrom.secretKeyRef", true, r))
+                    })
+                {
+                    let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
+                    let key = r.get("key").and_then(Value::as_str).unwrap_or_default();
+                    let ns = &pod.metadata.namespace;
+                    match ctx.store.as_ref().map(|s| s.key(secret, ns, name, key)) {
+                        Some(Ok(v)) => String::from_utf8_lossy(&v).into_owned(),
+                        // An optional reference that does not resolve leaves the variable out.
+                        _ if optional(r) => continue,
+                        Some(Err(e)) => {
+                            return Err(EnvError {
+                                field: field(sub),
+                                reason: e.to_string(),
+                            });
+                        }
+                        None => {
+                            return Err(EnvError {
+                                field: field(sub),
+                                reason: "no local store configured".into(),
+                            });
+                        }
+                    }
                 } else {
                     return Err(EnvError {
                         field: field(".valueFrom"),
-                        reason: "only fieldRef and resourceFieldRef are supported in static pods"
-                            .into(),
+                        reason: "one of fieldRef, resourceFieldRef, configMapKeyRef or secretKeyRef is required".into(),
                     });
                 }
             }

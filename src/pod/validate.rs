@@ -497,18 +497,6 @@ fn validate_volumes<'a>(v: Option<&'a Value>, e: &mut Errs) -> BTreeSet<&'a str>
                 }
             }
         }
-        if obj.contains_key("configMap") {
-            e.forbidden(
-                format!("{path}.configMap"),
-                "static pods may not reference ConfigMaps (kubelet refuses)",
-            );
-        }
-        if obj.contains_key("secret") {
-            e.forbidden(
-                format!("{path}.secret"),
-                "static pods may not reference Secrets (kubelet refuses)",
-            );
-        }
         if obj.contains_key("persistentVolumeClaim") {
             e.forbidden(
                 format!("{path}.persistentVolumeClaim"),
@@ -518,18 +506,6 @@ fn validate_volumes<'a>(v: Option<&'a Value>, e: &mut Errs) -> BTreeSet<&'a str>
         if let Some(Value::Array(sources)) = obj.get("projected").and_then(|p| p.get("sources")) {
             for (j, src) in sources.iter().enumerate() {
                 let sp = format!("{path}.projected.sources[{j}]");
-                if src.get("configMap").is_some() {
-                    e.forbidden(
-                        format!("{sp}.configMap"),
-                        "static pods may not reference ConfigMaps (kubelet refuses)",
-                    );
-                }
-                if src.get("secret").is_some() {
-                    e.forbidden(
-                        format!("{sp}.secret"),
-                        "static pods may not reference Secrets (kubelet refuses)",
-                    );
-                }
                 if src.get("serviceAccountToken").is_some() {
                     e.forbidden(
                         format!("{sp}.serviceAccountToken"),
@@ -655,41 +631,12 @@ fn validate_container<'a>(
                 "a valid environment variable name must consist only of printable ASCII characters other than '='",
             );
         }
-        if let Some(from) = &env.value_from {
+        if env.value_from.is_some() {
             if env.value.as_deref().is_some_and(|v| !v.is_empty()) {
                 e.invalid_str(
                     format!("{ep}.valueFrom"),
                     "",
                     "may not be specified when `value` is not empty",
-                );
-            }
-            if from.get("configMapKeyRef").is_some() {
-                e.forbidden(
-                    format!("{ep}.valueFrom.configMapKeyRef"),
-                    "static pods may not reference ConfigMaps (kubelet refuses)",
-                );
-            }
-            if from.get("secretKeyRef").is_some() {
-                e.forbidden(
-                    format!("{ep}.valueFrom.secretKeyRef"),
-                    "static pods may not reference Secrets (kubelet refuses)",
-                );
-            }
-        }
-    }
-    if let Some(Value::Array(list)) = c.extra.get("envFrom") {
-        for (j, src) in list.iter().enumerate() {
-            let ep = format!("{path}.envFrom[{j}]");
-            if src.get("configMapRef").is_some() {
-                e.forbidden(
-                    format!("{ep}.configMapRef"),
-                    "static pods may not reference ConfigMaps (kubelet refuses)",
-                );
-            }
-            if src.get("secretRef").is_some() {
-                e.forbidden(
-                    format!("{ep}.secretRef"),
-                    "static pods may not reference Secrets (kubelet refuses)",
                 );
             }
         }
@@ -1028,15 +975,12 @@ mod tests {
         let fs: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
         assert!(fs.contains(&"spec.containers[0].env[0].name"));
         assert!(fs.contains(&"spec.containers[0].env[1].name"));
-        assert!(fs.contains(&"spec.containers[0].env[2].valueFrom.secretKeyRef"));
+        // secretKeyRef resolves against the local store (nanolet goes beyond the kubelet).
+        assert!(!fs.contains(&"spec.containers[0].env[2].valueFrom.secretKeyRef"));
         assert!(fs.contains(&"spec.containers[0].resources.requests[cpu]"));
         assert_eq!(
             reason_for(&p, "spec.containers[0].resources.requests[memory]"),
             "Invalid value: \"128Mi\": must be less than or equal to memory limit of \"64Mi\""
-        );
-        assert!(
-            reason_for(&p, "spec.containers[0].env[2].valueFrom.secretKeyRef")
-                .contains("kubelet refuses")
         );
     }
 
@@ -1064,17 +1008,22 @@ mod tests {
         );
         let fs = fields(&p);
         for f in [
-            "spec.volumes[0].configMap",
-            "spec.volumes[1].secret",
-            "spec.volumes[2].projected.sources[0].configMap",
             "spec.volumes[2].projected.sources[1].serviceAccountToken",
             "spec.volumes[4].name",
-            "spec.containers[0].envFrom[0].configMapRef",
-            "spec.containers[0].envFrom[1].secretRef",
             "spec.containers[0].volumeMounts[1].name",
             "spec.serviceAccountName",
         ] {
             assert!(fs.iter().any(|x| x == f), "missing {f} in {fs:?}");
+        }
+        // nanolet goes beyond the kubelet: ConfigMaps and Secrets come from the local store.
+        for f in [
+            "spec.volumes[0].configMap",
+            "spec.volumes[1].secret",
+            "spec.volumes[2].projected.sources[0].configMap",
+            "spec.containers[0].envFrom[0].configMapRef",
+            "spec.containers[0].envFrom[1].secretRef",
+        ] {
+            assert!(!fs.iter().any(|x| x == f), "{f} must be allowed: {fs:?}");
         }
         assert_eq!(
             reason_for(&p, "spec.serviceAccountName"),

@@ -387,6 +387,7 @@ mod tests {
                     host_ip: "192.0.2.10".into(),
                     pod_logs_dir: logs.path().join("pods"),
                     root_dir: logs.path().join("root"),
+                    store: None,
                     container_logs_dir: logs.path().join("containers"),
                     resync: Duration::from_secs(60),
                     max_pods,

@@ -44,6 +44,8 @@ pub struct SyncSettings {
     pub pod_logs_dir: PathBuf,
     /// nanolet's state directory (`--root-dir`): `pods/<uid>/...` lives below it.
     pub root_dir: PathBuf,
+    /// The local ConfigMap/Secret store (configMap/secret volumes and env references).
+    pub store: Option<crate::localstore::LocalStore>,
     /// Directory of the legacy `<pod>_<ns>_<container>-<id>.log` symlinks.
     pub container_logs_dir: PathBuf,
     /// How often a pod is re-synced with no event (the kubelet's syncFrequency).
@@ -292,6 +294,9 @@ impl PodWorker {
         }
 
         let mut state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        if !terminal && state.running().next().is_some() {
+            self.refresh_volumes();
+        }
         self.fill_termination_messages(&mut state);
         self.gc(&state);
         self.publish(&state, false);
@@ -706,25 +711,18 @@ impl PodWorker {
         ann.insert(ANN_CONTAINER_TYPE.to_string(), kind.to_string());
         // Environment (value, fieldRef, resourceFieldRef) with $(VAR) expansion, as the kubelet
         // builds it; a bad reference keeps the container waiting (CreateContainerConfigError).
-        let cap = crate::node::capacity();
-        let env_ctx = EnvContext {
-            pod_ips: if self.pod_ip.is_empty() {
-                vec![]
-            } else {
-                vec![self.pod_ip.clone()]
-            },
-            host_ips: vec![self.ctx.settings.host_ip.clone()],
-            node_cpu_millis: cap.cpu_millis,
-            node_memory_bytes: cap.memory_bytes,
-            node_ephemeral_bytes: 0,
-        };
+        let env_ctx = self.env_context();
         let envs = resolve_env(p, c, &env_ctx).map_err(|e| WaitingReason {
             reason: "CreateContainerConfigError".into(),
             message: format!("spec.containers{{{}}}.{e}", c.name),
         })?;
         // Volumes: set up (idempotent) and mounted per volumeMounts; a failure keeps the
         // container in ContainerCreating with the kubelet's FailedMount text.
-        let volumes = crate::volumes::prepare(p, &self.pod_dir())
+        let vctx = crate::volumes::VolumeContext {
+            store: self.ctx.settings.store.clone(),
+            env: env_ctx,
+        };
+        let volumes = crate::volumes::prepare(p, &self.pod_dir(), &vctx)
             .and_then(|v| crate::volumes::mounts_for(c, &v, &envs))
             .map_err(|e| WaitingReason {
                 reason: "ContainerCreating".into(),
@@ -880,6 +878,52 @@ impl PodWorker {
             Ok(r) if r.is_success() => None,
             Ok(r) => Some(r.message),
             Err(e) => Some(e),
+        }
+    }
+
+    /// What env references and downward API volumes resolve against.
+    fn env_context(&self) -> EnvContext {
+        let cap = crate::node::capacity();
+        EnvContext {
+            pod_ips: if self.pod_ip.is_empty() {
+                vec![]
+            } else {
+                vec![self.pod_ip.clone()]
+            },
+            host_ips: vec![self.ctx.settings.host_ip.clone()],
+            node_cpu_millis: cap.cpu_millis,
+            node_memory_bytes: cap.memory_bytes,
+            node_ephemeral_bytes: 0,
+            store: self.ctx.settings.store.clone(),
+        }
+    }
+
+    /// Re-project configMap/secret/downwardAPI volumes of a running pod, so an edited source
+    /// reaches the containers within one sync period (atomic swap; unchanged content is not
+    /// rewritten).
+    fn refresh_volumes(&self) {
+        let has_api_data = self
+            .pod
+            .spec
+            .extra
+            .get("volumes")
+            .and_then(|v| v.as_array())
+            .is_some_and(|vs| {
+                vs.iter().any(|v| {
+                    ["configMap", "secret", "downwardAPI", "projected"]
+                        .iter()
+                        .any(|k| v.get(*k).is_some())
+                })
+            });
+        if !has_api_data {
+            return;
+        }
+        let vctx = crate::volumes::VolumeContext {
+            store: self.ctx.settings.store.clone(),
+            env: self.env_context(),
+        };
+        if let Err(e) = crate::volumes::prepare(&self.pod, &self.pod_dir(), &vctx) {
+            debug!(pod = %self.full_name, error = %e, "refreshing volumes");
         }
     }
 

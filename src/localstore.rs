@@ -1,0 +1,272 @@
+//! The local ConfigMap/Secret store: static pods cannot reference ConfigMaps or Secrets in the
+//! kubelet (there is no API server; kubernetes/kubernetes#27312). nanolet reads them from
+//! directories of ordinary `v1` ConfigMap and Secret manifests instead (one object per file,
+//! `*.yaml`, `*.yml` or `*.json`, no dotfiles; namespace defaults to `default`).
+//!
+//! The store is read when a pod needs it (each sync), so an edited file reaches running pods
+//! within one sync period, as an API-server ConfigMap does with the kubelet.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("{kind} \"{namespace}/{name}\" not found (looked in {dir})")]
+    NotFound {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        dir: String,
+    },
+    #[error("{kind} \"{namespace}/{name}\" has no key \"{key}\"")]
+    NoKey {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        key: String,
+    },
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct Meta {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawObject {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: Meta,
+    #[serde(default)]
+    data: BTreeMap<String, String>,
+    #[serde(default)]
+    binary_data: BTreeMap<String, String>,
+    #[serde(default)]
+    string_data: BTreeMap<String, String>,
+}
+
+/// Decode standard base64 (padding optional, whitespace ignored).
+pub fn base64_decode(s: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for ch in s.bytes().filter(|b| !b.is_ascii_whitespace()) {
+        if ch == b'=' {
+            break;
+        }
+        let v = match ch {
+            b'A'..=b'Z' => ch - b'A',
+            b'a'..=b'z' => ch - b'a' + 26,
+            b'0'..=b'9' => ch - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return Err(format!("illegal base64 data: {:?}", ch as char)),
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Ok(out)
+}
+
+/// The data of one ConfigMap or Secret, key -> bytes.
+pub type Data = BTreeMap<String, Vec<u8>>;
+
+#[derive(Debug, Clone)]
+pub struct LocalStore {
+    pub config_map_dir: PathBuf,
+    pub secret_dir: PathBuf,
+}
+
+impl LocalStore {
+    pub fn new(config_map_dir: PathBuf, secret_dir: PathBuf) -> Self {
+        LocalStore {
+            config_map_dir,
+            secret_dir,
+        }
+    }
+
+    fn find(&self, dir: &Path, kind: &'static str, namespace: &str, name: &str) -> Option<Data> {
+        let rd = std::fs::read_dir(dir).ok()?;
+        let mut files: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let n = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                !n.starts_with('.')
+                    && (n.ends_with(".yaml") || n.ends_with(".yml") || n.ends_with(".json"))
+                    && p.is_file()
+            })
+            .collect();
+        files.sort();
+        for f in files {
+            let Ok(bytes) = std::fs::read(&f) else {
+                continue;
+            };
+            let obj: RawObject = match serde_yaml::from_slice(&bytes) {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::warn!(file = %f.display(), error = %e, "skipping unreadable {kind} manifest");
+                    continue;
+                }
+            };
+            let ns = if obj.metadata.namespace.is_empty() {
+                "default"
+            } else {
+                obj.metadata.namespace.as_str()
+            };
+            if obj.kind != kind || obj.metadata.name != name || ns != namespace {
+                continue;
+            }
+            let mut data: Data = BTreeMap::new();
+            if kind == "Secret" {
+                for (k, v) in &obj.data {
+                    match base64_decode(v) {
+                        Ok(b) => {
+                            data.insert(k.clone(), b);
+                        }
+                        Err(e) => {
+                            tracing::warn!(file = %f.display(), key = %k, error = %e, "bad secret data")
+                        }
+                    }
+                }
+                for (k, v) in obj.string_data {
+                    data.insert(k, v.into_bytes());
+                }
+            } else {
+                for (k, v) in obj.data {
+                    data.insert(k, v.into_bytes());
+                }
+                for (k, v) in &obj.binary_data {
+                    if let Ok(b) = base64_decode(v) {
+                        data.insert(k.clone(), b);
+                    }
+                }
+            }
+            return Some(data);
+        }
+        None
+    }
+
+    pub fn config_map(&self, namespace: &str, name: &str) -> Result<Data, StoreError> {
+        self.find(&self.config_map_dir, "ConfigMap", namespace, name)
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "configmap",
+                namespace: namespace.into(),
+                name: name.into(),
+                dir: self.config_map_dir.display().to_string(),
+            })
+    }
+
+    pub fn secret(&self, namespace: &str, name: &str) -> Result<Data, StoreError> {
+        self.find(&self.secret_dir, "Secret", namespace, name)
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "secret",
+                namespace: namespace.into(),
+                name: name.into(),
+                dir: self.secret_dir.display().to_string(),
+            })
+    }
+
+    /// One key of a ConfigMap or Secret (for configMapKeyRef / secretKeyRef).
+    pub fn key(
+        &self,
+        secret: bool,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Vec<u8>, StoreError> {
+        let data = if secret {
+            self.secret(namespace, name)?
+        } else {
+            self.config_map(namespace, name)?
+        };
+        data.get(key).cloned().ok_or_else(|| StoreError::NoKey {
+            kind: if secret { "secret" } else { "configmap" },
+            namespace: namespace.into(),
+            name: name.into(),
+            key: key.into(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_reference_vectors() {
+        for (enc, dec) in [
+            ("", ""),
+            ("Zg==", "f"),
+            ("Zm8=", "fo"),
+            ("Zm9v", "foo"),
+            ("Zm9vYmFy", "foobar"),
+            ("Zm9v\nYmE=", "fooba"),
+        ] {
+            assert_eq!(base64_decode(enc).expect("decode"), dec.as_bytes(), "{enc}");
+        }
+        assert!(base64_decode("a*b").is_err());
+    }
+
+    #[test]
+    fn reads_config_maps_and_secrets_by_namespace_and_name() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let cm = d.path().join("cm");
+        let sec = d.path().join("sec");
+        std::fs::create_dir_all(&cm).expect("dir");
+        std::fs::create_dir_all(&sec).expect("dir");
+        std::fs::write(cm.join("app.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  mode: fast\n  conf.ini: |\n    a=1\n").expect("w");
+        std::fs::write(
+            cm.join(".hidden.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hidden\ndata: {k: v}\n",
+        )
+        .expect("w");
+        std::fs::write(cm.join("other-ns.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n  namespace: kube-system\ndata:\n  mode: slow\n").expect("w");
+        std::fs::write(sec.join("s.json"), r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"creds"},"data":{"password":"czNjcmV0"},"stringData":{"user":"admin"}}"#).expect("w");
+        let store = LocalStore::new(cm.clone(), sec.clone());
+        let app = store.config_map("default", "app").expect("app");
+        assert_eq!(app["mode"], b"fast");
+        assert_eq!(app["conf.ini"], b"a=1\n");
+        assert_eq!(
+            store.config_map("kube-system", "app").expect("ks")["mode"],
+            b"slow"
+        );
+        assert!(
+            store.config_map("default", "hidden").is_err(),
+            "dotfiles are ignored"
+        );
+        assert_eq!(
+            store.key(true, "default", "creds", "password").expect("pw"),
+            b"s3cret"
+        );
+        assert_eq!(
+            store.key(true, "default", "creds", "user").expect("user"),
+            b"admin"
+        );
+        let e = store
+            .key(false, "default", "app", "nope")
+            .expect_err("no key");
+        assert_eq!(
+            e.to_string(),
+            "configmap \"default/app\" has no key \"nope\""
+        );
+        assert!(matches!(
+            store.secret("default", "missing"),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+}
