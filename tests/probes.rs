@@ -303,8 +303,9 @@ fn exec_liveness_restarts_on_failure_and_on_timeout_only() {
     // "should *not* be restarted with a exec "cat /tmp/health" liveness probe", "should be
     // restarted with an exec liveness probe with timeout".
     // Kubelet rules: failureThreshold liveness failures in a row kill the container and
-    // restartPolicy (Always) restarts it; an exec probe exceeding timeoutSeconds is a failure
-    // (ExecProbeTimeout); a passing liveness probe never restarts.
+    // restartPolicy applies (Always restarts it, Never leaves it dead and the pod Failed); an
+    // exec probe exceeding timeoutSeconds is a failure (ExecProbeTimeout); a passing liveness
+    // probe never restarts.
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[]);
     let pod = |name: &str, cmd: &str, probe: &str| {
@@ -339,6 +340,11 @@ fn exec_liveness_restarts_on_failure_and_on_timeout_only() {
             "[sh, -c, 'sleep 10']\n      timeoutSeconds: 1",
         ),
     );
+    n.write(
+        "never.yaml",
+        &pod("live-never", "exec sleep 600", "['false']")
+            .replace("spec:\n", "spec:\n  restartPolicy: Never\n"),
+    );
 
     let p = wait_restarted(&n, "live-exec");
     // Not killed while the file was there (4 s), killed once it was gone.
@@ -352,6 +358,14 @@ fn exec_liveness_restarts_on_failure_and_on_timeout_only() {
     let p = wait_restarted(&n, "live-exec-timeout");
     assert_eq!(cs(&p, "c")["lastState"]["terminated"]["exitCode"], 137);
     wait_logged(&n, "live-exec-timeout", "timed out");
+
+    // restartPolicy Never: the killed container is not restarted and the pod fails.
+    let p = wait_pod(&n, "live-never", "Failed", |p| {
+        p["status"]["phase"] == "Failed"
+    });
+    let t = &cs(&p, "c")["state"]["terminated"];
+    assert_eq!(t["exitCode"], 137, "killed by the liveness probe: {t}");
+    assert_eq!(restarts(&p, "c"), 0);
 
     // The same probe on a container whose file stays: never restarted, for several periods
     // (its sibling shows the prober kills failing containers).
@@ -761,8 +775,10 @@ fn lifecycle_hooks_exec_and_http() {
     // prestop exec hook properly", "should execute poststart http hook properly", "should
     // execute prestop http hook properly": each hook sends a request to a separate handler
     // pod, whose log proves the hook ran.
-    // Kubelet rules: postStart runs right after the container started; preStop runs when the
-    // container is stopped (here: its static pod's manifest is removed), before SIGTERM.
+    // Kubelet rules: postStart runs right after the container started, and a failing one kills
+    // the container (FailedPostStartHook), then restartPolicy applies; preStop runs when the
+    // container is stopped (here: its static pod's manifest is removed), before SIGTERM, and
+    // only within the grace period (plus a one-off 2 s) however long the hook would take.
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[]);
     let port = common::agent::free_port();
@@ -831,6 +847,29 @@ fn lifecycle_hooks_exec_and_http() {
         "prestop-http.yaml",
         &target("prestop-http", "preStop", &http("prestop-http")),
     );
+    // A failing postStart hook kills the container (FailedPostStartHook); Always restarts it.
+    n.write(
+        "poststart-fails.yaml",
+        &target(
+            "poststart-fails",
+            "postStart",
+            "        exec:\n          command: ['false']\n",
+        ),
+    );
+    // A preStop hook that hangs is cut off by the grace period (3 s, plus the kubelet's
+    // one-off 2 s extension), then the container is killed.
+    n.write(
+        "prestop-hangs.yaml",
+        &target(
+            "prestop-hangs",
+            "preStop",
+            "        exec:\n          command: [sleep, '300']\n",
+        )
+        .replace(
+            "terminationGracePeriodSeconds: 5",
+            "terminationGracePeriodSeconds: 3",
+        ),
+    );
     let wait_request = |path: &str| {
         let needle = format!("url:/{path}");
         poll(WAIT, || {
@@ -861,6 +900,30 @@ fn lifecycle_hooks_exec_and_http() {
     assert!(
         !log.contains("url:/prestop"),
         "preStop ran while the pods were running:\n{log}"
+    );
+
+    let p = wait_restarted(&n, "poststart-fails");
+    assert!(
+        cs(&p, "c")["lastState"]["terminated"].is_object(),
+        "{:#}",
+        p["status"]
+    );
+    wait_logged(&n, "poststart-fails", "FailedPostStartHook");
+
+    wait_pod(&n, "prestop-hangs", "running", |p| running(p, "c"));
+    let removed = Instant::now();
+    n.remove("prestop-hangs.yaml");
+    poll(WAIT, || n.pod("prestop-hangs").is_none().then_some(())).unwrap_or_else(|| {
+        panic!(
+            "prestop-hangs: the hanging preStop hook held the pod past its grace period:\n{}",
+            n.log_tail()
+        )
+    });
+    let took = removed.elapsed();
+    eprintln!("prestop-hangs: terminated {took:?} after its manifest was removed");
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(20),
+        "terminating with a hanging preStop took {took:?}, expected the grace period (3 s) + 2 s"
     );
 
     n.remove("prestop-exec.yaml");
