@@ -279,6 +279,8 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     }
 
     spawn_signal_waiter(sigs, loop_tx.clone())?;
+    // systemd Type=notify: READY=1 after the first sync, watchdog pings tied to healthz.
+    crate::sdnotify::spawn(store.clone());
 
     let ctx = Arc::new(WorkerContext {
         runtime: runtime.clone(),
@@ -301,6 +303,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     SyncLoop::new(ctx, loop_tx).run(loop_rx);
     let _ = pleg_stop_tx.send(());
     drop(servers);
+    crate::sdnotify::notify("STOPPING=1");
     info!("nanolet stopped; pods keep running");
     Ok(())
 }

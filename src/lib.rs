@@ -17,6 +17,7 @@ pub mod pod;
 pub mod podconfig;
 pub mod prober;
 pub mod runtime;
+pub mod sdnotify;
 pub mod server;
 pub mod source;
 pub mod stats;

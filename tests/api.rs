@@ -633,3 +633,61 @@ fn validate_checks_manifests_offline_with_field_paths() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("nanolet "));
 }
+
+#[test]
+fn systemd_notify_ready_status_watchdog_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let ctd = Containerd::start();
+    let sock_path = ctd.tmp().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).expect("notify socket");
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    let path = sock_path.display().to_string();
+    let mut n = Nanolet::start_with_env(
+        &ctd,
+        &[],
+        &[
+            ("NOTIFY_SOCKET", path.as_str()),
+            ("WATCHDOG_USEC", "1000000"),
+        ],
+    );
+    let mut got: Vec<String> = vec![];
+    // Receives until a message containing `want` arrived (30 s timeout per datagram).
+    fn recv(sock: &UnixDatagram, got: &mut Vec<String>, want: &str) -> bool {
+        let mut buf = [0u8; 4096];
+        while !got.iter().any(|m| m.contains(want)) {
+            match sock.recv(&mut buf) {
+                Ok(len) => got.push(String::from_utf8_lossy(&buf[..len]).into_owned()),
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+    assert!(
+        recv(&sock, &mut got, "READY=1"),
+        "no READY=1: {got:?}\n{}",
+        n.log_tail()
+    );
+    assert!(
+        got.iter()
+            .any(|m| m.contains("READY=1\nSTATUS=0 pods, 0 running")),
+        "{got:?}"
+    );
+    n.write("web.yaml", WEB);
+    assert!(
+        recv(&sock, &mut got, "STATUS=1 pods, 1 running"),
+        "no STATUS=1 pods, 1 running: {got:?}\n{}",
+        n.log_tail()
+    );
+    assert!(
+        recv(&sock, &mut got, "WATCHDOG=1"),
+        "no WATCHDOG=1: {got:?}\n{}",
+        n.log_tail()
+    );
+    n.stop();
+    assert!(
+        recv(&sock, &mut got, "STOPPING=1"),
+        "no STOPPING=1: {got:?}\n{}",
+        n.log_tail()
+    );
+}

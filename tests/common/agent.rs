@@ -31,10 +31,16 @@ pub struct Nanolet {
     pub starts: usize,
     /// The bearer token, read from `--read-only-token-file=PATH` in the extra args.
     pub token: Option<String>,
+    pub env: Vec<(String, String)>,
 }
 
 impl Nanolet {
     pub fn start(ctd: &Containerd, extra: &[String]) -> Nanolet {
+        Self::start_with_env(ctd, extra, &[])
+    }
+
+    /// As [`Nanolet::start`], with extra environment variables for the process.
+    pub fn start_with_env(ctd: &Containerd, extra: &[String], env: &[(&str, &str)]) -> Nanolet {
         let dir = ctd.tmp().join("nanolet");
         fs::create_dir_all(dir.join("manifests")).expect("manifest dir");
         let port = free_port();
@@ -66,6 +72,10 @@ impl Nanolet {
             port,
             starts: 0,
             token,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         n.spawn();
         n
@@ -80,6 +90,7 @@ impl Nanolet {
             .expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_nanolet"))
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
