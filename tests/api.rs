@@ -251,7 +251,9 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         "{out}"
     );
     assert!(
-        out.contains(&format!("pod/{crashy}")) && out.contains("Created"),
+        out.contains(&format!("pod/{crashy}"))
+            && out.contains("Created")
+            && out.contains("already present on machine"),
         "{out}"
     );
 

@@ -638,6 +638,12 @@ impl PodWorker {
             _ => !present,
         };
         if !must_pull {
+            self.ctx.store.events().record(
+                &crate::events::container_ref(&self.pod, &c.name),
+                crate::events::EventType::Normal,
+                "Pulled",
+                &format!("Container image \"{image}\" already present on machine"),
+            );
             return Ok(());
         }
         let key = format!("image:{}:{}", self.uid(), image);
@@ -651,7 +657,15 @@ impl PodWorker {
             ));
         }
         match self.rt().pull_image(image) {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.ctx.store.events().record(
+                    &crate::events::container_ref(&self.pod, &c.name),
+                    crate::events::EventType::Normal,
+                    "Pulled",
+                    &format!("Successfully pulled image \"{image}\""),
+                );
+                Ok(())
+            }
             Err(e) if policy == "Always" && present => {
                 // An air-gapped box cannot reach the registry, but the image is here: use it.
                 warn!(pod = %self.full_name, container = %c.name, image, error = %e,
@@ -665,6 +679,12 @@ impl PodWorker {
                     .delay(&key)
                     .unwrap_or(Duration::from_secs(10));
                 warn!(pod = %self.full_name, container = %c.name, image, error = %e, "pulling image failed");
+                self.ctx.store.events().record(
+                    &crate::events::container_ref(&self.pod, &c.name),
+                    crate::events::EventType::Warning,
+                    "Failed",
+                    &format!("Failed to pull image \"{image}\": {}", e.message),
+                );
                 Err((
                     WaitingReason {
                         reason: "ErrImagePull".into(),
