@@ -27,6 +27,19 @@ const WAIT: Duration = Duration::from_secs(40);
 /// Poll interval: gentle on a 2-core machine running several containerds at once.
 const POLL: Duration = Duration::from_millis(150);
 
+/// Prints how long a test took (with `--nocapture`), to keep an eye on the ~40 s budget.
+struct Timer(&'static str, Instant);
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        eprintln!(
+            "duration {}: {:.1}s",
+            self.0,
+            self.1.elapsed().as_secs_f64()
+        );
+    }
+}
+
 fn pod_yaml(name: &str, body: &str) -> String {
     format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n{body}")
 }
@@ -165,12 +178,17 @@ fn assert_killed_after(p: &Value, min_secs: f64) {
 
 #[test]
 fn readiness_initial_delay_failure_and_timeout() {
+    let _timer = Timer(
+        "readiness_initial_delay_failure_and_timeout",
+        Instant::now(),
+    );
     // container_probe.go: "with readiness probe should not be ready before initial delay and
     // never restart", "with readiness probe that fails should never be ready and never
     // restart", "should not be ready with an exec readiness probe timeout".
     // Kubelet rules: readiness counts as failure before initialDelaySeconds; readiness failure
     // only makes the pod unready (ContainersNotReady, `containers with unready status: [c]`),
-    // it never restarts; an exec probe that exceeds timeoutSeconds fails.
+    // it never restarts; an exec probe that exceeds timeoutSeconds fails; readiness flips to
+    // success only after successThreshold successes in a row.
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[]);
     let pod = |name: &str, probe: &str| {
@@ -214,6 +232,14 @@ fn readiness_initial_delay_failure_and_timeout() {
         ),
     );
 
+    n.write(
+        "threshold.yaml",
+        &pod(
+            "ready-threshold",
+            "      exec:\n        command: ['true']\n      periodSeconds: 1\n      successThreshold: 3\n",
+        ),
+    );
+
     // Running, but not ready during the initial delay.
     let p = wait_pod(&n, "ready-delay", "running", |p| running(p, "c"));
     let started = time_of(&cs(&p, "c")["state"]["running"]["startedAt"]);
@@ -243,6 +269,17 @@ fn readiness_initial_delay_failure_and_timeout() {
         "pod became ready {after}s after the container started, before its 5s initial delay"
     );
     assert_eq!(restarts(&p, "c"), 0);
+
+    // successThreshold 3: ready only after three successes in a row (two periods at least).
+    let p = wait_pod(&n, "ready-threshold", "Ready", |p| {
+        condition(p, "Ready")["status"] == "True"
+    });
+    let after = time_of(&condition(&p, "Ready")["lastTransitionTime"])
+        .secs_since(&time_of(&cs(&p, "c")["state"]["running"]["startedAt"]));
+    assert!(
+        after >= 2.0,
+        "ready {after}s after start: fewer than successThreshold (3) successes"
+    );
 
     // Failing and timing-out readiness probes: probed (and failing), never ready, never
     // restarted.
@@ -299,6 +336,10 @@ fn readiness_initial_delay_failure_and_timeout() {
 
 #[test]
 fn exec_liveness_restarts_on_failure_and_on_timeout_only() {
+    let _timer = Timer(
+        "exec_liveness_restarts_on_failure_and_on_timeout_only",
+        Instant::now(),
+    );
     // container_probe.go: "should be restarted with a exec "cat /tmp/health" liveness probe",
     // "should *not* be restarted with a exec "cat /tmp/health" liveness probe", "should be
     // restarted with an exec liveness probe with timeout".
@@ -382,7 +423,8 @@ fn exec_liveness_restarts_on_failure_and_on_timeout_only() {
 // --- liveness: HTTP and TCP ------------------------------------------------------------------
 
 /// Serves /cgi-bin/healthz on :8080: 200 while /tmp/healthy exists, then 500;
-/// /cgi-bin/redirect redirects there, /cgi-bin/away redirects to another host.
+/// /cgi-bin/redirect redirects there, /cgi-bin/away redirects to another host; /cgi-bin/env
+/// records the request headers (as CGI variables) in /tmp/env.txt.
 const CGI_SERVER: &str = r#"      mkdir -p /www/cgi-bin
       cat > /www/cgi-bin/healthz <<'EOF'
       #!/bin/sh
@@ -400,12 +442,18 @@ const CGI_SERVER: &str = r#"      mkdir -p /www/cgi-bin
       #!/bin/sh
       printf 'Status: 302 Found\r\nLocation: http://0.0.0.0/\r\n\r\n'
       EOF
-      chmod +x /www/cgi-bin/healthz /www/cgi-bin/redirect /www/cgi-bin/away
+      cat > /www/cgi-bin/env <<'EOF'
+      #!/bin/sh
+      env > /tmp/env.txt
+      printf 'Content-Type: text/plain\r\n\r\nok\n'
+      EOF
+      chmod +x /www/cgi-bin/healthz /www/cgi-bin/redirect /www/cgi-bin/away /www/cgi-bin/env
       touch /tmp/healthy
 "#;
 
 #[test]
 fn http_and_tcp_liveness() {
+    let _timer = Timer("http_and_tcp_liveness", Instant::now());
     // container_probe.go: "should be restarted with a /healthz http liveness probe" (a server
     // that starts returning 500), "should *not* be restarted with a /healthz http liveness
     // probe", "should *not* be restarted with a tcp:8080 liveness probe", the local and
@@ -413,7 +461,8 @@ fn http_and_tcp_liveness() {
     // Kubelet rules: httpGet succeeds for 200 <= status < 400 and fails otherwise
     // (`HTTP probe failed with statuscode: 500`); tcpSocket succeeds when the connect does;
     // named ports resolve against the container's ports; redirects are followed only to the
-    // same host.
+    // same host; requests carry `User-Agent: kube-probe/<version>`, `Accept: */*` and the
+    // probe's httpHeaders.
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[]);
     let pod = |name: &str, script: &str, probes: &str| {
@@ -483,6 +532,18 @@ fn http_and_tcp_liveness() {
         ),
     );
 
+    n.write(
+        "http-headers.yaml",
+        &pod(
+            "http-headers",
+            "      exec httpd -f -p 8080 -h /www\n",
+            &probe(
+                "readinessProbe",
+                "      httpGet:\n        path: /cgi-bin/env\n        port: 8080\n        httpHeaders:\n        - name: X-Custom\n          value: probed\n",
+            ),
+        ),
+    );
+
     let p = wait_restarted(&n, "http-breaks");
     assert_killed_after(&p, 4.0);
     wait_logged(&n, "http-breaks", "HTTP probe failed with statuscode: 500");
@@ -502,6 +563,35 @@ fn http_and_tcp_liveness() {
     // elsewhere is not followed; the probe succeeds with a warning.
     wait_logged(&n, "redirect-away", "Probe terminated redirects");
     observe(&n, "redirect-away", Duration::from_secs(4), never_restarted);
+
+    // The request carries the kubelet's headers plus httpHeaders.
+    let p = wait_pod(&n, "http-headers", "Ready", |p| {
+        condition(p, "Ready")["status"] == "True"
+    });
+    let id = cs(&p, "c")["containerID"]
+        .as_str()
+        .and_then(|s| s.strip_prefix("containerd://"))
+        .expect("containerID")
+        .to_string();
+    let r = ctd
+        .runtime()
+        .exec_sync(
+            &id,
+            &["cat".into(), "/tmp/env.txt".into()],
+            Duration::from_secs(5),
+        )
+        .expect("exec in http-headers");
+    let env = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert!(
+        env.lines()
+            .any(|l| l.starts_with("HTTP_USER_AGENT=kube-probe/")),
+        "User-Agent kube-probe/<version>: {env}"
+    );
+    assert!(env.lines().any(|l| l == "HTTP_ACCEPT=*/*"), "Accept: {env}");
+    assert!(
+        env.lines().any(|l| l == "HTTP_X_CUSTOM=probed"),
+        "httpHeaders: {env}"
+    );
 
     // Healthy servers: HTTP and TCP readiness pass (so those probes run and reach the
     // server), and liveness on the same endpoint never restarts.
@@ -523,6 +613,7 @@ fn http_and_tcp_liveness() {
 
 #[test]
 fn startup_probe_gates_liveness_and_readiness() {
+    let _timer = Timer("startup_probe_gates_liveness_and_readiness", Instant::now());
     // container_probe.go: "should be restarted startup probe fails", "should *not* be
     // restarted by liveness probe because startup probe delays it", "should be restarted by
     // liveness probe after startup probe enables it", "should be ready immediately after
@@ -647,6 +738,10 @@ fn startup_probe_gates_liveness_and_readiness() {
 
 #[test]
 fn probe_termination_grace_period_overrides_the_pods() {
+    let _timer = Timer(
+        "probe_termination_grace_period_overrides_the_pods",
+        Instant::now(),
+    );
     // container_probe.go: "should override timeoutGracePeriodSeconds when LivenessProbe field
     // is set" and "... when StartupProbe field is set".
     // Kubelet rule: a liveness or startup kill uses the probe's terminationGracePeriodSeconds
@@ -689,6 +784,7 @@ fn probe_termination_grace_period_overrides_the_pods() {
 
 #[test]
 fn termination_messages() {
+    let _timer = Timer("termination_messages", Instant::now());
     // runtime.go: "should report termination message if TerminationMessagePath is set",
     // "... from log output if TerminationMessagePolicy FallbackToLogsOnError is set",
     // "... as empty when pod succeeds and TerminationMessagePolicy FallbackToLogsOnError is
@@ -771,6 +867,7 @@ fn termination_messages() {
 
 #[test]
 fn lifecycle_hooks_exec_and_http() {
+    let _timer = Timer("lifecycle_hooks_exec_and_http", Instant::now());
     // lifecycle_hook.go: "should execute poststart exec hook properly", "should execute
     // prestop exec hook properly", "should execute poststart http hook properly", "should
     // execute prestop http hook properly": each hook sends a request to a separate handler
@@ -940,6 +1037,10 @@ fn lifecycle_hooks_exec_and_http() {
 
 #[test]
 fn failing_init_container_with_restart_always_keeps_the_pod_pending() {
+    let _timer = Timer(
+        "failing_init_container_with_restart_always_keeps_the_pod_pending",
+        Instant::now(),
+    );
     // init_container.go: "should not start app containers if init containers fail on a
     // RestartAlways pod".
     // Kubelet rules: with restartPolicy Always a failed init container is retried (with crash
@@ -1010,6 +1111,10 @@ fn failing_init_container_with_restart_always_keeps_the_pod_pending() {
 
 #[test]
 fn sidecar_startup_probe_gates_the_pod_and_its_readiness_counts() {
+    let _timer = Timer(
+        "sidecar_startup_probe_gates_the_pod_and_its_readiness_counts",
+        Instant::now(),
+    );
     // Kubelet rules (SidecarContainers, kuberuntime computeInitContainerActions): an init
     // container with restartPolicy Always is a sidecar; when it has a startup probe, the next
     // containers start only after that probe succeeded; its readiness counts toward the pod's
