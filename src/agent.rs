@@ -144,6 +144,8 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     }
 
     let host_ip = detect_host_ip();
+    // The read-only server starts before the prober; it reads the prober through this slot.
+    let probes_slot: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>> = Arc::default();
     info!(node = %cfg.node_name, host_ip = %host_ip, "starting nanolet");
 
     let mut servers = vec![];
@@ -176,6 +178,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                     token: token.clone(),
                     configz: cfg.redacted_json(),
                     stats: crate::stats::StatsProvider::new(),
+                    probes: probes_slot.clone(),
                 },
             )
             .map_err(|source| AgentError::Bind {
@@ -284,7 +287,11 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
 
     let ctx = Arc::new(WorkerContext {
         runtime: runtime.clone(),
-        prober: crate::prober::Prober::start(runtime.clone(), Some(loop_tx.clone())),
+        prober: {
+            let prober = crate::prober::Prober::start(runtime.clone(), Some(loop_tx.clone()));
+            let _ = probes_slot.set(prober.clone());
+            prober
+        },
         store: store.clone(),
         settings: SyncSettings {
             node_name: cfg.node_name.clone(),

@@ -216,6 +216,37 @@ impl Metrics {
     }
 }
 
+/// One prober counter: (namespace, pod, container, probe type, result, count), as
+/// `Prober::totals` reports them.
+pub type ProbeTotal = (String, String, String, &'static str, &'static str, u64);
+
+fn label_value(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// `/metrics/probes`: the kubelet's `prober_probe_total` counter.
+pub fn render_probes(totals: &[ProbeTotal]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP prober_probe_total Cumulative number of a liveness, readiness or startup probe for a container by result.\n# TYPE prober_probe_total counter"
+    );
+    let mut sorted: Vec<&ProbeTotal> = totals.iter().collect();
+    sorted.sort();
+    for (ns, pod, container, kind, result, n) in sorted {
+        let _ = writeln!(
+            out,
+            "prober_probe_total{{container=\"{}\",namespace=\"{}\",pod=\"{}\",probe_type=\"{kind}\",result=\"{result}\"}} {n}",
+            label_value(container),
+            label_value(ns),
+            label_value(pod)
+        );
+    }
+    out
+}
+
 /// Pods with a ready sandbox, and containers by state (`running`, `exited`, `created`,
 /// `unknown`), from the pods' statuses.
 fn pod_gauges(pods: &[Pod]) -> (usize, BTreeMap<&'static str, usize>) {
@@ -336,6 +367,23 @@ impl ProcessStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probe_totals() {
+        let t = render_probes(&[(
+            "default".into(),
+            "web-node1".into(),
+            "c".into(),
+            "Readiness",
+            "successful",
+            3,
+        )]);
+        assert_eq!(
+            t,
+            "# HELP prober_probe_total Cumulative number of a liveness, readiness or startup probe for a container by result.\n# TYPE prober_probe_total counter\nprober_probe_total{container=\"c\",namespace=\"default\",pod=\"web-node1\",probe_type=\"Readiness\",result=\"successful\"} 3\n"
+        );
+        assert_eq!(label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
 
     #[test]
     fn text_format_has_the_families() {

@@ -89,6 +89,8 @@ pub struct ReadOnlyOptions {
     pub configz: serde_json::Value,
     /// CPU-rate state for `/stats/summary` and `/metrics/resource`.
     pub stats: crate::stats::StatsProvider,
+    /// The prober, once the agent has started it (`/metrics/probes`).
+    pub probes: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>>,
 }
 
 impl ReadOnlyOptions {
@@ -98,6 +100,7 @@ impl ReadOnlyOptions {
             token: None,
             configz: serde_json::Value::Null,
             stats: crate::stats::StatsProvider::new(),
+            probes: Arc::default(),
         }
     }
 }
@@ -432,7 +435,7 @@ fn route(endpoints: &Endpoints, method: &Method, url: &str, store: &StatusStore)
         "/healthz" => true,
         p if p.starts_with("/healthz/") => true,
         "/pods" | "/manifests/errors" | "/configz" | "/metrics" | "/stats/summary" | "/stats"
-        | "/stats/" | "/metrics/resource" | "/metrics/cadvisor" => {
+        | "/stats/" | "/metrics/resource" | "/metrics/cadvisor" | "/metrics/probes" => {
             matches!(endpoints, Endpoints::ReadOnly(_))
         }
         _ => false,
@@ -458,6 +461,17 @@ fn route(endpoints: &Endpoints, method: &Method, url: &str, store: &StatusStore)
             Endpoints::ReadOnly(o) => Reply::json(&serde_json::json!({"kubeletconfig": o.configz})),
             Endpoints::Healthz => Reply::text(404, "404 page not found\n".into()),
         },
+        "/metrics/probes" => {
+            let totals = match endpoints {
+                Endpoints::ReadOnly(o) => o.probes.get().map(|p| p.totals()).unwrap_or_default(),
+                Endpoints::Healthz => vec![],
+            };
+            Reply {
+                status: 200,
+                headers: vec![("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                body: crate::metrics::render_probes(&totals).into_bytes(),
+            }
+        }
         "/stats/summary" | "/stats" | "/stats/" | "/metrics/resource" | "/metrics/cadvisor" => {
             let Endpoints::ReadOnly(o) = endpoints else {
                 return Reply::text(404, "404 page not found\n".into());

@@ -83,7 +83,7 @@ fn http(n: &Nanolet, method: &str, path: &str, token: Option<&str>) -> (u16, Str
     (status, body, ct)
 }
 
-const WEB: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels:\n    app: web\nspec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'echo first; echo second; echo third; sleep 3600']\n";
+const WEB: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels:\n    app: web\nspec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'echo first; echo second; echo third; sleep 3600']\n    readinessProbe:\n      exec:\n        command: ['true']\n      periodSeconds: 1\n";
 
 /// Crashes once per start, printing its run number: `previous` has the earlier run's line.
 const CRASHY: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: crashy\nspec:\n  containers:\n  - name: main\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'echo main up; sleep 3600']\n  - name: crash\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'echo run at $(date +%s) $RANDOM$RANDOM; exit 3']\n";
@@ -105,7 +105,9 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     n.write("crashy.yaml", CRASHY);
     let web = format!("web-{}", node());
     let crashy = format!("crashy-{}", node());
-    n.wait_pod("web", "Running", |p| p["status"]["phase"] == "Running");
+    n.wait_pod("web", "Running and ready", |p| {
+        p["status"]["phase"] == "Running" && p["status"]["containerStatuses"][0]["ready"] == true
+    });
     n.wait_pod("crashy", "restarted once", |p| {
         p["status"]["containerStatuses"]
             .as_array()
@@ -393,6 +395,18 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     assert!(
         sp["ephemeral-storage"]["usedBytes"].as_u64().is_some(),
         "{sp}"
+    );
+    let (code, text, _) = http(&n, "GET", "/metrics/probes", None);
+    assert_eq!(code, 200);
+    let want = format!(
+        "prober_probe_total{{container=\"c\",namespace=\"default\",pod=\"{web}\",probe_type=\"Readiness\",result=\"successful\"}} "
+    );
+    assert!(text.contains(&want), "{want} missing:\n{text}");
+    let check = promtool_check(&text);
+    assert!(
+        check.0,
+        "promtool check /metrics/probes:\n{}\n{text}",
+        check.1
     );
     for path in ["/metrics/resource", "/metrics/cadvisor"] {
         let (code, text, _) = http(&n, "GET", path, None);
