@@ -44,6 +44,34 @@ fn setup_err(volume: &str, reason: impl Into<String>) -> VolumeError {
 pub struct VolumeContext {
     pub store: Option<LocalStore>,
     pub env: EnvContext,
+    /// spec.securityContext.fsGroup: emptyDir and API-data volumes become group-owned by it
+    /// (setgid directories, group read/write), as the kubelet's SetVolumeOwnership does.
+    pub fs_group: Option<u32>,
+}
+
+/// Give `path` (recursively) to group `gid`: group rw (read-only volumes: r), +x on
+/// directories, setgid directories.
+fn set_ownership(path: &Path, gid: u32, read_only: bool) {
+    let g = Some(nix::unistd::Gid::from_raw(gid));
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if m.file_type().is_symlink() {
+            return;
+        }
+        let _ = nix::unistd::chown(path, None, g);
+        let mode = m.permissions().mode() & 0o7777;
+        let group = if read_only { 0o040 } else { 0o060 };
+        let new = if m.is_dir() {
+            mode | 0o2010 | group
+        } else {
+            mode | group
+        };
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(new));
+        if m.is_dir() {
+            for e in std::fs::read_dir(path).into_iter().flatten().flatten() {
+                set_ownership(&e.path(), gid, read_only);
+            }
+        }
+    }
 }
 
 /// Files of an API-data volume: relative path -> (content, mode).
@@ -473,6 +501,9 @@ pub fn prepare(
                     setup_err(&name, format!("mounting tmpfs at {}: {e}", dir.display()))
                 })?;
             }
+            if let Some(gid) = ctx.fs_group {
+                set_ownership(&dir, gid, false);
+            }
             out.insert(name, dir);
         } else if let Some((files, tmpfs)) = api_data_volume(pod, v, ctx) {
             let files = files.map_err(|e| setup_err(&name, e))?;
@@ -494,6 +525,9 @@ pub fn prepare(
             }
             write_atomic(&dir, &files)
                 .map_err(|e| setup_err(&name, format!("writing {}: {e}", dir.display())))?;
+            if let Some(gid) = ctx.fs_group {
+                set_ownership(&dir, gid, true);
+            }
             out.insert(name, dir);
         } else {
             let kind = v
@@ -739,6 +773,7 @@ mod tests {
         let ctx = VolumeContext {
             store: Some(store.clone()),
             env: EnvContext::default(),
+            fs_group: None,
         };
         let pod_dir = d.path().join("pod");
         let vols = prepare(&pod, &pod_dir, &ctx).expect("volumes");

@@ -1260,3 +1260,102 @@ fn config_maps_and_secrets_come_from_the_local_store() {
         "secret tmpfs unmounted"
     );
 }
+
+#[test]
+fn security_context_is_applied_like_the_kubelet() {
+    // Adapted from the Kubernetes "security-context-demo" example: runAsUser 1000, runAsGroup
+    // 3000, fsGroup 2000 -> `id` shows uid=1000 gid=3000 and the fsGroup; files created in an
+    // emptyDir belong to group 2000.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "sec.yaml",
+        &pod_yaml(
+            "sec",
+            r#"spec:
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    runAsUser: 1000
+    runAsGroup: 3000
+    fsGroup: 2000
+    supplementalGroups: [4000]
+  volumes:
+  - name: sec-ctx-vol
+    emptyDir: {}
+  containers:
+  - name: c
+    image: localhost/busybox:1.36
+    command: [sh, -c]
+    args:
+    - |
+      echo "id: $(id)"
+      echo hi > /data/demo/f && echo "file group: $(stat -c %g /data/demo/f)"
+      touch /rootfile 2>/dev/null && echo "rootfs writable" || echo "rootfs read-only"
+      echo "capeff: $(grep CapEff /proc/self/status | cut -f2)"
+      sleep 3600
+    volumeMounts:
+    - name: sec-ctx-vol
+      mountPath: /data/demo
+    securityContext:
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities:
+        drop: [ALL]
+"#,
+        ),
+    );
+    n.write(
+        "nonroot.yaml",
+        &pod_yaml(
+            "nonroot",
+            "spec:\n  securityContext:\n    runAsNonRoot: true\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n",
+        ),
+    );
+    let p = n.wait_phase("sec", "Running");
+    let uid = uid_of(&p);
+    let log = n
+        .pod_logs()
+        .join(format!("default_sec-node1_{uid}/c/0.log"));
+    let text = wait_for(TIMEOUT, || {
+        fs::read_to_string(&log)
+            .ok()
+            .filter(|s| s.contains("capeff:"))
+    })
+    .unwrap_or_else(|| panic!("no output:\n{}", n.log_tail()));
+    assert!(text.contains("id: uid=1000 gid=3000 groups="), "{text}");
+    let groups = text
+        .lines()
+        .find(|l| l.contains("id: uid="))
+        .unwrap_or_default();
+    assert!(
+        groups.contains("2000") && groups.contains("4000"),
+        "fsGroup and supplementalGroups: {groups}"
+    );
+    assert!(
+        text.contains("file group: 2000"),
+        "emptyDir is owned by the fsGroup: {text}"
+    );
+    assert!(
+        text.contains("rootfs read-only"),
+        "readOnlyRootFilesystem: {text}"
+    );
+    assert!(
+        text.contains("capeff: 0000000000000000"),
+        "capabilities dropped: {text}"
+    );
+
+    // runAsNonRoot with an image that runs as root: CreateContainerConfigError, never started.
+    let p = n.wait_pod("nonroot", "CreateContainerConfigError", |p| {
+        container_status(p, "c")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+    });
+    let msg = container_status(&p, "c")["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.starts_with("container has runAsNonRoot and image will run as root"),
+        "{msg}"
+    );
+    assert_eq!(p["status"]["phase"], "Pending");
+    assert!(cri_containers(&ctd.runtime(), "nonroot").is_empty());
+}

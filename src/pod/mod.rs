@@ -4,6 +4,7 @@
 pub mod env;
 pub mod naming;
 pub mod quantity;
+pub mod security;
 pub mod types;
 pub mod validate;
 

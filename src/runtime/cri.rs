@@ -396,9 +396,17 @@ fn sandbox_config_pb(c: &PodSandboxConfig) -> pb::PodSandboxConfig {
                     ipc: ns_mode(c.host_ipc),
                     target_id: String::new(),
                 }),
+                run_as_user: c.security.run_as_user.map(|value| pb::Int64Value { value }),
+                run_as_group: c
+                    .security
+                    .run_as_group
+                    .map(|value| pb::Int64Value { value }),
+                supplemental_groups: c.security.supplemental_groups.clone(),
+                privileged: c.security.privileged,
+                seccomp: c.security.seccomp.as_ref().map(seccomp_pb),
                 ..Default::default()
             }),
-            sysctls: Default::default(),
+            sysctls: c.sysctls.clone(),
         }),
     }
 }
@@ -410,6 +418,8 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
         network: ns_mode(sandbox.host_network),
         pid: if sandbox.host_pid {
             pb::NamespaceMode::Node as i32
+        } else if sandbox.share_pid {
+            pb::NamespaceMode::Pod as i32
         } else {
             pb::NamespaceMode::Container as i32
         },
@@ -472,6 +482,22 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
             }),
             security_context: Some(pb::LinuxContainerSecurityContext {
                 namespace_options: Some(ns),
+                run_as_user: c.security.run_as_user.map(|value| pb::Int64Value { value }),
+                run_as_group: c
+                    .security
+                    .run_as_group
+                    .map(|value| pb::Int64Value { value }),
+                supplemental_groups: c.security.supplemental_groups.clone(),
+                privileged: c.security.privileged,
+                capabilities: (!c.security.add_capabilities.is_empty()
+                    || !c.security.drop_capabilities.is_empty())
+                .then(|| pb::Capability {
+                    add_capabilities: c.security.add_capabilities.clone(),
+                    drop_capabilities: c.security.drop_capabilities.clone(),
+                }),
+                readonly_rootfs: c.security.readonly_rootfs,
+                no_new_privs: c.security.no_new_privs,
+                seccomp: c.security.seccomp.as_ref().map(seccomp_pb),
                 ..Default::default()
             }),
         }),
@@ -525,6 +551,26 @@ fn image_info(i: pb::Image) -> ImageInfo {
         repo_tags: i.repo_tags,
         repo_digests: i.repo_digests,
         size: i.size,
+        uid: i.uid.map(|u| u.value),
+        username: i.username,
+    }
+}
+
+fn seccomp_pb(s: &super::Seccomp) -> pb::SecurityProfile {
+    use pb::security_profile::ProfileType;
+    match s {
+        super::Seccomp::RuntimeDefault => pb::SecurityProfile {
+            profile_type: ProfileType::RuntimeDefault as i32,
+            localhost_ref: String::new(),
+        },
+        super::Seccomp::Unconfined => pb::SecurityProfile {
+            profile_type: ProfileType::Unconfined as i32,
+            localhost_ref: String::new(),
+        },
+        super::Seccomp::Localhost(path) => pb::SecurityProfile {
+            profile_type: ProfileType::Localhost as i32,
+            localhost_ref: path.clone(),
+        },
     }
 }
 

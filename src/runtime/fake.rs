@@ -86,6 +86,8 @@ impl FakeRuntime {
             repo_tags: vec![name.to_string()],
             repo_digests: vec![],
             size: 1,
+            uid: None,
+            username: String::new(),
         };
         self.lock().images.insert(name.to_string(), info);
     }

@@ -97,6 +97,29 @@ pub struct DnsConfig {
     pub options: Vec<String>,
 }
 
+/// A seccomp profile (CRI SecurityProfile).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seccomp {
+    RuntimeDefault,
+    Unconfined,
+    /// Absolute path of a profile on the node.
+    Localhost(String),
+}
+
+/// The Linux security settings of one container (CRI LinuxContainerSecurityContext).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerSecurity {
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub supplemental_groups: Vec<i64>,
+    pub privileged: bool,
+    pub add_capabilities: Vec<String>,
+    pub drop_capabilities: Vec<String>,
+    pub readonly_rootfs: bool,
+    pub no_new_privs: bool,
+    pub seccomp: Option<Seccomp>,
+}
+
 /// CRI PodSandboxConfig, reduced to what nanolet sets.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodSandboxConfig {
@@ -115,6 +138,12 @@ pub struct PodSandboxConfig {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub cgroup_parent: String,
+    /// shareProcessNamespace: containers share the sandbox's PID namespace.
+    pub share_pid: bool,
+    /// Sandbox (pause) security: the pod-level user, groups, seccomp; privileged when any
+    /// container is.
+    pub security: ContainerSecurity,
+    pub sysctls: BTreeMap<String, String>,
 }
 
 /// CRI MountPropagation.
@@ -163,6 +192,7 @@ pub struct ContainerConfig {
     pub stdin_once: bool,
     pub tty: bool,
     pub resources: Option<LinuxResources>,
+    pub security: ContainerSecurity,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,6 +275,10 @@ pub struct ImageInfo {
     pub repo_tags: Vec<String>,
     pub repo_digests: Vec<String>,
     pub size: u64,
+    /// The image's numeric user, when its config names one (for runAsNonRoot).
+    pub uid: Option<i64>,
+    /// The image's user name, when it is not numeric.
+    pub username: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -482,6 +482,9 @@ impl PodWorker {
             labels,
             annotations: p.metadata.annotations.clone(),
             cgroup_parent: String::new(),
+            share_pid: crate::pod::security::share_process_namespace(p),
+            security: crate::pod::security::sandbox_security(p, &self.ctx.settings.root_dir),
+            sysctls: crate::pod::security::sysctls(p),
         }
     }
 
@@ -741,6 +744,7 @@ impl PodWorker {
         let vctx = crate::volumes::VolumeContext {
             store: self.ctx.settings.store.clone(),
             env: env_ctx,
+            fs_group: crate::pod::security::fs_group(p),
         };
         let volumes = crate::volumes::prepare(p, &self.pod_dir(), &vctx)
             .and_then(|v| crate::volumes::mounts_for(c, &v, &envs))
@@ -748,6 +752,20 @@ impl PodWorker {
                 reason: "ContainerCreating".into(),
                 message: e.to_string(),
             })?;
+        // Security context, and the kubelet's runAsNonRoot check against the image's user.
+        let security = crate::pod::security::container_security(p, c, &self.ctx.settings.root_dir);
+        if security.run_as_user.is_none() || security.run_as_user == Some(0) {
+            let img = self.rt().image_status(&c.image).ok().flatten();
+            let (uid, user) = img
+                .map(|i| (i.uid, i.username))
+                .unwrap_or((None, String::new()));
+            crate::pod::security::verify_run_as_non_root(p, c, uid, &user).map_err(|message| {
+                WaitingReason {
+                    reason: "CreateContainerConfigError".into(),
+                    message,
+                }
+            })?;
+        }
         let mut mounts = volumes;
         if !c.termination_message_path.is_empty() {
             let file = self.termination_message_file(&c.name, restart_count);
@@ -790,6 +808,7 @@ impl PodWorker {
             stdin_once: c.stdin_once,
             tty: c.tty,
             resources: Some(linux_resources(c)),
+            security,
         })
     }
 
@@ -941,6 +960,7 @@ impl PodWorker {
         let vctx = crate::volumes::VolumeContext {
             store: self.ctx.settings.store.clone(),
             env: self.env_context(),
+            fs_group: crate::pod::security::fs_group(&self.pod),
         };
         if let Err(e) = crate::volumes::prepare(&self.pod, &self.pod_dir(), &vctx) {
             debug!(pod = %self.full_name, error = %e, "refreshing volumes");
