@@ -1359,3 +1359,58 @@ fn security_context_is_applied_like_the_kubelet() {
     assert_eq!(p["status"]["phase"], "Pending");
     assert!(cri_containers(&ctd.runtime(), "nonroot").is_empty());
 }
+
+#[test]
+fn dns_config_and_host_aliases_reach_the_container() {
+    // dnsPolicy None + dnsConfig gives exactly the configured resolv.conf; hostAliases and the
+    // pod's own hostname land in the kubelet-managed /etc/hosts.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "dns.yaml",
+        &pod_yaml(
+            "dns",
+            r#"spec:
+  terminationGracePeriodSeconds: 1
+  dnsPolicy: "None"
+  dnsConfig:
+    nameservers: [192.0.2.53]
+    searches: [edge.example]
+    options:
+    - name: ndots
+      value: "2"
+  hostAliases:
+  - ip: 192.0.2.7
+    hostnames: [gateway.local]
+  containers:
+  - name: c
+    image: localhost/busybox:1.36
+    command: [sh, -c, 'cat /etc/resolv.conf /etc/hosts; sleep 3600']
+"#,
+        ),
+    );
+    let p = n.wait_phase("dns", "Running");
+    let uid = uid_of(&p);
+    let ip = p["status"]["podIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let log = n
+        .pod_logs()
+        .join(format!("default_dns-node1_{uid}/c/0.log"));
+    let text = wait_for(TIMEOUT, || {
+        fs::read_to_string(&log)
+            .ok()
+            .filter(|s| s.contains("gateway.local"))
+    })
+    .unwrap_or_else(|| panic!("no output:\n{}", n.log_tail()));
+    assert!(text.contains("nameserver 192.0.2.53"), "{text}");
+    assert!(text.contains("search edge.example"), "{text}");
+    assert!(text.contains("options ndots:2"), "{text}");
+    assert!(text.contains("# Kubernetes-managed hosts file."), "{text}");
+    assert!(
+        text.contains(&format!("{ip}\tdns-node1")),
+        "pod IP and hostname in /etc/hosts: {text}"
+    );
+    assert!(text.contains("192.0.2.7\tgateway.local"), "{text}");
+}

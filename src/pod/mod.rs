@@ -1,6 +1,7 @@
 //! Pod API types, defaulting, validation with field paths, static-pod naming and UID.
 //! Pure: no I/O.
 
+pub mod dns;
 pub mod env;
 pub mod naming;
 pub mod quantity;

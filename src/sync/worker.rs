@@ -477,7 +477,10 @@ impl PodWorker {
             host_network: p.spec.host_network,
             host_pid: p.spec.host_pid,
             host_ipc: p.spec.host_ipc,
-            dns: None,
+            dns: crate::pod::dns::pod_dns(
+                p,
+                &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+            ),
             port_mappings,
             labels,
             annotations: p.metadata.annotations.clone(),
@@ -767,6 +770,16 @@ impl PodWorker {
             })?;
         }
         let mut mounts = volumes;
+        if let Some(hosts) = self.hosts_file() {
+            if !mounts.iter().any(|m| m.container_path == "/etc/hosts") {
+                mounts.push(Mount {
+                    container_path: "/etc/hosts".into(),
+                    host_path: hosts.to_string_lossy().into_owned(),
+                    readonly: false,
+                    ..Default::default()
+                });
+            }
+        }
         if !c.termination_message_path.is_empty() {
             let file = self.termination_message_file(&c.name, restart_count);
             let created = file
@@ -918,6 +931,37 @@ impl PodWorker {
             Ok(r) => Some(r.message),
             Err(e) => Some(e),
         }
+    }
+
+    /// The kubelet-managed /etc/hosts (`<root-dir>/pods/<uid>/etc-hosts`): for pod-network pods
+    /// localhost, the pod's IP and hostname and hostAliases; for hostNetwork pods the node's file
+    /// plus hostAliases (only when there are aliases).
+    fn hosts_file(&self) -> Option<PathBuf> {
+        let p = &self.pod;
+        let content = if p.spec.host_network {
+            let aliases = crate::pod::dns::host_aliases(p);
+            if aliases.is_empty() {
+                return None;
+            }
+            std::fs::read_to_string("/etc/hosts").unwrap_or_default() + &aliases
+        } else {
+            let hostname = if p.spec.hostname.is_empty() {
+                p.metadata.name.chars().take(63).collect()
+            } else {
+                p.spec.hostname.clone()
+            };
+            crate::pod::dns::managed_hosts(p, &self.pod_ip, &hostname)
+        };
+        let path = self.pod_dir().join("etc-hosts");
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(content.as_str()) {
+            let written = std::fs::create_dir_all(self.pod_dir())
+                .and_then(|()| std::fs::write(&path, &content));
+            if let Err(e) = written {
+                warn!(pod = %self.full_name, error = %e, "writing the pod's /etc/hosts");
+                return None;
+            }
+        }
+        Some(path)
     }
 
     /// What env references and downward API volumes resolve against.
