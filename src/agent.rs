@@ -205,6 +205,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     {
         let loop_tx = loop_tx.clone();
         let expected = expected.clone();
+        let store = store.clone();
         std::thread::Builder::new()
             .name("podconfig".into())
             .spawn(move || {
@@ -212,6 +213,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                 for snap in snap_rx.iter() {
                     for e in &snap.errors {
                         warn!(error = %e, "manifest rejected");
+                        record_failed_validation(&store, e);
                     }
                     if let Some(d) = pc.update(snap) {
                         let desired = DesiredPods {
@@ -313,6 +315,22 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     crate::sdnotify::notify("STOPPING=1");
     info!("nanolet stopped; pods keep running");
     Ok(())
+}
+
+/// A `FailedValidation` Warning event for a rejected manifest. The pod never existed, so the
+/// event names the manifest (the file name without extension, or the URL) in `default`.
+fn record_failed_validation(store: &StatusStore, e: &crate::source::ManifestError) {
+    let name = std::path::Path::new(&e.origin)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .filter(|s| !e.origin.contains("://") && !s.is_empty())
+        .unwrap_or_else(|| e.origin.clone());
+    store.events().record(
+        &crate::events::PodRef::pod("default", &name, ""),
+        crate::events::EventType::Warning,
+        "FailedValidation",
+        &e.to_string(),
+    );
 }
 
 fn spawn_signal_waiter(

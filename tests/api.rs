@@ -103,6 +103,10 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     );
     n.write("web.yaml", WEB);
     n.write("crashy.yaml", CRASHY);
+    n.write(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: broken\nspec:\n  containers:\n  - name: c\n    image: ''\n",
+    );
     let web = format!("web-{}", node());
     let crashy = format!("crashy-{}", node());
     n.wait_pod("web", "Running and ready", |p| {
@@ -255,7 +259,9 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     assert!(
         out.contains(&format!("pod/{crashy}"))
             && out.contains("Created")
-            && out.contains("already present on machine"),
+            && out.contains("already present on machine")
+            && out.contains("pod/broken")
+            && out.contains("FailedValidation"),
         "{out}"
     );
 
