@@ -77,18 +77,39 @@ fn run(args: &[String]) -> ExitCode {
     };
     // nanolet's own events at the configured verbosity; libraries (h2, tonic, notify) only warn.
     use tracing_subscriber::prelude::*;
-    let filter = tracing_subscriber::filter::Targets::new()
-        .with_target("nanolet", cfg.log_level())
-        .with_default(tracing::Level::WARN);
+    // RUST_LOG (`nanolet=debug,h2=warn` target syntax) overrides --v when it is set and valid.
+    let rust_log = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| (s.parse::<tracing_subscriber::filter::Targets>(), s));
+    let filter = match &rust_log {
+        Some((Ok(t), _)) => t.clone(),
+        _ => tracing_subscriber::filter::Targets::new()
+            .with_target("nanolet", cfg.log_level())
+            .with_default(tracing::Level::WARN),
+    };
+    // Under systemd (stderr connected to the journal) journald adds its own timestamps.
+    let journal = std::env::var_os("JOURNAL_STREAM").is_some();
+    let ansi = std::io::stderr().is_terminal();
     tracing_subscriber::registry()
-        .with(
+        .with(journal.then(|| {
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal())
-                .with_target(false),
-        )
+                .with_ansi(false)
+                .with_target(false)
+                .without_time()
+        }))
+        .with((!journal).then(|| {
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(ansi)
+                .with_target(false)
+        }))
         .with(filter)
         .init();
+    if let Some((Err(e), s)) = &rust_log {
+        tracing::warn!("ignoring RUST_LOG={s:?}: {e}; using --v");
+    }
     cfg.log_warnings();
     match nanolet::agent::run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
