@@ -270,6 +270,24 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     };
     drop(snap_tx);
 
+    // Container log rotation (the kubelet's job, not containerd's).
+    let (rotate_stop_tx, rotate_stop_rx) = mpsc::channel::<()>();
+    {
+        let rt = runtime.clone();
+        let policy = crate::logrotate::RotationPolicy {
+            max_size: cfg.container_log_max_size,
+            max_files: cfg.container_log_max_files,
+        };
+        std::thread::Builder::new()
+            .name("logrotate".into())
+            .stack_size(256 * 1024)
+            .spawn(move || crate::logrotate::run(rt, policy, rotate_stop_rx))
+            .map_err(|source| AgentError::Start {
+                what: "log rotation",
+                source,
+            })?;
+    }
+
     // PLEG.
     let (pleg_stop_tx, pleg_stop_rx) = mpsc::channel::<()>();
     {
@@ -311,6 +329,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     });
     SyncLoop::new(ctx, loop_tx).run(loop_rx);
     let _ = pleg_stop_tx.send(());
+    let _ = rotate_stop_tx.send(());
     drop(servers);
     crate::sdnotify::notify("STOPPING=1");
     info!("nanolet stopped; pods keep running");

@@ -110,6 +110,11 @@ pub struct Config {
     /// 0 disables the healthz server.
     pub healthz_port: u16,
     pub max_pods: u32,
+    /// `containerLogMaxSize` in bytes (default 10Mi): a running container's log is rotated
+    /// beyond it.
+    pub container_log_max_size: u64,
+    /// `containerLogMaxFiles` (default 5): log files kept per container, the current included.
+    pub container_log_max_files: usize,
     /// `--v`, 0..=10; see [`verbosity_level`].
     pub verbosity: u8,
     /// Warnings found while loading the config file (ignored fields, each naming the file and
@@ -141,6 +146,8 @@ impl Config {
             healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
             healthz_port: 10248,
             max_pods: 110,
+            container_log_max_size: 10 << 20,
+            container_log_max_files: 5,
             verbosity: 0,
             warnings: Vec::new(),
         }
@@ -192,6 +199,8 @@ impl Config {
             "healthzBindAddress": self.healthz_bind_address.to_string(),
             "healthzPort": self.healthz_port,
             "maxPods": self.max_pods,
+            "containerLogMaxSize": self.container_log_max_size.to_string(),
+            "containerLogMaxFiles": self.container_log_max_files,
             "podLogsDir": self.pod_logs_dir.to_string_lossy(),
             "nodeName": self.node_name,
             "rootDir": self.root_dir.to_string_lossy(),
@@ -232,6 +241,8 @@ impl fmt::Debug for Config {
             .field("healthz_bind_address", &self.healthz_bind_address)
             .field("healthz_port", &self.healthz_port)
             .field("max_pods", &self.max_pods)
+            .field("container_log_max_size", &self.container_log_max_size)
+            .field("container_log_max_files", &self.container_log_max_files)
             .field("verbosity", &self.verbosity)
             .field("warnings", &self.warnings)
             .finish()
@@ -309,6 +320,22 @@ const FLAGS: &[FlagSpec] = &[
         value_name: "file",
         default: "",
         help: "KubeletConfiguration file (YAML or JSON, apiVersion kubelet.config.k8s.io/v1beta1); flags override its fields, unsupported fields are warned about and ignored",
+    },
+    FlagSpec {
+        name: "container-log-max-files",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "int",
+        default: "5",
+        help: "Log files kept per container, the current one included (config: containerLogMaxFiles)",
+    },
+    FlagSpec {
+        name: "container-log-max-size",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "quantity",
+        default: "10Mi",
+        help: "Rotate a container's log beyond this size (config: containerLogMaxSize)",
     },
     FlagSpec {
         name: "container-runtime-endpoint",
@@ -670,6 +697,12 @@ fn parse_run_args_with(
             "healthz-bind-address" => cfg.healthz_bind_address = parse_ip(value).map_err(err)?,
             "healthz-port" => cfg.healthz_port = parse_port(value).map_err(err)?,
             "max-pods" => cfg.max_pods = parse_max_pods(value).map_err(err)?,
+            "container-log-max-size" => {
+                cfg.container_log_max_size = parse_log_size(value).map_err(err)?
+            }
+            "container-log-max-files" => {
+                cfg.container_log_max_files = parse_log_files(value).map_err(err)?
+            }
             "v" => cfg.verbosity = parse_verbosity(value).map_err(err)?,
             other => return Err(ConfigError::UnknownFlag(format!("--{other}"))),
         }
@@ -745,6 +778,21 @@ fn parse_port(s: &str) -> Result<u16, String> {
 
 fn port_from_int(n: i64) -> Result<u16, String> {
     u16::try_from(n).map_err(|_| format!("invalid port {n}: must be from 0 to 65535"))
+}
+
+fn parse_log_size(s: &str) -> Result<u64, String> {
+    let q = crate::pod::quantity::parse_quantity(&serde_json::Value::String(s.to_string()))?;
+    u64::try_from(q.value())
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| format!("invalid size {s:?}: must be positive"))
+}
+
+fn parse_log_files(s: &str) -> Result<usize, String> {
+    s.parse::<usize>()
+        .ok()
+        .filter(|n| *n >= 2)
+        .ok_or_else(|| format!("invalid value {s:?}: must be an integer >= 2"))
 }
 
 fn parse_max_pods(s: &str) -> Result<u32, String> {
@@ -860,6 +908,8 @@ struct FileConfig {
     healthz_bind_address: Option<String>,
     healthz_port: Option<i64>,
     max_pods: Option<i64>,
+    container_log_max_size: Option<String>,
+    container_log_max_files: Option<i64>,
     pod_logs_dir: Option<String>,
     container_runtime_endpoint: Option<String>,
     runtime_request_timeout: Option<String>,
@@ -880,6 +930,8 @@ const FILE_FIELDS: &[&str] = &[
     "healthzBindAddress",
     "healthzPort",
     "maxPods",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
     "podLogsDir",
     "containerRuntimeEndpoint",
     "runtimeRequestTimeout",
@@ -1015,6 +1067,14 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     }
     if let Some(n) = fc.max_pods {
         cfg.max_pods = max_pods_from_int(n).map_err(|r| field_err("maxPods", r))?;
+    }
+    if let Some(v) = &fc.container_log_max_size {
+        cfg.container_log_max_size =
+            parse_log_size(v).map_err(|r| field_err("containerLogMaxSize", r))?;
+    }
+    if let Some(n) = fc.container_log_max_files {
+        cfg.container_log_max_files =
+            parse_log_files(&n.to_string()).map_err(|r| field_err("containerLogMaxFiles", r))?;
     }
     if let Some(p) = &fc.pod_logs_dir {
         parse_nonempty_path(p).map_err(|r| field_err("podLogsDir", r))?;

@@ -10,6 +10,7 @@ pub mod config;
 pub mod events;
 pub mod kubeapi;
 pub mod localstore;
+pub mod logrotate;
 pub mod metrics;
 pub mod node;
 pub mod pleg;

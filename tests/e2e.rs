@@ -1414,3 +1414,69 @@ fn dns_config_and_host_aliases_reach_the_container() {
     );
     assert!(text.contains("192.0.2.7\tgateway.local"), "{text}");
 }
+
+#[test]
+fn container_logs_are_rotated_at_max_size_keeping_max_files() {
+    // containerLogMaxSize / containerLogMaxFiles: checked every 10 s; the current file is
+    // renamed to 0.log.<timestamp> and containerd reopens 0.log (CRI ReopenContainerLog).
+    let ctd = Containerd::start();
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            "--container-log-max-size=64Ki".into(),
+            "--container-log-max-files=3".into(),
+        ],
+    );
+    n.write(
+        "chatty.yaml",
+        &pod_yaml(
+            "chatty",
+            "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'i=0; while true; do i=$((i+1)); echo \"line $i $(head -c 2000 /dev/zero | tr \\\"\\\\\\\\0\\\" x)\"; sleep 0.01; done']\n",
+        ),
+    );
+    let p = n.wait_phase("chatty", "Running");
+    let dir = n
+        .pod_logs()
+        .join(format!("default_chatty-node1_{}/c", uid_of(&p)));
+    let files = || -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(&dir)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    // Two rotations: the oldest rotated file goes once there are more than max_files files.
+    wait_for(Duration::from_secs(45), || {
+        (files().iter().filter(|f| f.starts_with("0.log.")).count() >= 2).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no rotation: {:?}\n{}", files(), n.log_tail()));
+    let now = files();
+    assert!(
+        now.len() <= 3,
+        "at most containerLogMaxFiles files: {now:?}"
+    );
+    assert!(
+        now.contains(&"0.log".to_string()),
+        "the current file exists again: {now:?}"
+    );
+    // containerd writes to the reopened 0.log.
+    let size = |f: &str| fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
+    let before = size("0.log");
+    wait_for(TIMEOUT, || (size("0.log") > before).then_some(())).expect("0.log keeps growing");
+    let first_line = fs::read_to_string(
+        dir.join(
+            now.iter()
+                .find(|f| f.starts_with("0.log."))
+                .expect("rotated"),
+        ),
+    )
+    .unwrap_or_default();
+    assert!(
+        first_line.contains(" stdout "),
+        "rotated files keep the CRI format"
+    );
+}

@@ -616,6 +616,10 @@ fn decode_event(env: &containerd_client::types::Envelope) -> Option<RuntimeEvent
 }
 
 impl Runtime for CriRuntime {
+    fn reopen_container_log(&self, container_id: &str) -> Result<()> {
+        CriRuntime::reopen_container_log(self, container_id)
+    }
+
     fn version(&self) -> Result<RuntimeVersion> {
         let mut c = self.runtime_client();
         let req = with_deadline(

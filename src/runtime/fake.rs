@@ -461,6 +461,15 @@ impl Runtime for FakeRuntime {
         }
     }
 
+    fn reopen_container_log(&self, container_id: &str) -> Result<()> {
+        let g = self.enter("reopen_container_log", container_id)?;
+        if g.containers.contains_key(container_id) {
+            Ok(())
+        } else {
+            Err(not_found("reopen_container_log", container_id))
+        }
+    }
+
     fn subscribe_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>> {
         let mut g = self.enter("subscribe_events", "")?;
         let (tx, rx) = mpsc::channel();

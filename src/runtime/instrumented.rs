@@ -109,6 +109,12 @@ impl Runtime for InstrumentedRuntime {
     fn list_container_stats(&self) -> Result<Vec<super::ContainerStats>> {
         self.count("list_container_stats", self.inner.list_container_stats())
     }
+    fn reopen_container_log(&self, container_id: &str) -> Result<()> {
+        self.count(
+            "reopen_container_log",
+            self.inner.reopen_container_log(container_id),
+        )
+    }
     fn subscribe_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>> {
         self.count("subscribe_events", self.inner.subscribe_events())
     }

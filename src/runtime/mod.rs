@@ -373,6 +373,10 @@ pub trait Runtime: Send + Sync {
         Ok(vec![])
     }
 
+    /// ReopenContainerLog: the runtime closes and reopens the container's log file (after the
+    /// file was rotated away).
+    fn reopen_container_log(&self, container_id: &str) -> Result<()>;
+
     /// Subscribe to task lifecycle events. The receiver yields `StreamLost` and then closes if
     /// the stream breaks; callers resubscribe with backoff.
     fn subscribe_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>>;

@@ -1,0 +1,192 @@
+//! Container log rotation, done by the kubelet (not containerd) and so by nanolet
+//! (pkg/kubelet/logs/container_log_manager.go): every 10 s, a running container whose current
+//! log file is larger than `containerLogMaxSize` has it renamed to `<n>.log.<timestamp>` and
+//! the runtime reopens the log (CRI ReopenContainerLog); at most `containerLogMaxFiles` files
+//! (the current one included) are kept, oldest removed first. If the runtime cannot reopen the
+//! log, the rename is undone so no output is lost.
+//!
+//! Difference from the kubelet: rotated files are not gzip-compressed (saves a compression
+//! dependency and CPU on small boxes; the size bound still holds).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, SystemTime};
+
+use tracing::{debug, info, warn};
+
+use crate::runtime::{ContainerState, LABEL_MANAGED_BY, Runtime};
+
+/// The kubelet's containerLogMonitorInterval default.
+pub const MONITOR_INTERVAL: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RotationPolicy {
+    pub max_size: u64,
+    pub max_files: usize,
+}
+
+impl Default for RotationPolicy {
+    /// containerLogMaxSize 10Mi, containerLogMaxFiles 5.
+    fn default() -> Self {
+        RotationPolicy {
+            max_size: 10 << 20,
+            max_files: 5,
+        }
+    }
+}
+
+/// Rotated siblings of `log` (`<log>.<suffix>`), oldest first.
+pub fn rotated_files(log: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (log.parent(), log.file_name()) else {
+        return vec![];
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `20261122-184647.123456789`: sorts by time, unique per rotation.
+fn stamp(t: SystemTime) -> String {
+    let ts = crate::timeutil::rfc3339_nanos(t);
+    ts.chars()
+        .filter(|c| c.is_ascii_digit() || *c == '.')
+        .collect::<String>()
+}
+
+/// Rotate one container's log if it is over the limit. Returns true when it rotated.
+pub fn rotate_if_needed(
+    rt: &dyn Runtime,
+    container_id: &str,
+    log: &Path,
+    policy: RotationPolicy,
+) -> bool {
+    let Ok(meta) = std::fs::metadata(log) else {
+        return false;
+    };
+    if meta.len() < policy.max_size {
+        return false;
+    }
+    // Keep max_files - 1 rotated files after this rotation (the current file is the last one).
+    let keep_rotated = policy.max_files.saturating_sub(1);
+    let mut old = rotated_files(log);
+    while old.len() + 1 > keep_rotated && !old.is_empty() {
+        let f = old.remove(0);
+        if let Err(e) = std::fs::remove_file(&f) {
+            warn!(file = %f.display(), error = %e, "removing an old rotated log");
+            break;
+        }
+    }
+    let rotated = PathBuf::from(format!("{}.{}", log.display(), stamp(SystemTime::now())));
+    if let Err(e) = std::fs::rename(log, &rotated) {
+        warn!(file = %log.display(), error = %e, "rotating container log");
+        return false;
+    }
+    match rt.reopen_container_log(container_id) {
+        Ok(()) => {
+            info!(container_id, file = %log.display(), size = meta.len(), "rotated container log");
+            true
+        }
+        Err(e) => {
+            // Put it back: the runtime still writes to the renamed file.
+            let _ = std::fs::rename(&rotated, log);
+            warn!(container_id, error = %e, "reopening the container log failed; rotation undone");
+            false
+        }
+    }
+}
+
+/// One pass over the running containers nanolet manages.
+pub fn rotate_all(rt: &dyn Runtime, policy: RotationPolicy) {
+    let Ok(list) = rt.list_containers() else {
+        return;
+    };
+    for c in list
+        .iter()
+        .filter(|c| c.state == ContainerState::Running && c.labels.contains_key(LABEL_MANAGED_BY))
+    {
+        match rt.container_status(&c.id) {
+            Ok(st) if !st.log_path.is_empty() => {
+                rotate_if_needed(rt, &c.id, Path::new(&st.log_path), policy);
+            }
+            Ok(_) => {}
+            Err(e) => debug!(container_id = %c.id, error = %e, "container status for log rotation"),
+        }
+    }
+}
+
+/// Run until `stop` fires or is dropped.
+pub fn run(rt: Arc<dyn Runtime>, policy: RotationPolicy, stop: Receiver<()>) {
+    loop {
+        match stop.recv_timeout(MONITOR_INTERVAL) {
+            Err(RecvTimeoutError::Timeout) => rotate_all(rt.as_ref(), policy),
+            _ => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::fake::FakeRuntime;
+    use crate::runtime::{ContainerConfig, PodSandboxConfig};
+
+    #[test]
+    fn rotates_over_the_limit_and_keeps_max_files() {
+        // containerLogMaxSize / containerLogMaxFiles: at most max_files files in all.
+        let d = tempfile::tempdir().expect("tempdir");
+        let rt = FakeRuntime::new();
+        rt.add_image("img");
+        let sb = rt
+            .run_pod_sandbox(&PodSandboxConfig::default())
+            .expect("sandbox");
+        let id = rt
+            .create_container(
+                &sb,
+                &ContainerConfig {
+                    name: "c".into(),
+                    image: "img".into(),
+                    ..Default::default()
+                },
+                &PodSandboxConfig::default(),
+            )
+            .expect("container");
+        let log = d.path().join("0.log");
+        let policy = RotationPolicy {
+            max_size: 100,
+            max_files: 3,
+        };
+        std::fs::write(&log, vec![b'x'; 50]).expect("write");
+        assert!(!rotate_if_needed(&rt, &id, &log, policy), "under the limit");
+        for round in 0..4 {
+            std::fs::write(&log, vec![b'y'; 150]).expect("write");
+            assert!(rotate_if_needed(&rt, &id, &log, policy), "round {round}");
+            assert!(!log.exists(), "the runtime reopens a fresh file");
+            let rotated = rotated_files(&log);
+            assert!(
+                rotated.len() <= 2,
+                "max_files 3 = current + 2 rotated: {rotated:?}"
+            );
+        }
+        assert_eq!(rt.count_calls("reopen_container_log"), 4);
+        // Reopen failure: the rename is undone.
+        std::fs::write(&log, vec![b'z'; 150]).expect("write");
+        rt.inject_error(
+            "reopen_container_log",
+            crate::runtime::ErrorKind::Unavailable,
+        );
+        assert!(!rotate_if_needed(&rt, &id, &log, policy));
+        assert_eq!(
+            std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0),
+            150,
+            "log restored"
+        );
+    }
+}
