@@ -396,7 +396,9 @@ fn state_lines(out: &mut String, label: &str, s: &Value) {
     }
 }
 
-fn map_lines(out: &mut String, label: &str, m: &Value) {
+/// `label:` then one `key<sep>value` line per entry (kubectl: `=` for labels, `: ` for
+/// annotations).
+fn map_lines(out: &mut String, label: &str, m: &Value, sep: &str) {
     match m.as_object().filter(|m| !m.is_empty()) {
         None => out.push_str(&format!("{label}:\t<none>\n")),
         Some(m) => {
@@ -406,7 +408,10 @@ fn map_lines(out: &mut String, label: &str, m: &Value) {
                 } else {
                     String::new()
                 };
-                out.push_str(&format!("{head}\t{k}={}\n", v.as_str().unwrap_or_default()));
+                out.push_str(&format!(
+                    "{head}\t{k}{sep}{}\n",
+                    v.as_str().unwrap_or_default()
+                ));
             }
         }
     }
@@ -426,8 +431,8 @@ pub fn describe_text(p: &Value, events: &[Value], now: std::time::SystemTime) ->
         s(&st["hostIP"])
     ));
     out.push_str(&format!("Start Time:\t{}\n", s(&st["startTime"])));
-    map_lines(&mut out, "Labels", &md["labels"]);
-    map_lines(&mut out, "Annotations", &md["annotations"]);
+    map_lines(&mut out, "Labels", &md["labels"], "=");
+    map_lines(&mut out, "Annotations", &md["annotations"], ": ");
     out.push_str(&format!("Status:\t{}\n", s(&st["phase"])));
     if let Some(r) = st["reason"].as_str().filter(|r| !r.is_empty()) {
         out.push_str(&format!("Reason:\t{r}\n"));
@@ -470,10 +475,8 @@ pub fn describe_text(p: &Value, events: &[Value], now: std::time::SystemTime) ->
             }
             state_lines(&mut out, "State", &cs["state"]);
             state_lines(&mut out, "Last State", &cs["lastState"]);
-            out.push_str(&format!(
-                "    Ready:\t{}\n",
-                cs["ready"].as_bool().unwrap_or(false)
-            ));
+            let ready = if cs["ready"] == true { "True" } else { "False" };
+            out.push_str(&format!("    Ready:\t{ready}\n"));
             out.push_str(&format!(
                 "    Restart Count:\t{}\n",
                 cs["restartCount"].as_i64().unwrap_or(0)
@@ -890,6 +893,8 @@ mod tests {
         let t = describe_text(&p, &[e], now);
         assert!(t.contains("Name:         web-node1\n"), "{t}");
         assert!(t.contains("Restart Count:  2\n"), "{t}");
+        assert!(t.contains("Ready:          True\n"), "{t}");
+        assert!(t.contains("Labels:       app=web\n"), "{t}");
         assert!(
             t.contains("Normal  Started  60s (x3 over 10m)  kubelet  Started container c\n"),
             "{t}"
