@@ -999,6 +999,59 @@ fn os_image() -> String {
         .unwrap_or_else(|| "Unknown".into())
 }
 
+/// Node pressure against the kubelet's default hard eviction thresholds
+/// (`memory.available<100Mi`, `nodefs.available<10%`, `nodefs.inodesFree<5%`). nanolet does not
+/// evict; it only reports the conditions.
+#[derive(Debug, Default, PartialEq)]
+struct Pressure {
+    memory: bool,
+    disk: bool,
+}
+
+impl Pressure {
+    fn from_figures(
+        mem_available: Option<u64>,
+        fs: Option<(u64, u64, u64, u64)>, // (available, capacity, inodes free, inodes)
+    ) -> Pressure {
+        let memory = mem_available.is_some_and(|a| a < 100 * 1024 * 1024);
+        let disk = fs.is_some_and(|(avail, cap, ifree, inodes)| {
+            (cap > 0 && avail.saturating_mul(100) < cap.saturating_mul(10))
+                || (inodes > 0 && ifree.saturating_mul(100) < inodes.saturating_mul(5))
+        });
+        Pressure { memory, disk }
+    }
+
+    fn measure(root_dir: &Path) -> Pressure {
+        let mem_available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+            s.lines().find_map(|l| {
+                let kib: u64 = l
+                    .strip_prefix("MemAvailable:")?
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse()
+                    .ok()?;
+                Some(kib.saturating_mul(1024))
+            })
+        });
+        let dir = if root_dir.exists() {
+            root_dir
+        } else {
+            Path::new("/")
+        };
+        let fs = nix::sys::statvfs::statvfs(dir).ok().map(|v| {
+            let frag = v.fragment_size() as u64;
+            (
+                (v.blocks_available() as u64).saturating_mul(frag),
+                (v.blocks() as u64).saturating_mul(frag),
+                v.files_free() as u64,
+                v.files() as u64,
+            )
+        });
+        Pressure::from_figures(mem_available, fs)
+    }
+}
+
 fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mem = format!("{}Ki", mem_total_kib());
@@ -1010,6 +1063,7 @@ fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
     let started = rfc3339(ctx.started);
     let now = rfc3339(SystemTime::now());
     let healthy = store.health().iter().all(|c| c.ok);
+    let pressure = Pressure::measure(&ctx.root_dir);
     let cond = |type_: &str, status: &str, reason: &str, message: &str| {
         json!({
             "type": type_,
@@ -1060,8 +1114,16 @@ fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
             "capacity": resources,
             "allocatable": resources,
             "conditions": [
-                cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "nanolet has sufficient memory available"),
-                cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "nanolet has no disk pressure"),
+                if pressure.memory {
+                    cond("MemoryPressure", "True", "KubeletHasInsufficientMemory", "nanolet has insufficient memory available (memory.available<100Mi)")
+                } else {
+                    cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "nanolet has sufficient memory available")
+                },
+                if pressure.disk {
+                    cond("DiskPressure", "True", "KubeletHasDiskPressure", "nanolet has disk pressure (nodefs.available<10% or nodefs.inodesFree<5%)")
+                } else {
+                    cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "nanolet has no disk pressure")
+                },
                 cond("PIDPressure", "False", "KubeletHasSufficientPID", "nanolet has sufficient PID available"),
                 ready,
             ],
@@ -1522,6 +1584,18 @@ garbage\n\
             ),
             b"".to_vec()
         );
+    }
+
+    #[test]
+    fn node_pressure_thresholds() {
+        let mib = 1024 * 1024;
+        assert_eq!(Pressure::from_figures(None, None), Pressure::default());
+        assert!(Pressure::from_figures(Some(99 * mib), None).memory);
+        assert!(!Pressure::from_figures(Some(100 * mib), None).memory);
+        assert!(Pressure::from_figures(None, Some((9, 100, 50, 100))).disk);
+        assert!(!Pressure::from_figures(None, Some((10, 100, 50, 100))).disk);
+        assert!(Pressure::from_figures(None, Some((50, 100, 4, 100))).disk);
+        assert!(!Pressure::from_figures(None, Some((0, 0, 0, 0))).disk);
     }
 
     #[test]
