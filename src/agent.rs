@@ -325,6 +325,10 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
             resync: cfg.sync_frequency,
             max_pods: cfg.max_pods,
+            // Allocatable = capacity minus the default hard eviction threshold for memory
+            // (memory.available<100Mi); no system/kube reservations are configured.
+            allocatable_cpu_millis: crate::node::capacity().cpu_millis,
+            allocatable_memory_bytes: crate::node::capacity().memory_bytes - (100 << 20),
         },
     });
     SyncLoop::new(ctx, loop_tx).run(loop_rx);

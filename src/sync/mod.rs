@@ -78,6 +78,42 @@ struct WorkerHandle {
     join: Option<JoinHandle<()>>,
 }
 
+/// A pod's effective requests (CPU millicores, memory bytes) as the scheduler and the kubelet's
+/// admission count them: max(sum of containers (+ sidecars), the largest init container), where
+/// a container's request defaults to its limit.
+pub fn pod_requests(pod: &Pod) -> (i64, i64) {
+    use crate::pod::quantity::parse_quantity;
+    let one = |c: &crate::pod::Container| {
+        let get = |k: &str| {
+            c.resources
+                .requests
+                .get(k)
+                .or_else(|| c.resources.limits.get(k))
+                .and_then(|v| parse_quantity(v).ok())
+        };
+        (
+            get("cpu").map(|q| q.milli_value()).unwrap_or(0),
+            get("memory").map(|q| q.value()).unwrap_or(0),
+        )
+    };
+    let mut sum = pod
+        .spec
+        .containers
+        .iter()
+        .map(one)
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let mut init_max = (0, 0);
+    for c in &pod.spec.init_containers {
+        let r = one(c);
+        if actions::is_sidecar(c) {
+            sum = (sum.0 + r.0, sum.1 + r.1);
+        } else {
+            init_max = (init_max.0.max(r.0), init_max.1.max(r.1));
+        }
+    }
+    (sum.0.max(init_max.0), sum.1.max(init_max.1))
+}
+
 /// Stack size for pod worker threads: they only hold small state and call the runtime.
 const WORKER_STACK: usize = 256 * 1024;
 
@@ -244,29 +280,73 @@ impl SyncLoop {
     /// kubelet rejects it (phase Failed, reason OutOfpods) and admitted later when room appears
     /// (nanolet goes further than the kubelet here: static pods have nowhere else to go).
     fn admit(&mut self, pod: &Pod) -> bool {
-        let used = self.workers.values().filter(|w| !w.terminating).count();
-        let cap = self.ctx.settings.max_pods as usize;
-        if used < cap {
+        let active: Vec<&Pod> = self
+            .workers
+            .values()
+            .filter(|w| !w.terminating)
+            .map(|w| &w.pod)
+            .filter(|p| {
+                // Terminal pods no longer hold resources (the kubelet's admission excludes them).
+                !self
+                    .ctx
+                    .store
+                    .get(&p.metadata.uid)
+                    .and_then(|x| x.status)
+                    .is_some_and(|s| s.phase == "Succeeded" || s.phase == "Failed")
+            })
+            .collect();
+        let settings = &self.ctx.settings;
+        let cap = settings.max_pods as usize;
+        let (want_cpu, want_mem) = pod_requests(pod);
+        let (used_cpu, used_mem) = active
+            .iter()
+            .map(|p| pod_requests(p))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let rejection = if active.len() >= cap {
+            Some((
+                "OutOfpods",
+                format!(
+                    "Node didn't have enough resource: pods, requested: 1, used: {}, capacity: {cap}",
+                    active.len()
+                ),
+            ))
+        } else if want_cpu > 0 && used_cpu + want_cpu > settings.allocatable_cpu_millis {
+            Some((
+                "OutOfcpu",
+                format!(
+                    "Node didn't have enough resource: cpu, requested: {want_cpu}, used: {used_cpu}, capacity: {}",
+                    settings.allocatable_cpu_millis
+                ),
+            ))
+        } else if want_mem > 0 && used_mem + want_mem > settings.allocatable_memory_bytes {
+            Some((
+                "OutOfmemory",
+                format!(
+                    "Node didn't have enough resource: memory, requested: {want_mem}, used: {used_mem}, capacity: {}",
+                    settings.allocatable_memory_bytes
+                ),
+            ))
+        } else {
+            None
+        };
+        let Some((reason, message)) = rejection else {
             return true;
-        }
+        };
         let mut rejected = pod.clone();
         rejected.status = Some(crate::pod::PodStatus {
             phase: "Failed".into(),
-            reason: "OutOfpods".into(),
-            message: format!(
-                "Node didn't have enough resource: pods, requested: 1, used: {used}, capacity: {cap}"
-            ),
+            reason: reason.into(),
+            message: message.clone(),
             ..Default::default()
         });
-        if self
+        let before = self
             .ctx
             .store
             .get(&pod.metadata.uid)
             .and_then(|p| p.status)
-            .map(|s| s.reason)
-            != Some("OutOfpods".into())
-        {
-            warn!(pod = %format!("{}/{}", pod.metadata.namespace, pod.metadata.name), used, cap, "pod rejected: OutOfpods");
+            .map(|s| s.reason);
+        if before.as_deref() != Some(reason) {
+            warn!(pod = %format!("{}/{}", pod.metadata.namespace, pod.metadata.name), reason, "pod rejected: {message}");
         }
         self.ctx.store.set_pod(rejected);
         false
@@ -391,6 +471,8 @@ mod tests {
                     container_logs_dir: logs.path().join("containers"),
                     resync: Duration::from_secs(60),
                     max_pods,
+                    allocatable_cpu_millis: 4000,
+                    allocatable_memory_bytes: 8 << 30,
                 },
             });
             let sl = SyncLoop::new(ctx, tx.clone());
@@ -1086,6 +1168,65 @@ mod tests {
         assert!(
             stop_main < stop_proxy,
             "sidecars stop after the main containers: {calls:?}"
+        );
+    }
+
+    #[test]
+    fn pods_whose_requests_do_not_fit_are_rejected_out_of_cpu_and_memory() {
+        // Allocatable here: 4000m CPU, 8Gi memory. Requests default to limits; init containers
+        // count as max(sum of containers, largest init container).
+        let h = Harness::start(fake());
+        let with = |uid: &str, name: &str, cpu: &str, mem: &str| {
+            let mut p = pod(uid, name, "Always", &["c"]);
+            p.spec.containers[0]
+                .resources
+                .requests
+                .insert("cpu".into(), serde_json::json!(cpu));
+            p.spec.containers[0]
+                .resources
+                .limits
+                .insert("memory".into(), serde_json::json!(mem));
+            p
+        };
+        let big = with("u1", "big", "3", "4Gi");
+        let cpu_hog = with("u2", "cpuhog", "1500m", "1Gi");
+        let mem_hog = with("u3", "memhog", "100m", "5Gi");
+        h.desire(&[big.clone(), cpu_hog.clone(), mem_hog.clone()], true);
+        h.wait("big Running", |h| phase(h, "u1") == "Running");
+        h.wait("cpu hog rejected", |h| {
+            h.status("u2").is_some_and(|s| s.reason == "OutOfcpu")
+        });
+        let st = h.status("u2").expect("status");
+        assert_eq!(st.phase, "Failed");
+        assert_eq!(
+            st.message,
+            "Node didn't have enough resource: cpu, requested: 1500, used: 3000, capacity: 4000"
+        );
+        h.wait("mem hog rejected", |h| {
+            h.status("u3").is_some_and(|s| s.reason == "OutOfmemory")
+        });
+        // Room appears: both fit once the big pod is gone.
+        h.desire(&[cpu_hog, mem_hog], true);
+        h.wait("admitted", |h| {
+            phase(h, "u2") == "Running" && phase(h, "u3") == "Running"
+        });
+        let mut with_init = pod("u4", "x", "Always", &["c"]);
+        with_init.spec.init_containers = vec![Container {
+            name: "i".into(),
+            ..Default::default()
+        }];
+        with_init.spec.init_containers[0]
+            .resources
+            .requests
+            .insert("cpu".into(), serde_json::json!("2"));
+        with_init.spec.containers[0]
+            .resources
+            .requests
+            .insert("cpu".into(), serde_json::json!("500m"));
+        assert_eq!(
+            pod_requests(&with_init).0,
+            2000,
+            "the largest init container wins"
         );
     }
 }
