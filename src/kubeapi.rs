@@ -1021,6 +1021,8 @@ impl Pressure {
         Pressure { memory, disk }
     }
 
+    // statvfs field types differ between targets (u32 on 32-bit ARM), hence the conversions.
+    #[allow(clippy::useless_conversion)]
     fn measure(root_dir: &Path) -> Pressure {
         let mem_available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
             s.lines().find_map(|l| {
@@ -1040,12 +1042,12 @@ impl Pressure {
             Path::new("/")
         };
         let fs = nix::sys::statvfs::statvfs(dir).ok().map(|v| {
-            let frag = v.fragment_size() as u64;
+            let frag = u64::from(v.fragment_size());
             (
-                (v.blocks_available() as u64).saturating_mul(frag),
-                (v.blocks() as u64).saturating_mul(frag),
-                v.files_free() as u64,
-                v.files() as u64,
+                u64::from(v.blocks_available()).saturating_mul(frag),
+                u64::from(v.blocks()).saturating_mul(frag),
+                u64::from(v.files_free()),
+                u64::from(v.files()),
             )
         });
         Pressure::from_figures(mem_available, fs)

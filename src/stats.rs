@@ -323,14 +323,16 @@ fn dir_size(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+// statvfs field types differ between targets (u32 on 32-bit ARM), hence the conversions.
+#[allow(clippy::useless_conversion)]
 fn fs_stats(path: &Path, time: &str) -> Option<Value> {
     let s = nix::sys::statvfs::statvfs(path).ok()?;
-    let frag = s.fragment_size() as u64;
-    let capacity = (s.blocks() as u64).saturating_mul(frag);
-    let available = (s.blocks_available() as u64).saturating_mul(frag);
-    let free = (s.blocks_free() as u64).saturating_mul(frag);
-    let inodes = s.files() as u64;
-    let inodes_free = s.files_free() as u64;
+    let frag = u64::from(s.fragment_size());
+    let capacity = u64::from(s.blocks()).saturating_mul(frag);
+    let available = u64::from(s.blocks_available()).saturating_mul(frag);
+    let free = u64::from(s.blocks_free()).saturating_mul(frag);
+    let inodes = u64::from(s.files());
+    let inodes_free = u64::from(s.files_free());
     Some(json!({
         "time": time,
         "availableBytes": available,
