@@ -1318,3 +1318,53 @@ fn grpc_probes() {
         "services asked: {seen:?}"
     );
 }
+
+// --- termination -------------------------------------------------------------------------------
+
+#[test]
+fn terminating_pod_is_unready_and_not_liveness_probed() {
+    // container_probe.go: "should mark readiness on pods to false and disable liveness probes
+    // while pod is in progress of terminating".
+    // Kubelet rules: once a pod is terminating it is not ready, and liveness probes no longer
+    // kill (here the container's SIGTERM handler removes the liveness file, then takes 6 s to
+    // exit 0).
+    let _timer = Timer(
+        "terminating_pod_is_unready_and_not_liveness_probed",
+        Instant::now(),
+    );
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "term.yaml",
+        &pod_yaml(
+            "term",
+            "spec:\n  terminationGracePeriodSeconds: 20\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c]\n    args:\n    - |\n      trap 'rm -f /tmp/ready /tmp/liveness; sleep 6; exit 0' TERM\n      touch /tmp/ready /tmp/liveness\n      while true; do sleep 1; done\n    readinessProbe:\n      exec:\n        command: [cat, /tmp/ready]\n      periodSeconds: 1\n    livenessProbe:\n      exec:\n        command: [cat, /tmp/liveness]\n      periodSeconds: 1\n      failureThreshold: 1\n",
+        ),
+    );
+    wait_pod(&n, "term", "Ready", |p| {
+        condition(p, "Ready")["status"] == "True"
+    });
+    n.remove("term.yaml");
+    let p = wait_pod(&n, "term", "unready while terminating", |p| {
+        condition(p, "Ready")["status"] == "False"
+    });
+    assert_eq!(cs(&p, "c")["ready"], false);
+    // Until the pod is gone: never restarted.
+    let deadline = Instant::now() + WAIT;
+    while let Some(p) = n.pod("term") {
+        assert!(
+            restarts(&p, "c") <= 0,
+            "restarted while terminating: {:#}",
+            p["status"]
+        );
+        assert!(Instant::now() < deadline, "never finished terminating");
+        std::thread::sleep(POLL);
+    }
+    let log = fs::read_to_string(&n.log).unwrap_or_default();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("term-node1") && l.contains("Liveness probe failed")),
+        "liveness probed a terminating pod:\n{}",
+        n.log_tail()
+    );
+}
