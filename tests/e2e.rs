@@ -1480,3 +1480,53 @@ fn container_logs_are_rotated_at_max_size_keeping_max_files() {
         "rotated files keep the CRI format"
     );
 }
+
+#[test]
+fn pods_get_the_kubelet_qos_cgroup_layout_and_it_is_removed_with_them() {
+    // cgroupsPerQOS with the cgroupfs driver: /kubepods/pod<uid> (Guaranteed),
+    // /kubepods/burstable/pod<uid>, /kubepods/besteffort/pod<uid>.
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "be.yaml",
+        &pod_yaml("be", "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n"),
+    );
+    n.write(
+        "gu.yaml",
+        &pod_yaml("gu", "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n    resources:\n      limits:\n        cpu: 100m\n        memory: 32Mi\n"),
+    );
+    let rt = ctd.runtime();
+    for (name, qos) in [("be", "besteffort/"), ("gu", "")] {
+        let p = n.wait_phase(name, "Running");
+        let uid = uid_of(&p);
+        let id = cri_containers(&rt, name)[0].id.clone();
+        let out = rt
+            .exec_sync(
+                &id,
+                &["cat".to_string(), "/proc/self/cgroup".to_string()],
+                Duration::from_secs(5),
+            )
+            .map(|r| String::from_utf8_lossy(&r.stdout).into_owned())
+            .unwrap_or_default();
+        let want = format!("/kubepods/{qos}pod{uid}/");
+        assert!(out.contains(&want), "{name}: cgroup under {want}: {out}");
+    }
+    let be_uid = uid_of(&n.pod("be").expect("be"));
+    // cgroup v1 (memory controller) or the unified v2 tree, whichever this machine has.
+    let dir = [
+        format!("/sys/fs/cgroup/memory/kubepods/besteffort/pod{be_uid}"),
+        format!("/sys/fs/cgroup/kubepods/besteffort/pod{be_uid}"),
+    ]
+    .into_iter()
+    .map(std::path::PathBuf::from)
+    .find(|d| d.is_dir())
+    .expect("the pod cgroup exists while the pod runs");
+    n.remove("be.yaml");
+    wait_for(TIMEOUT, || (!dir.exists()).then_some(())).unwrap_or_else(|| {
+        panic!(
+            "pod cgroup {} not removed:\n{}",
+            dir.display(),
+            n.log_tail()
+        )
+    });
+}

@@ -487,7 +487,7 @@ impl PodWorker {
             port_mappings,
             labels,
             annotations: p.metadata.annotations.clone(),
-            cgroup_parent: String::new(),
+            cgroup_parent: qos_cgroup_parent(p),
             share_pid: crate::pod::security::share_process_namespace(p),
             security: crate::pod::security::sandbox_security(p, &self.ctx.settings.root_dir),
             sysctls: crate::pod::security::sysctls(p),
@@ -1125,6 +1125,7 @@ impl PodWorker {
             }
         }
         let _ = std::fs::remove_dir_all(self.log_dir());
+        remove_pod_cgroups(self.uid());
         crate::volumes::teardown(&self.pod_dir());
         let _ = std::fs::remove_dir_all(self.pod_dir());
         self.remove_legacy_links();
@@ -1193,6 +1194,39 @@ fn fmt_secs(d: Duration) -> String {
 
 /// CPU and memory limits to CRI resources, as the kubelet does for cgroup v1/v2
 /// (shares from the request, CFS quota from the limit over a 100ms period).
+/// The pod's cgroup in the kubelet's cgroupfs layout (cgroupsPerQOS): Guaranteed pods under
+/// `/kubepods/pod<uid>`, the others under `/kubepods/burstable/` or `/kubepods/besteffort/`.
+/// The runtime creates it; nanolet removes it when the pod is gone.
+pub fn qos_cgroup_parent(pod: &Pod) -> String {
+    let uid = &pod.metadata.uid;
+    match super::apistatus::qos_class(pod).as_str() {
+        "Guaranteed" => format!("/kubepods/pod{uid}"),
+        "Burstable" => format!("/kubepods/burstable/pod{uid}"),
+        _ => format!("/kubepods/besteffort/pod{uid}"),
+    }
+}
+
+/// Remove the (empty) pod cgroup directories of `uid` in every hierarchy (cgroup v1
+/// controllers and the unified v2 tree). Only empty directories can be removed, so a cgroup
+/// still holding processes is left alone.
+pub fn remove_pod_cgroups(uid: &str) {
+    let Ok(roots) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    let mut hierarchies: Vec<PathBuf> = vec![PathBuf::from("/sys/fs/cgroup")];
+    hierarchies.extend(roots.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    for h in hierarchies {
+        for qos in ["", "burstable/", "besteffort/"] {
+            let dir = h.join(format!("kubepods/{qos}pod{uid}"));
+            if dir.is_dir() {
+                if let Err(e) = std::fs::remove_dir(&dir) {
+                    debug!(dir = %dir.display(), error = %e, "removing pod cgroup");
+                }
+            }
+        }
+    }
+}
+
 /// oom_score_adj per QoS class (pkg/kubelet/qos/policy.go): Guaranteed -997, BestEffort 1000,
 /// Burstable 1000 - 1000 * memoryRequest / memoryCapacity, kept within [3, 999]; pods of the
 /// `system-node-critical` priority class get -997. Where the runtime refuses to lower the score
