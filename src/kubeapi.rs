@@ -1346,7 +1346,20 @@ impl LogFollow {
                 }
                 continue;
             }
-            // Nothing new: is the container still running? Check every ~1s.
+            // Nothing new. Rotated (the path is a new file: containerd reopened the log after
+            // the old one was renamed)? Go on with the new file from its start.
+            if let (Ok(now), Ok(open)) = (std::fs::metadata(&self.path), f.metadata()) {
+                use std::os::unix::fs::MetadataExt;
+                if (now.dev(), now.ino()) != (open.dev(), open.ino()) {
+                    if let Ok(nf) = File::open(&self.path) {
+                        f = nf;
+                        offset = 0;
+                        carry.clear();
+                        continue;
+                    }
+                }
+            }
+            // Is the container still running? Check every ~1s.
             idle_checks += 1;
             if idle_checks % 5 == 0
                 && !still_running(store, &self.uid, &self.container, self.restart_count)
@@ -1598,6 +1611,74 @@ garbage\n\
         assert!(!Pressure::from_figures(None, Some((10, 100, 50, 100))).disk);
         assert!(Pressure::from_figures(None, Some((50, 100, 4, 100))).disk);
         assert!(!Pressure::from_figures(None, Some((0, 0, 0, 0))).disk);
+    }
+
+    /// A writer that hands each chunk to a channel.
+    struct ChanWriter(std::sync::mpsc::Sender<Vec<u8>>);
+    impl Write for ChanWriter {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            let _ = self.0.send(b.to_vec());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn follow_streams_growth_and_rotation_and_ends_when_the_container_stops() {
+        use crate::pod::{ContainerStateView, ContainerStatus, Pod, PodStatus, StateRunning};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        std::fs::write(&path, "2026-11-22T18:00:00Z stdout F one\n").unwrap();
+        let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
+        let mut pod = Pod::default();
+        pod.metadata.uid = "u1".into();
+        pod.status = Some(PodStatus {
+            container_statuses: vec![ContainerStatus {
+                name: "c".into(),
+                state: ContainerStateView {
+                    running: Some(StateRunning::default()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        store.set_pod(pod.clone());
+        let follow = LogFollow {
+            path: path.clone(),
+            opts: LogOptions::default(),
+            uid: "u1".into(),
+            container: "c".into(),
+            restart_count: 0,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = {
+            let store = store.clone();
+            std::thread::spawn(move || follow.stream(&store, &mut ChanWriter(tx), &|| false))
+        };
+        let recv = || rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(recv(), b"one\n");
+        // Growth, with a line written in two parts (P then F) and in two writes.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"2026-11-22T18:00:01Z stdout P tw").unwrap();
+        f.flush().unwrap();
+        f.write_all(b"\n2026-11-22T18:00:02Z stdout F o\n").unwrap();
+        assert_eq!(recv(), b"two\n");
+        // Rotation: rename, and a new file at the path.
+        std::fs::rename(&path, dir.path().join("0.log.20261122180003")).unwrap();
+        std::fs::write(&path, "2026-11-22T18:00:04Z stdout F three\n").unwrap();
+        assert_eq!(recv(), b"three\n");
+        // The container stops: the stream ends.
+        if let Some(st) = pod.status.as_mut() {
+            st.container_statuses[0].state = ContainerStateView::default();
+        }
+        store.set_pod(pod);
+        t.join().unwrap().unwrap();
     }
 
     #[test]
