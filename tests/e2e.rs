@@ -1431,7 +1431,7 @@ fn container_logs_are_rotated_at_max_size_keeping_max_files() {
         "chatty.yaml",
         &pod_yaml(
             "chatty",
-            "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'i=0; while true; do i=$((i+1)); echo \"line $i $(head -c 2000 /dev/zero | tr \\\"\\\\\\\\0\\\" x)\"; sleep 0.01; done']\n",
+            "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'while true; do yes 0123456789abcdef | head -n 2000; sleep 0.1; done']\n",
         ),
     );
     let p = n.wait_phase("chatty", "Running");
@@ -1450,7 +1450,8 @@ fn container_logs_are_rotated_at_max_size_keeping_max_files() {
         v
     };
     // Two rotations: the oldest rotated file goes once there are more than max_files files.
-    wait_for(Duration::from_secs(45), || {
+    // (34 KB every ~0.1 s reaches 64Ki well within one 10 s monitoring period.)
+    wait_for(Duration::from_secs(60), || {
         (files().iter().filter(|f| f.starts_with("0.log.")).count() >= 2).then_some(())
     })
     .unwrap_or_else(|| panic!("no rotation: {:?}\n{}", files(), n.log_tail()));
