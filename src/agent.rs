@@ -309,6 +309,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         runtime: runtime.clone(),
         prober: {
             let prober = crate::prober::Prober::start(runtime.clone(), Some(loop_tx.clone()));
+            prober.set_event_store(store.clone());
             let _ = probes_slot.set(prober.clone());
             prober
         },

@@ -124,6 +124,8 @@ pub struct Prober {
     cmd: Mutex<Sender<Cmd>>,
     runtime: Arc<dyn Runtime>,
     notify: Mutex<Option<Sender<LoopMsg>>>,
+    /// Where `Unhealthy` events go (set by the agent).
+    events: Mutex<Option<Arc<crate::status::StatusStore>>>,
     started: Instant,
 }
 
@@ -155,6 +157,7 @@ impl Prober {
             cmd: Mutex::new(tx),
             runtime,
             notify: Mutex::new(notify),
+            events: Mutex::new(None),
             started: Instant::now(),
         });
         let weak = Arc::downgrade(&p);
@@ -168,6 +171,13 @@ impl Prober {
             warn!(error = %e, "cannot start the prober thread; probes will not run");
         }
         p
+    }
+
+    /// Record probe failures as `Unhealthy` events in this store.
+    pub fn set_event_store(&self, store: Arc<crate::status::StatusStore>) {
+        if let Ok(mut e) = self.events.lock() {
+            *e = Some(store);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -450,6 +460,16 @@ impl Prober {
             });
             if !success {
                 warn!(pod = %w.pod_name, container = %key.container, "{} probe failed: {}", key.kind.title(), r.message);
+                if let Some(store) = self.events.lock().ok().and_then(|e| e.clone()) {
+                    let (ns, name) = w.pod_name.split_once('/').unwrap_or(("", &w.pod_name));
+                    store.events().record(
+                        &crate::events::PodRef::pod(ns, name, &key.uid)
+                            .container(&key.container, false),
+                        crate::events::EventType::Warning,
+                        "Unhealthy",
+                        &format!("{} probe failed: {}", key.kind.title(), r.message),
+                    );
+                }
             } else if !r.message.is_empty() {
                 warn!(pod = %w.pod_name, container = %key.container, "{} probe warning: {}", key.kind.title(), r.message);
             }

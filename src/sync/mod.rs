@@ -460,7 +460,11 @@ mod tests {
             let (tx, rx) = channel();
             let ctx = Arc::new(WorkerContext {
                 runtime: rt.clone(),
-                prober: crate::prober::Prober::start(rt.clone(), Some(tx.clone())),
+                prober: {
+                    let p = crate::prober::Prober::start(rt.clone(), Some(tx.clone()));
+                    p.set_event_store(store.clone());
+                    p
+                },
                 store: store.clone(),
                 settings: SyncSettings {
                     node_name: "node1".into(),
@@ -923,7 +927,9 @@ mod tests {
             phase(h, "u1") == "Running"
         });
         // The runtime check recovers with the next successful relist.
-        h.wait("all health checks pass", |h| h.store.health().iter().all(|c| c.ok));
+        h.wait("all health checks pass", |h| {
+            h.store.health().iter().all(|c| c.ok)
+        });
         let _ = ContainerState::Running;
     }
 
@@ -1010,6 +1016,19 @@ mod tests {
         h.wait("restarted by liveness", |h| {
             restarts(h, "u1", "a") == 1 && h.rt.running("a").len() == 1
         });
+        let unhealthy: Vec<_> = h
+            .store
+            .events()
+            .list()
+            .into_iter()
+            .filter(|e| e.reason == "Unhealthy")
+            .collect();
+        assert!(!unhealthy.is_empty(), "an Unhealthy event is recorded");
+        assert!(
+            unhealthy[0].message.starts_with("Liveness probe failed: "),
+            "{}",
+            unhealthy[0].message
+        );
         rt.set_exec_exit("a", 0);
         // With the probe passing again, no further restarts: wait for several more probe runs.
         let n = h.rt.count_calls("exec_sync");
