@@ -84,16 +84,16 @@ fn running(p: &Value, c: &str) -> bool {
     p["status"]["phase"] == "Running" && cs(p, c)["state"]["running"].is_object()
 }
 
-fn time_of(v: &Value) -> Instant2 {
+fn time_of(v: &Value) -> WallTime {
     let s = v.as_str().unwrap_or_else(|| panic!("not a timestamp: {v}"));
-    Instant2(parse_rfc3339(s).unwrap_or_else(|| panic!("bad timestamp {s}")))
+    WallTime(parse_rfc3339(s).unwrap_or_else(|| panic!("bad timestamp {s}")))
 }
 
 /// A wall-clock time from the pod status, for differences in whole seconds.
-struct Instant2(std::time::SystemTime);
+struct WallTime(std::time::SystemTime);
 
-impl Instant2 {
-    fn secs_since(&self, earlier: &Instant2) -> f64 {
+impl WallTime {
+    fn secs_since(&self, earlier: &WallTime) -> f64 {
         match self.0.duration_since(earlier.0) {
             Ok(d) => d.as_secs_f64(),
             Err(e) => -e.duration().as_secs_f64(),
@@ -413,7 +413,7 @@ fn exec_liveness_restarts_on_failure_and_on_timeout_only() {
     let p = wait_pod(&n, "live-exec-ok", "running", |p| running(p, "c"));
     let started = time_of(&cs(&p, "c")["state"]["running"]["startedAt"]);
     observe(&n, "live-exec-ok", Duration::from_secs(5), never_restarted);
-    let now = Instant2(std::time::SystemTime::now());
+    let now = WallTime(std::time::SystemTime::now());
     assert!(
         now.secs_since(&started) >= 6.0,
         "observed at least 5 probe periods after the initial delay"
@@ -771,8 +771,8 @@ fn probe_termination_grace_period_overrides_the_pods() {
             "SIGKILL after the probe's grace: {last}"
         );
         let killed_after = time_of(&last["finishedAt"]).secs_since(&started);
-        // initial delay 1 s + a probe + 1 s grace (+ the kubelet-style 2 s minimum would
-        // still be far below the pod's 600 s).
+        // Initial delay 1 s, one failed probe, then SIGKILL after the probe's 1 s: a few
+        // seconds, where the pod's grace period would take 600 s.
         assert!(
             killed_after < 15.0,
             "{name}: killed {killed_after}s after start: the pod's grace period was used"
