@@ -291,9 +291,6 @@ impl PodWorker {
             if let Some(d) = self.execute(&acts, &state, n)? {
                 next = next.min(d);
             }
-            if acts.init_failed {
-                self.failed_reason = None; // phase Failed follows from the init status itself
-            }
         }
 
         let mut state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
