@@ -968,22 +968,6 @@ fn read_trimmed(path: &str) -> String {
         .unwrap_or_default()
 }
 
-fn mem_total_kib() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("MemTotal:")?
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-        })
-        .unwrap_or(0)
-}
-
 fn os_image() -> String {
     std::fs::read_to_string("/etc/os-release")
         .ok()
@@ -1055,8 +1039,8 @@ impl Pressure {
 }
 
 fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mem = format!("{}Ki", mem_total_kib());
+    let cpus = crate::node::capacity().cpu_millis / 1000;
+    let mem = format!("{}Ki", crate::node::capacity().memory_bytes / 1024);
     let resources = json!({
         "cpu": cpus.to_string(),
         "memory": mem,

@@ -1,6 +1,6 @@
 //! A running `nanolet run` for black-box tests: own manifest, root and log dirs, free ports,
 //! its output in `<tmp>/nanolet/nanolet.log`; stopped (SIGTERM, then SIGKILL) on drop.
-//! (The same helper as in tests/e2e.rs, shared for new test files.)
+//! (The helper tests/e2e.rs, tests/api.rs and tests/probes.rs share.)
 
 use std::fs;
 use std::path::PathBuf;
