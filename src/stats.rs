@@ -237,13 +237,33 @@ impl StatsProvider {
                 containers.push(c);
             }
             let time = ts(now_nanos());
+            // Volumes nanolet keeps on the node (emptyDir and the API-data volumes), each with
+            // its filesystem's capacity and its own usage; disk emptyDirs count toward the pod's
+            // ephemeral storage, memory-medium ones do not.
+            let pod_dir = input.root_dir.join("pods").join(&m.uid);
+            let mut volumes = vec![];
+            for (name, dir, on_disk) in pod_volume_dirs(pod, &pod_dir) {
+                let (used, inodes_used) = tree_usage(&dir);
+                if on_disk {
+                    eph += used;
+                }
+                if let Some(mut v) = fs_stats(&dir, &time) {
+                    v["name"] = json!(name);
+                    v["usedBytes"] = json!(used);
+                    v["inodesUsed"] = json!(inodes_used);
+                    volumes.push(v);
+                }
+            }
             let mut p = json!({
                 "podRef": {"name": m.name, "namespace": m.namespace, "uid": m.uid},
                 "startTime": pod.status.as_ref().and_then(|s| s.start_time.clone()).unwrap_or_default(),
                 "containers": containers,
-                "volume": [],
+                "volume": volumes,
                 "ephemeral-storage": {"time": time, "usedBytes": eph},
             });
+            if let Some(n) = pod_process_count(&m.uid) {
+                p["process_stats"] = json!({"process_count": n});
+            }
             if !containers_is_empty(&p) {
                 p["cpu"] = json!({"time": time, "usageCoreNanoSeconds": cpu_ns, "usageNanoCores": cpu_rate});
                 p["memory"] = json!({"time": time, "workingSetBytes": ws, "usageBytes": usage, "rssBytes": rss});
@@ -305,6 +325,72 @@ impl StatsProvider {
         }
         c
     }
+}
+
+/// (volume name, directory, counts as disk) for the pod's node-local volumes.
+fn pod_volume_dirs(pod: &Pod, pod_dir: &Path) -> Vec<(String, std::path::PathBuf, bool)> {
+    let mut out = vec![];
+    let vols = pod.spec.extra.get("volumes").and_then(Value::as_array);
+    for v in vols.into_iter().flatten() {
+        let Some(name) = v.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let (plugin, on_disk) = if let Some(ed) = v.get("emptyDir") {
+            (
+                "kubernetes.io~empty-dir",
+                ed.get("medium").and_then(Value::as_str) != Some("Memory"),
+            )
+        } else if v.get("configMap").is_some() {
+            ("kubernetes.io~configmap", true)
+        } else if v.get("secret").is_some() {
+            ("kubernetes.io~secret", false)
+        } else if v.get("downwardAPI").is_some() {
+            ("kubernetes.io~downward-api", true)
+        } else if v.get("projected").is_some() {
+            ("kubernetes.io~projected", true)
+        } else {
+            continue;
+        };
+        let dir = pod_dir.join("volumes").join(plugin).join(name);
+        if dir.is_dir() {
+            out.push((name.to_string(), dir, on_disk));
+        }
+    }
+    out
+}
+
+/// Bytes and inodes below `dir`, not following symlinks.
+fn tree_usage(dir: &Path) -> (u64, u64) {
+    let mut bytes = 0;
+    let mut inodes = 1;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(m) = e.path().symlink_metadata() else {
+            continue;
+        };
+        if m.is_dir() {
+            let (b, i) = tree_usage(&e.path());
+            bytes += b;
+            inodes += i;
+        } else {
+            bytes += m.len();
+            inodes += 1;
+        }
+    }
+    (bytes, inodes)
+}
+
+/// Processes in the pod's cgroup (`pids.current` of `/kubepods/.../pod<uid>`, cgroup v1 pids
+/// controller or v2).
+fn pod_process_count(uid: &str) -> Option<u64> {
+    for qos in ["", "burstable/", "besteffort/"] {
+        for root in ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"] {
+            let f = Path::new(root).join(format!("kubepods/{qos}pod{uid}/pids.current"));
+            if let Ok(s) = std::fs::read_to_string(&f) {
+                return s.trim().parse().ok();
+            }
+        }
+    }
+    None
 }
 
 fn containers_is_empty(p: &Value) -> bool {

@@ -915,6 +915,32 @@ fn volumes_and_downward_env_reach_the_containers() {
     let written = wait_for(TIMEOUT, || fs::read_to_string(host.join("out.txt")).ok())
         .expect("hostPath written");
     assert_eq!(written.trim(), "written by vols-node1");
+    // /stats/summary reports the pod's volumes (the Memory emptyDir not counted as disk) and
+    // its processes (from the pod cgroup).
+    let summary: Value =
+        serde_json::from_str(&n.get("/stats/summary").unwrap_or_default()).expect("summary JSON");
+    let podstats = summary["pods"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|p| p["podRef"]["name"] == "vols-node1")
+                .cloned()
+        })
+        .expect("pod in summary");
+    let vols: Vec<&str> = podstats["volume"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(vols, vec!["shared", "ram"], "{podstats:#}");
+    assert!(podstats["volume"][0]["usedBytes"].as_u64().unwrap_or(0) >= "from-init\n".len() as u64);
+    assert!(podstats["volume"][0]["capacityBytes"].as_u64().unwrap_or(0) > 0);
+    assert!(
+        podstats["process_stats"]["process_count"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2,
+        "pause + sh + sleep: {podstats:#}"
+    );
     // The pod's emptyDir lives under <root-dir>/pods/<uid>/volumes and goes with the pod.
     let ed = n
         .dir
