@@ -1118,7 +1118,7 @@ fn sidecar_startup_probe_gates_the_pod_and_its_readiness_counts() {
     // Kubelet rules (SidecarContainers, kuberuntime computeInitContainerActions): an init
     // container with restartPolicy Always is a sidecar; when it has a startup probe, the next
     // containers start only after that probe succeeded; its readiness counts toward the pod's
-    // Ready and ContainersReady conditions.
+    // Ready and ContainersReady conditions; Initialized never goes from True back to False.
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[]);
     n.write(
@@ -1177,6 +1177,39 @@ fn sidecar_startup_probe_gates_the_pod_and_its_readiness_counts() {
     });
     assert_eq!(side(&p)["ready"], true);
     assert_eq!(restarts(&p, "c"), 0);
+
+    // The sidecar dies and is restarted (its startup probe runs again): Initialized never goes
+    // back to False and the main container keeps running.
+    ctd.runtime()
+        .stop_container(&id, Duration::ZERO)
+        .expect("stop the sidecar");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let p = n.pod("sidecar").expect("sidecar listed");
+        assert_eq!(
+            condition(&p, "Initialized")["status"],
+            "True",
+            "Initialized went back to False: {:#}",
+            p["status"]
+        );
+        assert!(
+            running(&p, "c"),
+            "main container stopped: {:#}",
+            p["status"]
+        );
+        assert_eq!(restarts(&p, "c"), 0);
+        let s = side(&p);
+        if s["restartCount"].as_i64().unwrap_or(0) >= 1 && s["started"] == true {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sidecar not restarted: {:#}\n{}",
+            p["status"],
+            n.log_tail()
+        );
+        std::thread::sleep(POLL);
+    }
 }
 
 // --- gRPC ------------------------------------------------------------------------------------
