@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::{Container, Pod};
 use crate::runtime::{ContainerSecurity, Seccomp};
 
-fn obj<'a>(v: Option<&'a Value>) -> Option<&'a serde_json::Map<String, Value>> {
+fn obj(v: Option<&Value>) -> Option<&serde_json::Map<String, Value>> {
     v.and_then(Value::as_object)
 }
 
