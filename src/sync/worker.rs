@@ -867,10 +867,11 @@ impl PodWorker {
         }
     }
 
-    /// Kill one container the kubelet's way (kuberuntime `killContainer`): run its preStop hook
-    /// within the grace period, give it what is left of the grace period (at least 2 s: the
-    /// kubelet's one-off extension), unless a probe's own grace period overrides it; then
-    /// SIGTERM (or the image's STOPSIGNAL) and SIGKILL at the end, through CRI StopContainer.
+    /// Kill one container the kubelet's way (kuberuntime `killContainer`): the grace period is
+    /// the probe's own (`grace_override`, for liveness/startup kills) or the pod's; the preStop
+    /// hook runs within it, the container gets what is left (at least 2 s: the kubelet's
+    /// one-off extension); then SIGTERM (or the image's STOPSIGNAL) and SIGKILL at the end,
+    /// through CRI StopContainer.
     fn kill_container(&self, id: &str, name: &str, grace_override: Option<i64>, reason: &str) {
         self.ctx.store.events().record(
             &crate::events::container_ref(&self.pod, name),
@@ -878,10 +879,10 @@ impl PodWorker {
             "Killing",
             &format!("Stopping container {name}"),
         );
-        let mut grace = self
-            .pod
-            .spec
-            .termination_grace_period_seconds
+        // kuberuntime setTerminationGracePeriod: a liveness/startup kill uses the probe's own
+        // terminationGracePeriodSeconds (also for the preStop hook), else the pod's.
+        let mut grace = grace_override
+            .or(self.pod.spec.termination_grace_period_seconds)
             .unwrap_or(30)
             .max(0);
         if let Some(pre_stop) = self.find_spec(name).and_then(|c| lifecycle_of(c).pre_stop) {
@@ -897,11 +898,9 @@ impl PodWorker {
                 grace -= started.elapsed().as_secs() as i64;
             }
         }
+        // Always a minimal shutdown window (the kubelet's one-off 2 s).
         if grace < MIN_GRACE_SECONDS {
             grace = MIN_GRACE_SECONDS;
-        }
-        if let Some(o) = grace_override {
-            grace = o.max(0);
         }
         info!(pod = %self.full_name, container = %name, grace_seconds = grace, reason, "killing container");
         if let Err(e) = self
