@@ -1214,119 +1214,41 @@ fn sidecar_startup_probe_gates_the_pod_and_its_readiness_counts() {
 
 // --- gRPC ------------------------------------------------------------------------------------
 
-/// A minimal grpc.health.v1 server over cleartext HTTP/2 (prior knowledge), enough for the
-/// prober's unary `Health/Check`: answers SERVING, except NOT_SERVING for the service
-/// "broken"; records the requested service names. It runs in the test process on all host
-/// addresses, so it serves probes of hostNetwork pods (their pod IP is the host's).
-mod grpc_health {
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    use std::sync::{Arc, Mutex};
-
-    const DATA: u8 = 0;
-    const HEADERS: u8 = 1;
-    const SETTINGS: u8 = 4;
-    const PING: u8 = 6;
-    const END_STREAM: u8 = 1;
-    const END_HEADERS: u8 = 4;
-    const ACK: u8 = 1;
-
-    pub fn serve() -> (u16, Arc<Mutex<Vec<String>>>) {
-        let l = TcpListener::bind("0.0.0.0:0").expect("bind grpc server");
-        let port = l.local_addr().expect("addr").port();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let s = seen.clone();
-        std::thread::spawn(move || {
-            for conn in l.incoming().flatten() {
-                let s = s.clone();
-                std::thread::spawn(move || {
-                    let _ = handle(conn, &s);
-                });
-            }
-        });
-        (port, seen)
+/// The grpc.health.v1 server binary (examples/grpc_health_server.rs), built if missing.
+fn grpc_server_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let debug = exe.parent().and_then(|d| d.parent()).expect("target/debug");
+    let bin = debug.join("examples/grpc_health_server");
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = std::process::Command::new(cargo)
+            .args(["build", "--example", "grpc_health_server"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo build --example");
+        assert!(st.success(), "building the grpc test server");
     }
-
-    fn frame(
-        out: &mut TcpStream,
-        kind: u8,
-        flags: u8,
-        stream: u32,
-        payload: &[u8],
-    ) -> std::io::Result<()> {
-        let n = payload.len() as u32;
-        let mut f = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, kind, flags];
-        f.extend_from_slice(&stream.to_be_bytes());
-        f.extend_from_slice(payload);
-        out.write_all(&f)
-    }
-
-    /// HPACK "literal header field without indexing, new name" (no Huffman).
-    fn header(block: &mut Vec<u8>, name: &str, value: &str) {
-        block.push(0);
-        block.push(name.len() as u8);
-        block.extend_from_slice(name.as_bytes());
-        block.push(value.len() as u8);
-        block.extend_from_slice(value.as_bytes());
-    }
-
-    fn handle(mut c: TcpStream, seen: &Mutex<Vec<String>>) -> std::io::Result<()> {
-        let mut preface = [0u8; 24];
-        c.read_exact(&mut preface)?;
-        frame(&mut c, SETTINGS, 0, 0, &[])?;
-        let mut body: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
-        loop {
-            let mut h = [0u8; 9];
-            c.read_exact(&mut h)?;
-            let len = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
-            let (kind, flags) = (h[3], h[4]);
-            let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
-            let mut payload = vec![0u8; len];
-            c.read_exact(&mut payload)?;
-            match kind {
-                SETTINGS if flags & ACK == 0 => frame(&mut c, SETTINGS, ACK, 0, &[])?,
-                PING if flags & ACK == 0 => frame(&mut c, PING, ACK, 0, &payload)?,
-                DATA => body.entry(stream).or_default().extend_from_slice(&payload),
-                _ => {}
-            }
-            if (kind == DATA || kind == HEADERS) && flags & END_STREAM != 0 {
-                let msg = body.remove(&stream).unwrap_or_default();
-                // gRPC frame (1 + 4 bytes) around HealthCheckRequest { string service = 1 }.
-                let service = if msg.len() > 7 && msg[5] == 0x0a {
-                    String::from_utf8_lossy(&msg[7..7 + usize::from(msg[6])]).into_owned()
-                } else {
-                    String::new()
-                };
-                let status: u8 = if service == "broken" { 2 } else { 1 };
-                seen.lock().expect("seen").push(service);
-                let mut hb = vec![0x88]; // :status 200 (static table index 8)
-                header(&mut hb, "content-type", "application/grpc");
-                frame(&mut c, HEADERS, END_HEADERS, stream, &hb)?;
-                // HealthCheckResponse { ServingStatus status = 1 }
-                frame(&mut c, DATA, 0, stream, &[0, 0, 0, 0, 2, 0x08, status])?;
-                let mut tb = Vec::new();
-                header(&mut tb, "grpc-status", "0");
-                frame(&mut c, HEADERS, END_HEADERS | END_STREAM, stream, &tb)?;
-            }
-        }
-    }
+    bin
 }
 
 #[test]
 fn grpc_probes() {
     // container_probe.go: "should *not* be restarted with a GRPC liveness probe" and "should be
     // restarted with a GRPC liveness probe".
-    // Kubelet rules: a grpc probe calls grpc.health.v1.Health/Check with the probe's
-    // `service`; SERVING is success, anything else a failure.
+    // Kubelet rules: a grpc probe calls grpc.health.v1.Health/Check on the pod IP with the
+    // probe's `service`; SERVING is success, anything else a failure.
+    // The server is a real process inside each container: examples/grpc_health_server, mounted
+    // with the host's C library through hostPath volumes (the image has only busybox).
     let _timer = Timer("grpc_probes", Instant::now());
-    let (port, seen) = grpc_health::serve();
+    let bin = grpc_server_binary();
+    let bin_dir = bin.parent().expect("examples dir").display().to_string();
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[]);
     let pod = |name: &str, kind: &str, service: &str| {
         pod_yaml(
             name,
             &format!(
-                "spec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '600']\n    {kind}:\n      grpc:\n        port: {port}\n        service: {service}\n      periodSeconds: 1\n      failureThreshold: 1\n"
+                "spec:\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: bin\n    hostPath: {{path: {bin_dir}, type: Directory}}\n  - name: lib\n    hostPath: {{path: /lib, type: Directory}}\n  - name: lib64\n    hostPath: {{path: /lib64, type: Directory}}\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [/probe-bin/grpc_health_server, '50051']\n    ports:\n    - name: grpc\n      containerPort: 50051\n    volumeMounts:\n    - {{name: bin, mountPath: /probe-bin, readOnly: true}}\n    - {{name: lib, mountPath: /lib, readOnly: true}}\n    - {{name: lib64, mountPath: /lib64, readOnly: true}}\n    {kind}:\n      grpc:\n        port: 50051\n        service: {service}\n      periodSeconds: 1\n      failureThreshold: 1\n"
             ),
         )
     };
@@ -1344,12 +1266,35 @@ fn grpc_probes() {
         p["status"]
     );
     observe(&n, "grpc-live", Duration::from_secs(4), never_restarted);
-    let seen = seen.lock().expect("seen").clone();
-    assert!(seen.iter().any(|s| s == "fine"), "services asked: {seen:?}");
-    assert!(
-        seen.iter().any(|s| s == "broken"),
-        "services asked: {seen:?}"
-    );
+    // The servers inside the containers saw the probes' service names.
+    for (name, needle) in [
+        ("grpc-ok", "check service=fine"),
+        ("grpc-bad", "check service=broken"),
+    ] {
+        let uid = n
+            .pod(name)
+            .map(|p| {
+                p["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .unwrap_or_default();
+        let dir = n.pod_logs().join(format!("default_{name}-node1_{uid}/c"));
+        poll(WAIT, || {
+            fs::read_dir(&dir).ok()?.flatten().find_map(|e| {
+                fs::read_to_string(e.path())
+                    .ok()
+                    .filter(|t| t.contains(needle))
+            })
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{name}: the server never logged {needle:?} in {}",
+                dir.display()
+            )
+        });
+    }
 }
 
 // --- termination -------------------------------------------------------------------------------
