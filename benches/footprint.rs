@@ -1,0 +1,1038 @@
+//! Footprint and speed benchmark (issue 8): drives the real release binary
+//! (`target/release/nanolet`, or `$NANOLET_BIN`) against a private containerd and, in the same
+//! run, the raw CRI "floor" (RunPodSandbox + CreateContainer + StartContainer issued directly).
+//!
+//! Run with `scripts/bench [--quick]` or `cargo bench --bench footprint [-- --quick]`.
+//! Without `--bench` in its arguments (as under `cargo test --all-targets`) it only prints a note.
+//! Prints markdown tables; writes `results/footprint-<unix>.json`, `results/footprint-latest.json`
+//! and `results/footprint-latest.md`. Never fails on a number: a phase that times out is
+//! reported as n/a.
+//!
+//! The private containerd (own root/state/socket, CNI bridge, local busybox/pause images, and a
+//! tear-down that also runs on panic) is the integration-test harness itself, included by path.
+
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod common;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nanolet::runtime::cri::CriRuntime;
+use nanolet::runtime::{
+    ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_NAME, PodSandboxConfig, Runtime,
+};
+use serde_json::{Value, json};
+
+use common::{BUSYBOX_IMAGE, Containerd};
+
+const NODE: &str = "bench";
+const POLL: Duration = Duration::from_millis(5);
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Opts {
+    #[allow(dead_code)]
+    quick: bool,
+    /// Pods for the start / crash / termination latencies.
+    n: usize,
+    /// Running-pod counts for the memory / CPU phase.
+    counts: Vec<usize>,
+    /// Seconds of each CPU window (split into 3 sub-windows for min/median/max).
+    window: u64,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--bench") {
+        println!(
+            "footprint: benchmark skipped (not run with --bench); use scripts/bench [--quick]"
+        );
+        return;
+    }
+    let quick =
+        args.iter().any(|a| a == "--quick") || std::env::var_os("NANOLET_BENCH_QUICK").is_some();
+    let opts = if quick {
+        Opts {
+            quick,
+            n: 5,
+            counts: vec![10],
+            window: 15,
+        }
+    } else {
+        Opts {
+            quick,
+            n: 20,
+            counts: vec![10, 50, 100],
+            window: 60,
+        }
+    };
+    let started = Instant::now();
+    let bin = nanolet_bin();
+    if !bin.is_file() {
+        eprintln!(
+            "footprint: {} not found: run `cargo build --release` (or scripts/bench)",
+            bin.display()
+        );
+        std::process::exit(1);
+    }
+    let mut report = Report::default();
+    report.json.insert("quick".into(), json!(quick));
+    report.json.insert("nproc".into(), json!(nproc()));
+    report.binary_sizes(&bin);
+
+    let ctd = Containerd::start();
+    let rt = ctd.runtime();
+    let nl = NanoletProc::start(&ctd, &bin);
+    println!(
+        "footprint: nanolet pid {} on {} ({} mode)",
+        nl.pid(),
+        ctd.endpoint(),
+        if quick { "quick" } else { "full" }
+    );
+
+    let mut b = Bench {
+        ctd: &ctd,
+        rt: &rt,
+        nl: &nl,
+        opts: &opts,
+        report: &mut report,
+        footprints: Vec::new(),
+    };
+    b.idle();
+    b.start_latency();
+    b.crash_restart();
+    b.scale();
+    b.footprint_tables();
+
+    let secs = started.elapsed().as_secs_f64();
+    report.json.insert("duration_s".into(), json!(secs));
+    report.md.push_str(&format!(
+        "\nRun took {secs:.0} s ({} mode, {} CPUs).\n",
+        if quick { "quick" } else { "full" },
+        nproc()
+    ));
+    drop(nl);
+    drop(rt);
+    drop(ctd);
+    report.write();
+}
+
+fn nproc() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+fn nanolet_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("NANOLET_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("release/nanolet")
+}
+
+// ---------------------------------------------------------------------------------------------
+// nanolet process
+
+struct NanoletProc {
+    child: Child,
+    manifests: PathBuf,
+    port: u16,
+}
+
+impl NanoletProc {
+    fn start(ctd: &Containerd, bin: &Path) -> NanoletProc {
+        let dir = ctd.tmp().join("nanolet");
+        let manifests = dir.join("manifests");
+        fs::create_dir_all(&manifests).expect("manifest dir");
+        let port = common::agent::free_port();
+        let log = fs::File::create(dir.join("nanolet.log")).expect("nanolet log");
+        let child = Command::new(bin)
+            .arg("run")
+            .arg(format!("--pod-manifest-path={}", manifests.display()))
+            .arg(format!("--container-runtime-endpoint={}", ctd.endpoint()))
+            .arg(format!("--hostname-override={NODE}"))
+            .arg(format!("--root-dir={}", dir.join("root").display()))
+            .arg(format!("--pod-logs-dir={}", dir.join("log/pods").display()))
+            .arg(format!("--read-only-port={port}"))
+            .arg(format!("--healthz-port={}", common::agent::free_port()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            .spawn()
+            .expect("start nanolet");
+        let nl = NanoletProc {
+            child,
+            manifests,
+            port,
+        };
+        let url = format!("http://127.0.0.1:{port}/healthz");
+        let ok = common::wait_for(Duration::from_secs(30), || {
+            ureq::get(&url)
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .filter(|b| b == "ok")
+        });
+        if ok.is_none() {
+            eprintln!(
+                "footprint: nanolet healthz never became ok:\n{}",
+                common::tail(
+                    &fs::read_to_string(dir.join("nanolet.log")).unwrap_or_default(),
+                    30
+                )
+            );
+        }
+        nl
+    }
+
+    /// nanolet's own /metrics (Prometheus text), series -> value; empty on error.
+    fn metrics(&self) -> BTreeMap<String, f64> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        let body = ureq::get(&url)
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .unwrap_or_default();
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+            .collect()
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn write(&self, name: &str, body: &str) {
+        let tmp = self.manifests.join(format!(".{name}.yaml.tmp"));
+        fs::write(&tmp, body).expect("write manifest");
+        fs::rename(&tmp, self.manifests.join(format!("{name}.yaml"))).expect("rename manifest");
+    }
+
+    fn remove(&self, name: &str) {
+        let _ = fs::remove_file(self.manifests.join(format!("{name}.yaml")));
+    }
+}
+
+impl Drop for NanoletProc {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.pid());
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A pod manifest: one busybox container running `cmd`.
+fn manifest(name: &str, host_network: bool, grace: u32, cmd: &[&str]) -> String {
+    let cmd: Vec<String> = cmd.iter().map(|c| format!("{c:?}")).collect();
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  \
+         hostNetwork: {host_network}\n  terminationGracePeriodSeconds: {grace}\n  \
+         restartPolicy: Always\n  containers:\n  - name: c\n    image: {BUSYBOX_IMAGE}\n    \
+         imagePullPolicy: Never\n    command: [{}]\n",
+        cmd.join(", ")
+    )
+}
+
+/// `sleep` as PID 1 ignores SIGTERM; this one exits on it (so grace>0 measures the TERM path).
+const SLEEP_TRAP: &[&str] = &["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"];
+const SLEEP: &[&str] = &["sleep", "3600"];
+
+fn full_name(name: &str) -> String {
+    format!("{name}-{NODE}")
+}
+
+fn containers_of<'a>(list: &'a [ContainerInfo], pod: &str) -> Vec<&'a ContainerInfo> {
+    let full = full_name(pod);
+    list.iter()
+        .filter(|c| c.labels.get(LABEL_POD_NAME).map(String::as_str) == Some(full.as_str()))
+        .collect()
+}
+
+/// Polls CRI every 5 ms until `f(list)` holds; returns the elapsed time since `t0`.
+fn poll_until(
+    rt: &CriRuntime,
+    t0: Instant,
+    timeout: Duration,
+    mut f: impl FnMut(&[ContainerInfo]) -> bool,
+) -> Option<Duration> {
+    loop {
+        if let Ok(list) = rt.list_containers() {
+            if f(&list) {
+                return Some(t0.elapsed());
+            }
+        }
+        if t0.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+fn ms(d: Option<Duration>) -> Option<f64> {
+    d.map(|d| d.as_secs_f64() * 1000.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// statistics and output
+
+#[derive(Default)]
+struct Report {
+    md: String,
+    json: serde_json::Map<String, Value>,
+}
+
+struct Stats {
+    n: usize,
+    min: f64,
+    p50: f64,
+    p95: f64,
+    max: f64,
+}
+
+fn stats(v: &[Option<f64>]) -> Option<Stats> {
+    let mut v: Vec<f64> = v.iter().flatten().copied().collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    Some(Stats {
+        n: v.len(),
+        min: v[0],
+        p50: rank(0.5),
+        p95: rank(0.95),
+        max: v[v.len() - 1],
+    })
+}
+
+fn stats_json(s: &Option<Stats>, raw: &[Option<f64>]) -> Value {
+    match s {
+        Some(s) => json!({"n": s.n, "min": s.min, "p50": s.p50, "p95": s.p95, "max": s.max,
+                          "samples": raw}),
+        None => json!({"n": 0, "samples": raw}),
+    }
+}
+
+fn f1(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn stat_cells(s: &Option<Stats>) -> Vec<String> {
+    match s {
+        Some(s) => vec![s.n.to_string(), f1(s.p50), f1(s.p95), f1(s.min), f1(s.max)],
+        None => vec![
+            "0".into(),
+            "n/a".into(),
+            "n/a".into(),
+            "n/a".into(),
+            "n/a".into(),
+        ],
+    }
+}
+
+impl Report {
+    fn table(&mut self, title: &str, head: &[&str], rows: Vec<Vec<String>>) {
+        let mut s = format!("\n### {title}\n\n| {} |\n|", head.join(" | "));
+        for _ in head {
+            s.push_str("---|");
+        }
+        s.push('\n');
+        for r in rows {
+            let _ = writeln!(s, "| {} |", r.join(" | "));
+        }
+        print!("{s}");
+        self.md.push_str(&s);
+    }
+
+    fn binary_sizes(&mut self, bin: &Path) {
+        let mut rows = Vec::new();
+        let mut j = serde_json::Map::new();
+        let mut add = |label: String, p: &Path| {
+            if let Ok(m) = fs::metadata(p) {
+                rows.push(vec![
+                    label.clone(),
+                    format!("{:.2}", m.len() as f64 / 1048576.0),
+                    m.len().to_string(),
+                ]);
+                j.insert(label, json!(m.len()));
+            }
+        };
+        add("target/release/nanolet".into(), bin);
+        let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist");
+        if let Ok(entries) = fs::read_dir(&dist) {
+            let mut entries: Vec<_> = entries.flatten().collect();
+            entries.sort_by_key(|e| e.file_name());
+            for e in entries {
+                let p = e.path().join("nanolet");
+                add(
+                    format!("dist/{}/nanolet", e.file_name().to_string_lossy()),
+                    &p,
+                );
+            }
+        }
+        self.json.insert("binary_bytes".into(), Value::Object(j));
+        self.table("Binary size", &["binary", "MiB", "bytes"], rows);
+    }
+
+    fn write(&self) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
+        let _ = fs::create_dir_all(&dir);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let body =
+            serde_json::to_string_pretty(&Value::Object(self.json.clone())).unwrap_or_default();
+        let _ = fs::write(dir.join(format!("footprint-{now}.json")), &body);
+        let _ = fs::write(dir.join("footprint-latest.json"), &body);
+        let _ = fs::write(dir.join("footprint-latest.md"), &self.md);
+        println!(
+            "\nfootprint: wrote {}/footprint-{now}.json, footprint-latest.{{json,md}}",
+            dir.display()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// /proc sampling
+
+fn read_kb(path: &str, key: &str) -> Option<u64> {
+    fs::read_to_string(path).ok()?.lines().find_map(|l| {
+        l.strip_prefix(key)?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// (VmRSS KiB, Pss KiB) of one process.
+fn mem_of(pid: i32) -> (u64, u64) {
+    (
+        read_kb(&format!("/proc/{pid}/status"), "VmRSS:").unwrap_or(0),
+        read_kb(&format!("/proc/{pid}/smaps_rollup"), "Pss:").unwrap_or(0),
+    )
+}
+
+/// utime+stime (seconds, whole process including dead threads).
+fn cpu_of(pid: i32) -> f64 {
+    let tck = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.to_string()))
+        .map(|r| {
+            let f: Vec<&str> = r.split_whitespace().collect();
+            // after ")": state=0, ..., utime=11, stime=12
+            let u: f64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0.0);
+            let s: f64 = f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0.0);
+            (u + s) / tck
+        })
+        .unwrap_or(0.0)
+}
+
+/// Sum over live threads of /proc/PID/task/*/schedstat: (ns on CPU, timeslices run).
+fn schedstat_of(pid: i32) -> (u64, u64) {
+    let mut sum = (0, 0);
+    if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = fs::read_to_string(t.path().join("schedstat")) {
+                let f: Vec<u64> = s
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                if f.len() >= 3 {
+                    sum.0 += f[0];
+                    sum.1 += f[2];
+                }
+            }
+        }
+    }
+    sum
+}
+
+/// (containerd pid, shim pids) of the private containerd below `tmp`.
+fn containerd_procs(tmp: &Path) -> (Option<i32>, Vec<i32>) {
+    let needle = format!("{}/", tmp.display());
+    let mut ctd = None;
+    let mut shims = Vec::new();
+    if let Ok(entries) = fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let cmd = fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default();
+            if !cmd.contains(&needle) {
+                continue;
+            }
+            if cmd.contains("containerd-shim") {
+                shims.push(pid);
+            } else if cmd.starts_with("containerd ") {
+                ctd = Some(pid);
+            }
+        }
+    }
+    (ctd, shims)
+}
+
+// ---------------------------------------------------------------------------------------------
+// phases
+
+struct Bench<'a> {
+    ctd: &'a Containerd,
+    rt: &'a CriRuntime,
+    nl: &'a NanoletProc,
+    opts: &'a Opts,
+    report: &'a mut Report,
+    footprints: Vec<Footprint>,
+}
+
+struct Footprint {
+    pods: usize,
+    rss: Vec<Option<f64>>,
+    pss: Vec<Option<f64>>,
+    cpu: Vec<Option<f64>>,
+    cpu_sched: Vec<Option<f64>>,
+    wakeups: Vec<Option<f64>>,
+    relist_ms: Vec<Option<f64>>,
+    ctd_rss: Vec<Option<f64>>,
+    ctd_pss: Vec<Option<f64>>,
+    shims: usize,
+    shim_rss: Vec<Option<f64>>,
+    shim_pss: Vec<Option<f64>>,
+}
+
+impl Bench<'_> {
+    /// Measures memory (3 samples) and CPU (3 sub-windows) of nanolet with `pods` running.
+    fn footprint(&mut self, pods: usize) -> Footprint {
+        let pid = self.nl.pid();
+        let sub = Duration::from_secs(self.opts.window) / 3;
+        let mut fp = Footprint {
+            pods,
+            rss: vec![],
+            pss: vec![],
+            cpu: vec![],
+            cpu_sched: vec![],
+            wakeups: vec![],
+            relist_ms: vec![],
+            ctd_rss: vec![],
+            ctd_pss: vec![],
+            shims: 0,
+            shim_rss: vec![],
+            shim_pss: vec![],
+        };
+        for _ in 0..3 {
+            let m0 = self.nl.metrics();
+            let (c0, s0, t0) = (cpu_of(pid), schedstat_of(pid), Instant::now());
+            std::thread::sleep(sub);
+            let (c1, s1, dt) = (cpu_of(pid), schedstat_of(pid), t0.elapsed().as_secs_f64());
+            fp.cpu.push(Some((c1 - c0) * 60.0 / dt));
+            fp.cpu_sched
+                .push(Some(s1.0.saturating_sub(s0.0) as f64 / 1e9 * 60.0 / dt));
+            fp.wakeups.push(Some(s1.1.saturating_sub(s0.1) as f64 / dt));
+            let m1 = self.nl.metrics();
+            let d = |k: &str| m1.get(k).unwrap_or(&0.0) - m0.get(k).unwrap_or(&0.0);
+            let n = d("kubelet_pleg_relist_duration_seconds_count");
+            fp.relist_ms.push(
+                (n > 0.0).then(|| d("kubelet_pleg_relist_duration_seconds_sum") / n * 1000.0),
+            );
+            let (rss, pss) = mem_of(pid);
+            fp.rss.push(Some(rss as f64 / 1024.0));
+            fp.pss.push(Some(pss as f64 / 1024.0));
+            let (ctd, shims) = containerd_procs(self.ctd.tmp());
+            if let Some(c) = ctd {
+                let (r, p) = mem_of(c);
+                fp.ctd_rss.push(Some(r as f64 / 1024.0));
+                fp.ctd_pss.push(Some(p as f64 / 1024.0));
+            }
+            fp.shims = shims.len();
+            let (r, p) = shims
+                .iter()
+                .map(|s| mem_of(*s))
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+            fp.shim_rss.push(Some(r as f64 / 1024.0));
+            fp.shim_pss.push(Some(p as f64 / 1024.0));
+        }
+        println!(
+            "footprint: {pods} pods: nanolet RSS {:?} MiB, CPU {:?} s/min",
+            fp.rss, fp.cpu
+        );
+        fp
+    }
+
+    fn idle(&mut self) {
+        std::thread::sleep(Duration::from_secs(2));
+        let fp = self.footprint(0);
+        self.footprints.push(fp);
+    }
+}
+
+fn mmm(v: &[Option<f64>]) -> String {
+    match stats(v) {
+        Some(s) => format!("{} ({}–{})", f1(s.p50), f1(s.min), f1(s.max)),
+        None => "n/a".into(),
+    }
+}
+
+struct FloorPod {
+    sandbox: String,
+    container: String,
+}
+
+impl Bench<'_> {
+    /// The raw floor: RunPodSandbox + CreateContainer + StartContainer, until CRI lists the
+    /// container Running.
+    fn floor_start(
+        &self,
+        name: &str,
+        host: bool,
+        cmd: &[&str],
+    ) -> (Option<Duration>, Option<FloorPod>) {
+        let rt = self.rt;
+        let uid = format!("floor-{name}-{}", std::process::id());
+        let logdir = self.ctd.tmp().join("floor").join(&uid);
+        let mut labels = BTreeMap::new();
+        labels.insert(LABEL_POD_NAME.to_string(), format!("floor-{name}"));
+        let sb = PodSandboxConfig {
+            name: format!("floor-{name}"),
+            namespace: "bench".into(),
+            uid,
+            hostname: if host {
+                String::new()
+            } else {
+                format!("floor-{name}")
+            },
+            log_directory: logdir.display().to_string(),
+            host_network: host,
+            labels: labels.clone(),
+            ..Default::default()
+        };
+        let cc = ContainerConfig {
+            name: "c".into(),
+            image: BUSYBOX_IMAGE.into(),
+            command: cmd.iter().map(|s| s.to_string()).collect(),
+            log_path: "c/0.log".into(),
+            labels,
+            ..Default::default()
+        };
+        let t0 = Instant::now();
+        let _ = fs::create_dir_all(&logdir);
+        let sid = match rt.run_pod_sandbox(&sb) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("footprint: floor {name}: {e}");
+                return (None, None);
+            }
+        };
+        let mut pod = FloorPod {
+            sandbox: sid,
+            container: String::new(),
+        };
+        match rt.create_container(&pod.sandbox, &cc, &sb).and_then(|c| {
+            pod.container = c.clone();
+            rt.start_container(&c)
+        }) {
+            Ok(()) => {}
+            Err(e) => {
+                eprintln!("footprint: floor {name}: {e}");
+                return (None, Some(pod));
+            }
+        }
+        let cid = pod.container.clone();
+        let d = poll_until(rt, t0, TIMEOUT, |l| {
+            l.iter()
+                .any(|c| c.id == cid && c.state == ContainerState::Running)
+        });
+        (d, Some(pod))
+    }
+
+    /// Floor termination: StopContainer(grace) + StopPodSandbox (what "stopped" means for
+    /// nanolet too); then the removal of both.
+    fn floor_stop(&self, pod: &FloorPod, grace: u64) -> (Option<Duration>, Option<Duration>) {
+        let t0 = Instant::now();
+        let ok = (pod.container.is_empty()
+            || self
+                .rt
+                .stop_container(&pod.container, Duration::from_secs(grace))
+                .is_ok())
+            && self.rt.stop_pod_sandbox(&pod.sandbox).is_ok();
+        let stopped = ok.then(|| t0.elapsed());
+        if !pod.container.is_empty() {
+            let _ = self.rt.remove_container(&pod.container);
+        }
+        let removed = self
+            .rt
+            .remove_pod_sandbox(&pod.sandbox)
+            .is_ok()
+            .then(|| t0.elapsed());
+        (stopped, removed.filter(|_| ok))
+    }
+
+    fn nanolet_start(&self, name: &str, host: bool, grace: u32, cmd: &[&str]) -> Option<Duration> {
+        let body = manifest(name, host, grace, cmd);
+        let t0 = Instant::now();
+        self.nl.write(name, &body);
+        poll_until(self.rt, t0, TIMEOUT, |l| {
+            containers_of(l, name)
+                .iter()
+                .any(|c| c.state == ContainerState::Running)
+        })
+    }
+
+    /// Deletes the manifests; returns when no container of those pods runs and their
+    /// sandboxes are not ready.
+    fn nanolet_delete(&self, names: &[String], timeout: Duration) -> Option<Duration> {
+        let t0 = Instant::now();
+        for n in names {
+            self.nl.remove(n);
+        }
+        let fulls: Vec<String> = names.iter().map(|n| full_name(n)).collect();
+        poll_until(self.rt, t0, timeout, |l| {
+            let running = names.iter().any(|n| {
+                containers_of(l, n)
+                    .iter()
+                    .any(|c| c.state == ContainerState::Running)
+            });
+            !running
+                && self.rt.list_pod_sandboxes().is_ok_and(|s| {
+                    !s.iter().any(|sb| {
+                        fulls.contains(&sb.name)
+                            && sb.state == nanolet::runtime::SandboxState::Ready
+                    })
+                })
+        })
+    }
+
+    fn start_latency(&mut self) {
+        let n = self.opts.n;
+        let kinds: [(&str, bool, u32, &[&str]); 2] =
+            [("host", true, 0, SLEEP), ("cni", false, 1, SLEEP_TRAP)];
+        let mut start: BTreeMap<&str, (Vec<Option<f64>>, Vec<Option<f64>>)> = BTreeMap::new();
+        let mut floors: Vec<(&str, Option<FloorPod>)> = Vec::new();
+        let m0 = self.nl.metrics();
+        for i in 0..n {
+            for (kind, host, grace, cmd) in kinds {
+                let name = format!("{kind}{i}");
+                let d = ms(self.nanolet_start(&name, host, grace, cmd));
+                let (f, pod) = self.floor_start(&name, host, cmd);
+                let e = start.entry(kind).or_default();
+                e.0.push(d);
+                e.1.push(ms(f));
+                floors.push((kind, pod));
+            }
+        }
+        let m1 = self.nl.metrics();
+        let delta = |k: &str| m1.get(k).unwrap_or(&0.0) - m0.get(k).unwrap_or(&0.0);
+        let started = delta("kubelet_pod_start_duration_seconds_count");
+        let seen_to_running = (started > 0.0)
+            .then(|| delta("kubelet_pod_start_duration_seconds_sum") / started * 1000.0);
+        let ops: f64 = m1
+            .keys()
+            .filter(|k| k.starts_with("kubelet_runtime_operations_total{"))
+            .map(|k| delta(k))
+            .sum();
+        let ops_per_pod = (started > 0.0).then(|| ops / started);
+        let mut rows = Vec::new();
+        let mut j = serde_json::Map::new();
+        j.insert(
+            "nanolet_seen_to_running_mean_ms".into(),
+            json!(seen_to_running),
+        );
+        j.insert("nanolet_cri_calls_per_pod_start".into(), json!(ops_per_pod));
+        for (kind, (nl, fl)) in &start {
+            let (sn, sf) = (stats(nl), stats(fl));
+            let ratio = match (&sn, &sf) {
+                (Some(a), Some(b)) if b.p50 > 0.0 => format!("{:.2}", a.p50 / b.p50),
+                _ => "n/a".into(),
+            };
+            let label = if *kind == "host" {
+                "hostNetwork"
+            } else {
+                "CNI"
+            };
+            let mut r = vec![label.to_string(), "nanolet".into()];
+            r.extend(stat_cells(&sn));
+            r.push(ratio.clone());
+            rows.push(r);
+            let mut r = vec![label.to_string(), "raw CRI floor".into()];
+            r.extend(stat_cells(&sf));
+            r.push(String::new());
+            rows.push(r);
+            j.insert(
+                kind.to_string(),
+                json!({"nanolet_ms": stats_json(&sn, nl), "floor_ms": stats_json(&sf, fl),
+                       "ratio_p50": ratio}),
+            );
+        }
+        self.report
+            .json
+            .insert("start_latency".into(), Value::Object(j));
+        self.report.table(
+            "Pod start latency (manifest written / first CRI call -> container Running in CRI ListContainers), ms",
+            &["network", "who", "n", "p50", "p95", "min", "max", "nanolet/floor p50"],
+            rows,
+        );
+        let line = format!(
+            "\nnanolet's own kubelet_pod_start_duration_seconds (pod first seen -> all containers \
+             running), mean over these pods: {} ms; CRI calls by nanolet per pod start (all \
+             verbs, incl. PLEG relists meanwhile): {} (the floor: 3 + its ListContainers polls).\n",
+            seen_to_running.map(f1).unwrap_or_else(|| "n/a".into()),
+            ops_per_pod.map(f1).unwrap_or_else(|| "n/a".into()),
+        );
+        print!("{line}");
+        self.report.md.push_str(&line);
+
+        // Termination of the same pods, one at a time, interleaved with the floor's.
+        let mut term: BTreeMap<&str, [Vec<Option<f64>>; 3]> = BTreeMap::new();
+        let mut fi = floors.into_iter();
+        for i in 0..n {
+            for (kind, _, grace, _) in kinds {
+                let name = format!("{kind}{i}");
+                let d = ms(self.nanolet_delete(&[name], Duration::from_secs(30)));
+                let e = term.entry(kind).or_default();
+                e[0].push(d);
+                if let Some((_, Some(pod))) = fi.next() {
+                    let (s, r) = self.floor_stop(&pod, grace as u64);
+                    e[1].push(ms(s));
+                    e[2].push(ms(r));
+                }
+            }
+        }
+        let mut rows = Vec::new();
+        let mut j = serde_json::Map::new();
+        for (kind, [nl, fs_, fr]) in &term {
+            let label = if *kind == "host" {
+                "hostNetwork, grace 0 (`sleep` ignores TERM: 2 s minimum grace)"
+            } else {
+                "CNI, grace 1 (container exits on TERM)"
+            };
+            for (who, v) in [
+                ("nanolet: manifest deleted -> stopped", nl),
+                ("floor: StopContainer + StopPodSandbox", fs_),
+                ("floor: ... + RemoveContainer + RemovePodSandbox", fr),
+            ] {
+                let mut r = vec![label.to_string(), who.to_string()];
+                r.extend(stat_cells(&stats(v)));
+                rows.push(r);
+            }
+            j.insert(
+                kind.to_string(),
+                json!({"nanolet_stopped_ms": stats_json(&stats(nl), nl),
+                       "floor_stopped_ms": stats_json(&stats(fs_), fs_),
+                       "floor_removed_ms": stats_json(&stats(fr), fr)}),
+            );
+        }
+        self.report
+            .json
+            .insert("termination".into(), Value::Object(j));
+        self.report.table(
+            "Termination (until no container of the pod runs and its sandbox is not ready), ms",
+            &["pods", "what", "n", "p50", "p95", "min", "max"],
+            rows,
+        );
+    }
+
+    fn crash_restart(&mut self) {
+        let n = self.opts.n;
+        let names: Vec<String> = (0..n).map(|i| format!("crash{i}")).collect();
+        for (i, name) in names.iter().enumerate() {
+            // Exits spread 300 ms apart so each restart is measured on its own.
+            let script = format!("sleep {:.1}; exit 1", 2.0 + 0.3 * i as f64);
+            self.nl
+                .write(name, &manifest(name, true, 0, &["sh", "-c", &script]));
+        }
+        let t0 = Instant::now();
+        let _ = poll_until(self.rt, t0, Duration::from_secs(60 + n as u64), |l| {
+            names
+                .iter()
+                .all(|nm| containers_of(l, nm).iter().any(|c| c.attempt >= 1))
+        });
+        let list = self.rt.list_containers().unwrap_or_default();
+        let mut created = Vec::new();
+        let mut started = Vec::new();
+        for nm in &names {
+            let cs = containers_of(&list, nm);
+            let first = cs.iter().find(|c| c.attempt == 0);
+            let second = cs.iter().find(|c| c.attempt == 1);
+            let (Some(a), Some(b)) = (first, second) else {
+                created.push(None);
+                started.push(None);
+                continue;
+            };
+            let (Ok(a), Ok(b)) = (
+                self.rt.container_status(&a.id),
+                self.rt.container_status(&b.id),
+            ) else {
+                created.push(None);
+                started.push(None);
+                continue;
+            };
+            let d = |t: i64| (t > 0 && a.finished_at > 0).then(|| (t - a.finished_at) as f64 / 1e6);
+            created.push(d(b.created_at));
+            started.push(d(b.started_at));
+        }
+        let _ = self.nanolet_delete(&names, Duration::from_secs(30));
+        let (sc, ss) = (stats(&created), stats(&started));
+        let mut r1 = vec!["exit (finished_at) -> replacement created_at".to_string()];
+        r1.extend(stat_cells(&sc));
+        let mut r2 = vec!["exit (finished_at) -> replacement started_at".to_string()];
+        r2.extend(stat_cells(&ss));
+        self.report.json.insert(
+            "crash_restart".into(),
+            json!({"to_created_ms": stats_json(&sc, &created), "to_started_ms": stats_json(&ss, &started)}),
+        );
+        self.report.table(
+            "Crash to restart (first restart, immediate in the kubelet; CRI timestamps), ms",
+            &["interval", "n", "p50", "p95", "min", "max"],
+            vec![r1, r2],
+        );
+    }
+
+    fn scale(&mut self) {
+        let mut current = 0;
+        let mut rows = Vec::new();
+        let mut j = Vec::new();
+        let counts = self.opts.counts.clone();
+        for k in counts {
+            let names: Vec<String> = (current..k).map(|i| format!("scale{i}")).collect();
+            let all: Vec<String> = (0..k).map(|i| format!("scale{i}")).collect();
+            let t0 = Instant::now();
+            for nm in &names {
+                self.nl.write(nm, &manifest(nm, true, 0, SLEEP));
+            }
+            let d = poll_until(self.rt, t0, Duration::from_secs(60 + 2 * k as u64), |l| {
+                all.iter().all(|nm| {
+                    containers_of(l, nm)
+                        .iter()
+                        .any(|c| c.state == ContainerState::Running)
+                })
+            });
+            let secs = d.map(|d| d.as_secs_f64());
+            rows.push(vec![
+                format!("{current} -> {k}"),
+                (k - current).to_string(),
+                secs.map(|s| format!("{s:.2}"))
+                    .unwrap_or_else(|| "n/a (timeout)".into()),
+            ]);
+            j.push(json!({"from": current, "to": k, "seconds": secs}));
+            current = k;
+            std::thread::sleep(Duration::from_secs(3));
+            let fp = self.footprint(k);
+            self.footprints.push(fp);
+        }
+        let all: Vec<String> = (0..current).map(|i| format!("scale{i}")).collect();
+        let del = self.nanolet_delete(&all, Duration::from_secs(120));
+        rows.push(vec![
+            format!("delete all {current}"),
+            current.to_string(),
+            del.map(|d| format!("{:.2}", d.as_secs_f64()))
+                .unwrap_or_else(|| "n/a (timeout)".into()),
+        ]);
+        self.report.json.insert(
+            "batch".into(),
+            json!({"start": j, "delete_all_seconds": del.map(|d| d.as_secs_f64())}),
+        );
+        self.report.table(
+            "Pods at once (manifests written together -> all Running; hostNetwork), s",
+            &["pods running", "added", "seconds"],
+            rows,
+        );
+    }
+
+    fn footprint_tables(&mut self) {
+        let w = self.opts.window;
+        let mut mem = Vec::new();
+        let mut cpu = Vec::new();
+        let mut j = Vec::new();
+        for fp in &self.footprints {
+            mem.push(vec![
+                fp.pods.to_string(),
+                mmm(&fp.rss),
+                mmm(&fp.pss),
+                mmm(&fp.ctd_rss),
+                mmm(&fp.ctd_pss),
+                fp.shims.to_string(),
+                mmm(&fp.shim_rss),
+                mmm(&fp.shim_pss),
+            ]);
+            let pct: Vec<Option<f64>> = fp
+                .cpu_sched
+                .iter()
+                .map(|c| c.map(|c| c / 60.0 * 100.0))
+                .collect();
+            cpu.push(vec![
+                fp.pods.to_string(),
+                mmm(&fp.cpu),
+                mmm(&fp.cpu_sched),
+                mmm(&pct),
+                mmm(&fp.wakeups),
+                mmm(&fp.relist_ms),
+            ]);
+            j.push(json!({
+                "pods": fp.pods,
+                "nanolet_rss_mib": fp.rss, "nanolet_pss_mib": fp.pss,
+                "containerd_rss_mib": fp.ctd_rss, "containerd_pss_mib": fp.ctd_pss,
+                "shims": fp.shims, "shims_rss_mib": fp.shim_rss, "shims_pss_mib": fp.shim_pss,
+                "nanolet_cpu_s_per_min_stat": fp.cpu, "nanolet_cpu_s_per_min_schedstat": fp.cpu_sched,
+                "nanolet_wakeups_per_s": fp.wakeups, "pleg_relist_mean_ms": fp.relist_ms,
+            }));
+        }
+        self.report
+            .json
+            .insert("footprint".into(), json!({"window_s": w, "samples": j}));
+        self.report.table(
+            "Memory, MiB: median (min–max) of 3 samples",
+            &[
+                "pods",
+                "nanolet RSS",
+                "nanolet PSS",
+                "containerd RSS",
+                "containerd PSS",
+                "shims",
+                "shims RSS (sum)",
+                "shims PSS (sum)",
+            ],
+            mem,
+        );
+        self.report.table(
+            &format!("nanolet CPU: median (min–max) of 3 windows of {} s", w / 3),
+            &[
+                "pods",
+                "CPU s/min (utime+stime)",
+                "CPU s/min (schedstat)",
+                "% of one core",
+                "wakeups/s (timeslices)",
+                "PLEG relist mean, ms",
+            ],
+            cpu,
+        );
+    }
+}
