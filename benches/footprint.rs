@@ -12,7 +12,7 @@
 //! tear-down that also runs on panic) is the integration-test harness itself, included by path.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 
 use std::collections::BTreeMap;
@@ -284,6 +284,8 @@ fn poll_until(
         std::thread::sleep(POLL);
     }
 }
+
+type Samples = Vec<Option<f64>>;
 
 fn ms(d: Option<Duration>) -> Option<f64> {
     d.map(|d| d.as_secs_f64() * 1000.0)
@@ -735,7 +737,7 @@ impl Bench<'_> {
         let n = self.opts.n;
         let kinds: [(&str, bool, u32, &[&str]); 2] =
             [("host", true, 0, SLEEP), ("cni", false, 1, SLEEP_TRAP)];
-        let mut start: BTreeMap<&str, (Vec<Option<f64>>, Vec<Option<f64>>)> = BTreeMap::new();
+        let mut start: BTreeMap<&str, (Samples, Samples)> = BTreeMap::new();
         let mut floors: Vec<(&str, Option<FloorPod>)> = Vec::new();
         let m0 = self.nl.metrics();
         for i in 0..n {
