@@ -525,6 +525,7 @@ struct Footprint {
     cpu_sched: Vec<Option<f64>>,
     wakeups: Vec<Option<f64>>,
     relist_ms: Vec<Option<f64>>,
+    threads: Vec<Option<f64>>,
     ctd_rss: Vec<Option<f64>>,
     ctd_pss: Vec<Option<f64>>,
     shims: usize,
@@ -545,6 +546,7 @@ impl Bench<'_> {
             cpu_sched: vec![],
             wakeups: vec![],
             relist_ms: vec![],
+            threads: vec![],
             ctd_rss: vec![],
             ctd_pss: vec![],
             shims: 0,
@@ -569,6 +571,8 @@ impl Bench<'_> {
             let (rss, pss) = mem_of(pid);
             fp.rss.push(Some(rss as f64 / 1024.0));
             fp.pss.push(Some(pss as f64 / 1024.0));
+            fp.threads
+                .push(read_kb(&format!("/proc/{pid}/status"), "Threads:").map(|t| t as f64));
             let (ctd, shims) = containerd_procs(self.ctd.tmp());
             if let Some(c) = ctd {
                 let (r, p) = mem_of(c);
@@ -979,6 +983,7 @@ impl Bench<'_> {
                 fp.pods.to_string(),
                 mmm(&fp.rss),
                 mmm(&fp.pss),
+                mmm(&fp.threads),
                 mmm(&fp.ctd_rss),
                 mmm(&fp.ctd_pss),
                 fp.shims.to_string(),
@@ -1000,7 +1005,7 @@ impl Bench<'_> {
             ]);
             j.push(json!({
                 "pods": fp.pods,
-                "nanolet_rss_mib": fp.rss, "nanolet_pss_mib": fp.pss,
+                "nanolet_rss_mib": fp.rss, "nanolet_pss_mib": fp.pss, "nanolet_threads": fp.threads,
                 "containerd_rss_mib": fp.ctd_rss, "containerd_pss_mib": fp.ctd_pss,
                 "shims": fp.shims, "shims_rss_mib": fp.shim_rss, "shims_pss_mib": fp.shim_pss,
                 "nanolet_cpu_s_per_min_stat": fp.cpu, "nanolet_cpu_s_per_min_schedstat": fp.cpu_sched,
@@ -1016,6 +1021,7 @@ impl Bench<'_> {
                 "pods",
                 "nanolet RSS",
                 "nanolet PSS",
+                "nanolet threads",
                 "containerd RSS",
                 "containerd PSS",
                 "shims",
