@@ -631,14 +631,13 @@ fn validate_container<'a>(
                 "a valid environment variable name must consist only of printable ASCII characters other than '='",
             );
         }
-        if env.value_from.is_some()
-            && env.value.as_deref().is_some_and(|v| !v.is_empty()) {
-                e.invalid_str(
-                    format!("{ep}.valueFrom"),
-                    "",
-                    "may not be specified when `value` is not empty",
-                );
-            }
+        if env.value_from.is_some() && env.value.as_deref().is_some_and(|v| !v.is_empty()) {
+            e.invalid_str(
+                format!("{ep}.valueFrom"),
+                "",
+                "may not be specified when `value` is not empty",
+            );
+        }
     }
     if let Some(Value::Array(mounts)) = c.extra.get("volumeMounts") {
         for (j, m) in mounts.iter().enumerate() {
