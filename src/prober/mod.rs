@@ -106,6 +106,14 @@ struct Worker {
     total: BTreeMap<&'static str, u64>,
 }
 
+/// What one probe run needs (a snapshot taken when it is due).
+struct Job {
+    spec: Probe,
+    container: Container,
+    container_id: String,
+    pod_ip: String,
+}
+
 enum Cmd {
     Wake,
     Done {
@@ -364,7 +372,7 @@ impl Prober {
     }
 
     /// Take due probes: mark them in flight and return what to run. Returns the next due time.
-    fn take_due(&self, now: Instant) -> (Vec<(Key, Worker)>, Option<Instant>) {
+    fn take_due(&self, now: Instant) -> (Vec<(Key, Job)>, Option<Instant>) {
         let mut st = self.lock();
         let now_wall = wall_nanos();
         let started_ok: BTreeMap<(String, String), bool> = st
@@ -401,21 +409,11 @@ impl Prober {
                     w.next = now + period;
                     jobs.push((
                         k.clone(),
-                        Worker {
+                        Job {
                             spec: w.spec.clone(),
                             container: w.container.clone(),
-                            pod_name: w.pod_name.clone(),
                             container_id: w.container_id.clone(),
-                            started_at: w.started_at,
                             pod_ip: w.pod_ip.clone(),
-                            next: w.next,
-                            in_flight: true,
-                            result: None,
-                            last: None,
-                            run: 0,
-                            on_hold: false,
-                            history: VecDeque::new(),
-                            total: BTreeMap::new(),
                         },
                     ));
                     continue;
