@@ -280,7 +280,9 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         };
         std::thread::Builder::new()
             .name("logrotate".into())
-            .stack_size(256 * 1024)
+            // gzip (miniz_oxide) keeps large compressor state on the stack, especially in debug
+            // builds; only the pages actually touched become resident.
+            .stack_size(4 * 1024 * 1024)
             .spawn(move || crate::logrotate::run(rt, policy, rotate_stop_rx))
             .map_err(|source| AgentError::Start {
                 what: "log rotation",

@@ -3,10 +3,8 @@
 //! log file is larger than `containerLogMaxSize` has it renamed to `<n>.log.<timestamp>` and
 //! the runtime reopens the log (CRI ReopenContainerLog); at most `containerLogMaxFiles` files
 //! (the current one included) are kept, oldest removed first. If the runtime cannot reopen the
-//! log, the rename is undone so no output is lost.
-//!
-//! Difference from the kubelet: rotated files are not gzip-compressed (saves a compression
-//! dependency and CPU on small boxes; the size bound still holds).
+//! log, the rename is undone so no output is lost. As in the kubelet, every rotated file but
+//! the newest is gzip-compressed (`N.log.<timestamp>.gz`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,6 +90,7 @@ pub fn rotate_if_needed(
     match rt.reopen_container_log(container_id) {
         Ok(()) => {
             info!(container_id, file = %log.display(), size = meta.len(), "rotated container log");
+            compress_older(log);
             true
         }
         Err(e) => {
@@ -101,6 +100,47 @@ pub fn rotate_if_needed(
             false
         }
     }
+}
+
+/// gzip every rotated file except the newest (which a log reader may still be following).
+fn compress_older(log: &Path) {
+    let rotated = rotated_files(log);
+    let Some((_newest, older)) = rotated.split_last() else {
+        return;
+    };
+    for f in older
+        .iter()
+        .filter(|f| f.extension().is_none_or(|e| e != "gz"))
+    {
+        if let Err(e) = gzip_file(f) {
+            warn!(file = %f.display(), error = %e, "compressing a rotated log");
+        }
+    }
+}
+
+/// `f` -> `f.gz` (written to a temp name, then renamed), then `f` is removed.
+fn gzip_file(f: &Path) -> std::io::Result<()> {
+    let gz = PathBuf::from(format!("{}.gz", f.display()));
+    // A dotfile while it is written, so log shippers globbing `*.log*` never see it.
+    let tmp = f.with_file_name(format!(
+        ".{}.gz.tmp",
+        f.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ));
+    let result = (|| {
+        let mut input = std::fs::File::open(f)?;
+        let out = std::fs::File::create(&tmp)?;
+        let mut enc = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+        std::io::copy(&mut input, &mut enc)?;
+        enc.finish()?.sync_all()?;
+        std::fs::rename(&tmp, &gz)?;
+        std::fs::remove_file(f)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// One pass over the running containers nanolet manages.
@@ -176,6 +216,21 @@ mod tests {
             );
         }
         assert_eq!(rt.count_calls("reopen_container_log"), 4);
+        // All rotated files but the newest are gzip-compressed, and decompress to what was written.
+        let rotated = rotated_files(&log);
+        assert_eq!(rotated.len(), 2);
+        assert!(rotated[0].to_string_lossy().ends_with(".gz"), "{rotated:?}");
+        assert!(
+            !rotated[1].to_string_lossy().ends_with(".gz"),
+            "the newest stays plain: {rotated:?}"
+        );
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(&rotated[0]).expect("open gz")),
+            &mut text,
+        )
+        .expect("gunzip");
+        assert_eq!(text, "y".repeat(150));
         // Reopen failure: the rename is undone.
         std::fs::write(&log, vec![b'z'; 150]).expect("write");
         rt.inject_error(

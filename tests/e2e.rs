@@ -1305,6 +1305,8 @@ fn container_logs_are_rotated_at_max_size_keeping_max_files() {
             .map(|rd| {
                 rd.flatten()
                     .map(|e| e.file_name().to_string_lossy().into_owned())
+                    // (a compression in progress is a hidden temp file)
+                    .filter(|n| !n.starts_with('.'))
                     .collect()
             })
             .unwrap_or_default();
@@ -1325,18 +1327,24 @@ fn container_logs_are_rotated_at_max_size_keeping_max_files() {
     // Between the rename and ReopenContainerLog there is a moment without 0.log.
     wait_for(TIMEOUT, || dir.join("0.log").exists().then_some(()))
         .unwrap_or_else(|| panic!("the current file never came back: {:?}", files()));
+    // Older rotations are gzip-compressed, the newest stays plain (the kubelet's layout).
+    wait_for(TIMEOUT, || {
+        files()
+            .iter()
+            .any(|f| f.starts_with("0.log.") && f.ends_with(".gz"))
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("no compressed rotation: {:?}", files()));
     // containerd writes to the reopened 0.log.
     let size = |f: &str| fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
     let before = size("0.log");
     wait_for(TIMEOUT, || (size("0.log") > before).then_some(())).expect("0.log keeps growing");
-    let first_line = fs::read_to_string(
-        dir.join(
-            now.iter()
-                .find(|f| f.starts_with("0.log."))
-                .expect("rotated"),
-        ),
-    )
-    .unwrap_or_default();
+    let newest = files()
+        .into_iter()
+        .rev()
+        .find(|f| f.starts_with("0.log.") && !f.ends_with(".gz"));
+    let first_line =
+        fs::read_to_string(dir.join(newest.expect("a plain rotated file"))).unwrap_or_default();
     assert!(
         first_line.contains(" stdout "),
         "rotated files keep the CRI format"
