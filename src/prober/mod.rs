@@ -520,7 +520,7 @@ fn scheduler(prober: std::sync::Weak<Prober>, rx: Receiver<Cmd>) {
             };
             let spawned = std::thread::Builder::new()
                 .name("probe".into())
-                .stack_size(512 * 1024)
+                .stack_size(1024 * 1024)
                 .spawn(move || {
                     let target = Target {
                         runtime: runtime.as_ref(),

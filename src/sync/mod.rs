@@ -114,8 +114,9 @@ pub fn pod_requests(pod: &Pod) -> (i64, i64) {
     (sum.0.max(init_max.0), sum.1.max(init_max.1))
 }
 
-/// Stack size for pod worker threads: they only hold small state and call the runtime.
-const WORKER_STACK: usize = 256 * 1024;
+/// Stack size (virtual) of pod worker threads. They run lifecycle hooks, whose httpGet may do a
+/// TLS handshake, so leave room; only the pages actually touched become resident.
+const WORKER_STACK: usize = 1024 * 1024;
 
 pub struct SyncLoop {
     ctx: Arc<WorkerContext>,
