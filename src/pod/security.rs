@@ -167,6 +167,11 @@ pub fn share_process_namespace(pod: &Pod) -> bool {
         .unwrap_or(false)
 }
 
+/// Does the effective securityContext ask for runAsNonRoot?
+pub fn run_as_non_root(pod: &Pod, c: &Container) -> bool {
+    effective(pod, c, "runAsNonRoot").and_then(Value::as_bool) == Some(true)
+}
+
 /// The kubelet's verifyRunAsNonRoot: with runAsNonRoot, the effective user (runAsUser, else
 /// the image's user) must be known and non-zero. Messages as the kubelet's.
 pub fn verify_run_as_non_root(
@@ -175,7 +180,7 @@ pub fn verify_run_as_non_root(
     image_uid: Option<i64>,
     image_user: &str,
 ) -> Result<(), String> {
-    if effective(pod, c, "runAsNonRoot").and_then(Value::as_bool) != Some(true) {
+    if !run_as_non_root(pod, c) {
         return Ok(());
     }
     let fmt_pod = format!(

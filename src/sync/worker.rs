@@ -332,7 +332,7 @@ impl PodWorker {
             let spec = self.find_spec(&w.name);
             let msg = format!(
                 "back-off {} restarting failed container={} pod={}_{}({})",
-                fmt_secs(w.delay),
+                crate::timeutil::format_go_duration(w.delay),
                 w.name,
                 self.pod.metadata.name,
                 self.pod.metadata.namespace,
@@ -757,7 +757,7 @@ impl PodWorker {
             })?;
         // Security context, and the kubelet's runAsNonRoot check against the image's user.
         let security = crate::pod::security::container_security(p, c, &self.ctx.settings.root_dir);
-        if security.run_as_user.is_none() || security.run_as_user == Some(0) {
+        if crate::pod::security::run_as_non_root(p, c) {
             let img = self.rt().image_status(&c.image).ok().flatten();
             let (uid, user) = img
                 .map(|i| (i.uid, i.username))
@@ -1174,17 +1174,6 @@ impl PodWorker {
 
     pub fn first_seen(&self) -> Instant {
         self.first_seen
-    }
-}
-
-fn fmt_secs(d: Duration) -> String {
-    let s = d.as_secs();
-    if s >= 60 && s % 60 == 0 {
-        format!("{}m0s", s / 60)
-    } else if s >= 60 {
-        format!("{}m{}s", s / 60, s % 60)
-    } else {
-        format!("{s}s")
     }
 }
 
