@@ -25,8 +25,8 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::{
     ContainerConfig, ContainerInfo, ContainerState, ContainerStatus, ErrorKind, ExecResult,
-    ImageInfo, MountPropagation, PodSandboxConfig, Protocol, Result, Runtime, RuntimeError,
-    RuntimeEvent, RuntimeVersion, SandboxInfo, SandboxState, SandboxStatus,
+    FsUsage, ImageInfo, MountPropagation, PodSandboxConfig, Protocol, Result, Runtime,
+    RuntimeError, RuntimeEvent, RuntimeVersion, SandboxInfo, SandboxState, SandboxStatus,
 };
 
 /// Generated CRI client and messages. Private: nothing outside this module sees prost types.
@@ -553,6 +553,7 @@ fn image_info(i: pb::Image) -> ImageInfo {
         size: i.size,
         uid: i.uid.map(|u| u.value),
         username: i.username,
+        pinned: i.pinned,
     }
 }
 
@@ -1025,6 +1026,61 @@ impl Runtime for CriRuntime {
             false,
             async move { c.pull_image(req).await.map(|r| r.into_inner().image_ref) },
         )
+    }
+
+    fn list_images(&self) -> Result<Vec<ImageInfo>> {
+        let mut c = self.image_client();
+        let req = with_deadline(pb::ListImagesRequest { filter: None }, self.default_timeout);
+        let resp = self.run(
+            "ListImages",
+            "images",
+            self.default_timeout,
+            false,
+            async move { c.list_images(req).await.map(|r| r.into_inner()) },
+        )?;
+        Ok(resp.images.into_iter().map(image_info).collect())
+    }
+
+    fn remove_image(&self, image: &str) -> Result<()> {
+        let mut c = self.image_client();
+        let req = with_deadline(
+            pb::RemoveImageRequest {
+                image: Some(pb::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+            },
+            self.default_timeout,
+        );
+        self.run(
+            "RemoveImage",
+            &format!("image {image}"),
+            self.default_timeout,
+            true,
+            async move { c.remove_image(req).await.map(|_| ()) },
+        )
+        .or_else(|e| if e.is_not_found() { Ok(()) } else { Err(e) })
+    }
+
+    fn image_fs_info(&self) -> Result<Vec<FsUsage>> {
+        let mut c = self.image_client();
+        let req = with_deadline(pb::ImageFsInfoRequest {}, self.default_timeout);
+        let resp = self.run(
+            "ImageFsInfo",
+            "image filesystem",
+            self.default_timeout,
+            false,
+            async move { c.image_fs_info(req).await.map(|r| r.into_inner()) },
+        )?;
+        Ok(resp
+            .image_filesystems
+            .into_iter()
+            .map(|f| FsUsage {
+                mountpoint: f.fs_id.map(|i| i.mountpoint).unwrap_or_default(),
+                used_bytes: f.used_bytes.map(|v| v.value),
+                inodes_used: f.inodes_used.map(|v| v.value),
+            })
+            .collect())
     }
 
     fn exec_sync(

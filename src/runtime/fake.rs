@@ -88,6 +88,7 @@ impl FakeRuntime {
             size: 1,
             uid: None,
             username: String::new(),
+            pinned: false,
         };
         self.lock().images.insert(name.to_string(), info);
     }
@@ -442,6 +443,32 @@ impl Runtime for FakeRuntime {
                 "no registry reachable",
             )),
         }
+    }
+
+    fn list_images(&self) -> Result<Vec<ImageInfo>> {
+        let g = self.enter("list_images", "")?;
+        let mut seen = std::collections::BTreeSet::new();
+        Ok(g.images
+            .values()
+            .filter(|i| seen.insert(i.id.clone()))
+            .cloned()
+            .collect())
+    }
+
+    fn remove_image(&self, image: &str) -> Result<()> {
+        let mut g = self.enter("remove_image", image)?;
+        g.images.retain(|name, i| name != image && i.id != image);
+        Ok(())
+    }
+
+    fn image_fs_info(&self) -> Result<Vec<FsUsage>> {
+        let g = self.enter("image_fs_info", "")?;
+        let used = g.images.values().map(|i| i.size).sum();
+        Ok(vec![FsUsage {
+            mountpoint: "/fake/imagefs".into(),
+            used_bytes: Some(used),
+            inodes_used: Some(g.images.len() as u64),
+        }])
     }
 
     fn exec_sync(

@@ -7,8 +7,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use super::{
-    ContainerConfig, ContainerInfo, ContainerStatus, ExecResult, ImageInfo, PodSandboxConfig,
-    Result, Runtime, RuntimeEvent, RuntimeVersion, SandboxInfo, SandboxStatus,
+    ContainerConfig, ContainerInfo, ContainerStatus, ExecResult, FsUsage, ImageInfo,
+    PodSandboxConfig, Result, Runtime, RuntimeEvent, RuntimeVersion, SandboxInfo, SandboxStatus,
 };
 use crate::metrics::Metrics;
 
@@ -94,6 +94,15 @@ impl Runtime for InstrumentedRuntime {
     }
     fn pull_image(&self, image: &str) -> Result<String> {
         self.count("pull_image", self.inner.pull_image(image))
+    }
+    fn list_images(&self) -> Result<Vec<ImageInfo>> {
+        self.count("list_images", self.inner.list_images())
+    }
+    fn remove_image(&self, image: &str) -> Result<()> {
+        self.count("remove_image", self.inner.remove_image(image))
+    }
+    fn image_fs_info(&self) -> Result<Vec<FsUsage>> {
+        self.count("image_fs_info", self.inner.image_fs_info())
     }
     fn exec_sync(
         &self,

@@ -279,6 +279,16 @@ pub struct ImageInfo {
     pub uid: Option<i64>,
     /// The image's user name, when it is not numeric.
     pub username: String,
+    /// The runtime will not garbage-collect it (CRI `Image.pinned`).
+    pub pinned: bool,
+}
+
+/// One filesystem's usage as CRI ImageFsInfo reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FsUsage {
+    pub mountpoint: String,
+    pub used_bytes: Option<u64>,
+    pub inodes_used: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -359,6 +369,12 @@ pub trait Runtime: Send + Sync {
     fn image_status(&self, image: &str) -> Result<Option<ImageInfo>>;
     /// Returns the image ref (id/digest).
     fn pull_image(&self, image: &str) -> Result<String>;
+    /// ListImages: every image the runtime has.
+    fn list_images(&self) -> Result<Vec<ImageInfo>>;
+    /// RemoveImage by id or reference; removing an image that is gone is not an error.
+    fn remove_image(&self, image: &str) -> Result<()>;
+    /// ImageFsInfo: the filesystem(s) holding images (the kubelet's imagefs signals).
+    fn image_fs_info(&self) -> Result<Vec<FsUsage>>;
 
     fn exec_sync(
         &self,
