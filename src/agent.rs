@@ -146,7 +146,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     let host_ip = detect_host_ip();
     // The read-only server starts before the prober; it reads the prober through this slot.
     let probes_slot: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>> = Arc::default();
-    info!(node = %cfg.node_name, host_ip = %host_ip, "starting nanolet");
+    info!(version = crate::VERSION, node = %cfg.node_name, host_ip = %host_ip, "starting nanolet");
 
     let mut servers = vec![];
     if cfg.healthz_port != 0 {

@@ -838,6 +838,11 @@ fn parse_manifest_url(s: &str) -> Result<Option<String>, String> {
         .strip_prefix("http://")
         .or_else(|| lower.strip_prefix("https://"));
     match host {
+        Some(_) if !cfg!(feature = "tls") && lower.starts_with("https://") => Err(format!(
+            "invalid URL {:?}: https:// needs TLS and this nanolet was built without the `tls` \
+             feature (use an http:// URL or a build with default features)",
+            redact_url(s)
+        )),
         Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(Some(s.to_string())),
         _ => Err(format!(
             "invalid URL {:?}: must be an http:// or https:// URL with a host",
@@ -1331,7 +1336,7 @@ mod tests {
     #[test]
     fn header_parsing() {
         let c = parse(&[
-            "--manifest-url=https://example.com/pods",
+            "--manifest-url=http://example.com/pods",
             "--manifest-url-header=a:hello,b:again,c:world",
             "--manifest-url-header",
             "b:beautiful",
@@ -1566,7 +1571,7 @@ mod tests {
     #[test]
     fn redaction() {
         let c = parse(&[
-            "--manifest-url=https://user:pa55@example.com/pods?x=1",
+            "--manifest-url=http://user:pa55@example.com/pods?x=1",
             "--manifest-url-header=Authorization:Bearer s3cr3t,Authorization:second-s3cr3t,X-A:t0ken",
         ])
         .unwrap();
@@ -1577,7 +1582,7 @@ mod tests {
         );
         assert!(dbg.contains("Authorization: <redacted>"), "{dbg}");
         assert!(
-            dbg.contains("https://<redacted>@example.com/pods?x=1"),
+            dbg.contains("http://<redacted>@example.com/pods?x=1"),
             "{dbg}"
         );
         let j = c.redacted_json();
@@ -1601,6 +1606,22 @@ mod tests {
         assert_eq!(j["kind"], "KubeletConfiguration");
         // The real values are still there for the URL source to use.
         assert_eq!(c.manifest_url_headers[0].1, "Bearer s3cr3t");
+    }
+
+    #[test]
+    fn https_manifest_url_needs_the_tls_feature() {
+        let r = parse(&["--manifest-url=HTTPS://user:pa55@example.com/pods"]);
+        if cfg!(feature = "tls") {
+            assert!(r.is_ok(), "{r:?}");
+        } else {
+            let e = r.unwrap_err().to_string();
+            assert!(
+                e.contains("--manifest-url") && e.contains("`tls` feature"),
+                "{e}"
+            );
+            assert!(!e.contains("pa55"), "{e}");
+        }
+        assert!(parse(&["--manifest-url=http://example.com/pods"]).is_ok());
     }
 
     #[test]

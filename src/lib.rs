@@ -8,6 +8,7 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod events;
+pub mod images;
 pub mod kubeapi;
 pub mod localstore;
 pub mod logrotate;
@@ -26,3 +27,10 @@ pub mod status;
 pub mod sync;
 pub mod timeutil;
 pub mod volumes;
+
+/// nanolet's version: `NANOLET_VERSION` at build time (packagers stamp a package version in,
+/// e.g. `0.1.0-2`), else Cargo.toml's. `nanolet version` and the start-up log line show it.
+pub const VERSION: &str = match option_env!("NANOLET_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};

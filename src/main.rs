@@ -27,7 +27,7 @@ fn main() -> ExitCode {
         Some("version" | "--version") => {
             println!(
                 "nanolet {} (kubelet API {})",
-                env!("CARGO_PKG_VERSION"),
+                nanolet::VERSION,
                 nanolet::kubeapi::KUBELET_VERSION
             );
             ExitCode::SUCCESS

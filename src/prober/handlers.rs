@@ -2,7 +2,6 @@
 //! Results and messages follow the kubelet's prober (pkg/probe/{exec,http,tcp,grpc}).
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::pod::Container;
@@ -126,22 +125,32 @@ fn tcp(host: &str, port: u16, timeout: Duration) -> ProbeResult {
 fn agent(timeout: Duration) -> ureq::Agent {
     // One agent per distinct timeout would be tidier; probes are cheap enough to build the
     // config per call, but the TLS config (no verification, as the kubelet) is shared.
-    static TLS: OnceLock<ureq::tls::TlsConfig> = OnceLock::new();
-    let tls = TLS
-        .get_or_init(|| {
-            ureq::tls::TlsConfig::builder()
-                .disable_verification(true)
-                .build()
-        })
-        .clone();
-    ureq::Agent::config_builder()
+    let builder = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .max_redirects(0)
         .http_status_as_error(false)
-        .tls_config(tls)
-        .user_agent(USER_AGENT)
-        .build()
-        .new_agent()
+        .user_agent(USER_AGENT);
+    #[cfg(feature = "tls")]
+    let builder = {
+        static TLS: std::sync::OnceLock<ureq::tls::TlsConfig> = std::sync::OnceLock::new();
+        builder.tls_config(
+            TLS.get_or_init(|| {
+                ureq::tls::TlsConfig::builder()
+                    .disable_verification(true)
+                    .build()
+            })
+            .clone(),
+        )
+    };
+    builder.build().new_agent()
+}
+
+/// The probe result for an HTTPS probe or hook in a build without the `tls` feature.
+#[cfg(not(feature = "tls"))]
+fn no_tls(url: &str) -> ProbeResult {
+    ProbeResult::fail(format!(
+        "Get \"{url}\": HTTPS is not available: this nanolet was built without the tls feature"
+    ))
 }
 
 fn host_of(url: &str) -> String {
@@ -180,6 +189,10 @@ fn http_get(t: &Target<'_>, g: &HttpGetAction, timeout: Duration) -> Result<Prob
         host.to_string()
     };
     let mut url = format!("{scheme}://{host_part}:{port}{path}");
+    #[cfg(not(feature = "tls"))]
+    if scheme == "https" {
+        return Ok(no_tls(&url));
+    }
     let agent = agent(timeout);
     // Redirects: followed only to the same host, at most 10 (the kubelet's rule); a redirect
     // elsewhere ends the probe as a success with a warning.
@@ -192,6 +205,10 @@ fn http_get(t: &Target<'_>, g: &HttpGetAction, timeout: Duration) -> Result<Prob
         }
         if !has_accept {
             req = req.header("Accept", "*/*");
+        }
+        #[cfg(not(feature = "tls"))]
+        if url.starts_with("https://") {
+            return Ok(no_tls(&url));
         }
         let resp = match req.call() {
             Ok(r) => r,
