@@ -76,8 +76,26 @@ impl std::fmt::Debug for CriRuntime {
     }
 }
 
+/// A lazily connecting tonic channel to a Unix socket, driven by `handle`'s runtime: the first
+/// call dials, and a call after the peer restarted re-dials. Shared with `images::containerd`.
+pub(crate) fn unix_channel(socket: &Path, handle: &tokio::runtime::Handle) -> Channel {
+    // The URI is required by tonic but unused: the connector dials the Unix socket.
+    let ep = Endpoint::from_static("http://containerd.sock");
+    let dial_path = socket.to_path_buf();
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+        let path = dial_path.clone();
+        async move {
+            let stream = tokio::net::UnixStream::connect(path).await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+        }
+    });
+    // Channel::new spawns its worker onto the current runtime: enter ours first.
+    let _guard = handle.enter();
+    ep.connect_with_connector_lazy(connector)
+}
+
 /// `unix:///run/containerd/containerd.sock` or a bare absolute/relative path.
-fn socket_path(endpoint: &str) -> Result<PathBuf> {
+pub(crate) fn socket_path(endpoint: &str) -> Result<PathBuf> {
     let path = if let Some(rest) = endpoint.strip_prefix("unix://") {
         rest
     } else if endpoint.contains("://") {
@@ -169,21 +187,7 @@ impl CriRuntime {
             })?;
         let handle = rt.handle().clone();
 
-        // The URI is required by tonic but unused: the connector dials the Unix socket.
-        let ep = Endpoint::from_static("http://containerd.sock");
-        let dial_path = socket.clone();
-        let connector = tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = dial_path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        });
-        // Channel::new spawns its worker onto the current runtime: enter ours first.
-        let channel = {
-            let _guard = handle.enter();
-            ep.connect_with_connector_lazy(connector)
-        };
+        let channel = unix_channel(&socket, &handle);
 
         let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()

@@ -1,0 +1,353 @@
+//! The images directory (default `<root-dir>/images`, as k3s's `agent/images`): every
+//! `*.tar`, `*.tar.gz`/`*.tgz`, `*.tar.zst`/`*.tzst` file in it (no dotfiles, no recursion) is
+//! imported at start and whenever a new or changed file appears (inotify, debounced, plus a
+//! re-list every minute as the safety net). Imported files are remembered by size and mtime in
+//! `<root-dir>/images-imported.json`, so a restart does not import them again. A failure is
+//! logged and reported through the callback (an event), and retried only when the file changes
+//! or nanolet restarts; it never stops the agent.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+
+use super::archive::Platform;
+use super::containerd::Client;
+use super::{ImportOptions, import_archive};
+
+/// Quiet time after the last event before importing (a file being copied in keeps firing).
+const SETTLE: Duration = Duration::from_secs(1);
+/// Upper bound on waiting for a burst of events to settle.
+const MAX_SETTLE: Duration = Duration::from_secs(30);
+/// Re-list period (the safety net when inotify misses something).
+const RELIST: Duration = Duration::from_secs(60);
+/// The state file below the root dir.
+pub const STATE_FILE: &str = "images-imported.json";
+
+/// Images directory settings.
+#[derive(Debug, Clone)]
+pub struct ImagesDirConfig {
+    pub dir: PathBuf,
+    pub root_dir: PathBuf,
+    pub endpoint: String,
+    pub snapshotter: String,
+}
+
+/// Reports an import result: (warning?, reason, message). The agent turns it into an event.
+pub type Report = Box<dyn Fn(bool, &str, &str) + Send>;
+
+/// Whether a directory entry name is an archive the images directory imports.
+pub fn is_archive_name(name: &str) -> bool {
+    !name.starts_with('.')
+        && [".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst"]
+            .iter()
+            .any(|s| name.len() > s.len() && name.ends_with(s))
+}
+
+/// What we remember about an imported file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileStamp {
+    pub size: u64,
+    pub mtime_ns: u128,
+    #[serde(default)]
+    pub images: Vec<String>,
+}
+
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct StateFile {
+    files: BTreeMap<String, FileStamp>,
+}
+
+fn stamp(path: &Path) -> Option<(u64, u128)> {
+    let md = std::fs::metadata(path).ok()?;
+    if !md.is_file() {
+        return None;
+    }
+    let mtime = md
+        .modified()
+        .ok()?
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    Some((md.len(), mtime))
+}
+
+/// Writes `body` to `path` through a temp file and a rename.
+pub fn write_atomic(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(body)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+fn load_state(root: &Path) -> BTreeMap<String, FileStamp> {
+    let path = root.join(STATE_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => match serde_json::from_slice::<StateFile>(&b) {
+            Ok(s) => s.files,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "ignoring a corrupt images state file; archives are imported again");
+                BTreeMap::new()
+            }
+        },
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+fn save_state(root: &Path, files: &BTreeMap<String, FileStamp>) {
+    let path = root.join(STATE_FILE);
+    let body = match serde_json::to_vec_pretty(&StateFile {
+        files: files.clone(),
+    }) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "serialising the images state");
+            return;
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(root).and_then(|()| write_atomic(&path, &body)) {
+        tracing::warn!(path = %path.display(), error = %e, "writing the images state");
+    }
+}
+
+/// The archives of `dir` that are new or changed since they were last imported, by name.
+pub fn pending(dir: &Path, state: &BTreeMap<String, FileStamp>) -> Vec<(String, u64, u128)> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, u64, u128)> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            if !is_archive_name(&name) {
+                return None;
+            }
+            let (size, mtime) = stamp(&e.path())?;
+            let known = state
+                .get(&name)
+                .is_some_and(|s| s.size == size && s.mtime_ns == mtime);
+            (!known).then_some((name, size, mtime))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+enum Msg {
+    Changed,
+    Stop,
+}
+
+/// The running watcher; dropping it stops the thread (after the import in progress).
+pub struct ImagesDirHandle {
+    ctl: Sender<Msg>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for ImagesDirHandle {
+    fn drop(&mut self) {
+        let _ = self.ctl.send(Msg::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the images directory thread. It creates the directory if missing.
+pub fn spawn(cfg: ImagesDirConfig, report: Report) -> std::io::Result<ImagesDirHandle> {
+    if let Err(e) = std::fs::create_dir_all(&cfg.dir) {
+        tracing::warn!(dir = %cfg.dir.display(), error = %e, "cannot create the images directory");
+    }
+    let (ctl, rx) = mpsc::channel::<Msg>();
+    let events = ctl.clone();
+    let mut watcher: Option<RecommendedWatcher> = match notify::recommended_watcher(
+        move |res: notify::Result<notify::Event>| {
+            let relevant = match &res {
+                Ok(ev) => {
+                    !matches!(ev.kind, EventKind::Access(_))
+                        || matches!(
+                            ev.kind,
+                            EventKind::Access(notify::event::AccessKind::Close(
+                                notify::event::AccessMode::Write
+                            ))
+                        )
+                }
+                Err(_) => true,
+            };
+            if relevant {
+                let _ = events.send(Msg::Changed);
+            }
+        },
+    ) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(error = %e, "images directory: no inotify watcher; re-listing every minute");
+            None
+        }
+    };
+    if let Some(w) = watcher.as_mut() {
+        if let Err(e) = w.watch(&cfg.dir, RecursiveMode::NonRecursive) {
+            tracing::warn!(dir = %cfg.dir.display(), error = %e, "images directory: cannot watch; re-listing every minute");
+        }
+    }
+    let thread = std::thread::Builder::new()
+        .name("images-dir".into())
+        .stack_size(1 << 20)
+        .spawn(move || {
+            let _watcher = watcher;
+            run(cfg, report, rx)
+        })?;
+    Ok(ImagesDirHandle {
+        ctl,
+        thread: Some(thread),
+    })
+}
+
+fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>) {
+    tracing::info!(dir = %cfg.dir.display(), "images directory watcher started");
+    let mut state = load_state(&cfg.root_dir);
+    // Failed files are remembered in memory only: retried when they change or after a restart.
+    let mut failed: BTreeMap<String, (u64, u128)> = BTreeMap::new();
+    let mut client: Option<Client> = None;
+    loop {
+        let todo: Vec<_> = pending(&cfg.dir, &state)
+            .into_iter()
+            .filter(|(n, s, m)| failed.get(n) != Some(&(*s, *m)))
+            .collect();
+        for (name, size, mtime) in todo {
+            if client.is_none() {
+                match Client::connect(&cfg.endpoint, &cfg.snapshotter) {
+                    Ok(c) => client = Some(c),
+                    Err(e) => {
+                        tracing::error!(error = %e, "images directory: cannot create a containerd client");
+                        break;
+                    }
+                }
+            }
+            let Some(c) = client.as_ref() else { break };
+            let path = cfg.dir.join(&name);
+            let opts = ImportOptions {
+                platform: Platform::host(),
+                forced_platform: false,
+                root_dir: Some(cfg.root_dir.clone()),
+            };
+            let started = Instant::now();
+            tracing::info!(file = %path.display(), size, "importing image archive");
+            match import_archive(c, &path, &opts, &mut |_| {}) {
+                Ok(imgs) => {
+                    // The file may have changed while we read it: then it is imported again.
+                    let names: Vec<String> = imgs.iter().flat_map(|i| i.names.clone()).collect();
+                    let msg = format!(
+                        "Imported {} from {} in {:.1}s",
+                        names.join(", "),
+                        path.display(),
+                        started.elapsed().as_secs_f64()
+                    );
+                    tracing::info!(file = %path.display(), images = ?names, "{msg}");
+                    report(false, "ImageImported", &msg);
+                    failed.remove(&name);
+                    state.insert(
+                        name,
+                        FileStamp {
+                            size,
+                            mtime_ns: mtime,
+                            images: names,
+                        },
+                    );
+                    save_state(&cfg.root_dir, &state);
+                }
+                Err(e) => {
+                    let unavailable = e.is_unavailable();
+                    tracing::error!(file = %path.display(), error = %e, "importing image archive failed");
+                    report(
+                        true,
+                        "ImageImportFailed",
+                        &format!("Failed to import {}: {e}", path.display()),
+                    );
+                    if !unavailable {
+                        // containerd down: retry at the next re-list; a bad file: when it changes.
+                        failed.insert(name, (size, mtime));
+                    }
+                }
+            }
+        }
+        // Forget state of files that are gone (a file put back is imported again).
+        let before = state.len();
+        state.retain(|n, _| cfg.dir.join(n).is_file());
+        if state.len() != before {
+            save_state(&cfg.root_dir, &state);
+        }
+        match rx.recv_timeout(RELIST) {
+            Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+            Ok(Msg::Changed) => {
+                let start = Instant::now();
+                loop {
+                    match rx.recv_timeout(SETTLE) {
+                        Ok(Msg::Changed) if start.elapsed() < MAX_SETTLE => continue,
+                        Ok(Msg::Changed) | Err(RecvTimeoutError::Timeout) => break,
+                        Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn archive_names() {
+        for ok in ["a.tar", "b.tar.gz", "c.tgz", "d.tar.zst", "e.tzst"] {
+            assert!(is_archive_name(ok), "{ok}");
+        }
+        for no in [
+            ".a.tar",
+            "a.txt",
+            "tar",
+            ".tar",
+            "a.tar.gz.part",
+            "pinned-images.json",
+        ] {
+            assert!(!is_archive_name(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn pending_skips_known_and_sees_changes() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a.tar"), b"x").unwrap();
+        std::fs::write(d.path().join("notes.txt"), b"x").unwrap();
+        let mut state = BTreeMap::new();
+        let p = pending(d.path(), &state);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].0, "a.tar");
+        state.insert(
+            "a.tar".to_string(),
+            FileStamp {
+                size: p[0].1,
+                mtime_ns: p[0].2,
+                images: vec![],
+            },
+        );
+        assert!(pending(d.path(), &state).is_empty());
+        std::fs::write(d.path().join("a.tar"), b"xy").unwrap();
+        assert_eq!(
+            pending(d.path(), &state).len(),
+            1,
+            "a changed size is new work"
+        );
+        save_state(d.path(), &state);
+        assert_eq!(load_state(d.path()), state);
+    }
+}
