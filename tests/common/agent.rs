@@ -32,6 +32,8 @@ pub struct Nanolet {
     /// The bearer token, read from `--read-only-token-file=PATH` in the extra args.
     pub token: Option<String>,
     pub env: Vec<(String, String)>,
+    /// The executable: cargo's `nanolet`, or another one (tests/upgrade.rs: an installed package).
+    pub bin: PathBuf,
 }
 
 impl Nanolet {
@@ -41,6 +43,17 @@ impl Nanolet {
 
     /// As [`Nanolet::start`], with extra environment variables for the process.
     pub fn start_with_env(ctd: &Containerd, extra: &[String], env: &[(&str, &str)]) -> Nanolet {
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_nanolet"));
+        Self::start_binary(ctd, &bin, extra, env)
+    }
+
+    /// As [`Nanolet::start_with_env`], running the executable `bin`.
+    pub fn start_binary(
+        ctd: &Containerd,
+        bin: &std::path::Path,
+        extra: &[String],
+        env: &[(&str, &str)],
+    ) -> Nanolet {
         let dir = ctd.tmp().join("nanolet");
         fs::create_dir_all(dir.join("manifests")).expect("manifest dir");
         let port = free_port();
@@ -57,6 +70,12 @@ impl Nanolet {
             "--file-check-frequency=2s".into(),
             "--http-check-frequency=1s".into(),
             "--v=3".into(),
+            // Eviction and image GC off unless a test turns them on (later flags win): a
+            // nearly full disk on the test machine must not evict other tests' pods or delete
+            // their images.
+            "--eviction-hard=memory.available<0%".into(),
+            "--image-gc-high-threshold=100".into(),
+            "--image-gc-low-threshold=99".into(),
         ];
         args.extend(extra.iter().cloned());
         let token = extra
@@ -76,6 +95,7 @@ impl Nanolet {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            bin: bin.to_path_buf(),
         };
         n.spawn();
         n
@@ -88,7 +108,7 @@ impl Nanolet {
             .append(true)
             .open(&self.log)
             .expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        let child = Command::new(&self.bin)
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
