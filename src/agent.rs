@@ -270,6 +270,45 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     };
     drop(snap_tx);
 
+    // Air-gapped images: archives in the images directory are imported into containerd.
+    let _images_dir = match cfg.images_dir() {
+        Some(dir) => {
+            let events = store.clone();
+            let poke = loop_tx.clone();
+            let report: crate::images::dir::Report = Box::new(move |file, warning, reason, msg| {
+                let kind = if warning {
+                    crate::events::EventType::Warning
+                } else {
+                    crate::events::EventType::Normal
+                };
+                // No object to name but the archive: like FailedValidation, in `default`.
+                events.events().record(
+                    &crate::events::PodRef::pod("default", file, ""),
+                    kind,
+                    reason,
+                    msg,
+                );
+                if !warning {
+                    // Pods waiting for this image (ErrImageNeverPull) retry now.
+                    let _ = poke.send(LoopMsg::PodsChanged(events.uids()));
+                }
+            });
+            let dir_cfg = crate::images::dir::ImagesDirConfig {
+                dir,
+                root_dir: cfg.root_dir.clone(),
+                endpoint: cfg.runtime_endpoint.clone(),
+                snapshotter: cfg.image_snapshotter.clone(),
+            };
+            Some(
+                crate::images::dir::spawn(dir_cfg, report).map_err(|source| AgentError::Start {
+                    what: "images directory",
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
+
     // Container log rotation (the kubelet's job, not containerd's).
     let (rotate_stop_tx, rotate_stop_rx) = mpsc::channel::<()>();
     {
@@ -325,6 +364,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                 cfg.config_map_dir.clone(),
                 cfg.secret_dir.clone(),
             )),
+            registry_config: cfg.image_credentials_file(),
             container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
             resync: cfg.sync_frequency,
             max_pods: cfg.max_pods,

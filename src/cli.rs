@@ -24,6 +24,7 @@ pub const USAGE: &str = "Client commands (talk to a running `nanolet run` on its
                                run a command in a container (CRI ExecSync on containerd's socket,
                                --container-runtime-endpoint; needs root); exits with its code
   nanolet validate FILE...     offline: decode, default and validate manifests as `run` does
+  nanolet images import|ls     see `nanolet images help`
 Common flags: --server URL (default http://127.0.0.1:10255), --token-file FILE (bearer token
 for a read-only port started with --read-only-token-file).
 ";
@@ -110,6 +111,7 @@ pub fn run(command: &str, args: &[String]) -> Option<anyhow::Result<()>> {
         "logs" | "log" => parse_opts(args).and_then(|o| logs(&o)),
         "validate" => parse_opts(args).and_then(|o| validate(&o)),
         "exec" => parse_opts(args).and_then(|o| exec(&o)),
+        "images" => crate::images::cli::run(args),
         _ => return None,
     };
     Some(r)

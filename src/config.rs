@@ -106,6 +106,16 @@ pub struct Config {
     /// nanolet extension). Required when `address` is not loopback. The path is not secret;
     /// the file's content is, and is only read by the agent at start.
     pub read_only_token_file: Option<PathBuf>,
+    /// The images directory (`imagesDir`, nanolet only): image archives in it are imported at
+    /// start and whenever one appears. `None`: `<root-dir>/images`; an empty path disables it.
+    pub images_dir: Option<PathBuf>,
+    /// A docker `config.json` with registry credentials (`imageCredentialsFile`, nanolet only;
+    /// the kubelet reads /var/lib/kubelet/config.json). `None`: `<root-dir>/config.json`; an
+    /// empty path disables it. The path is not secret; the file's content is.
+    pub image_credentials_file: Option<PathBuf>,
+    /// The containerd snapshotter imported images are unpacked into (`imageSnapshotter`,
+    /// nanolet only; default `overlayfs`, containerd's CRI default).
+    pub image_snapshotter: String,
     pub healthz_bind_address: IpAddr,
     /// 0 disables the healthz server.
     pub healthz_port: u16,
@@ -124,6 +134,24 @@ pub struct Config {
 }
 
 impl Config {
+    /// The effective images directory, `None` when disabled.
+    pub fn images_dir(&self) -> Option<PathBuf> {
+        match &self.images_dir {
+            None => Some(self.root_dir.join("images")),
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p.clone()),
+        }
+    }
+
+    /// The effective registry credentials file, `None` when disabled.
+    pub fn image_credentials_file(&self) -> Option<PathBuf> {
+        match &self.image_credentials_file {
+            None => Some(self.root_dir.join("config.json")),
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p.clone()),
+        }
+    }
+
     /// The built-in defaults (before the config file and flags), for the given node name.
     pub fn defaults(node_name: String) -> Config {
         Config {
@@ -143,6 +171,9 @@ impl Config {
             address: IpAddr::from([127, 0, 0, 1]),
             read_only_port: 10255,
             read_only_token_file: None,
+            images_dir: None,
+            image_credentials_file: None,
+            image_snapshotter: crate::images::DEFAULT_SNAPSHOTTER.into(),
             healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
             healthz_port: 10248,
             max_pods: 110,
@@ -206,6 +237,9 @@ impl Config {
             "rootDir": self.root_dir.to_string_lossy(),
             "configMapDir": self.config_map_dir.to_string_lossy(),
             "secretDir": self.secret_dir.to_string_lossy(),
+            "imagesDir": self.images_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+            "imageCredentialsFile": self.image_credentials_file().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+            "imageSnapshotter": self.image_snapshotter,
             "verbosity": self.verbosity,
         })
     }
@@ -238,6 +272,9 @@ impl fmt::Debug for Config {
             .field("address", &self.address)
             .field("read_only_port", &self.read_only_port)
             .field("read_only_token_file", &self.read_only_token_file)
+            .field("images_dir", &self.images_dir)
+            .field("image_credentials_file", &self.image_credentials_file)
+            .field("image_snapshotter", &self.image_snapshotter)
             .field("healthz_bind_address", &self.healthz_bind_address)
             .field("healthz_port", &self.healthz_port)
             .field("max_pods", &self.max_pods)
@@ -408,6 +445,30 @@ const FLAGS: &[FlagSpec] = &[
         value_name: "Name:Value,...",
         default: "",
         help: "HTTP header(s) sent with --manifest-url requests; repeatable and comma-separated, e.g. 'a:hello,b:again' (config: staticPodURLHeader); values are never logged",
+    },
+    FlagSpec {
+        name: "images-dir",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "<root-dir>/images",
+        help: "Directory of image archives (OCI layout or docker-archive .tar, .tar.gz, .tar.zst) imported into containerd at start and whenever one appears, and pinned; empty disables (config: imagesDir, nanolet only)",
+    },
+    FlagSpec {
+        name: "image-credentials-file",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "<root-dir>/config.json",
+        help: "docker config.json with registry credentials for image pulls, after the pod's imagePullSecrets (the kubelet's /var/lib/kubelet/config.json); empty disables (config: imageCredentialsFile, nanolet only)",
+    },
+    FlagSpec {
+        name: "image-snapshotter",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "name",
+        default: "overlayfs",
+        help: "containerd snapshotter imported images are unpacked into; must match the CRI plugin's (config: imageSnapshotter, nanolet only)",
     },
     FlagSpec {
         name: "max-pods",
@@ -685,6 +746,9 @@ fn parse_run_args_with(
             "pod-logs-dir" => cfg.pod_logs_dir = parse_nonempty_path(value).map_err(err)?,
             "config-map-dir" => cfg.config_map_dir = parse_nonempty_path(value).map_err(err)?,
             "secret-dir" => cfg.secret_dir = parse_nonempty_path(value).map_err(err)?,
+            "images-dir" => cfg.images_dir = Some(PathBuf::from(value)),
+            "image-credentials-file" => cfg.image_credentials_file = Some(PathBuf::from(value)),
+            "image-snapshotter" => cfg.image_snapshotter = parse_snapshotter(value).map_err(err)?,
             "address" => cfg.address = parse_ip(value).map_err(err)?,
             "read-only-port" => cfg.read_only_port = parse_port(value).map_err(err)?,
             "read-only-token-file" => {
@@ -813,6 +877,19 @@ fn parse_verbosity(s: &str) -> Result<u8, String> {
     Ok(v.min(10) as u8)
 }
 
+fn parse_snapshotter(s: &str) -> Result<String, String> {
+    if s.is_empty()
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return Err(format!(
+            "{s:?} is not a snapshotter name (e.g. overlayfs, native)"
+        ));
+    }
+    Ok(s.to_string())
+}
+
 fn parse_nonempty_path(s: &str) -> Result<PathBuf, String> {
     if s.is_empty() {
         return Err("must not be empty".into());
@@ -910,6 +987,9 @@ struct FileConfig {
     address: Option<String>,
     read_only_port: Option<i64>,
     read_only_token_file: Option<String>,
+    images_dir: Option<String>,
+    image_credentials_file: Option<String>,
+    image_snapshotter: Option<String>,
     healthz_bind_address: Option<String>,
     healthz_port: Option<i64>,
     max_pods: Option<i64>,
@@ -932,6 +1012,9 @@ const FILE_FIELDS: &[&str] = &[
     "address",
     "readOnlyPort",
     "readOnlyTokenFile",
+    "imagesDir",
+    "imageCredentialsFile",
+    "imageSnapshotter",
     "healthzBindAddress",
     "healthzPort",
     "maxPods",
@@ -1066,6 +1149,24 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     }
     if let Some(p) = &fc.read_only_token_file {
         cfg.read_only_token_file = (!p.is_empty()).then(|| resolve(p));
+    }
+    if let Some(p) = &fc.images_dir {
+        cfg.images_dir = Some(if p.is_empty() {
+            PathBuf::new()
+        } else {
+            resolve(p)
+        });
+    }
+    if let Some(p) = &fc.image_credentials_file {
+        cfg.image_credentials_file = Some(if p.is_empty() {
+            PathBuf::new()
+        } else {
+            resolve(p)
+        });
+    }
+    if let Some(s) = &fc.image_snapshotter {
+        cfg.image_snapshotter =
+            parse_snapshotter(s).map_err(|r| field_err("imageSnapshotter", r))?;
     }
     if let Some(n) = fc.healthz_port {
         cfg.healthz_port = port_from_int(n).map_err(|r| field_err("healthzPort", r))?;

@@ -14,6 +14,7 @@ Usage:
   nanolet logs N          a container's log (-c, --previous, --tail N, -f)
   nanolet exec N -- CMD   run a command in a container (CRI ExecSync), exit with its code
   nanolet validate FILE.. check manifests offline, exactly as `run` would
+  nanolet images import F import image tarballs into containerd (air-gapped); `images ls`
   nanolet version         print the version
   nanolet help            this text
 
@@ -32,7 +33,7 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate" | "exec")) => {
+        Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate" | "exec" | "images")) => {
             match nanolet::cli::run(cmd, &args[1..]) {
                 Some(Ok(())) => ExitCode::SUCCESS,
                 Some(Err(e)) if e.downcast_ref::<nanolet::cli::ExitStatus>().is_some() => {

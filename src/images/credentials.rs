@@ -338,6 +338,60 @@ pub fn credentials_for(
     out
 }
 
+impl Credential {
+    fn to_auth(&self) -> crate::runtime::RegistryAuth {
+        crate::runtime::RegistryAuth {
+            username: self.username.clone(),
+            password: self.password.clone(),
+            identity_token: self.identity_token.clone(),
+            registry_token: self.registry_token.clone(),
+        }
+    }
+}
+
+/// Pulls `image` as the kubelet does: with each matching credential in order until one
+/// works, anonymously when none matches. When all fail the errors are aggregated (the
+/// kubelet's `[e1, e2]`); they come from containerd and never contain the credentials.
+pub fn pull(
+    rt: &dyn crate::runtime::Runtime,
+    image: &str,
+    creds: &[Credential],
+) -> Result<String, crate::runtime::RuntimeError> {
+    if creds.is_empty() {
+        return rt.pull_image_with_auth(image, None);
+    }
+    let mut errors: Vec<crate::runtime::RuntimeError> = Vec::new();
+    for c in creds {
+        match rt.pull_image_with_auth(image, Some(&c.to_auth())) {
+            Ok(r) => {
+                tracing::debug!(image, credentials = %c.origin, key = %c.server, "pulled with credentials");
+                return Ok(r);
+            }
+            Err(e) => {
+                tracing::debug!(image, credentials = %c.origin, key = %c.server, error = %e, "pull with credentials failed");
+                errors.push(e);
+            }
+        }
+    }
+    let mut last = errors.pop().unwrap_or_else(|| {
+        crate::runtime::RuntimeError::new(
+            "PullImage",
+            image,
+            crate::runtime::ErrorKind::Other,
+            "no credentials tried",
+        )
+    });
+    if !errors.is_empty() {
+        let all: Vec<String> = errors
+            .iter()
+            .map(|e| e.message.clone())
+            .chain(std::iter::once(last.message.clone()))
+            .collect();
+        last.message = format!("[{}]", all.join(", "));
+    }
+    Err(last)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,8 +37,9 @@ pub struct ImagesDirConfig {
     pub snapshotter: String,
 }
 
-/// Reports an import result: (warning?, reason, message). The agent turns it into an event.
-pub type Report = Box<dyn Fn(bool, &str, &str) + Send>;
+/// Reports an import result: (archive file name, warning?, reason, message). The agent turns it
+/// into an event and, after a success, re-syncs pods (one may wait for the image).
+pub type Report = Box<dyn Fn(&str, bool, &str, &str) + Send>;
 
 /// Whether a directory entry name is an archive the images directory imports.
 pub fn is_archive_name(name: &str) -> bool {
@@ -252,7 +253,7 @@ fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>) {
                         started.elapsed().as_secs_f64()
                     );
                     tracing::info!(file = %path.display(), images = ?names, "{msg}");
-                    report(false, "ImageImported", &msg);
+                    report(&name, false, "ImageImported", &msg);
                     failed.remove(&name);
                     state.insert(
                         name,
@@ -268,6 +269,7 @@ fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>) {
                     let unavailable = e.is_unavailable();
                     tracing::error!(file = %path.display(), error = %e, "importing image archive failed");
                     report(
+                        &name,
                         true,
                         "ImageImportFailed",
                         &format!("Failed to import {}: {e}", path.display()),

@@ -8,6 +8,7 @@
 //! chain ID) --> Images.Create/Update with the CRI labels --> pin record --> lease deleted.
 
 pub mod archive;
+pub mod cli;
 pub mod containerd;
 pub mod credentials;
 pub mod dir;

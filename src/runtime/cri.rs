@@ -1010,15 +1010,32 @@ impl Runtime for CriRuntime {
     }
 
     fn pull_image(&self, image: &str) -> Result<String> {
+        self.pull_image_with_auth(image, None)
+    }
+
+    fn pull_image_with_auth(
+        &self,
+        image: &str,
+        auth: Option<&super::RegistryAuth>,
+    ) -> Result<String> {
         let mut c = self.image_client();
         let deadline = self.pull_timeout;
+        // server_address stays empty, as the kubelet sends it: containerd then uses the
+        // credentials for whichever host (or mirror) it pulls from.
+        let auth = auth.map(|a| pb::AuthConfig {
+            username: a.username.clone(),
+            password: a.password.clone(),
+            identity_token: a.identity_token.clone(),
+            registry_token: a.registry_token.clone(),
+            ..Default::default()
+        });
         let req = with_deadline(
             pb::PullImageRequest {
                 image: Some(pb::ImageSpec {
                     image: image.to_string(),
                     ..Default::default()
                 }),
-                auth: None,
+                auth,
                 sandbox_config: None,
             },
             deadline,

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use super::{
     ContainerConfig, ContainerInfo, ContainerStatus, ExecResult, FsUsage, ImageInfo,
-    PodSandboxConfig, Result, Runtime, RuntimeEvent, RuntimeVersion, SandboxInfo, SandboxStatus,
+    PodSandboxConfig, RegistryAuth, Result, Runtime, RuntimeEvent, RuntimeVersion, SandboxInfo,
+    SandboxStatus,
 };
 use crate::metrics::Metrics;
 
@@ -94,6 +95,9 @@ impl Runtime for InstrumentedRuntime {
     }
     fn pull_image(&self, image: &str) -> Result<String> {
         self.count("pull_image", self.inner.pull_image(image))
+    }
+    fn pull_image_with_auth(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<String> {
+        self.count("pull_image", self.inner.pull_image_with_auth(image, auth))
     }
     fn list_images(&self) -> Result<Vec<ImageInfo>> {
         self.count("list_images", self.inner.list_images())

@@ -283,6 +283,22 @@ pub struct ImageInfo {
     pub pinned: bool,
 }
 
+/// Registry credentials for one pull (CRI `AuthConfig`, runtime.v1 field names). SECRET: the
+/// Debug output shows none of the values.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct RegistryAuth {
+    pub username: String,
+    pub password: String,
+    pub identity_token: String,
+    pub registry_token: String,
+}
+
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RegistryAuth(<redacted>)")
+    }
+}
+
 /// One filesystem's usage as CRI ImageFsInfo reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FsUsage {
@@ -369,6 +385,12 @@ pub trait Runtime: Send + Sync {
     fn image_status(&self, image: &str) -> Result<Option<ImageInfo>>;
     /// Returns the image ref (id/digest).
     fn pull_image(&self, image: &str) -> Result<String>;
+    /// PullImage with registry credentials (CRI `AuthConfig`). A runtime without credential
+    /// support ignores `auth` (the in-memory fake).
+    fn pull_image_with_auth(&self, image: &str, auth: Option<&RegistryAuth>) -> Result<String> {
+        let _ = auth;
+        self.pull_image(image)
+    }
     /// ListImages: every image the runtime has.
     fn list_images(&self) -> Result<Vec<ImageInfo>>;
     /// RemoveImage by id or reference; removing an image that is gone is not an error.

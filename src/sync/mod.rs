@@ -473,6 +473,7 @@ mod tests {
                     pod_logs_dir: logs.path().join("pods"),
                     root_dir: logs.path().join("root"),
                     store: None,
+                    registry_config: None,
                     container_logs_dir: logs.path().join("containers"),
                     resync: Duration::from_secs(60),
                     max_pods,

@@ -46,6 +46,9 @@ pub struct SyncSettings {
     pub root_dir: PathBuf,
     /// The local ConfigMap/Secret store (configMap/secret volumes and env references).
     pub store: Option<crate::localstore::LocalStore>,
+    /// The node's registry credentials file (docker config.json), tried after the pod's
+    /// imagePullSecrets; `None` when disabled.
+    pub registry_config: Option<PathBuf>,
     /// Directory of the legacy `<pod>_<ns>_<container>-<id>.log` symlinks.
     pub container_logs_dir: PathBuf,
     /// How often a pod is re-synced with no event (the kubelet's syncFrequency).
@@ -662,7 +665,15 @@ impl PodWorker {
                 rem,
             ));
         }
-        match self.rt().pull_image(image) {
+        // imagePullSecrets (local store), then the node's config.json, else anonymous.
+        let creds = crate::images::credentials::credentials_for(
+            image,
+            &self.pod.metadata.namespace,
+            &crate::images::credentials::pull_secret_names(&self.pod.spec.extra),
+            self.ctx.settings.store.as_ref(),
+            self.ctx.settings.registry_config.as_ref(),
+        );
+        match crate::images::credentials::pull(self.rt(), image, &creds) {
             Ok(_) => {
                 self.ctx.store.events().record(
                     &crate::events::container_ref(&self.pod, &c.name),
