@@ -3,7 +3,8 @@
 # containerd (+ ctr), runc, the CNI plugins (bridge, host-local, portmap, loopback),
 # busybox-static (test images are built from it), iproute2, iptables (bridge/portmap),
 # mount (umount for tear-down), tar/gzip/coreutils (image build), prometheus (only for
-# promtool: tests/api.rs checks /metrics with `promtool check metrics`).
+# promtool: tests/api.rs checks /metrics with `promtool check metrics`), and the packaging
+# tools (binutils, systemd for systemd-analyze, lintian, init-system-helpers).
 #
 # Idempotent and non-interactive; runs `apt-get update` only when something is missing.
 # Needs root (or sudo) when it has to install anything.
@@ -30,6 +31,12 @@ need tar have tar
 need gzip have gzip
 need coreutils have sha256sum
 need prometheus have promtool
+# Packaging (packaging/test-deb, tests/upgrade.rs): readelf/strip for build-deb, the unit check
+# (systemd-analyze verify), lintian, deb-systemd-helper for the maintainer scripts.
+need binutils have readelf
+need systemd have systemd-analyze
+need lintian have lintian
+need init-system-helpers have deb-systemd-helper
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: everything present"
