@@ -316,6 +316,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         let policy = crate::logrotate::RotationPolicy {
             max_size: cfg.container_log_max_size,
             max_files: cfg.container_log_max_files,
+            interval: cfg.container_log_monitor_interval,
         };
         std::thread::Builder::new()
             .name("logrotate".into())
@@ -338,6 +339,32 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             .spawn(move || pleg.run(pleg_stop_rx))
             .map_err(|source| AgentError::Start {
                 what: "PLEG",
+                source,
+            })?;
+    }
+
+    // The eviction manager (node pressure, local storage limits, image GC).
+    let (evict_stop_tx, evict_stop_rx) = mpsc::channel::<()>();
+    {
+        let rt = runtime.clone();
+        let root = cfg.root_dir.clone();
+        let manager = crate::eviction::Manager::new(
+            cfg.eviction.clone(),
+            runtime.clone(),
+            store.clone(),
+            loop_tx.clone(),
+            crate::eviction::Paths {
+                root_dir: cfg.root_dir.clone(),
+                pod_logs_dir: cfg.pod_logs_dir.clone(),
+            },
+            Box::new(move || crate::eviction::gc::pinned_images(rt.as_ref(), &root)),
+        );
+        std::thread::Builder::new()
+            .name("eviction".into())
+            .stack_size(512 * 1024)
+            .spawn(move || manager.run(evict_stop_rx))
+            .map_err(|source| AgentError::Start {
+                what: "eviction manager",
                 source,
             })?;
     }
@@ -368,15 +395,17 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
             resync: cfg.sync_frequency,
             max_pods: cfg.max_pods,
-            // Allocatable = capacity minus the default hard eviction threshold for memory
-            // (memory.available<100Mi); no system/kube reservations are configured.
-            allocatable_cpu_millis: crate::node::capacity().cpu_millis,
-            allocatable_memory_bytes: crate::node::capacity().memory_bytes - (100 << 20),
+            // Allocatable = capacity - systemReserved - kubeReserved - the hard
+            // memory.available threshold.
+            allocatable_cpu_millis: cfg.eviction.allocatable(crate::node::capacity()).0,
+            allocatable_memory_bytes: cfg.eviction.allocatable(crate::node::capacity()).1,
+            eviction_transition: cfg.eviction.pressure_transition_period,
         },
     });
     SyncLoop::new(ctx, loop_tx).run(loop_rx);
     let _ = pleg_stop_tx.send(());
     let _ = rotate_stop_tx.send(());
+    let _ = evict_stop_tx.send(());
     drop(servers);
     crate::sdnotify::notify("STOPPING=1");
     info!("nanolet stopped; pods keep running");

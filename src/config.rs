@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::eviction::threshold;
 use crate::timeutil::{format_go_duration, parse_go_duration};
 
 /// The placeholder for secret values in `Debug`, logs and `/configz`.
@@ -58,6 +59,9 @@ pub enum ConfigError {
     },
     #[error("node name: {0}")]
     NodeName(String),
+    /// Eviction and image GC settings that do not fit together (the error names the field).
+    #[error("{0}")]
+    Eviction(String),
     /// The read-only port bound off loopback without a token.
     #[error(
         "--address {0} is not a loopback address: the read-only port would be reachable from the network; set --read-only-token-file (config: readOnlyTokenFile) to require a bearer token, or --read-only-port=0 to disable it"
@@ -125,6 +129,11 @@ pub struct Config {
     pub container_log_max_size: u64,
     /// `containerLogMaxFiles` (default 5): log files kept per container, the current included.
     pub container_log_max_files: usize,
+    /// `containerLogMonitorInterval` (default 10s): how often logs are checked for rotation.
+    pub container_log_monitor_interval: Duration,
+    /// Eviction thresholds, reservations and image GC (evictionHard, systemReserved,
+    /// imageGCHighThresholdPercent, ...).
+    pub eviction: crate::eviction::EvictionConfig,
     /// `--v`, 0..=10; see [`verbosity_level`].
     pub verbosity: u8,
     /// Warnings found while loading the config file (ignored fields, each naming the file and
@@ -179,6 +188,8 @@ impl Config {
             max_pods: 110,
             container_log_max_size: 10 << 20,
             container_log_max_files: 5,
+            container_log_monitor_interval: Duration::from_secs(10),
+            eviction: crate::eviction::EvictionConfig::default(),
             verbosity: 0,
             warnings: Vec::new(),
         }
@@ -232,6 +243,17 @@ impl Config {
             "maxPods": self.max_pods,
             "containerLogMaxSize": self.container_log_max_size.to_string(),
             "containerLogMaxFiles": self.container_log_max_files,
+            "containerLogMonitorInterval": format_go_duration(self.container_log_monitor_interval),
+            "evictionHard": self.eviction.raw.hard,
+            "evictionSoft": self.eviction.raw.soft,
+            "evictionSoftGracePeriod": self.eviction.raw.soft_grace,
+            "evictionMinimumReclaim": self.eviction.raw.min_reclaim,
+            "evictionMaxPodGracePeriod": self.eviction.max_pod_grace_period,
+            "evictionPressureTransitionPeriod": format_go_duration(self.eviction.pressure_transition_period),
+            "evictionMonitoringPeriod": format_go_duration(self.eviction.monitoring_period),
+            "imageGCHighThresholdPercent": self.eviction.image_gc.high_percent,
+            "imageGCLowThresholdPercent": self.eviction.image_gc.low_percent,
+            "imageMinimumGCAge": format_go_duration(self.eviction.image_gc.min_age),
             "podLogsDir": self.pod_logs_dir.to_string_lossy(),
             "nodeName": self.node_name,
             "rootDir": self.root_dir.to_string_lossy(),
@@ -280,6 +302,11 @@ impl fmt::Debug for Config {
             .field("max_pods", &self.max_pods)
             .field("container_log_max_size", &self.container_log_max_size)
             .field("container_log_max_files", &self.container_log_max_files)
+            .field(
+                "container_log_monitor_interval",
+                &self.container_log_monitor_interval,
+            )
+            .field("eviction", &self.eviction)
             .field("verbosity", &self.verbosity)
             .field("warnings", &self.warnings)
             .finish()
@@ -375,12 +402,76 @@ const FLAGS: &[FlagSpec] = &[
         help: "Rotate a container's log beyond this size (config: containerLogMaxSize)",
     },
     FlagSpec {
+        name: "container-log-monitor-interval",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "duration",
+        default: "10s",
+        help: "How often container logs are checked for rotation (config: containerLogMonitorInterval)",
+    },
+    FlagSpec {
         name: "container-runtime-endpoint",
         shorthand: None,
         kind: Kind::Value,
         value_name: "string",
         default: "unix:///run/containerd/containerd.sock",
         help: "CRI endpoint of containerd (config: containerRuntimeEndpoint)",
+    },
+    FlagSpec {
+        name: "eviction-hard",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "mapStringString",
+        default: "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%",
+        help: "Hard eviction thresholds; setting any replaces all the defaults, 0% disables one (config: evictionHard)",
+    },
+    FlagSpec {
+        name: "eviction-max-pod-grace-period",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "int",
+        default: "0",
+        help: "Longest grace period for soft evictions, seconds; 0 = the pod's own (config: evictionMaxPodGracePeriod)",
+    },
+    FlagSpec {
+        name: "eviction-minimum-reclaim",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "mapStringString",
+        default: "",
+        help: "Extra amount to reclaim once a threshold is met, e.g. memory.available=0Mi,nodefs.available=500Mi (config: evictionMinimumReclaim)",
+    },
+    FlagSpec {
+        name: "eviction-monitoring-period",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "duration",
+        default: "10s",
+        help: "How often the eviction manager measures the node (config: evictionMonitoringPeriod; nanolet extension, the kubelet's is fixed at 10s)",
+    },
+    FlagSpec {
+        name: "eviction-pressure-transition-period",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "duration",
+        default: "5m0s",
+        help: "How long a pressure condition is held after its signal clears (config: evictionPressureTransitionPeriod)",
+    },
+    FlagSpec {
+        name: "eviction-soft",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "mapStringString",
+        default: "",
+        help: "Soft eviction thresholds, e.g. memory.available<300Mi; each needs a grace period (config: evictionSoft)",
+    },
+    FlagSpec {
+        name: "eviction-soft-grace-period",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "mapStringString",
+        default: "",
+        help: "Grace periods of the soft thresholds, e.g. memory.available=1m30s (config: evictionSoftGracePeriod)",
     },
     FlagSpec {
         name: "file-check-frequency",
@@ -431,6 +522,30 @@ const FLAGS: &[FlagSpec] = &[
         help: "How often to fetch --manifest-url (config: httpCheckFrequency)",
     },
     FlagSpec {
+        name: "image-gc-high-threshold",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "int",
+        default: "85",
+        help: "Image filesystem usage percent at which image GC starts (config: imageGCHighThresholdPercent)",
+    },
+    FlagSpec {
+        name: "image-gc-low-threshold",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "int",
+        default: "80",
+        help: "Image filesystem usage percent image GC frees down to (config: imageGCLowThresholdPercent)",
+    },
+    FlagSpec {
+        name: "kube-reserved",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "mapStringString",
+        default: "",
+        help: "Resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=100Mi (config: kubeReserved)",
+    },
+    FlagSpec {
         name: "manifest-url",
         shorthand: None,
         kind: Kind::Value,
@@ -477,6 +592,14 @@ const FLAGS: &[FlagSpec] = &[
         value_name: "int",
         default: "110",
         help: "Maximum number of pods nanolet runs (config: maxPods)",
+    },
+    FlagSpec {
+        name: "minimum-image-ttl-duration",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "duration",
+        default: "2m0s",
+        help: "Minimum age of an unused image before image GC may remove it (config: imageMinimumGCAge)",
     },
     FlagSpec {
         name: "pod-logs-dir",
@@ -541,6 +664,14 @@ const FLAGS: &[FlagSpec] = &[
         value_name: "duration",
         default: "1m0s",
         help: "Maximum period between resyncs of running pods (config: syncFrequency)",
+    },
+    FlagSpec {
+        name: "system-reserved",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "mapStringString",
+        default: "",
+        help: "Resources reserved for the operating system, e.g. cpu=100m,memory=200Mi (config: systemReserved)",
     },
     FlagSpec {
         name: "v",
@@ -712,6 +843,8 @@ fn parse_run_args_with(
     }
 
     let mut hostname_override = String::new();
+    let mut system_reserved: Option<BTreeMap<String, String>> = None;
+    let mut kube_reserved: Option<BTreeMap<String, String>> = None;
     let mut header_flags: Option<Vec<(String, String)>> = None;
     for (spec, value) in &flags {
         let flag = format!("--{}", spec.name);
@@ -767,6 +900,56 @@ fn parse_run_args_with(
             "container-log-max-files" => {
                 cfg.container_log_max_files = parse_log_files(value).map_err(err)?
             }
+            "container-log-monitor-interval" => {
+                cfg.container_log_monitor_interval = parse_frequency(value).map_err(err)?
+            }
+            "eviction-hard" => {
+                cfg.eviction.raw.hard =
+                    threshold::parse_statements(&flag, value).map_err(|e| err(e.to_string()))?
+            }
+            "eviction-soft" => {
+                cfg.eviction.raw.soft =
+                    threshold::parse_statements(&flag, value).map_err(|e| err(e.to_string()))?
+            }
+            "eviction-soft-grace-period" => {
+                cfg.eviction.raw.soft_grace =
+                    threshold::parse_pairs(&flag, value).map_err(|e| err(e.to_string()))?
+            }
+            "eviction-minimum-reclaim" => {
+                cfg.eviction.raw.min_reclaim =
+                    threshold::parse_pairs(&flag, value).map_err(|e| err(e.to_string()))?
+            }
+            "eviction-max-pod-grace-period" => {
+                cfg.eviction.max_pod_grace_period = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| err(format!("invalid integer {value:?}")))?
+            }
+            "eviction-pressure-transition-period" => {
+                cfg.eviction.pressure_transition_period = parse_go_duration(value)
+                    .map_err(|e| err(format!("invalid duration {value:?}: {e}")))?
+            }
+            "eviction-monitoring-period" => {
+                cfg.eviction.monitoring_period = parse_frequency(value).map_err(err)?
+            }
+            "image-gc-high-threshold" => {
+                cfg.eviction.image_gc.high_percent = parse_percent(value).map_err(err)?
+            }
+            "image-gc-low-threshold" => {
+                cfg.eviction.image_gc.low_percent = parse_percent(value).map_err(err)?
+            }
+            "minimum-image-ttl-duration" => {
+                cfg.eviction.image_gc.min_age = parse_go_duration(value)
+                    .map_err(|e| err(format!("invalid duration {value:?}: {e}")))?
+            }
+            "system-reserved" => {
+                system_reserved =
+                    Some(threshold::parse_pairs(&flag, value).map_err(|e| err(e.to_string()))?)
+            }
+            "kube-reserved" => {
+                kube_reserved =
+                    Some(threshold::parse_pairs(&flag, value).map_err(|e| err(e.to_string()))?)
+            }
             "v" => cfg.verbosity = parse_verbosity(value).map_err(err)?,
             other => return Err(ConfigError::UnknownFlag(format!("--{other}"))),
         }
@@ -774,6 +957,13 @@ fn parse_run_args_with(
     if let Some(headers) = header_flags {
         cfg.manifest_url_headers = headers;
     }
+    if let Some(r) = system_reserved {
+        cfg.eviction.system_reserved = r;
+    }
+    if let Some(r) = kube_reserved {
+        cfg.eviction.kube_reserved = r;
+    }
+    finish_eviction(&mut cfg)?;
 
     let raw_name = if hostname_override.trim().is_empty() {
         hostname().map_err(ConfigError::NodeName)?
@@ -814,6 +1004,58 @@ fn is_dns_subdomain(s: &str) -> bool {
                 && b[0] != b'-'
                 && b[b.len() - 1] != b'-'
         })
+}
+
+/// Validates the eviction settings as a whole and derives the thresholds and reservations.
+fn finish_eviction(cfg: &mut Config) -> Result<(), ConfigError> {
+    let ev = &mut cfg.eviction;
+    ev.thresholds = threshold::build(&ev.raw).map_err(|e| ConfigError::Eviction(e.to_string()))?;
+    let (high, low) = (ev.image_gc.high_percent, ev.image_gc.low_percent);
+    if low >= high {
+        return Err(ConfigError::Eviction(format!(
+            "imageGCLowThresholdPercent ({low}) must be less than imageGCHighThresholdPercent ({high})"
+        )));
+    }
+    if ev.max_pod_grace_period < 0 {
+        return Err(ConfigError::Eviction(format!(
+            "evictionMaxPodGracePeriod: must not be negative, got {}",
+            ev.max_pod_grace_period
+        )));
+    }
+    let (mut cpu, mut mem) = (0i64, 0i64);
+    for (field, map) in [
+        ("systemReserved", &ev.system_reserved),
+        ("kubeReserved", &ev.kube_reserved),
+    ] {
+        for (k, v) in map {
+            let bad = |reason: String| ConfigError::Eviction(format!("{field}: {k}: {reason}"));
+            let q = crate::pod::quantity::parse_quantity_str(v)
+                .map_err(|e| bad(format!("invalid quantity {v:?}: {e}")))?;
+            if q.is_negative() {
+                return Err(bad(format!("must not be negative, got {v:?}")));
+            }
+            match k.as_str() {
+                "cpu" => cpu += q.milli_value(),
+                "memory" => mem += q.value(),
+                "ephemeral-storage" | "pid" => {}
+                _ => {
+                    return Err(bad(
+                        "unknown resource (cpu, memory, ephemeral-storage or pid)".into(),
+                    ));
+                }
+            }
+        }
+    }
+    ev.reserved_cpu_millis = cpu;
+    ev.reserved_memory = mem;
+    Ok(())
+}
+
+fn parse_percent(s: &str) -> Result<u8, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if (0..=100).contains(&n) => Ok(n as u8),
+        _ => Err(format!("must be an integer between 0 and 100, got {s:?}")),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -998,6 +1240,22 @@ struct FileConfig {
     pod_logs_dir: Option<String>,
     container_runtime_endpoint: Option<String>,
     runtime_request_timeout: Option<String>,
+    container_log_monitor_interval: Option<String>,
+    eviction_hard: Option<BTreeMap<String, serde_yaml::Value>>,
+    eviction_soft: Option<BTreeMap<String, serde_yaml::Value>>,
+    eviction_soft_grace_period: Option<BTreeMap<String, serde_yaml::Value>>,
+    eviction_minimum_reclaim: Option<BTreeMap<String, serde_yaml::Value>>,
+    eviction_max_pod_grace_period: Option<i64>,
+    eviction_pressure_transition_period: Option<String>,
+    eviction_monitoring_period: Option<String>,
+    system_reserved: Option<BTreeMap<String, serde_yaml::Value>>,
+    kube_reserved: Option<BTreeMap<String, serde_yaml::Value>>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    image_gc_high_threshold_percent: Option<i64>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    image_gc_low_threshold_percent: Option<i64>,
+    #[serde(rename = "imageMinimumGCAge")]
+    image_minimum_gc_age: Option<String>,
 }
 
 const FILE_FIELDS: &[&str] = &[
@@ -1023,7 +1281,42 @@ const FILE_FIELDS: &[&str] = &[
     "podLogsDir",
     "containerRuntimeEndpoint",
     "runtimeRequestTimeout",
+    "containerLogMonitorInterval",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionMinimumReclaim",
+    "evictionMaxPodGracePeriod",
+    "evictionPressureTransitionPeriod",
+    "evictionMonitoringPeriod",
+    "systemReserved",
+    "kubeReserved",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "imageMinimumGCAge",
 ];
+
+/// A map of strings from the file; numbers and booleans are taken as their text.
+fn string_map(
+    field: &str,
+    m: &BTreeMap<String, serde_yaml::Value>,
+) -> Result<BTreeMap<String, String>, (String, String)> {
+    m.iter()
+        .map(|(k, v)| {
+            let text = match v {
+                serde_yaml::Value::String(s) => s.clone(),
+                serde_yaml::Value::Number(n) => n.to_string(),
+                other => {
+                    return Err((
+                        format!("{field}.{k}"),
+                        format!("expected a string, found {}", yaml_kind(other)),
+                    ));
+                }
+            };
+            Ok((k.clone(), text))
+        })
+        .collect()
+}
 
 /// Parses the file text (YAML, or JSON when it starts with `{`) into a YAML value.
 fn parse_document(path: &Path, text: &str) -> Result<serde_yaml::Value, ConfigError> {
@@ -1189,6 +1482,83 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     if let Some(s) = &fc.container_runtime_endpoint {
         cfg.runtime_endpoint =
             parse_endpoint(s).map_err(|r| field_err("containerRuntimeEndpoint", r))?;
+    }
+    if let Some(s) = &fc.container_log_monitor_interval {
+        cfg.container_log_monitor_interval =
+            parse_frequency(s).map_err(|r| field_err("containerLogMonitorInterval", r))?;
+    }
+    let ev = &mut cfg.eviction;
+    for (field, value, slot) in [
+        ("evictionHard", &fc.eviction_hard, &mut ev.raw.hard),
+        ("evictionSoft", &fc.eviction_soft, &mut ev.raw.soft),
+        (
+            "evictionSoftGracePeriod",
+            &fc.eviction_soft_grace_period,
+            &mut ev.raw.soft_grace,
+        ),
+        (
+            "evictionMinimumReclaim",
+            &fc.eviction_minimum_reclaim,
+            &mut ev.raw.min_reclaim,
+        ),
+        (
+            "systemReserved",
+            &fc.system_reserved,
+            &mut ev.system_reserved,
+        ),
+        ("kubeReserved", &fc.kube_reserved, &mut ev.kube_reserved),
+    ] {
+        if let Some(m) = value {
+            *slot = string_map(field, m).map_err(|(f, r)| field_err(&f, r))?;
+        }
+    }
+    if let Some(n) = fc.eviction_max_pod_grace_period {
+        ev.max_pod_grace_period = n;
+    }
+    for (field, value, slot, zero_ok) in [
+        (
+            "evictionPressureTransitionPeriod",
+            &fc.eviction_pressure_transition_period,
+            &mut ev.pressure_transition_period,
+            true,
+        ),
+        (
+            "evictionMonitoringPeriod",
+            &fc.eviction_monitoring_period,
+            &mut ev.monitoring_period,
+            false,
+        ),
+        (
+            "imageMinimumGCAge",
+            &fc.image_minimum_gc_age,
+            &mut ev.image_gc.min_age,
+            true,
+        ),
+    ] {
+        if let Some(s) = value {
+            *slot = if zero_ok {
+                parse_go_duration(s)
+                    .map_err(|e| field_err(field, format!("invalid duration {s:?}: {e}")))?
+            } else {
+                parse_frequency(s).map_err(|r| field_err(field, r))?
+            };
+        }
+    }
+    for (field, value, slot) in [
+        (
+            "imageGCHighThresholdPercent",
+            fc.image_gc_high_threshold_percent,
+            &mut ev.image_gc.high_percent,
+        ),
+        (
+            "imageGCLowThresholdPercent",
+            fc.image_gc_low_threshold_percent,
+            &mut ev.image_gc.low_percent,
+        ),
+    ] {
+        if let Some(n) = value {
+            *slot = parse_percent(&n.to_string()).map_err(|r| field_err(field, r))?;
+        }
     }
     Ok(())
 }
@@ -1508,6 +1878,78 @@ mod tests {
         assert!(c.warnings.is_empty());
     }
 
+    /// evictionHard etc. from the file and the kubelet's flags; flags win; errors name the
+    /// field; reservations feed allocatable.
+    #[test]
+    fn eviction_settings_from_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!(
+                "{HEAD}evictionHard:\n  memory.available: 200Mi\n  nodefs.available: \"5%\"\n\
+                 evictionSoft: {{memory.available: 1Gi}}\n\
+                 evictionSoftGracePeriod: {{memory.available: 1m30s}}\n\
+                 evictionPressureTransitionPeriod: 30s\n\
+                 systemReserved: {{cpu: 500m, memory: 256Mi}}\n\
+                 kubeReserved: {{memory: 256Mi}}\n\
+                 imageGCHighThresholdPercent: 90\n\
+                 imageMinimumGCAge: 5m\n\
+                 containerLogMonitorInterval: 3s\n"
+            ),
+        );
+        let c = parse(&["--config", &path]).unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(c.eviction.thresholds.len(), 3);
+        assert_eq!(
+            c.eviction.pressure_transition_period,
+            Duration::from_secs(30)
+        );
+        assert_eq!(c.eviction.reserved_memory, 512 << 20);
+        assert_eq!(c.eviction.reserved_cpu_millis, 500);
+        assert_eq!(c.eviction.image_gc.high_percent, 90);
+        assert_eq!(c.eviction.image_gc.min_age, Duration::from_secs(300));
+        assert_eq!(c.container_log_monitor_interval, Duration::from_secs(3));
+        let (cpu, mem) = c.eviction.allocatable(crate::node::Capacity {
+            cpu_millis: 2000,
+            memory_bytes: 2 << 30,
+        });
+        assert_eq!((cpu, mem), (1500, (2 << 30) - (512 << 20) - (200 << 20)));
+        // The flag replaces the file's whole map.
+        let c = parse(&["--config", &path, "--eviction-hard=pid.available<1000"]).unwrap();
+        assert_eq!(
+            c.eviction.thresholds.iter().filter(|t| t.is_hard()).count(),
+            1
+        );
+        // Defaults without any setting: the kubelet's four.
+        assert_eq!(parse(&[]).unwrap().eviction.thresholds.len(), 4);
+
+        let err = |args: &[&str]| parse(args).unwrap_err().to_string();
+        assert!(err(&["--eviction-hard=memory.free<1Gi"]).contains("memory.free"));
+        assert!(
+            err(&["--eviction-soft=memory.available<1Gi"]).contains("evictionSoftGracePeriod"),
+            "soft threshold without grace period"
+        );
+        assert!(
+            err(&[
+                "--image-gc-high-threshold=50",
+                "--image-gc-low-threshold=60"
+            ])
+            .contains("imageGCLowThresholdPercent (60) must be less than")
+        );
+        assert!(err(&["--system-reserved=gpu=1"]).contains("systemReserved: gpu"));
+        let bad = write(
+            &dir,
+            "bad.yaml",
+            &format!("{HEAD}evictionHard: {{memory.available: [1]}}\n"),
+        );
+        let e = parse(&["--config", &bad]).unwrap_err().to_string();
+        assert!(
+            e.contains("evictionHard.memory.available") && e.contains("bad.yaml"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn json_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -1559,7 +2001,7 @@ mod tests {
             }
         }
         let dir = tempfile::tempdir().unwrap();
-        let path = write(&dir, "config.yaml", &format!("{HEAD}evictionHard: {{}}\n"));
+        let path = write(&dir, "config.yaml", &format!("{HEAD}featureGates: {{}}\n"));
         let c = parse(&["--config", &path]).unwrap();
         let buf = Buf::default();
         let writer = buf.clone();
@@ -1570,7 +2012,7 @@ mod tests {
         tracing::subscriber::with_default(sub, || c.log_warnings());
         let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         assert!(
-            out.contains("WARN") && out.contains("\"evictionHard\""),
+            out.contains("WARN") && out.contains("\"featureGates\""),
             "{out}"
         );
     }

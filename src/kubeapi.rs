@@ -983,61 +983,6 @@ fn os_image() -> String {
         .unwrap_or_else(|| "Unknown".into())
 }
 
-/// Node pressure against the kubelet's default hard eviction thresholds
-/// (`memory.available<100Mi`, `nodefs.available<10%`, `nodefs.inodesFree<5%`). nanolet does not
-/// evict; it only reports the conditions.
-#[derive(Debug, Default, PartialEq)]
-struct Pressure {
-    memory: bool,
-    disk: bool,
-}
-
-impl Pressure {
-    fn from_figures(
-        mem_available: Option<u64>,
-        fs: Option<(u64, u64, u64, u64)>, // (available, capacity, inodes free, inodes)
-    ) -> Pressure {
-        let memory = mem_available.is_some_and(|a| a < 100 * 1024 * 1024);
-        let disk = fs.is_some_and(|(avail, cap, ifree, inodes)| {
-            (cap > 0 && avail.saturating_mul(100) < cap.saturating_mul(10))
-                || (inodes > 0 && ifree.saturating_mul(100) < inodes.saturating_mul(5))
-        });
-        Pressure { memory, disk }
-    }
-
-    // statvfs field types differ between targets (u32 on 32-bit ARM), hence the conversions.
-    #[allow(clippy::useless_conversion)]
-    fn measure(root_dir: &Path) -> Pressure {
-        let mem_available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-            s.lines().find_map(|l| {
-                let kib: u64 = l
-                    .strip_prefix("MemAvailable:")?
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse()
-                    .ok()?;
-                Some(kib.saturating_mul(1024))
-            })
-        });
-        let dir = if root_dir.exists() {
-            root_dir
-        } else {
-            Path::new("/")
-        };
-        let fs = nix::sys::statvfs::statvfs(dir).ok().map(|v| {
-            let frag = u64::from(v.fragment_size());
-            (
-                u64::from(v.blocks_available()).saturating_mul(frag),
-                u64::from(v.blocks()).saturating_mul(frag),
-                u64::from(v.files_free()),
-                u64::from(v.files()),
-            )
-        });
-        Pressure::from_figures(mem_available, fs)
-    }
-}
-
 fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
     let cpus = crate::node::capacity().cpu_millis / 1000;
     let mem = format!("{}Ki", crate::node::capacity().memory_bytes / 1024);
@@ -1049,7 +994,8 @@ fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
     let started = rfc3339(ctx.started);
     let now = rfc3339(SystemTime::now());
     let healthy = store.health().iter().all(|c| c.ok);
-    let pressure = Pressure::measure(&ctx.root_dir);
+    // Pressure conditions as the eviction manager holds them (transition period included).
+    let pressure = store.node_conditions();
     let cond = |type_: &str, status: &str, reason: &str, message: &str| {
         json!({
             "type": type_,
@@ -1059,6 +1005,11 @@ fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
             "reason": reason,
             "message": message,
         })
+    };
+    let cond_at = |type_: &str, status: &str, reason: &str, message: &str, since: SystemTime| {
+        let mut c = cond(type_, status, reason, message);
+        c["lastTransitionTime"] = json!(rfc3339(since));
+        c
     };
     let ready = if healthy {
         cond(
@@ -1100,17 +1051,18 @@ fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
             "capacity": resources,
             "allocatable": resources,
             "conditions": [
-                if pressure.memory {
-                    cond("MemoryPressure", "True", "KubeletHasInsufficientMemory", "nanolet has insufficient memory available (memory.available<100Mi)")
-                } else {
-                    cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "nanolet has sufficient memory available")
+                match pressure.get("MemoryPressure") {
+                    Some(t) => cond_at("MemoryPressure", "True", "KubeletHasInsufficientMemory", "nanolet has insufficient memory available", *t),
+                    None => cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "nanolet has sufficient memory available"),
                 },
-                if pressure.disk {
-                    cond("DiskPressure", "True", "KubeletHasDiskPressure", "nanolet has disk pressure (nodefs.available<10% or nodefs.inodesFree<5%)")
-                } else {
-                    cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "nanolet has no disk pressure")
+                match pressure.get("DiskPressure") {
+                    Some(t) => cond_at("DiskPressure", "True", "KubeletHasDiskPressure", "nanolet has disk pressure", *t),
+                    None => cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "nanolet has no disk pressure"),
                 },
-                cond("PIDPressure", "False", "KubeletHasSufficientPID", "nanolet has sufficient PID available"),
+                match pressure.get("PIDPressure") {
+                    Some(t) => cond_at("PIDPressure", "True", "KubeletHasInsufficientPID", "nanolet has insufficient PID available", *t),
+                    None => cond("PIDPressure", "False", "KubeletHasSufficientPID", "nanolet has sufficient PID available"),
+                },
                 ready,
             ],
             "addresses": [
@@ -1583,18 +1535,6 @@ garbage\n\
             ),
             b"".to_vec()
         );
-    }
-
-    #[test]
-    fn node_pressure_thresholds() {
-        let mib = 1024 * 1024;
-        assert_eq!(Pressure::from_figures(None, None), Pressure::default());
-        assert!(Pressure::from_figures(Some(99 * mib), None).memory);
-        assert!(!Pressure::from_figures(Some(100 * mib), None).memory);
-        assert!(Pressure::from_figures(None, Some((9, 100, 50, 100))).disk);
-        assert!(!Pressure::from_figures(None, Some((10, 100, 50, 100))).disk);
-        assert!(Pressure::from_figures(None, Some((50, 100, 4, 100))).disk);
-        assert!(!Pressure::from_figures(None, Some((0, 0, 0, 0))).disk);
     }
 
     /// A writer that hands each chunk to a channel.

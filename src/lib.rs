@@ -8,6 +8,7 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod events;
+pub mod eviction;
 pub mod images;
 pub mod kubeapi;
 pub mod localstore;

@@ -22,14 +22,17 @@ pub const MONITOR_INTERVAL: Duration = Duration::from_secs(10);
 pub struct RotationPolicy {
     pub max_size: u64,
     pub max_files: usize,
+    /// containerLogMonitorInterval: how often logs are checked.
+    pub interval: Duration,
 }
 
 impl Default for RotationPolicy {
-    /// containerLogMaxSize 10Mi, containerLogMaxFiles 5.
+    /// containerLogMaxSize 10Mi, containerLogMaxFiles 5, containerLogMonitorInterval 10s.
     fn default() -> Self {
         RotationPolicy {
             max_size: 10 << 20,
             max_files: 5,
+            interval: MONITOR_INTERVAL,
         }
     }
 }
@@ -165,7 +168,7 @@ pub fn rotate_all(rt: &dyn Runtime, policy: RotationPolicy) {
 /// Run until `stop` fires or is dropped.
 pub fn run(rt: Arc<dyn Runtime>, policy: RotationPolicy, stop: Receiver<()>) {
     loop {
-        match stop.recv_timeout(MONITOR_INTERVAL) {
+        match stop.recv_timeout(policy.interval) {
             Err(RecvTimeoutError::Timeout) => rotate_all(rt.as_ref(), policy),
             _ => return,
         }
@@ -202,6 +205,7 @@ mod tests {
         let policy = RotationPolicy {
             max_size: 100,
             max_files: 3,
+            ..RotationPolicy::default()
         };
         std::fs::write(&log, vec![b'x'; 50]).expect("write");
         assert!(!rotate_if_needed(&rt, &id, &log, policy), "under the limit");

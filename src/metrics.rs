@@ -69,6 +69,9 @@ struct Inner {
     ops: BTreeMap<&'static str, (u64, u64)>,
     relist: Histogram,
     pod_start: Histogram,
+    /// eviction signal -> pods evicted (`kubelet_evictions`).
+    evictions: BTreeMap<String, u64>,
+    eviction_passes: u64,
 }
 
 /// The registry of counters and histograms.
@@ -90,6 +93,8 @@ impl Metrics {
                 ops: BTreeMap::new(),
                 relist: Histogram::new(RELIST_BUCKETS),
                 pod_start: Histogram::new(POD_START_BUCKETS),
+                evictions: BTreeMap::new(),
+                eviction_passes: 0,
             }),
             start: process_start_time().unwrap_or_else(SystemTime::now),
         }
@@ -122,6 +127,21 @@ impl Metrics {
     /// A pod ran for the first time, `took` after nanolet first saw it.
     pub fn observe_pod_start(&self, took: Duration) {
         self.lock().pod_start.observe(took.as_secs_f64());
+    }
+
+    /// A pod was evicted because of `signal` (a node condition or `ephemeral-storage`).
+    pub fn inc_evictions(&self, signal: &str) {
+        *self.lock().evictions.entry(signal.to_string()).or_default() += 1;
+    }
+
+    /// The eviction manager finished a pass.
+    pub fn inc_eviction_passes(&self) {
+        self.lock().eviction_passes += 1;
+    }
+
+    /// Eviction manager passes so far (tests wait for "one more pass" with it).
+    pub fn eviction_passes(&self) -> u64 {
+        self.lock().eviction_passes
     }
 
     /// The full `/metrics` text for these pods.
@@ -168,6 +188,30 @@ impl Metrics {
             "Cumulative number of runtime operation errors by operation type.",
             "counter",
             &errors,
+        );
+        let ev: Vec<(String, f64)> = g
+            .evictions
+            .iter()
+            .map(|(sig, n)| {
+                (
+                    format!("eviction_signal=\"{}\"", label_value(sig)),
+                    *n as f64,
+                )
+            })
+            .collect();
+        family(
+            &mut out,
+            "kubelet_evictions",
+            "Cumulative number of pod evictions by eviction signal",
+            "counter",
+            &ev,
+        );
+        family(
+            &mut out,
+            "nanolet_eviction_manager_passes_total",
+            "Cumulative number of eviction manager passes",
+            "counter",
+            &[(String::new(), g.eviction_passes as f64)],
         );
         g.relist.render(
             &mut out,

@@ -449,7 +449,7 @@ fn route(endpoints: &Endpoints, method: &Method, url: &str, store: &StatusStore)
         return r;
     }
     match path {
-        "/healthz" => healthz(&checks(store), query),
+        "/healthz" => healthz(&checks(store), query, &node_conditions_text(store)),
         "/pods" => Reply::json(&PodList {
             kind: "PodList".into(),
             api_version: "v1".into(),
@@ -539,7 +539,20 @@ fn checks(store: &StatusStore) -> Vec<HealthCheck> {
     v
 }
 
-fn healthz(checks: &[HealthCheck], query: &str) -> Reply {
+/// The node pressure conditions for `/healthz?verbose` (information, never a failure: the
+/// kubelet's healthz stays ok under pressure too).
+fn node_conditions_text(store: &StatusStore) -> String {
+    let on = store.node_conditions();
+    let cond = |n: &str| if on.contains_key(n) { "True" } else { "False" };
+    format!(
+        "node conditions: MemoryPressure={} DiskPressure={} PIDPressure={}\n",
+        cond("MemoryPressure"),
+        cond("DiskPressure"),
+        cond("PIDPressure")
+    )
+}
+
+fn healthz(checks: &[HealthCheck], query: &str, info: &str) -> Reply {
     let mut verbose = false;
     let mut exclude: Vec<String> = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -584,6 +597,7 @@ fn healthz(checks: &[HealthCheck], query: &str) -> Reply {
     if !verbose {
         return Reply::text(200, "ok".into());
     }
+    out.push_str(info);
     out.push_str("healthz check passed\n");
     Reply::text(200, out)
 }
@@ -860,7 +874,7 @@ mod tests {
         assert_eq!(r.status, 200);
         assert_eq!(
             r.body,
-            "[+]ping ok\n[+]syncloop ok\n[+]runtime ok\n[+]pleg ok\nhealthz check passed\n"
+            "[+]ping ok\n[+]syncloop ok\n[+]runtime ok\n[+]pleg ok\nnode conditions: MemoryPressure=False DiskPressure=False PIDPressure=False\nhealthz check passed\n"
         );
         let r = get(addr, "/healthz/syncloop");
         assert_eq!((r.status, r.body.as_str()), (200, "ok"));
@@ -959,7 +973,7 @@ mod tests {
             ok: true,
             message: String::new(),
         }];
-        let r = healthz(&checks, "verbose&exclude=zz");
+        let r = healthz(&checks, "verbose&exclude=zz", "");
         assert_eq!(r.status, 200);
         assert_eq!(
             String::from_utf8(r.body).unwrap(),

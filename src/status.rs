@@ -30,6 +30,8 @@ struct Inner {
     last_sync: Option<Instant>,
     last_relist: Option<Instant>,
     runtime_error: Option<String>,
+    /// Node pressure conditions currently true (from the eviction manager), with since when.
+    node_conditions: BTreeMap<&'static str, std::time::SystemTime>,
 }
 
 pub struct StatusStore {
@@ -126,6 +128,23 @@ impl StatusStore {
             }
             Err(e) => g.runtime_error = Some(e),
         }
+    }
+
+    /// The eviction manager publishes the pressure conditions that are true now.
+    pub fn set_node_conditions(&self, conditions: &[crate::eviction::threshold::NodeCondition]) {
+        let mut g = self.lock();
+        let now = std::time::SystemTime::now();
+        let names: Vec<&'static str> = conditions.iter().map(|c| c.as_str()).collect();
+        g.node_conditions.retain(|k, _| names.contains(k));
+        for n in names {
+            g.node_conditions.entry(n).or_insert(now);
+        }
+    }
+
+    /// Pressure conditions that are true ("MemoryPressure", "DiskPressure", "PIDPressure"),
+    /// with the time each became true.
+    pub fn node_conditions(&self) -> BTreeMap<&'static str, std::time::SystemTime> {
+        self.lock().node_conditions.clone()
     }
 
     /// Checks behind `/healthz`: the sync loop ran recently, the runtime answered its last call,

@@ -1083,6 +1083,26 @@ impl Runtime for CriRuntime {
         .or_else(|e| if e.is_not_found() { Ok(()) } else { Err(e) })
     }
 
+    fn sandbox_image(&self) -> Option<String> {
+        let mut c = self.runtime_client();
+        let req = with_deadline(pb::StatusRequest { verbose: true }, self.default_timeout);
+        let resp = self
+            .run(
+                "Status",
+                "runtime",
+                self.default_timeout,
+                false,
+                async move { c.status(req).await.map(|r| r.into_inner()) },
+            )
+            .ok()?;
+        let config: serde_json::Value = serde_json::from_str(resp.info.get("config")?).ok()?;
+        config
+            .get("sandboxImage")
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+    }
+
     fn image_fs_info(&self) -> Result<Vec<FsUsage>> {
         let mut c = self.image_client();
         let req = with_deadline(pb::ImageFsInfoRequest {}, self.default_timeout);

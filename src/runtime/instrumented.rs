@@ -105,6 +105,9 @@ impl Runtime for InstrumentedRuntime {
     fn remove_image(&self, image: &str) -> Result<()> {
         self.count("remove_image", self.inner.remove_image(image))
     }
+    fn sandbox_image(&self) -> Option<String> {
+        self.inner.sandbox_image()
+    }
     fn image_fs_info(&self) -> Result<Vec<FsUsage>> {
         self.count("image_fs_info", self.inner.image_fs_info())
     }

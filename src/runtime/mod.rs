@@ -397,6 +397,11 @@ pub trait Runtime: Send + Sync {
     fn remove_image(&self, image: &str) -> Result<()>;
     /// ImageFsInfo: the filesystem(s) holding images (the kubelet's imagefs signals).
     fn image_fs_info(&self) -> Result<Vec<FsUsage>>;
+    /// The runtime's pod sandbox ("pause") image, from verbose CRI Status (containerd's
+    /// `sandboxImage`); image GC never removes it. `None` when the runtime does not say.
+    fn sandbox_image(&self) -> Option<String> {
+        None
+    }
 
     fn exec_sync(
         &self,

@@ -44,6 +44,10 @@ pub enum LoopMsg {
     /// PLEG's full view of pods nanolet owns in the runtime: uid -> (namespace, name, grace).
     RuntimePods(BTreeMap<String, RuntimePodRef>),
     Worker(WorkerReport),
+    /// The eviction manager evicts a pod.
+    Evict(crate::eviction::Eviction),
+    /// The node pressure conditions changed (see `StatusStore::node_conditions`).
+    NodeConditions,
     Shutdown,
 }
 
@@ -125,6 +129,15 @@ pub struct SyncLoop {
     desired: BTreeMap<String, Pod>,
     all_sources_ready: bool,
     runtime_pods: BTreeMap<String, RuntimePodRef>,
+    /// Evicted pods waiting for re-admission: uid -> (the condition that must clear, or none
+    /// for a local-storage eviction; when).
+    evicted: HashMap<
+        String,
+        (
+            Option<crate::eviction::threshold::NodeCondition>,
+            std::time::Instant,
+        ),
+    >,
 }
 
 /// Two pods are the same desired state when they differ only in `kubernetes.io/config.seen`.
@@ -147,6 +160,7 @@ impl SyncLoop {
             desired: BTreeMap::new(),
             all_sources_ready: false,
             runtime_pods: BTreeMap::new(),
+            evicted: HashMap::new(),
         }
     }
 
@@ -158,6 +172,9 @@ impl SyncLoop {
                 Ok(LoopMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(msg) => self.handle(msg),
                 Err(RecvTimeoutError::Timeout) => {}
+            }
+            if !self.evicted.is_empty() {
+                self.readmit_evicted();
             }
         }
         self.shutdown();
@@ -186,8 +203,51 @@ impl SyncLoop {
                 self.runtime_pods.remove(&uid);
                 self.start_pending();
             }
+            LoopMsg::Evict(e) => {
+                if let Some(w) = self.workers.get(&e.uid) {
+                    if !w.terminating {
+                        let _ = w.tx.send(WorkerMsg::Evict {
+                            message: e.message,
+                            grace_seconds: e.grace_seconds,
+                        });
+                        self.evicted
+                            .insert(e.uid, (e.condition, std::time::Instant::now()));
+                    }
+                }
+            }
+            LoopMsg::NodeConditions => {
+                self.readmit_evicted();
+                self.start_pending();
+            }
             LoopMsg::Shutdown => {}
         }
+    }
+
+    /// Evicted pods whose condition has cleared (the eviction manager holds a condition for
+    /// the pressure transition period after its signal clears) run again; local-storage
+    /// evictions after one transition period.
+    fn readmit_evicted(&mut self) {
+        let conditions = self.ctx.store.node_conditions();
+        let transition = self.ctx.settings.eviction_transition;
+        let ready: Vec<String> = self
+            .evicted
+            .iter()
+            .filter(|(_, (cond, at))| match cond {
+                Some(c) => !conditions.contains_key(c.as_str()),
+                None => at.elapsed() >= transition,
+            })
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in ready {
+            self.evicted.remove(&uid);
+            if let Some(w) = self.workers.get(&uid) {
+                if !w.terminating {
+                    info!(pod = %w.full_name, uid, "pressure cleared; re-admitting evicted pod");
+                    let _ = w.tx.send(WorkerMsg::Readmit);
+                }
+            }
+        }
+        self.evicted.retain(|uid, _| self.workers.contains_key(uid));
     }
 
     fn set_desired(&mut self, d: DesiredPods) {
@@ -298,12 +358,25 @@ impl SyncLoop {
             .collect();
         let settings = &self.ctx.settings;
         let cap = settings.max_pods as usize;
+        // Node pressure (the eviction manager's admission rule): under memory pressure only
+        // BestEffort pods are refused, under disk or PID pressure every pod; critical pods
+        // (priority >= 2000000000) always get in.
+        let pressure: Vec<&str> = self.ctx.store.node_conditions().into_keys().collect();
+        let refused_for_pressure = !pressure.is_empty()
+            && !crate::eviction::rank::is_critical(pod)
+            && (pressure.iter().any(|c| *c != "MemoryPressure")
+                || apistatus::qos_class(pod) == "BestEffort");
         let (want_cpu, want_mem) = pod_requests(pod);
         let (used_cpu, used_mem) = active
             .iter()
             .map(|p| pod_requests(p))
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        let rejection = if active.len() >= cap {
+        let rejection = if refused_for_pressure {
+            Some((
+                "Evicted",
+                format!("The node had condition: [{}]. ", pressure.join(" ")),
+            ))
+        } else if active.len() >= cap {
             Some((
                 "OutOfpods",
                 format!(
@@ -479,6 +552,7 @@ mod tests {
                     max_pods,
                     allocatable_cpu_millis: 4000,
                     allocatable_memory_bytes: 8 << 30,
+                    eviction_transition: Duration::from_secs(300),
                 },
             });
             let sl = SyncLoop::new(ctx, tx.clone());

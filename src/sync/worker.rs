@@ -58,6 +58,8 @@ pub struct SyncSettings {
     /// Node allocatable for admission (OutOfcpu / OutOfmemory).
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory_bytes: i64,
+    /// evictionPressureTransitionPeriod: how long a local-storage eviction keeps a pod out.
+    pub eviction_transition: Duration,
 }
 
 pub struct WorkerContext {
@@ -75,6 +77,12 @@ pub enum WorkerMsg {
     Sync,
     /// The pod's manifest is gone: terminate with its grace period.
     Terminate,
+    /// The eviction manager evicts the pod: kill it with `grace_seconds`, fail it with reason
+    /// `Evicted` and `message`, release its volumes; it stays Failed until `Readmit`.
+    Evict { message: String, grace_seconds: i64 },
+    /// Run an evicted pod again: its old containers and sandboxes are removed and it starts
+    /// afresh (restart counts from 0, as a re-created pod).
+    Readmit,
 }
 
 /// What a worker tells the sync loop.
@@ -136,6 +144,9 @@ pub struct PodWorker {
     last_state: PodRuntimeState,
     /// The pod IP as last seen (hooks connect to it).
     pod_ip: String,
+    /// Evicted: (grace period for the kill, volumes already released).
+    evicted: Option<(i64, bool)>,
+    readmit: bool,
 }
 
 impl PodWorker {
@@ -153,6 +164,8 @@ impl PodWorker {
             failed_reason: None,
             last_state: PodRuntimeState::default(),
             pod_ip: String::new(),
+            evicted: None,
+            readmit: false,
         }
     }
 
@@ -189,6 +202,15 @@ impl PodWorker {
                 // The sync loop is gone (nanolet is stopping): leave the pod running.
                 Err(RecvTimeoutError::Disconnected) => return,
             }
+            if self.readmit && !terminate {
+                self.readmit = false;
+                if let Err(e) = self.readmit() {
+                    warn!(pod = %self.full_name, error = %e, "re-admitting evicted pod failed; retrying");
+                    self.readmit = true;
+                    wake = Instant::now() + Duration::from_secs(2);
+                    continue;
+                }
+            }
             if terminate {
                 self.terminate();
                 let _ = reports.send(LoopMsg::Worker(WorkerReport::Terminated {
@@ -212,7 +234,63 @@ impl PodWorker {
             WorkerMsg::Update(p) => self.pod = *p,
             WorkerMsg::Sync => {}
             WorkerMsg::Terminate => *terminate = true,
+            WorkerMsg::Evict {
+                message,
+                grace_seconds,
+            } => {
+                if self.evicted.is_none() {
+                    self.ctx.store.events().record(
+                        &crate::events::PodRef::pod(
+                            &self.pod.metadata.namespace,
+                            &self.pod.metadata.name,
+                            self.uid(),
+                        ),
+                        crate::events::EventType::Warning,
+                        "Evicted",
+                        &message,
+                    );
+                }
+                self.failed_reason = Some(("Evicted".into(), message));
+                self.evicted = Some((grace_seconds, false));
+                self.readmit = false;
+            }
+            WorkerMsg::Readmit => {
+                if self.evicted.is_some() {
+                    self.readmit = true;
+                }
+            }
         }
+    }
+
+    /// Back from eviction: remove the old runtime objects and start over.
+    fn readmit(&mut self) -> Result<(), SyncError> {
+        info!(pod = %self.full_name, "re-admitting evicted pod");
+        let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        self.kill_pod(&state, Some(0));
+        for c in &state.containers {
+            match self.rt().remove_container(&c.id) {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(self.wrap(e)),
+            }
+        }
+        for sb in &state.sandboxes {
+            match self.rt().remove_pod_sandbox(&sb.id) {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(self.wrap(e)),
+            }
+        }
+        self.evicted = None;
+        self.failed_reason = None;
+        self.backoff = Backoff::default();
+        self.image_backoff = Backoff::default();
+        self.waiting.clear();
+        self.start_time_nanos = None;
+        self.first_seen = Instant::now();
+        self.last_state = PodRuntimeState::default();
+        self.ctx.store.remove_pod(self.uid());
+        Ok(())
     }
 
     fn is_terminal(&self) -> bool {
@@ -280,8 +358,24 @@ impl PodWorker {
         };
         if terminal {
             // Nothing starts any more; whatever still runs is stopped.
+            let grace = self.evicted.map(|(g, _)| g);
             if state.running().next().is_some() || state.sandboxes.iter().any(|s| s.ready) {
-                self.kill_pod(&state, None);
+                self.kill_pod(&state, grace);
+            }
+            // An evicted pod gives back what it holds on the node: its volumes (emptyDir
+            // data, tmpfs memory) and its dead containers' writable layers.
+            if let Some((g, false)) = self.evicted {
+                let after = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+                if after.running().next().is_none() {
+                    crate::volumes::teardown(&self.pod_dir());
+                    let _ = std::fs::remove_dir_all(
+                        self.pod_dir()
+                            .join("volumes")
+                            .join("kubernetes.io~empty-dir"),
+                    );
+                    self.evicted = Some((g, true));
+                    info!(pod = %self.full_name, "evicted pod stopped; volumes released");
+                }
             }
         } else {
             let n = now();

@@ -70,6 +70,12 @@ impl Nanolet {
             "--file-check-frequency=2s".into(),
             "--http-check-frequency=1s".into(),
             "--v=3".into(),
+            // Eviction and image GC off unless a test turns them on (later flags win): a
+            // nearly full disk on the test machine must not evict other tests' pods or delete
+            // their images.
+            "--eviction-hard=memory.available<0%".into(),
+            "--image-gc-high-threshold=100".into(),
+            "--image-gc-low-threshold=99".into(),
         ];
         args.extend(extra.iter().cloned());
         let token = extra

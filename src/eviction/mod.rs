@@ -1,0 +1,690 @@
+//! The eviction manager: protects the node when memory, disk, inodes or PIDs run low, and
+//! enforces local ephemeral-storage limits, the kubelet's way (pkg/kubelet/eviction).
+//!
+//! Every `evictionMonitoringPeriod` (10 s, as the kubelet's housekeeping), and at once when the
+//! memory threshold notifier fires:
+//! 1. measure the node's signals ([`observe`]) and each active pod's usage;
+//! 2. local storage limits: a pod whose disk emptyDir exceeds its `sizeLimit`, whose container
+//!    exceeds its `ephemeral-storage` limit, or whose total exceeds the sum of its containers'
+//!    limits is evicted (grace 0);
+//! 3. thresholds ([`threshold`]): which are met (soft ones past their grace period), and the
+//!    node conditions MemoryPressure / DiskPressure / PIDPressure (held for
+//!    `evictionPressureTransitionPeriod` after the signal clears), published to the status store;
+//! 4. for disk signals, reclaim node-level resources first ([`gc`]: dead containers and
+//!    sandboxes, then unused images); if that is enough, stop;
+//! 5. rank the active pods ([`rank`]) and evict the first one (at most one per pass). Hard
+//!    thresholds kill with a 1 s grace period, soft ones with
+//!    min(terminationGracePeriodSeconds, evictionMaxPodGracePeriod).
+//!
+//! Unlike the kubelet, static pods are evictable (all pods here are static), except those with
+//! priority >= 2000000000. An evicted pod is Failed/Evicted until the condition that evicted it
+//! has cleared (the transition period included), then the sync loop re-admits it; local-storage
+//! evictions are re-admitted after one transition period. A changed manifest is a new pod and
+//! goes through admission at once.
+
+pub mod gc;
+pub mod notifier;
+pub mod observe;
+pub mod rank;
+pub mod threshold;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use crate::pod::Pod;
+use crate::pod::quantity::parse_quantity;
+use crate::runtime::Runtime;
+use crate::status::StatusStore;
+use crate::sync::LoopMsg;
+use threshold::{
+    NodeCondition, Observations, PressureState, RawThresholds, Resource, Signal, Threshold,
+};
+
+/// The eviction and GC settings (KubeletConfiguration names in the docs of each field).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvictionConfig {
+    /// evictionHard / evictionSoft / evictionSoftGracePeriod / evictionMinimumReclaim, as given.
+    pub raw: RawThresholds,
+    /// The validated thresholds built from `raw`.
+    pub thresholds: Vec<Threshold>,
+    /// evictionMaxPodGracePeriod (seconds; 0 = the pod's own grace period).
+    pub max_pod_grace_period: i64,
+    /// evictionPressureTransitionPeriod (5m).
+    pub pressure_transition_period: Duration,
+    /// How often the manager runs (10 s; nanolet's `evictionMonitoringPeriod`).
+    pub monitoring_period: Duration,
+    /// systemReserved / kubeReserved as given (cpu, memory, ephemeral-storage, pid).
+    pub system_reserved: BTreeMap<String, String>,
+    pub kube_reserved: BTreeMap<String, String>,
+    /// systemReserved + kubeReserved memory, bytes.
+    pub reserved_memory: i64,
+    /// systemReserved + kubeReserved cpu, millicores.
+    pub reserved_cpu_millis: i64,
+    pub image_gc: gc::ImageGcPolicy,
+}
+
+impl Default for EvictionConfig {
+    fn default() -> Self {
+        let raw = RawThresholds {
+            hard: threshold::default_hard(),
+            ..Default::default()
+        };
+        let thresholds = threshold::build(&raw).unwrap_or_default();
+        EvictionConfig {
+            raw,
+            thresholds,
+            max_pod_grace_period: 0,
+            pressure_transition_period: Duration::from_secs(300),
+            monitoring_period: Duration::from_secs(10),
+            system_reserved: BTreeMap::new(),
+            kube_reserved: BTreeMap::new(),
+            reserved_memory: 0,
+            reserved_cpu_millis: 0,
+            image_gc: gc::ImageGcPolicy::default(),
+        }
+    }
+}
+
+impl EvictionConfig {
+    /// Node allocatable (cpu millicores, memory bytes): capacity - systemReserved -
+    /// kubeReserved - the hard memory.available threshold.
+    pub fn allocatable(&self, cap: crate::node::Capacity) -> (i64, i64) {
+        (
+            (cap.cpu_millis - self.reserved_cpu_millis).max(0),
+            threshold::allocatable(
+                cap.memory_bytes,
+                self.reserved_memory,
+                &self.thresholds,
+                Signal::MemoryAvailable,
+            ),
+        )
+    }
+}
+
+/// What the manager asks the sync loop to do to a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    pub uid: String,
+    pub message: String,
+    pub grace_seconds: i64,
+    /// The condition whose clearing re-admits the pod; `None` for local-storage evictions.
+    pub condition: Option<NodeCondition>,
+}
+
+/// Formats bytes the way resource.Quantity prints BinarySI values: the largest binary suffix
+/// that divides exactly (`100Mi`, `1536Ki`), else plain bytes.
+pub fn format_bytes(v: i64) -> String {
+    const SUFFIXES: [(&str, u32); 5] = [("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
+    if v != 0 {
+        for (s, shift) in SUFFIXES {
+            let unit = 1i64 << shift;
+            if v % unit == 0 {
+                return format!("{}{s}", v / unit);
+            }
+        }
+    }
+    v.to_string()
+}
+
+fn format_amount(resource: Resource, v: i64) -> String {
+    match resource {
+        Resource::Memory | Resource::EphemeralStorage => format_bytes(v),
+        Resource::Inodes | Resource::Pids => v.to_string(),
+    }
+}
+
+/// A container's limit or request for `name` in bytes (0 when unset).
+fn container_quantity(c: &crate::pod::Container, limits: bool, name: &str) -> i64 {
+    let m = if limits {
+        &c.resources.limits
+    } else {
+        &c.resources.requests
+    };
+    m.get(name)
+        .and_then(|v| parse_quantity(v).ok())
+        .map(|q| q.value())
+        .unwrap_or(0)
+}
+
+/// A pod's request of `resource` (memory, ephemeral-storage; requests default to limits).
+pub fn pod_request(pod: &Pod, resource: Resource) -> i64 {
+    match resource {
+        Resource::Memory => crate::sync::pod_requests(pod).1,
+        Resource::EphemeralStorage => pod
+            .spec
+            .containers
+            .iter()
+            .map(|c| {
+                let r = container_quantity(c, false, "ephemeral-storage");
+                if r > 0 {
+                    r
+                } else {
+                    container_quantity(c, true, "ephemeral-storage")
+                }
+            })
+            .sum(),
+        Resource::Inodes | Resource::Pids => 0,
+    }
+}
+
+/// The local-storage limit a pod violates, as the kubelet words it
+/// (pkg/kubelet/eviction/helpers.go), or `None`.
+pub fn local_storage_violation(pod: &Pod, usage: &observe::PodUsage) -> Option<String> {
+    // emptyDir sizeLimit (disk medium only; memory-medium usage is memory).
+    let volumes = match pod.spec.extra.get("volumes") {
+        Some(serde_json::Value::Array(v)) => v.as_slice(),
+        _ => &[],
+    };
+    for v in volumes {
+        let Some(ed) = v.get("emptyDir") else {
+            continue;
+        };
+        if ed.get("medium").and_then(|m| m.as_str()) == Some("Memory") {
+            continue;
+        }
+        let Some(limit) = ed.get("sizeLimit").filter(|q| !q.is_null()) else {
+            continue;
+        };
+        let Ok(limit) = parse_quantity(limit) else {
+            continue;
+        };
+        let name = v.get("name").and_then(|n| n.as_str()).unwrap_or_default();
+        let used = usage.empty_dirs.get(name).copied().unwrap_or(0);
+        if limit.value() > 0 && used > limit.value() {
+            return Some(format!(
+                "Usage of EmptyDir volume \"{name}\" exceeds the limit \"{}\". ",
+                format_bytes(limit.value())
+            ));
+        }
+    }
+    // Container ephemeral-storage limits (writable layer + logs).
+    let mut total_limit = 0;
+    let mut all_limited = !pod.spec.containers.is_empty();
+    for c in &pod.spec.containers {
+        let limit = container_quantity(c, true, "ephemeral-storage");
+        if limit <= 0 {
+            all_limited = false;
+            continue;
+        }
+        total_limit += limit;
+        if usage.containers.get(&c.name).copied().unwrap_or(0) > limit {
+            return Some(format!(
+                "Container {} exceeded its local ephemeral storage limit \"{}\". ",
+                c.name,
+                format_bytes(limit)
+            ));
+        }
+    }
+    // The pod as a whole (containers + emptyDirs) against the sum of its containers' limits.
+    if all_limited && usage.disk > total_limit {
+        return Some(format!(
+            "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+            format_bytes(total_limit)
+        ));
+    }
+    None
+}
+
+/// The kubelet's eviction message for a threshold: the node figure and, for memory and
+/// ephemeral storage, the containers' usage against their requests.
+pub fn eviction_message(
+    t: &Threshold,
+    obs: &Observations,
+    pod: &Pod,
+    usage: &observe::PodUsage,
+) -> String {
+    let resource = t.signal.resource();
+    let o = obs
+        .get(&t.signal)
+        .copied()
+        .unwrap_or(threshold::Observation {
+            available: 0,
+            capacity: 0,
+        });
+    let mut msg = format!(
+        "The node was low on resource: {}. Threshold quantity: {}, available: {}. ",
+        resource.as_str(),
+        format_amount(resource, t.value.resolve(o.capacity)),
+        format_amount(resource, o.available),
+    );
+    if matches!(resource, Resource::Memory | Resource::EphemeralStorage) {
+        let key = resource.as_str();
+        for c in &pod.spec.containers {
+            let used = match resource {
+                Resource::Memory => usage.container_memory.get(&c.name).copied(),
+                _ => usage.containers.get(&c.name).copied(),
+            }
+            .unwrap_or(0);
+            let request = container_quantity(c, false, key);
+            if used > request {
+                msg.push_str(&format!(
+                    "Container {} was using {}, request is {}, has larger consumption of {}. ",
+                    c.name,
+                    format_bytes(used),
+                    format_bytes(request),
+                    resource.as_str()
+                ));
+            }
+        }
+    }
+    msg
+}
+
+/// The hard eviction grace period (the kubelet's immediateEvictionGracePeriodSeconds).
+const IMMEDIATE_GRACE_SECONDS: i64 = 1;
+
+/// Where to find pods' files.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+}
+
+pub struct Manager {
+    cfg: EvictionConfig,
+    runtime: Arc<dyn Runtime>,
+    store: Arc<StatusStore>,
+    loop_tx: Sender<LoopMsg>,
+    paths: Paths,
+    memory: observe::MemorySource,
+    state: PressureState,
+    images: gc::ImageGc,
+    /// Pinned image references besides CRI's own `pinned` (imported images, sandbox image).
+    pinned: Box<dyn Fn() -> Option<BTreeSet<String>> + Send>,
+    /// Pods already asked to go, with when (not asked again for a while).
+    evicting: BTreeMap<String, Instant>,
+    last_image_gc: Option<Instant>,
+    conditions: Vec<NodeCondition>,
+}
+
+/// How often image GC runs when there is no disk pressure (the kubelet's ImageGCPeriod).
+const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
+
+impl Manager {
+    pub fn new(
+        cfg: EvictionConfig,
+        runtime: Arc<dyn Runtime>,
+        store: Arc<StatusStore>,
+        loop_tx: Sender<LoopMsg>,
+        paths: Paths,
+        pinned: Box<dyn Fn() -> Option<BTreeSet<String>> + Send>,
+    ) -> Manager {
+        Manager {
+            cfg,
+            runtime,
+            store,
+            loop_tx,
+            paths,
+            memory: observe::MemorySource::detect(),
+            state: PressureState::default(),
+            images: gc::ImageGc::default(),
+            pinned,
+            evicting: BTreeMap::new(),
+            last_image_gc: None,
+            conditions: vec![],
+        }
+    }
+
+    /// The thread body: a pass every monitoring period, or when `wake` fires (the memory
+    /// threshold notifier), until `stop` fires or is dropped.
+    pub fn run(mut self, stop: Receiver<()>) {
+        let mut notifier = notifier::MemoryNotifier::new();
+        loop {
+            self.pass(Instant::now());
+            if let Some(n) = notifier.as_mut() {
+                n.arm(&self.cfg.thresholds, &self.memory);
+            }
+            let deadline = Instant::now() + self.cfg.monitoring_period;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                // Wake every 250 ms to notice `stop` and the memory threshold notifier.
+                match stop.recv_timeout(left.min(Duration::from_millis(250))) {
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                    Err(RecvTimeoutError::Timeout) => {}
+                }
+                if notifier.as_ref().is_some_and(|n| n.fired()) {
+                    info!("memory threshold notifier fired; checking eviction thresholds now");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Pods that hold resources: admitted, not terminal, not already being evicted.
+    fn active_pods(&self) -> Vec<Pod> {
+        self.store
+            .pods()
+            .into_iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == "Running" || s.phase == "Pending")
+            })
+            .filter(|p| !self.evicting.contains_key(&p.metadata.uid))
+            .collect()
+    }
+
+    fn usage(&self, pods: &[Pod]) -> BTreeMap<String, observe::PodUsage> {
+        let stats = self.runtime.list_container_stats().unwrap_or_default();
+        let mut by_pod = observe::stats_by_pod(stats);
+        pods.iter()
+            .map(|p| {
+                let uid = p.metadata.uid.clone();
+                let cgroup = crate::sync::worker::qos_cgroup_parent(p);
+                let u = observe::pod_usage(
+                    &observe::PodPaths {
+                        uid: &uid,
+                        log_dir: self
+                            .paths
+                            .pod_logs_dir
+                            .join(crate::sync::worker::pod_log_dir_name(p)),
+                        pod_dir: self.paths.root_dir.join("pods").join(&uid),
+                        cgroup: &cgroup,
+                    },
+                    &by_pod.remove(&uid).unwrap_or_default(),
+                );
+                (uid, u)
+            })
+            .collect()
+    }
+
+    fn evict(&mut self, pod: &Pod, message: String, grace: i64, condition: Option<NodeCondition>) {
+        let full = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
+        warn!(pod = %full, grace, "evicting pod: {message}");
+        self.evicting
+            .insert(pod.metadata.uid.clone(), Instant::now());
+        let _ = self.loop_tx.send(LoopMsg::Evict(Eviction {
+            uid: pod.metadata.uid.clone(),
+            message,
+            grace_seconds: grace,
+            condition,
+        }));
+        self.store.metrics().inc_evictions(&condition.map_or_else(
+            || "ephemeral-storage".to_string(),
+            |c| c.as_str().to_string(),
+        ));
+    }
+
+    fn observe(&self) -> Observations {
+        observe::observe_node(&observe::NodeProbe {
+            memory: &self.memory,
+            root_dir: &self.paths.root_dir,
+            pod_logs_dir: &self.paths.pod_logs_dir,
+            runtime: Some(self.runtime.as_ref()),
+        })
+    }
+
+    /// Image GC toward the low threshold; returns bytes freed.
+    fn image_gc(&mut self, obs: &Observations, force_bytes: i64, now: Instant) -> i64 {
+        let Some(view) = gc::image_view(self.runtime.as_ref()) else {
+            return 0;
+        };
+        self.images.detect(&view, now);
+        let mut want = force_bytes;
+        if let Some(o) = obs.get(&Signal::ImageFsAvailable) {
+            want = want.max(gc::bytes_to_free(
+                &self.cfg.image_gc,
+                o.capacity,
+                o.available,
+            ));
+        }
+        if want <= 0 {
+            return 0;
+        }
+        let Some(pinned) = (self.pinned)() else {
+            return 0;
+        };
+        let plan = self
+            .images
+            .plan(&view, &pinned, &self.cfg.image_gc, want, now);
+        gc::delete_images(self.runtime.as_ref(), &plan)
+    }
+
+    /// One pass of the manager.
+    pub fn pass(&mut self, now: Instant) {
+        let forget = self
+            .cfg
+            .pressure_transition_period
+            .max(Duration::from_secs(60));
+        self.evicting
+            .retain(|_, at| now.saturating_duration_since(*at) < forget);
+        let pods = self.active_pods();
+        let usage = self.usage(&pods);
+        self.store.metrics().inc_eviction_passes();
+
+        // Local storage limits first; any eviction here ends the pass (as in the kubelet).
+        let mut evicted_local = false;
+        for p in &pods {
+            if rank::is_critical(p) {
+                continue;
+            }
+            if let Some(msg) = usage
+                .get(&p.metadata.uid)
+                .and_then(|u| local_storage_violation(p, u))
+            {
+                self.evict(p, msg, 0, None);
+                evicted_local = true;
+            }
+        }
+
+        let mut obs = self.observe();
+        let result = self.state.pass(
+            &self.cfg.thresholds,
+            &obs,
+            self.cfg.pressure_transition_period,
+            now,
+        );
+        if result.conditions != self.conditions {
+            for c in &result.conditions {
+                if !self.conditions.contains(c) {
+                    warn!(condition = c.as_str(), "node condition is now true");
+                }
+            }
+            for c in &self.conditions {
+                if !result.conditions.contains(c) {
+                    info!(condition = c.as_str(), "node condition cleared");
+                }
+            }
+            self.conditions = result.conditions.clone();
+            self.store.set_node_conditions(&self.conditions);
+            let _ = self.loop_tx.send(LoopMsg::NodeConditions);
+        }
+        let periodic_gc = self
+            .last_image_gc
+            .is_none_or(|t| now.saturating_duration_since(t) >= IMAGE_GC_PERIOD);
+        if periodic_gc {
+            self.last_image_gc = Some(now);
+            self.image_gc(&obs, 0, now);
+        }
+        if evicted_local || result.actionable.is_empty() {
+            return;
+        }
+        // Memory first, then the others in configuration order (the kubelet's eviction
+        // priority puts memory first).
+        let mut todo = result.actionable.clone();
+        todo.sort_by_key(|t| t.signal != Signal::MemoryAvailable);
+        let t = todo[0].clone();
+
+        // Reclaim node-level resources for disk signals; stop if that was enough.
+        if t.signal.condition() == NodeCondition::DiskPressure {
+            let keep: BTreeSet<String> = self
+                .store
+                .pods()
+                .into_iter()
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .is_none_or(|s| s.phase != "Failed" && s.phase != "Succeeded")
+                })
+                .map(|p| p.metadata.uid)
+                .collect();
+            let removed = gc::reclaim_containers(self.runtime.as_ref(), &keep);
+            let o = obs.get(&t.signal).copied();
+            let need = o.map_or(0, |o| {
+                t.value.resolve(o.capacity) + t.min_reclaim.map_or(0, |r| r.resolve(o.capacity))
+                    - o.available
+            });
+            let freed = if matches!(t.signal, Signal::ImageFsAvailable | Signal::NodeFsAvailable) {
+                self.image_gc(&obs, need, now)
+            } else {
+                0
+            };
+            info!(signal = %t.signal, containers_removed = removed, image_bytes_freed = freed, "reclaimed node-level resources");
+            obs = self.observe();
+            if threshold::met(std::slice::from_ref(&t), &obs, true).is_empty() {
+                info!(signal = %t.signal, "node-level reclaim relieved the pressure; no pod evicted");
+                return;
+            }
+        }
+
+        let resource = t.signal.resource();
+        let candidates: Vec<rank::Candidate> = pods
+            .iter()
+            .map(|p| {
+                let u = usage.get(&p.metadata.uid).cloned().unwrap_or_default();
+                rank::Candidate {
+                    uid: p.metadata.uid.clone(),
+                    priority: rank::priority(p),
+                    usage: match resource {
+                        Resource::Memory => u.memory,
+                        Resource::EphemeralStorage => u.disk,
+                        Resource::Inodes => u.inodes,
+                        Resource::Pids => u.pids,
+                    },
+                    request: pod_request(p, resource),
+                }
+            })
+            .collect();
+        let Some(victim) = rank::victim(resource, candidates) else {
+            warn!(signal = %t.signal, "eviction threshold met but every pod is critical; nothing to evict");
+            return;
+        };
+        let Some(pod) = pods.iter().find(|p| p.metadata.uid == victim.uid) else {
+            return;
+        };
+        let u = usage.get(&victim.uid).cloned().unwrap_or_default();
+        let msg = eviction_message(&t, &obs, pod, &u);
+        let grace = if t.is_hard() {
+            IMMEDIATE_GRACE_SECONDS
+        } else {
+            let own = pod.spec.termination_grace_period_seconds.unwrap_or(30);
+            if self.cfg.max_pod_grace_period > 0 {
+                own.min(self.cfg.max_pod_grace_period)
+            } else {
+                own
+            }
+        };
+        self.evict(pod, msg, grace, Some(t.signal.condition()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn bytes_print_like_binary_si_quantities() {
+        assert_eq!(format_bytes(100 << 20), "100Mi");
+        assert_eq!(format_bytes(1536 << 10), "1536Ki");
+        assert_eq!(format_bytes(1 << 30), "1Gi");
+        assert_eq!(format_bytes(1000), "1000");
+        assert_eq!(format_bytes(0), "0");
+    }
+
+    fn pod_with(volumes: serde_json::Value, containers: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {"containers": containers, "volumes": volumes}
+        }))
+        .unwrap()
+    }
+
+    /// LocalStorageCapacityIsolation: emptyDir sizeLimit, container limit, pod total, with the
+    /// kubelet's messages; memory-medium emptyDirs never count as disk.
+    #[test]
+    fn local_storage_limits_are_enforced_with_the_kubelet_messages() {
+        let pod = pod_with(
+            json!([{"name": "scratch", "emptyDir": {"sizeLimit": "8Mi"}},
+                   {"name": "ram", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}]),
+            json!([{"name": "c", "image": "i"}]),
+        );
+        let mut u = observe::PodUsage::default();
+        u.empty_dirs.insert("scratch".into(), (8 << 20) * 99 / 100);
+        assert_eq!(local_storage_violation(&pod, &u), None);
+        u.empty_dirs.insert("scratch".into(), 9 << 20);
+        assert_eq!(
+            local_storage_violation(&pod, &u).unwrap(),
+            "Usage of EmptyDir volume \"scratch\" exceeds the limit \"8Mi\". "
+        );
+
+        let pod = pod_with(
+            json!([]),
+            json!([{"name": "a", "image": "i", "resources": {"limits": {"ephemeral-storage": "10Mi"}}},
+                   {"name": "b", "image": "i", "resources": {"limits": {"ephemeral-storage": "10Mi"}}}]),
+        );
+        let mut u = observe::PodUsage::default();
+        u.containers.insert("a".into(), 11 << 20);
+        assert_eq!(
+            local_storage_violation(&pod, &u).unwrap(),
+            "Container a exceeded its local ephemeral storage limit \"10Mi\". "
+        );
+        u.containers.insert("a".into(), 9 << 20);
+        u.disk = 21 << 20;
+        assert_eq!(
+            local_storage_violation(&pod, &u).unwrap(),
+            "Pod ephemeral local storage usage exceeds the total limit of containers 20Mi. "
+        );
+        u.disk = 19 << 20;
+        assert_eq!(local_storage_violation(&pod, &u), None);
+    }
+
+    #[test]
+    fn eviction_message_names_signal_threshold_and_containers() {
+        let t = threshold::build(&RawThresholds {
+            hard: [("memory.available".to_string(), "100Mi".to_string())].into(),
+            ..Default::default()
+        })
+        .unwrap()
+        .remove(0);
+        let obs: Observations = [(
+            Signal::MemoryAvailable,
+            threshold::Observation {
+                available: 50 << 20,
+                capacity: 1 << 30,
+            },
+        )]
+        .into();
+        let pod = pod_with(
+            json!([]),
+            json!([{"name": "hog", "image": "i", "resources": {"requests": {"memory": "10Mi"}}}]),
+        );
+        let mut u = observe::PodUsage::default();
+        u.container_memory.insert("hog".into(), 300 << 20);
+        assert_eq!(
+            eviction_message(&t, &obs, &pod, &u),
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. \
+             Container hog was using 300Mi, request is 10Mi, has larger consumption of memory. "
+        );
+    }
+
+    #[test]
+    fn default_config_and_allocatable() {
+        let c = EvictionConfig::default();
+        assert_eq!(c.thresholds.len(), 4);
+        let (cpu, mem) = c.allocatable(crate::node::Capacity {
+            cpu_millis: 2000,
+            memory_bytes: 1 << 30,
+        });
+        assert_eq!((cpu, mem), (2000, (1 << 30) - (100 << 20)));
+    }
+}
