@@ -273,12 +273,14 @@ impl Containerd {
         fs::read_to_string(self.tmp.join("containerd.log")).unwrap_or_default()
     }
 
-    /// Imports an OCI/docker archive into namespace k8s.io.
+    /// Imports an OCI/docker archive into namespace k8s.io with `nanolet images import` (the
+    /// product's own import path; its pin record goes to `<tmp>/image-pins`).
     pub fn import_image(&self, tar: &Path) {
-        let sock = self.socket.display().to_string();
         if let Err(e) = run_ok(
-            Command::new("ctr")
-                .args(["-a", &sock, "-n", "k8s.io", "images", "import"])
+            Command::new(env!("CARGO_BIN_EXE_nanolet"))
+                .args(["images", "import"])
+                .arg(format!("--container-runtime-endpoint={}", self.endpoint()))
+                .arg(format!("--root-dir={}", self.tmp.join("image-pins").display()))
                 .arg(tar),
         ) {
             panic!(
