@@ -343,3 +343,63 @@ fn images_directory_imports_at_start_and_on_new_files() {
     // Only junk.tar (failed, so not remembered) is tried again.
     assert_eq!(after - before, 1, "{}", n.log_tail());
 }
+
+fn waiting_reason(p: &Value) -> String {
+    p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The kubelet's image pull back-off (pkg/kubelet/images: flowcontrol.NewBackOff(10s, 300s)):
+/// a failed pull is `ErrImagePull`, the status then shows `ImagePullBackOff` while the next
+/// pull waits 10 s, then 20 s (doubling up to 300 s).
+#[test]
+fn missing_registry_goes_err_image_pull_then_image_pull_backoff_with_backoff() {
+    let ctd = Containerd::start();
+    // A port nothing listens on: the pull fails fast with "connection refused".
+    let port = common::agent::free_port();
+    let image = format!("127.0.0.1:{port}/nope/busybox:1");
+    let n = Nanolet::start(&ctd, &[]);
+    n.write("nope.yaml", &pod_yaml("nope", &image, "IfNotPresent", ""));
+    let p = n.wait_pod("nope", "ErrImagePull", |p| {
+        waiting_reason(p) == "ErrImagePull"
+    });
+    assert_eq!(p["status"]["phase"], "Pending");
+    n.wait_pod("nope", "ImagePullBackOff", |p| {
+        waiting_reason(p) == "ImagePullBackOff"
+    });
+    let p = n.pod("nope").unwrap();
+    let msg = p["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or("");
+    assert_eq!(msg, format!("Back-off pulling image \"{image}\""));
+
+    // The pull attempts, timed by nanolet's own log lines: 10 s after the first failure,
+    // then 20 s.
+    let failures = |log: &str| -> Vec<std::time::SystemTime> {
+        log.lines()
+            .filter(|l| l.contains("pulling image failed") && l.contains("nope-node1"))
+            .filter_map(|l| nanolet::timeutil::parse_rfc3339(l.split_whitespace().next()?))
+            .collect()
+    };
+    let times = wait_for(Duration::from_secs(45), || {
+        Some(failures(&fs::read_to_string(&n.log).unwrap_or_default())).filter(|t| t.len() >= 3)
+    })
+    .unwrap_or_else(|| panic!("three pull failures expected\n{}", n.log_tail()));
+    let gap = |i: usize| times[i + 1].duration_since(times[i]).unwrap_or_default();
+    assert!(
+        gap(0) >= Duration::from_millis(9_500) && gap(0) <= Duration::from_millis(12_000),
+        "first back-off should be 10 s, was {:?}",
+        gap(0)
+    );
+    assert!(
+        gap(1) >= Duration::from_millis(19_500) && gap(1) <= Duration::from_millis(22_000),
+        "second back-off should be 20 s, was {:?}",
+        gap(1)
+    );
+    // ... and back to ImagePullBackOff after each failure.
+    n.wait_pod("nope", "ImagePullBackOff again", |p| {
+        waiting_reason(p) == "ImagePullBackOff"
+    });
+}

@@ -62,6 +62,18 @@ impl Backoff {
         }
     }
 
+    /// Time left of `key`'s back-off counted from its last update (the kubelet's
+    /// `IsInBackOffSinceUpdate`, used for image pulls); `None` when it is over.
+    pub fn remaining_since_update(&self, key: &str, now: Instant) -> Option<Duration> {
+        let e = self.entries.get(key)?;
+        if self.expired(e, now) {
+            return None;
+        }
+        e.delay
+            .checked_sub(now.saturating_duration_since(e.last_update))
+            .filter(|d| !d.is_zero())
+    }
+
     /// The current delay recorded for `key` (what the kubelet prints as "back-off 20s").
     pub fn delay(&self, key: &str) -> Option<Duration> {
         self.entries.get(key).map(|e| e.delay)
@@ -104,6 +116,19 @@ mod tests {
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)
+    }
+
+    #[test]
+    fn image_backoff_counts_from_the_last_failure() {
+        let t0 = Instant::now();
+        let mut b = Backoff::default();
+        assert_eq!(b.remaining_since_update("img", t0), None);
+        b.next("img", t0);
+        assert_eq!(b.remaining_since_update("img", t0 + secs(3)), Some(secs(7)));
+        assert_eq!(b.remaining_since_update("img", t0 + secs(10)), None);
+        b.next("img", t0 + secs(10));
+        assert_eq!(b.remaining_since_update("img", t0 + secs(15)), Some(secs(15)));
+        assert_eq!(b.remaining_since_update("img", t0 + secs(30)), None);
     }
 
     #[test]

@@ -750,7 +750,7 @@ impl PodWorker {
             return Ok(());
         }
         let key = format!("image:{}:{}", self.uid(), image);
-        if let Some(rem) = self.image_backoff.remaining(&key, n.instant, n.instant) {
+        if let Some(rem) = self.image_backoff.remaining_since_update(&key, n.instant) {
             return Err((
                 WaitingReason {
                     reason: "ImagePullBackOff".into(),
@@ -796,12 +796,14 @@ impl PodWorker {
                     "Failed",
                     &format!("Failed to pull image \"{image}\": {}", e.message),
                 );
+                // Sync again shortly so the status moves on to ImagePullBackOff while the
+                // back-off runs (as the kubelet shows it); the next pull waits for `delay`.
                 Err((
                     WaitingReason {
                         reason: "ErrImagePull".into(),
                         message: e.message,
                     },
-                    delay,
+                    delay.min(Duration::from_secs(1)),
                 ))
             }
         }

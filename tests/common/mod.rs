@@ -211,12 +211,20 @@ pub struct Containerd {
     bridge: String,
     subnet: String,
     net_lock: PathBuf,
+    /// Registry hosts (`127.0.0.1:PORT`) the CRI plugin reaches over plain http (a mirror
+    /// entry per host in the config); empty for every test but the fake-registry ones.
+    plain_http_registries: Vec<String>,
 }
 
 impl Containerd {
     /// Starts a containerd in a fresh temp dir and imports the test images. Panics (after
     /// cleaning up) if anything fails.
     pub fn start() -> Containerd {
+        Self::start_with_plain_http_registries(&[])
+    }
+
+    /// As [`Containerd::start`], with CRI registry mirrors that reach `hosts` over plain http.
+    pub fn start_with_plain_http_registries(hosts: &[String]) -> Containerd {
         check_deps();
         reap_stale_instances();
         let images = test_images();
@@ -234,6 +242,7 @@ impl Containerd {
             bridge: format!("nlt{octet}"),
             subnet: format!("10.{octet}.0.0/16"),
             net_lock,
+            plain_http_registries: hosts.to_vec(),
         };
         ctd.write_config();
         ctd.start_daemon();
@@ -280,7 +289,10 @@ impl Containerd {
             Command::new(env!("CARGO_BIN_EXE_nanolet"))
                 .args(["images", "import"])
                 .arg(format!("--container-runtime-endpoint={}", self.endpoint()))
-                .arg(format!("--root-dir={}", self.tmp.join("image-pins").display()))
+                .arg(format!(
+                    "--root-dir={}",
+                    self.tmp.join("image-pins").display()
+                ))
                 .arg(tar),
         ) {
             panic!(
@@ -314,6 +326,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       conf_dir = "{t}/cni"
 "#
         );
+        let mut config = config;
+        for h in &self.plain_http_registries {
+            config.push_str(&format!(
+                "    [plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"{h}\"]\n      endpoint = [\"http://{h}\"]\n"
+            ));
+        }
         fs::write(&self.config, config)
             .unwrap_or_else(|e| panic!("writing containerd config: {e}"));
         let conflist = format!(
@@ -590,6 +608,7 @@ fn reap_stale_instances() {
                 bridge,
                 subnet: String::new(),
                 net_lock: PathBuf::new(),
+                plain_http_registries: Vec::new(),
             });
         }
     });
