@@ -158,11 +158,14 @@ impl NotifySocket {
     }
 }
 
+/// (container, containerID, startedAt, restartCount)
+type ContainerFacts = (String, String, String, i64);
+
 /// What must not change across the upgrade, per pod and per running CRI task.
 #[derive(Debug, PartialEq)]
 struct Snapshot {
-    /// pod name -> (uid, podIP, [(container, containerID, startedAt, restartCount)])
-    pods: BTreeMap<String, (String, String, Vec<(String, String, String, i64)>)>,
+    /// pod name -> (uid, podIP, containers)
+    pods: BTreeMap<String, (String, String, Vec<ContainerFacts>)>,
     /// containerd task (sandbox or container) ID -> PID
     tasks: BTreeMap<String, u32>,
 }
