@@ -403,3 +403,192 @@ fn missing_registry_goes_err_image_pull_then_image_pull_backoff_with_backoff() {
         waiting_reason(p) == "ImagePullBackOff"
     });
 }
+
+fn b64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in data.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A registry v2 serving the busybox test image under any repository and tag, over plain
+/// HTTP, requiring Basic auth `user:password`. Counts authorised manifest requests.
+struct FakeRegistry {
+    port: u16,
+    authorised: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    server: std::sync::Arc<tiny_http::Server>,
+}
+
+impl FakeRegistry {
+    fn start(layout: &Path, user: &str, password: &str) -> FakeRegistry {
+        let index = read_json(&layout.join("index.json"));
+        let mdigest = index["manifests"][0]["digest"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let manifest = fs::read(blob(layout, &mdigest)).unwrap();
+        let mt = index["manifests"][0]["mediaType"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let layout = layout.to_path_buf();
+        let server = std::sync::Arc::new(tiny_http::Server::http("127.0.0.1:0").unwrap());
+        let port = server.server_addr().to_ip().unwrap().port();
+        let want = format!("Basic {}", b64(format!("{user}:{password}").as_bytes()));
+        let authorised = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (srv, count) = (server.clone(), authorised.clone());
+        std::thread::spawn(move || {
+            for req in srv.incoming_requests() {
+                let authz = req
+                    .headers()
+                    .iter()
+                    .find(|x| x.field.equiv("Authorization"))
+                    .map(|x| x.value.as_str().to_string());
+                let h = |k: &str, v: &str| tiny_http::Header::from_bytes(k, v).unwrap();
+                if authz.as_deref() != Some(want.as_str()) {
+                    let r = tiny_http::Response::from_string("unauthorized")
+                        .with_status_code(401)
+                        .with_header(h("WWW-Authenticate", "Basic realm=\"nanolet-test\""));
+                    let _ = req.respond(r);
+                    continue;
+                }
+                let url = req.url().to_string();
+                let resp = if url == "/v2/" {
+                    tiny_http::Response::from_data(b"{}".to_vec())
+                } else if url.contains("/manifests/") {
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tiny_http::Response::from_data(manifest.clone())
+                        .with_header(h("Content-Type", &mt))
+                        .with_header(h("Docker-Content-Digest", &mdigest))
+                } else if let Some(d) = url.split("/blobs/").nth(1) {
+                    match fs::read(blob(&layout, d)) {
+                        Ok(b) => tiny_http::Response::from_data(b)
+                            .with_header(h("Docker-Content-Digest", d)),
+                        Err(_) => tiny_http::Response::from_data(Vec::new()).with_status_code(404),
+                    }
+                } else {
+                    tiny_http::Response::from_data(Vec::new()).with_status_code(404)
+                };
+                let _ = req.respond(resp);
+            }
+        });
+        FakeRegistry {
+            port,
+            authorised,
+            server,
+        }
+    }
+}
+
+impl Drop for FakeRegistry {
+    fn drop(&mut self) {
+        self.server.unblock();
+    }
+}
+
+/// The kubelet's registry credentials (pkg/credentialprovider): the pod's imagePullSecrets
+/// first, then the node's docker config.json, each entry matched to the image by host, port
+/// and path prefix; with no match the pull is anonymous. Credentials go to the runtime as
+/// CRI AuthConfig and never into logs, events or status.
+#[test]
+fn registry_credentials_from_config_json_and_pull_secrets() {
+    let password = "s3cr3t-pw-42";
+    let work_tmp = tempfile::tempdir().unwrap();
+    let layout = work_tmp.path().join("layout");
+    extract_busybox(&layout);
+    let reg = FakeRegistry::start(&layout, "nano", password);
+    let host = format!("127.0.0.1:{}", reg.port);
+    let ctd = Containerd::start_with_plain_http_registries(std::slice::from_ref(&host));
+    let cfg_dir = ctd.tmp().join("creds");
+    fs::create_dir_all(cfg_dir.join("secrets")).unwrap();
+    let auth = b64(format!("nano:{password}").as_bytes());
+    // The node file knows only <host>/node; the pull secret only <host>/pod.
+    let node_file = cfg_dir.join("config.json");
+    fs::write(
+        &node_file,
+        format!(r#"{{"auths":{{"{host}/node":{{"auth":"{auth}"}}}}}}"#),
+    )
+    .unwrap();
+    let dcj = b64(format!(
+        r#"{{"auths":{{"http://{host}/pod":{{"username":"nano","password":"{password}"}}}}}}"#
+    )
+    .as_bytes());
+    fs::write(
+        cfg_dir.join("secrets/regcred.yaml"),
+        format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: regcred\ntype: kubernetes.io/dockerconfigjson\ndata:\n  .dockerconfigjson: {dcj}\n"),
+    )
+    .unwrap();
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--image-credentials-file={}", node_file.display()),
+            format!("--secret-dir={}", cfg_dir.join("secrets").display()),
+        ],
+    );
+
+    // No matching credentials: anonymous, refused by the registry.
+    n.write(
+        "anon.yaml",
+        &pod_yaml(
+            "anon",
+            &format!("{host}/anon/busybox:1"),
+            "IfNotPresent",
+            "",
+        ),
+    );
+    let p = n.wait_pod("anon", "ErrImagePull", |p| {
+        matches!(
+            waiting_reason(p).as_str(),
+            "ErrImagePull" | "ImagePullBackOff"
+        )
+    });
+    assert_eq!(p["status"]["phase"], "Pending");
+    assert_eq!(reg.authorised.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    // The node's config.json.
+    n.write(
+        "node.yaml",
+        &pod_yaml(
+            "node",
+            &format!("{host}/node/busybox:1"),
+            "IfNotPresent",
+            "",
+        ),
+    );
+    n.wait_phase("node", "Succeeded");
+    // An imagePullSecret from the local store.
+    let secret_spec = "  imagePullSecrets:\n  - name: regcred\n";
+    n.write(
+        "pod.yaml",
+        &pod_yaml(
+            "pod",
+            &format!("{host}/pod/busybox:1"),
+            "IfNotPresent",
+            secret_spec,
+        ),
+    );
+    n.wait_phase("pod", "Succeeded");
+    assert!(reg.authorised.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+
+    // The secrets appear nowhere nanolet writes.
+    let log = fs::read_to_string(&n.log).unwrap_or_default();
+    let pods = n.get("/pods").unwrap_or_default();
+    let events = n.get("/api/v1/events").unwrap_or_default();
+    for (what, text) in [("log", &log), ("/pods", &pods), ("events", &events)] {
+        assert!(
+            !text.contains(password) && !text.contains(&auth),
+            "credentials in {what}"
+        );
+    }
+}
