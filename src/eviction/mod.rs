@@ -302,6 +302,9 @@ pub struct Manager {
     conditions: Vec<NodeCondition>,
 }
 
+/// The kubelet's podCleanupTimeout.
+const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How often image GC runs when there is no disk pressure (the kubelet's ImageGCPeriod).
 const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 
@@ -396,6 +399,31 @@ impl Manager {
             .collect()
     }
 
+    /// After evicting, wait (up to the kubelet's podCleanupTimeout, 30 s) until the evicted
+    /// pods are Failed with no container running, so that their memory and volumes are freed
+    /// before the next pass measures again and picks another victim.
+    fn wait_for_cleanup(&self, uids: &[String]) {
+        let deadline = Instant::now() + POD_CLEANUP_TIMEOUT;
+        while Instant::now() < deadline {
+            let done = uids.iter().all(|uid| {
+                self.store.get(uid).is_none_or(|p| {
+                    p.status.as_ref().is_some_and(|s| {
+                        s.phase == "Failed"
+                            && s.container_statuses
+                                .iter()
+                                .chain(&s.init_container_statuses)
+                                .all(|c| c.state.running.is_none())
+                    })
+                })
+            });
+            if done {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        warn!(pods = ?uids, "evicted pods not cleaned up within {POD_CLEANUP_TIMEOUT:?}");
+    }
+
     fn evict(&mut self, pod: &Pod, message: String, grace: i64, condition: Option<NodeCondition>) {
         let full = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
         warn!(pod = %full, grace, "evicting pod: {message}");
@@ -450,18 +478,22 @@ impl Manager {
 
     /// One pass of the manager.
     pub fn pass(&mut self, now: Instant) {
-        let forget = self
-            .cfg
-            .pressure_transition_period
-            .max(Duration::from_secs(60));
-        self.evicting
-            .retain(|_, at| now.saturating_duration_since(*at) < forget);
+        // An evicted pod counts as "being evicted" until its status says Failed (then it is
+        // not active anyway; once re-admitted it is a candidate again).
+        let store = self.store.clone();
+        self.evicting.retain(|uid, at| {
+            now.saturating_duration_since(*at) < POD_CLEANUP_TIMEOUT * 2
+                && store
+                    .get(uid)
+                    .and_then(|p| p.status)
+                    .is_some_and(|s| s.phase != "Failed")
+        });
         let pods = self.active_pods();
         let usage = self.usage(&pods);
         self.store.metrics().inc_eviction_passes();
 
         // Local storage limits first; any eviction here ends the pass (as in the kubelet).
-        let mut evicted_local = false;
+        let mut evicted_local = vec![];
         for p in &pods {
             if rank::is_critical(p) {
                 continue;
@@ -471,7 +503,7 @@ impl Manager {
                 .and_then(|u| local_storage_violation(p, u))
             {
                 self.evict(p, msg, 0, None);
-                evicted_local = true;
+                evicted_local.push(p.metadata.uid.clone());
             }
         }
 
@@ -504,7 +536,11 @@ impl Manager {
             self.last_image_gc = Some(now);
             self.image_gc(&obs, 0, now);
         }
-        if evicted_local || result.actionable.is_empty() {
+        if !evicted_local.is_empty() {
+            self.wait_for_cleanup(&evicted_local);
+            return;
+        }
+        if result.actionable.is_empty() {
             return;
         }
         // Memory first, then the others in configuration order (the kubelet's eviction
@@ -532,7 +568,15 @@ impl Manager {
                 t.value.resolve(o.capacity) + t.min_reclaim.map_or(0, |r| r.resolve(o.capacity))
                     - o.available
             });
-            let freed = if matches!(t.signal, Signal::ImageFsAvailable | Signal::NodeFsAvailable) {
+            // Deleting images helps nodefs only when images live on the same filesystem.
+            let images_help = match t.signal {
+                Signal::ImageFsAvailable => true,
+                Signal::NodeFsAvailable => {
+                    observe::images_share_nodefs(self.runtime.as_ref(), &self.paths.root_dir)
+                }
+                _ => false,
+            };
+            let freed = if images_help {
                 self.image_gc(&obs, need, now)
             } else {
                 0
@@ -564,7 +608,7 @@ impl Manager {
             })
             .collect();
         let Some(victim) = rank::victim(resource, candidates) else {
-            warn!(signal = %t.signal, "eviction threshold met but every pod is critical; nothing to evict");
+            warn!(signal = %t.signal, "eviction threshold met but no pod can be evicted (none active, or all critical)");
             return;
         };
         let Some(pod) = pods.iter().find(|p| p.metadata.uid == victim.uid) else {
@@ -583,6 +627,7 @@ impl Manager {
             }
         };
         self.evict(pod, msg, grace, Some(t.signal.condition()));
+        self.wait_for_cleanup(&[victim.uid]);
     }
 }
 

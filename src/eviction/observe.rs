@@ -200,6 +200,17 @@ pub fn observe_node(p: &NodeProbe<'_>) -> Observations {
     obs
 }
 
+/// Whether the runtime's image filesystem is the root dir's filesystem.
+pub fn images_share_nodefs(rt: &dyn Runtime, root_dir: &Path) -> bool {
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+    let images = rt
+        .image_fs_info()
+        .ok()
+        .and_then(|v| v.into_iter().find(|f| !f.mountpoint.is_empty()))
+        .and_then(|f| dev(Path::new(&f.mountpoint)));
+    images.is_none() || images == dev(root_dir)
+}
+
 /// Disk usage of a directory tree: (bytes by allocated blocks, inodes). Stays on the tree's
 /// filesystem (a tmpfs mounted inside is not counted), does not follow symlinks, and stops
 /// descending past a depth of 64.

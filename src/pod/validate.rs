@@ -53,8 +53,14 @@ pub fn apply_api_defaults(pod: &mut Pod) {
     if spec.enable_service_links.is_none() {
         spec.enable_service_links = Some(true);
     }
+    // The API server's Priority admission: the built-in classes' values, else 0 (there are
+    // no PriorityClass objects without an API server).
     if spec.priority.is_none() {
-        spec.priority = Some(0);
+        spec.priority = Some(match spec.priority_class_name.as_str() {
+            "system-node-critical" => 2_000_001_000,
+            "system-cluster-critical" => 2_000_000_000,
+            _ => 0,
+        });
     }
     let host_network = spec.host_network;
     for c in spec
@@ -772,6 +778,11 @@ mod tests {
         assert_eq!(p.spec.scheduler_name, "default-scheduler");
         assert_eq!(p.spec.enable_service_links, Some(true));
         assert_eq!(p.spec.priority, Some(0));
+        let mut crit = p.clone();
+        crit.spec.priority = None;
+        crit.spec.priority_class_name = "system-node-critical".into();
+        apply_defaults(&mut crit);
+        assert_eq!(crit.spec.priority, Some(2_000_001_000));
         let c = &p.spec.containers[0];
         assert_eq!(c.image_pull_policy, "IfNotPresent");
         assert_eq!(c.termination_message_path, "/dev/termination-log");

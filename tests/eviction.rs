@@ -1,0 +1,415 @@
+//! Eviction, local storage limits and admission against a real containerd, with the real
+//! binary. The tests in this file run one at a time (they measure the node's memory and disk).
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use common::agent::{NODE, Nanolet, TIMEOUT};
+use common::{Containerd, wait_for};
+use serde_json::Value;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn pod_yaml(name: &str, body: &str) -> String {
+    format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n{body}")
+}
+
+fn container<'a>(p: &'a Value, name: &str) -> &'a Value {
+    p["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+fn running_id(p: &Value) -> (String, i64) {
+    let c = container(p, "c");
+    (
+        c["containerID"].as_str().unwrap_or_default().to_string(),
+        c["restartCount"].as_i64().unwrap_or(-1),
+    )
+}
+
+fn is_evicted(p: &Value) -> bool {
+    p["status"]["phase"] == "Failed" && p["status"]["reason"] == "Evicted"
+}
+
+fn ready(p: &Value) -> bool {
+    p["status"]["conditions"].as_array().is_some_and(|a| {
+        a.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+fn healthz(n: &Nanolet) -> String {
+    n.get("/healthz?verbose").unwrap_or_default()
+}
+
+/// The eviction manager's pass counter from /metrics.
+fn passes(n: &Nanolet) -> u64 {
+    n.get("/metrics")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("nanolet_eviction_manager_passes_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Waits until the eviction manager has completed `k` more passes.
+fn wait_passes(n: &Nanolet, k: u64) {
+    let start = passes(n);
+    wait_for(TIMEOUT, || (passes(n) >= start + k).then_some(())).unwrap_or_else(|| {
+        panic!(
+            "eviction manager stuck at {} passes\n{}",
+            passes(n),
+            n.log_tail()
+        )
+    });
+}
+
+fn evicted_event(n: &Nanolet, pod: &str) -> Option<String> {
+    let full = format!("{pod}-{}", NODE.to_lowercase());
+    let events: Value = serde_json::from_str(&n.get("/api/v1/namespaces/default/events")?).ok()?;
+    events["items"].as_array()?.iter().find_map(|e| {
+        (e["reason"] == "Evicted" && e["involvedObject"]["name"] == full.as_str())
+            .then(|| e["message"].as_str().unwrap_or_default().to_string())
+    })
+}
+
+/// A tmpfs mounted for the test, unmounted (lazily, with everything below it) on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        fs::create_dir_all(dir).expect("tmpfs dir");
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(format!("size={size}").as_str()),
+        )
+        .expect("mount tmpfs");
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// Disk pressure (nodefs.available on a 64 MiB root dir): the BestEffort pod that fills its
+/// emptyDir is evicted (Failed/Evicted, an Evicted event naming ephemeral-storage), the
+/// system-node-critical pod beside it is untouched (nanolet's edge rule: priority >=
+/// 2000000000 is never evicted), DiskPressure shows in /healthz?verbose and in the node object,
+/// clears after evictionPressureTransitionPeriod, and then the evicted pod is re-admitted.
+#[test]
+fn disk_pressure_evicts_the_filler_not_the_critical_pod_and_readmits_it() {
+    let _serial = serial();
+    let ctd = Containerd::start();
+    let small = Tmpfs::mount(&ctd.tmp().join("small-root"), "64m");
+    let marker = ctd.tmp().join("marker");
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--root-dir={}", small.0.display()),
+            // Logs on the same small filesystem: nodefs is only this one.
+            format!("--pod-logs-dir={}", small.0.join("log/pods").display()),
+            "--eviction-hard=nodefs.available<30%".into(),
+            "--eviction-monitoring-period=1s".into(),
+            "--eviction-pressure-transition-period=5s".into(),
+        ],
+    );
+    n.write(
+        "critical.yaml",
+        &pod_yaml(
+            "critical",
+            "spec:\n  priorityClassName: system-node-critical\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n",
+        ),
+    );
+    let crit = n.wait_phase("critical", "Running");
+    let crit_before = running_id(&crit);
+    n.write(
+        "filler.yaml",
+        &pod_yaml(
+            "filler",
+            &format!(
+                "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'if [ -e /marker/done ]; then exec sleep 3600; fi; touch /marker/done; dd if=/dev/zero of=/scratch/fill bs=1M count=50; exec sleep 3600']\n    volumeMounts:\n    - {{name: scratch, mountPath: /scratch}}\n    - {{name: marker, mountPath: /marker}}\n  volumes:\n  - name: scratch\n    emptyDir: {{}}\n  - name: marker\n    hostPath: {{path: {}, type: DirectoryOrCreate}}\n",
+                marker.display()
+            ),
+        ),
+    );
+    // DiskPressure shows (it is held for the 5 s transition period, so polling sees it).
+    wait_for(TIMEOUT * 2, || {
+        healthz(&n).contains("DiskPressure=True").then_some(())
+    })
+    .unwrap_or_else(|| panic!("no DiskPressure: {}\n{}", healthz(&n), n.log_tail()));
+    let p = n.wait_pod("filler", "Failed/Evicted", is_evicted);
+    let msg = p["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with("The node was low on resource: ephemeral-storage. Threshold quantity: "),
+        "{msg}"
+    );
+    let ev = wait_for(TIMEOUT, || evicted_event(&n, "filler")).expect("an Evicted event");
+    assert_eq!(ev, msg);
+    // Its emptyDir is gone: the space came back, the condition clears after 5 s.
+    wait_for(TIMEOUT, || {
+        healthz(&n).contains("DiskPressure=False").then_some(())
+    })
+    .unwrap_or_else(|| {
+        let du = std::process::Command::new("du")
+            .args(["-a", "-k"])
+            .arg(&small.0)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let log = fs::read_to_string(ctd.tmp().join("nanolet/nanolet.log")).unwrap_or_default();
+        let log: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                !l.contains("DEBUG")
+                    && !l.contains("reclaimed")
+                    && !l.contains("every pod is critical")
+            })
+            .collect();
+        panic!(
+            "DiskPressure never cleared: {}\n{du}\n{}",
+            healthz(&n),
+            log.join("\n")
+        )
+    });
+    // Re-admitted (afresh: restart count 0); the marker keeps it from filling again.
+    let back = n.wait_pod("filler", "re-admitted and Running", |p| {
+        p["status"]["phase"] == "Running" && container(p, "c")["state"]["running"].is_object()
+    });
+    assert_eq!(running_id(&back).1, 0);
+    // The critical pod never moved.
+    let crit = n.pod("critical").expect("critical pod");
+    assert_eq!(crit["status"]["phase"], "Running");
+    assert_eq!(running_id(&crit), crit_before, "critical pod untouched");
+}
+
+/// LocalStorageCapacityIsolation: an emptyDir over its sizeLimit is evicted with the kubelet's
+/// message; one at 99% of its limit is not; a memory-medium emptyDir filled to its sizeLimit is
+/// not evicted on disk grounds (it counts as memory).
+#[test]
+fn empty_dir_size_limit_evicts_only_the_pod_over_its_limit() {
+    let _serial = serial();
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &["--eviction-monitoring-period=1s".into()]);
+    let pod = |name: &str, medium: &str, bytes: u64| {
+        pod_yaml(
+            name,
+            &format!(
+                "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'dd if=/dev/zero of=/scratch/fill bs=1000 count={} && touch /tmp/written; exec sleep 3600']\n    readinessProbe:\n      exec: {{command: [cat, /tmp/written]}}\n      periodSeconds: 1\n    volumeMounts:\n    - {{name: scratch, mountPath: /scratch}}\n  volumes:\n  - name: scratch\n    emptyDir: {{{medium}sizeLimit: 8Mi}}\n",
+                bytes / 1000
+            ),
+        )
+    };
+    // 8Mi = 8388608 bytes; 99% = 8304721.
+    n.write("under.yaml", &pod("under", "", 8_300_000));
+    n.write("ram.yaml", &pod("ram", "medium: Memory, ", 8_300_000));
+    n.write("over.yaml", &pod("over", "", 10_000_000));
+    let p = n.wait_pod("over", "Failed/Evicted", is_evicted);
+    assert_eq!(
+        p["status"]["message"],
+        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"8Mi\". "
+    );
+    let under = n.wait_pod("under", "Ready", ready);
+    let ram = n.wait_pod("ram", "Ready", ready);
+    // Both have written everything; two more full passes must leave them alone.
+    wait_passes(&n, 2);
+    for (name, before) in [("under", under), ("ram", ram)] {
+        let now = n.pod(name).expect("pod");
+        assert_eq!(now["status"]["phase"], "Running", "{name}: {now:#}");
+        assert_eq!(running_id(&now), running_id(&before), "{name} untouched");
+    }
+    assert!(evicted_event(&n, "under").is_none());
+}
+
+/// Memory pressure (memory.available set just below what the node has now): the pod using the
+/// most memory above its requests is evicted, with the kubelet's message naming its container;
+/// the small BestEffort pod and the critical pod stay; once MemoryPressure has cleared for the
+/// transition period, the evicted pod runs again.
+#[test]
+fn memory_pressure_evicts_the_biggest_user_above_requests() {
+    let _serial = serial();
+    let ctd = Containerd::start();
+    let marker = ctd.tmp().join("hog-marker");
+    let writer = |name: &str, prio: &str, mib: u32, with_marker: bool| {
+        let guard = if with_marker {
+            "if [ -e /marker/done ]; then touch /tmp/written; exec sleep 3600; fi; touch /marker/done; "
+        } else {
+            ""
+        };
+        let marker_mount = if with_marker {
+            "    - {name: marker, mountPath: /marker}\n"
+        } else {
+            ""
+        };
+        let marker_vol = if with_marker {
+            format!(
+                "  - name: marker\n    hostPath: {{path: {}, type: DirectoryOrCreate}}\n",
+                marker.display()
+            )
+        } else {
+            String::new()
+        };
+        pod_yaml(
+            name,
+            &format!(
+                "spec:\n{prio}  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, '{guard}dd if=/dev/zero of=/mem/fill bs=1M count={mib} && touch /tmp/written; exec sleep 3600']\n    readinessProbe:\n      exec: {{command: [cat, /tmp/written]}}\n      periodSeconds: 1\n    volumeMounts:\n    - {{name: mem, mountPath: /mem}}\n{marker_mount}  volumes:\n  - name: mem\n    emptyDir: {{medium: Memory, sizeLimit: 1Gi}}\n{marker_vol}"
+            ),
+        )
+    };
+    let mem = nanolet::eviction::observe::MemorySource::detect();
+    let available = || {
+        let (cap, ws) = mem.read().expect("memory figures");
+        cap - ws
+    };
+    // First the bystanders, with the eviction threshold still off.
+    let mut n = Nanolet::start(&ctd, &["--eviction-monitoring-period=1s".into()]);
+    n.write(
+        "crit.yaml",
+        &writer(
+            "crit",
+            "  priorityClassName: system-node-critical\n",
+            100,
+            false,
+        ),
+    );
+    n.write("small.yaml", &writer("small", "", 1, false));
+    let crit = n.wait_pod("crit", "Ready", ready);
+    let small = n.wait_pod("small", "Ready", ready);
+    // Restart nanolet with memory.available just under what is available now (pods stay).
+    let threshold = available() - (400 << 20);
+    n.stop();
+    n.args
+        .push(format!("--eviction-hard=memory.available<{threshold}"));
+    n.args
+        .push("--eviction-pressure-transition-period=5s".into());
+    n.spawn();
+    wait_passes(&n, 2);
+    assert!(
+        healthz(&n).contains("MemoryPressure=False"),
+        "no pressure before the hog: {}",
+        healthz(&n)
+    );
+    n.write("hog.yaml", &writer("hog", "", 600, true));
+    let p = n.wait_pod("hog", "Failed/Evicted", is_evicted);
+    let msg = p["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.starts_with("The node was low on resource: memory. Threshold quantity: ")
+            && msg.contains("Container c was using ")
+            && msg.contains("request is 0, has larger consumption of memory. "),
+        "{msg}"
+    );
+    assert!(wait_for(TIMEOUT, || evicted_event(&n, "hog")).is_some());
+    // Pressure clears (the hog's tmpfs is gone), the hog comes back without allocating again.
+    wait_for(TIMEOUT, || {
+        healthz(&n).contains("MemoryPressure=False").then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "MemoryPressure never cleared: {}\n{}",
+            healthz(&n),
+            n.log_tail()
+        )
+    });
+    n.wait_pod("hog", "re-admitted and Ready", |p| {
+        p["status"]["phase"] == "Running" && ready(p)
+    });
+    for (name, before) in [("crit", crit), ("small", small)] {
+        let now = n.pod(name).expect("pod");
+        assert_eq!(now["status"]["phase"], "Running", "{name}: {now:#}");
+        assert_eq!(running_id(&now), running_id(&before), "{name} untouched");
+        assert!(evicted_event(&n, name).is_none(), "{name} was evicted");
+    }
+}
+
+/// Admission (the kubelet's reasons and messages): maxPods -> OutOfpods, requests beyond
+/// allocatable (capacity - systemReserved - kubeReserved - hard memory threshold) -> OutOfcpu /
+/// OutOfmemory; a rejected pod is admitted once room appears.
+#[test]
+fn admission_rejects_with_the_kubelet_reasons_and_admits_when_room_appears() {
+    let _serial = serial();
+    let ctd = Containerd::start();
+    let cap = nanolet::node::capacity();
+    // Leave 64Mi of allocatable memory: capacity - reserved - 100Mi = 64Mi.
+    let reserved = cap.memory_bytes - (100 << 20) - (64 << 20);
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            "--max-pods=2".into(),
+            format!("--system-reserved=memory={reserved}"),
+            "--eviction-hard=memory.available<100Mi".into(),
+        ],
+    );
+    let pod = |name: &str, resources: &str| {
+        pod_yaml(
+            name,
+            &format!(
+                "spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n{resources}"
+            ),
+        )
+    };
+    n.write("a.yaml", &pod("a", ""));
+    n.wait_phase("a", "Running");
+    let cpu = (cap.cpu_millis + 1000) / 1000;
+    n.write(
+        "cpu.yaml",
+        &pod(
+            "cpu",
+            &format!("    resources: {{requests: {{cpu: '{cpu}'}}}}\n"),
+        ),
+    );
+    let p = n.wait_pod("cpu", "OutOfcpu", |p| p["status"]["reason"] == "OutOfcpu");
+    assert_eq!(p["status"]["phase"], "Failed");
+    assert_eq!(
+        p["status"]["message"],
+        format!(
+            "Node didn't have enough resource: cpu, requested: {}, used: 0, capacity: {}",
+            cpu * 1000,
+            cap.cpu_millis
+        )
+    );
+    n.write(
+        "mem.yaml",
+        &pod("mem", "    resources: {requests: {memory: 65Mi}}\n"),
+    );
+    let p = n.wait_pod("mem", "OutOfmemory", |p| {
+        p["status"]["reason"] == "OutOfmemory"
+    });
+    assert_eq!(
+        p["status"]["message"],
+        format!(
+            "Node didn't have enough resource: memory, requested: {}, used: 0, capacity: {}",
+            65 << 20,
+            64 << 20
+        )
+    );
+    n.remove("cpu.yaml");
+    n.remove("mem.yaml");
+    n.write("b.yaml", &pod("b", ""));
+    n.wait_phase("b", "Running");
+    n.write("c.yaml", &pod("c", ""));
+    let p = n.wait_pod("c", "OutOfpods", |p| p["status"]["reason"] == "OutOfpods");
+    assert_eq!(
+        p["status"]["message"],
+        "Node didn't have enough resource: pods, requested: 1, used: 2, capacity: 2"
+    );
+    // Room appears: c runs.
+    n.remove("a.yaml");
+    n.wait_phase("c", "Running");
+}
