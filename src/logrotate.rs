@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tracing::{debug, info, warn};
 
@@ -69,6 +69,18 @@ pub fn rotate_if_needed(
     log: &Path,
     policy: RotationPolicy,
 ) -> bool {
+    rotate(rt, container_id, log, policy, true)
+}
+
+/// As [`rotate_if_needed`]; `compress: false` leaves older rotations uncompressed (the hot
+/// path: compressing takes longer than renaming, the next full pass compresses).
+fn rotate(
+    rt: &dyn Runtime,
+    container_id: &str,
+    log: &Path,
+    policy: RotationPolicy,
+    compress: bool,
+) -> bool {
     let Ok(meta) = std::fs::metadata(log) else {
         return false;
     };
@@ -93,7 +105,9 @@ pub fn rotate_if_needed(
     match rt.reopen_container_log(container_id) {
         Ok(()) => {
             info!(container_id, file = %log.display(), size = meta.len(), "rotated container log");
-            compress_older(log);
+            if compress {
+                compress_older(log);
+            }
             true
         }
         Err(e) => {
@@ -146,31 +160,71 @@ fn gzip_file(f: &Path) -> std::io::Result<()> {
     result
 }
 
-/// One pass over the running containers nanolet manages.
-pub fn rotate_all(rt: &dyn Runtime, policy: RotationPolicy) {
+/// How often "hot" logs (those that reached a quarter of containerLogMaxSize by the last full
+/// pass) are checked between full passes. The kubelet only checks every
+/// containerLogMonitorInterval, so a container writing fast runs far past the limit
+/// (kubernetes/kubernetes#110630); this bounds a file at about max size + 250 ms of output.
+pub const HOT_TICK: Duration = Duration::from_millis(250);
+
+/// A container log worth watching closely: (container id, log path).
+pub type HotLog = (String, PathBuf);
+
+/// One pass over the running containers nanolet manages. Returns the logs that are hot: at
+/// least a quarter of the limit, or just rotated.
+pub fn rotate_all(rt: &dyn Runtime, policy: RotationPolicy) -> Vec<HotLog> {
     let Ok(list) = rt.list_containers() else {
-        return;
+        return vec![];
     };
+    let mut hot = vec![];
     for c in list
         .iter()
         .filter(|c| c.state == ContainerState::Running && c.labels.contains_key(LABEL_MANAGED_BY))
     {
         match rt.container_status(&c.id) {
             Ok(st) if !st.log_path.is_empty() => {
-                rotate_if_needed(rt, &c.id, Path::new(&st.log_path), policy);
+                let log = PathBuf::from(&st.log_path);
+                let rotated = rotate_if_needed(rt, &c.id, &log, policy);
+                if !rotated {
+                    // Rotations made on the hot path are compressed here.
+                    compress_older(&log);
+                }
+                let size = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+                if rotated || size >= policy.max_size / 4 {
+                    hot.push((c.id.clone(), log));
+                }
             }
             Ok(_) => {}
             Err(e) => debug!(container_id = %c.id, error = %e, "container status for log rotation"),
         }
     }
+    hot
 }
 
-/// Run until `stop` fires or is dropped.
+/// Run until `stop` fires or is dropped: a full pass every `policy.interval`, and the hot logs
+/// every [`HOT_TICK`] in between.
 pub fn run(rt: Arc<dyn Runtime>, policy: RotationPolicy, stop: Receiver<()>) {
+    let mut hot: Vec<HotLog> = vec![];
+    let mut next_full = Instant::now() + policy.interval;
     loop {
-        match stop.recv_timeout(policy.interval) {
-            Err(RecvTimeoutError::Timeout) => rotate_all(rt.as_ref(), policy),
+        let now = Instant::now();
+        let mut wait = next_full.saturating_duration_since(now);
+        if !hot.is_empty() {
+            wait = wait.min(HOT_TICK);
+        }
+        match stop.recv_timeout(wait) {
+            Err(RecvTimeoutError::Timeout) => {}
             _ => return,
+        }
+        if Instant::now() >= next_full {
+            hot = rotate_all(rt.as_ref(), policy);
+            next_full = Instant::now() + policy.interval;
+        } else {
+            // A log over the limit that cannot be rotated (the container stopped, reopening
+            // failed and the rotation was undone) leaves the hot list until the next full pass.
+            hot.retain(|(id, log)| {
+                let over = std::fs::metadata(log).is_ok_and(|m| m.len() >= policy.max_size);
+                !over || rotate(rt.as_ref(), id, log, policy, false)
+            });
         }
     }
 }

@@ -1279,13 +1279,16 @@ fn dns_config_and_host_aliases_reach_the_container() {
 
 #[test]
 fn container_logs_are_rotated_at_max_size_keeping_max_files() {
-    // containerLogMaxSize / containerLogMaxFiles: checked every 10 s; the current file is
-    // renamed to 0.log.<timestamp> and containerd reopens 0.log (CRI ReopenContainerLog).
+    // containerLogMaxSize / containerLogMaxFiles: checked every containerLogMonitorInterval
+    // (10 s), logs near the limit every 250 ms; the current file is renamed to
+    // 0.log.<timestamp> and containerd reopens 0.log (CRI ReopenContainerLog). A container
+    // writing ~340 KB/s stays bounded (the kubelet's 10 s check is not:
+    // kubernetes/kubernetes#110630).
     let ctd = Containerd::start();
     let n = Nanolet::start(
         &ctd,
         &[
-            "--container-log-max-size=64Ki".into(),
+            "--container-log-max-size=1Mi".into(),
             "--container-log-max-files=3".into(),
         ],
     );
@@ -1314,7 +1317,8 @@ fn container_logs_are_rotated_at_max_size_keeping_max_files() {
         v
     };
     // Two rotations: the oldest rotated file goes once there are more than max_files files.
-    // (34 KB every ~0.1 s reaches 64Ki well within one 10 s monitoring period.)
+    // (~110 KB of CRI log lines every ~0.1 s reach 1Mi well within one 10 s monitoring
+    // period.)
     wait_for(Duration::from_secs(60), || {
         (files().iter().filter(|f| f.starts_with("0.log.")).count() >= 2).then_some(())
     })
@@ -1335,7 +1339,7 @@ fn container_logs_are_rotated_at_max_size_keeping_max_files() {
             .then_some(())
     })
     .unwrap_or_else(|| panic!("no compressed rotation: {:?}", files()));
-    // containerd writes to the reopened 0.log.
+    // containerd writes to the reopened 0.log (which may be rotated again meanwhile).
     let size = |f: &str| fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
     let before = size("0.log");
     wait_for(TIMEOUT, || (size("0.log") > before).then_some(())).expect("0.log keeps growing");
@@ -1348,6 +1352,34 @@ fn container_logs_are_rotated_at_max_size_keeping_max_files() {
     assert!(
         first_line.contains(" stdout "),
         "rotated files keep the CRI format"
+    );
+    // Bounded while it keeps writing: over several seconds, never more than 3 files and no
+    // plain file much over the limit (1Mi + ~250 ms of output, well under 2Mi; with the
+    // kubelet's 10 s check alone they grow to ~10 MB).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let now = files();
+        assert!(
+            now.len() <= 3,
+            "at most containerLogMaxFiles files: {now:?}"
+        );
+        for f in now.iter().filter(|f| !f.ends_with(".gz")) {
+            let sz = size(f);
+            assert!(sz < 2 << 20, "{f} is {sz} bytes, limit 1Mi");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // `nanolet logs` reads the current file.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args(["logs", "chatty-node1", "--tail", "1", "--server", &n.url()])
+        .output()
+        .expect("nanolet logs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.trim_end() == "0123456789abcdef",
+        "nanolet logs --tail 1: {:?} {text:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
