@@ -68,6 +68,10 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("import" | "load") => import(&parse(&args[1..])?),
         Some("ls" | "list") => ls(&parse(&args[1..])?),
+        Some("help" | "--help" | "-h") => {
+            print!("{USAGE}");
+            Ok(())
+        }
         _ => bail!("usage:\n{USAGE}"),
     }
 }
