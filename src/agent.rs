@@ -400,6 +400,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             allocatable_cpu_millis: cfg.eviction.allocatable(crate::node::capacity()).0,
             allocatable_memory_bytes: cfg.eviction.allocatable(crate::node::capacity()).1,
             eviction_transition: cfg.eviction.pressure_transition_period,
+            cgroup_driver: cfg.cgroup_driver,
         },
     });
     SyncLoop::new(ctx, loop_tx).run(loop_rx);

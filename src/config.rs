@@ -129,6 +129,8 @@ pub struct Config {
     pub container_log_max_size: u64,
     /// `containerLogMaxFiles` (default 5): log files kept per container, the current included.
     pub container_log_max_files: usize,
+    /// `cgroupDriver` (default cgroupfs).
+    pub cgroup_driver: crate::sync::cgroups::CgroupDriver,
     /// `containerLogMonitorInterval` (default 10s): how often logs are checked for rotation.
     pub container_log_monitor_interval: Duration,
     /// Eviction thresholds, reservations and image GC (evictionHard, systemReserved,
@@ -189,6 +191,7 @@ impl Config {
             container_log_max_size: 10 << 20,
             container_log_max_files: 5,
             container_log_monitor_interval: Duration::from_secs(10),
+            cgroup_driver: crate::sync::cgroups::CgroupDriver::Cgroupfs,
             eviction: crate::eviction::EvictionConfig::default(),
             verbosity: 0,
             warnings: Vec::new(),
@@ -244,6 +247,7 @@ impl Config {
             "containerLogMaxSize": self.container_log_max_size.to_string(),
             "containerLogMaxFiles": self.container_log_max_files,
             "containerLogMonitorInterval": format_go_duration(self.container_log_monitor_interval),
+            "cgroupDriver": self.cgroup_driver.as_str(),
             "evictionHard": self.eviction.raw.hard,
             "evictionSoft": self.eviction.raw.soft,
             "evictionSoftGracePeriod": self.eviction.raw.soft_grace,
@@ -306,6 +310,7 @@ impl fmt::Debug for Config {
                 "container_log_monitor_interval",
                 &self.container_log_monitor_interval,
             )
+            .field("cgroup_driver", &self.cgroup_driver)
             .field("eviction", &self.eviction)
             .field("verbosity", &self.verbosity)
             .field("warnings", &self.warnings)
@@ -368,6 +373,14 @@ const FLAGS: &[FlagSpec] = &[
         value_name: "ip",
         default: "127.0.0.1",
         help: "IP address the read-only port listens on (config: address). NOTE: the kubelet defaults to 0.0.0.0; nanolet defaults to loopback only",
+    },
+    FlagSpec {
+        name: "cgroup-driver",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "string",
+        default: "cgroupfs",
+        help: "cgroupfs or systemd; must match containerd's runc SystemdCgroup setting (config: cgroupDriver)",
     },
     FlagSpec {
         name: "config-map-dir",
@@ -900,6 +913,9 @@ fn parse_run_args_with(
             "container-log-max-files" => {
                 cfg.container_log_max_files = parse_log_files(value).map_err(err)?
             }
+            "cgroup-driver" => {
+                cfg.cgroup_driver = crate::sync::cgroups::CgroupDriver::parse(value).map_err(err)?
+            }
             "container-log-monitor-interval" => {
                 cfg.container_log_monitor_interval = parse_frequency(value).map_err(err)?
             }
@@ -1241,6 +1257,7 @@ struct FileConfig {
     container_runtime_endpoint: Option<String>,
     runtime_request_timeout: Option<String>,
     container_log_monitor_interval: Option<String>,
+    cgroup_driver: Option<String>,
     eviction_hard: Option<BTreeMap<String, serde_yaml::Value>>,
     eviction_soft: Option<BTreeMap<String, serde_yaml::Value>>,
     eviction_soft_grace_period: Option<BTreeMap<String, serde_yaml::Value>>,
@@ -1282,6 +1299,7 @@ const FILE_FIELDS: &[&str] = &[
     "containerRuntimeEndpoint",
     "runtimeRequestTimeout",
     "containerLogMonitorInterval",
+    "cgroupDriver",
     "evictionHard",
     "evictionSoft",
     "evictionSoftGracePeriod",
@@ -1482,6 +1500,10 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     if let Some(s) = &fc.container_runtime_endpoint {
         cfg.runtime_endpoint =
             parse_endpoint(s).map_err(|r| field_err("containerRuntimeEndpoint", r))?;
+    }
+    if let Some(s) = &fc.cgroup_driver {
+        cfg.cgroup_driver = crate::sync::cgroups::CgroupDriver::parse(s)
+            .map_err(|r| field_err("cgroupDriver", r))?;
     }
     if let Some(s) = &fc.container_log_monitor_interval {
         cfg.container_log_monitor_interval =
@@ -1938,6 +1960,11 @@ mod tests {
             .contains("imageGCLowThresholdPercent (60) must be less than")
         );
         assert!(err(&["--system-reserved=gpu=1"]).contains("systemReserved: gpu"));
+        assert_eq!(
+            parse(&["--cgroup-driver=systemd"]).unwrap().cgroup_driver,
+            crate::sync::cgroups::CgroupDriver::Systemd
+        );
+        assert!(err(&["--cgroup-driver=cgroupfs2"]).contains("--cgroup-driver"));
         let bad = write(
             &dir,
             "bad.yaml",
@@ -1972,7 +1999,7 @@ mod tests {
             &dir,
             "config.yaml",
             &format!(
-                "{HEAD}cgroupDriver: systemd\nauthentication:\n  anonymous: {{enabled: false}}\nmaxPods: 9\n"
+                "{HEAD}cpuManagerPolicy: static\nauthentication:\n  anonymous: {{enabled: false}}\nmaxPods: 9\n"
             ),
         );
         let c = parse(&["--config", &path]).unwrap();
@@ -1981,7 +2008,7 @@ mod tests {
         assert!(
             c.warnings
                 .iter()
-                .any(|w| w.contains("\"cgroupDriver\"") && w.contains("config.yaml"))
+                .any(|w| w.contains("\"cpuManagerPolicy\"") && w.contains("config.yaml"))
         );
         assert!(c.warnings.iter().any(|w| w.contains("\"authentication\"")));
     }

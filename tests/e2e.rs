@@ -1413,6 +1413,26 @@ fn pods_get_the_kubelet_qos_cgroup_layout_and_it_is_removed_with_them() {
         let want = format!("/kubepods/{qos}pod{uid}/");
         assert!(out.contains(&want), "{name}: cgroup under {want}: {out}");
     }
+    // The pod cgroup carries the pod's totals (ResourceConfigForPod): for the Guaranteed pod,
+    // cpu.shares 102 (100m), a 10 ms CFS quota per 100 ms, a 32Mi memory limit.
+    let gu_uid = uid_of(&n.pod("gu").expect("gu"));
+    let v1 = |ctrl: &str, file: &str| {
+        fs::read_to_string(format!("/sys/fs/cgroup/{ctrl}/kubepods/pod{gu_uid}/{file}"))
+            .map(|s| s.trim().to_string())
+            .ok()
+    };
+    if std::path::Path::new("/sys/fs/cgroup/memory").is_dir() {
+        assert_eq!(v1("cpu", "cpu.shares").as_deref(), Some("102"));
+        assert_eq!(v1("cpu", "cpu.cfs_quota_us").as_deref(), Some("10000"));
+        assert_eq!(
+            v1("memory", "memory.limit_in_bytes").as_deref(),
+            Some((32u64 << 20).to_string().as_str())
+        );
+    } else {
+        let v2 = fs::read_to_string(format!("/sys/fs/cgroup/kubepods/pod{gu_uid}/memory.max"))
+            .unwrap_or_default();
+        assert_eq!(v2.trim(), (32u64 << 20).to_string());
+    }
     let be_uid = uid_of(&n.pod("be").expect("be"));
     // cgroup v1 (memory controller) or the unified v2 tree, whichever this machine has.
     let dir = [

@@ -7,6 +7,7 @@
 pub mod actions;
 pub mod apistatus;
 pub mod backoff;
+pub mod cgroups;
 pub mod state;
 pub mod worker;
 
@@ -553,6 +554,7 @@ mod tests {
                     allocatable_cpu_millis: 4000,
                     allocatable_memory_bytes: 8 << 30,
                     eviction_transition: Duration::from_secs(300),
+                    cgroup_driver: cgroups::CgroupDriver::Cgroupfs,
                 },
             });
             let sl = SyncLoop::new(ctx, tx.clone());

@@ -60,6 +60,8 @@ pub struct SyncSettings {
     pub allocatable_memory_bytes: i64,
     /// evictionPressureTransitionPeriod: how long a local-storage eviction keeps a pod out.
     pub eviction_transition: Duration,
+    /// cgroupDriver: how pod cgroup parents are named (and whether nanolet writes pod totals).
+    pub cgroup_driver: super::cgroups::CgroupDriver,
 }
 
 pub struct WorkerContext {
@@ -581,7 +583,7 @@ impl PodWorker {
             port_mappings,
             labels,
             annotations: p.metadata.annotations.clone(),
-            cgroup_parent: qos_cgroup_parent(p),
+            cgroup_parent: super::cgroups::pod_cgroup_parent(p, self.ctx.settings.cgroup_driver),
             share_pid: crate::pod::security::share_process_namespace(p),
             security: crate::pod::security::sandbox_security(p, &self.ctx.settings.root_dir),
             sysctls: crate::pod::security::sysctls(p),
@@ -596,6 +598,10 @@ impl PodWorker {
             source,
         })?;
         info!(pod = %self.full_name, attempt = cfg.attempt, "creating pod sandbox");
+        if self.ctx.settings.cgroup_driver == super::cgroups::CgroupDriver::Cgroupfs {
+            // The pod cgroup with the pod's totals, before anything runs in it.
+            super::cgroups::apply(&self.pod, std::path::Path::new("/sys/fs/cgroup"));
+        }
         let id = self.rt().run_pod_sandbox(cfg).map_err(|e| self.wrap(e))?;
         self.pod_ip = if self.pod.spec.host_network {
             self.ctx.settings.host_ip.clone()
@@ -1290,12 +1296,7 @@ impl PodWorker {
 /// `/kubepods/pod<uid>`, the others under `/kubepods/burstable/` or `/kubepods/besteffort/`.
 /// The runtime creates it; nanolet removes it when the pod is gone.
 pub fn qos_cgroup_parent(pod: &Pod) -> String {
-    let uid = &pod.metadata.uid;
-    match super::apistatus::qos_class(pod).as_str() {
-        "Guaranteed" => format!("/kubepods/pod{uid}"),
-        "Burstable" => format!("/kubepods/burstable/pod{uid}"),
-        _ => format!("/kubepods/besteffort/pod{uid}"),
-    }
+    super::cgroups::pod_cgroup_parent(pod, super::cgroups::CgroupDriver::Cgroupfs)
 }
 
 /// Remove the (empty) pod cgroup directories of `uid` in every hierarchy (cgroup v1

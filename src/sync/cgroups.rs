@@ -1,0 +1,313 @@
+//! Pod-level cgroups, the kubelet's way (cgroupsPerQOS): every pod gets a cgroup under its QoS
+//! class's (`/kubepods/pod<uid>` for Guaranteed, `/kubepods/burstable/pod<uid>`,
+//! `/kubepods/besteffort/pod<uid>`), the sandbox and containers go below it, and the pod cgroup
+//! carries the pod's totals (pkg/kubelet/cm `ResourceConfigForPod`):
+//! - `cpu.shares` from the sum of CPU requests (2 for BestEffort),
+//! - a CFS quota from the sum of CPU limits when every container has one,
+//! - a memory limit from the sum of memory limits when every container has one.
+//!
+//! With the cgroupfs driver nanolet writes these itself before the sandbox starts (the runtime
+//! creates missing directories but sets no pod totals). With the systemd driver the parent is a
+//! slice name (`kubepods-burstable-pod<uid>.slice`) that the runtime creates through systemd;
+//! nanolet does not set pod totals there (it would need a D-Bus client; documented).
+
+use std::path::{Path, PathBuf};
+
+use tracing::debug;
+
+use crate::pod::Pod;
+use crate::pod::quantity::parse_quantity;
+
+/// `cgroupDriver`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CgroupDriver {
+    #[default]
+    Cgroupfs,
+    Systemd,
+}
+
+impl CgroupDriver {
+    pub fn parse(s: &str) -> Result<CgroupDriver, String> {
+        match s {
+            "cgroupfs" => Ok(CgroupDriver::Cgroupfs),
+            "systemd" => Ok(CgroupDriver::Systemd),
+            other => Err(format!(
+                "unknown cgroup driver {other:?} (cgroupfs or systemd)"
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupDriver::Cgroupfs => "cgroupfs",
+            CgroupDriver::Systemd => "systemd",
+        }
+    }
+}
+
+/// The QoS level of the pod's cgroup: "" (Guaranteed), "burstable", "besteffort".
+fn qos_level(pod: &Pod) -> &'static str {
+    match super::apistatus::qos_class(pod).as_str() {
+        "Guaranteed" => "",
+        "Burstable" => "burstable",
+        _ => "besteffort",
+    }
+}
+
+/// The pod's cgroup parent as CRI takes it.
+pub fn pod_cgroup_parent(pod: &Pod, driver: CgroupDriver) -> String {
+    let uid = &pod.metadata.uid;
+    let level = qos_level(pod);
+    match driver {
+        CgroupDriver::Cgroupfs if level.is_empty() => format!("/kubepods/pod{uid}"),
+        CgroupDriver::Cgroupfs => format!("/kubepods/{level}/pod{uid}"),
+        // systemd escapes '-' in unit names; the kubelet turns the UID's dashes into '_'.
+        CgroupDriver::Systemd if level.is_empty() => {
+            format!("kubepods-pod{}.slice", uid.replace('-', "_"))
+        }
+        CgroupDriver::Systemd => format!("kubepods-{level}-pod{}.slice", uid.replace('-', "_")),
+    }
+}
+
+/// The pod cgroup's resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodCgroupResources {
+    pub cpu_shares: u64,
+    /// CFS quota in microseconds per `cpu_period`; `None` = unlimited.
+    pub cpu_quota: Option<i64>,
+    pub cpu_period: u64,
+    pub memory_limit: Option<i64>,
+}
+
+/// The kubelet's `MilliCPUToShares`: 1024 per core, at least 2.
+fn shares(milli: i64) -> u64 {
+    if milli <= 0 {
+        return 2;
+    }
+    ((milli * 1024) / 1000).max(2) as u64
+}
+
+/// The kubelet's `ResourceConfigForPod` (without pod overhead): requests default to limits;
+/// init containers count with the largest one (max(sum of regular, largest init)).
+pub fn pod_resources(pod: &Pod) -> PodCgroupResources {
+    const PERIOD: u64 = 100_000;
+    let get = |m: &std::collections::BTreeMap<String, serde_json::Value>, k: &str, milli: bool| {
+        m.get(k)
+            .and_then(|v| parse_quantity(v).ok())
+            .map(|q| if milli { q.milli_value() } else { q.value() })
+    };
+    let (mut cpu_req, mut cpu_lim, mut mem_lim) = (0i64, 0i64, 0i64);
+    let (mut all_cpu_lim, mut all_mem_lim) = (true, true);
+    for c in &pod.spec.containers {
+        let l_cpu = get(&c.resources.limits, "cpu", true);
+        let l_mem = get(&c.resources.limits, "memory", false);
+        cpu_req += get(&c.resources.requests, "cpu", true)
+            .or(l_cpu)
+            .unwrap_or(0);
+        match l_cpu {
+            Some(v) => cpu_lim += v,
+            None => all_cpu_lim = false,
+        }
+        match l_mem {
+            Some(v) => mem_lim += v,
+            None => all_mem_lim = false,
+        }
+    }
+    for c in &pod.spec.init_containers {
+        let l_cpu = get(&c.resources.limits, "cpu", true);
+        let l_mem = get(&c.resources.limits, "memory", false);
+        cpu_req = cpu_req.max(
+            get(&c.resources.requests, "cpu", true)
+                .or(l_cpu)
+                .unwrap_or(0),
+        );
+        if let Some(v) = l_cpu {
+            cpu_lim = cpu_lim.max(v);
+        }
+        if let Some(v) = l_mem {
+            mem_lim = mem_lim.max(v);
+        }
+    }
+    let qos = super::apistatus::qos_class(pod);
+    if qos == "BestEffort" {
+        return PodCgroupResources {
+            cpu_shares: 2,
+            cpu_quota: None,
+            cpu_period: PERIOD,
+            memory_limit: None,
+        };
+    }
+    PodCgroupResources {
+        cpu_shares: shares(cpu_req),
+        // MilliCPUToQuota: at least 1 ms per period.
+        cpu_quota: (all_cpu_lim && cpu_lim > 0)
+            .then(|| ((cpu_lim * PERIOD as i64) / 1000).max(1000)),
+        cpu_period: PERIOD,
+        memory_limit: (all_mem_lim && mem_lim > 0).then_some(mem_lim),
+    }
+}
+
+/// The cgroup v2 weight for v1 shares (the runc/kubelet conversion).
+pub fn shares_to_weight(shares: u64) -> u64 {
+    if shares == 0 {
+        return 0;
+    }
+    1 + ((shares.saturating_sub(2)) * 9999) / 262_142
+}
+
+fn write(dir: &Path, file: &str, value: &str) {
+    if let Err(e) = std::fs::write(dir.join(file), value) {
+        debug!(dir = %dir.display(), file, value, error = %e, "writing pod cgroup setting");
+    }
+}
+
+/// Creates the pod cgroup (cgroupfs driver) and writes its totals; failures are logged at
+/// debug level and never stop the pod (the containers' own limits still apply). Returns the
+/// directories written, for tests and logs.
+pub fn apply(pod: &Pod, root: &Path) -> Vec<PathBuf> {
+    let parent = pod_cgroup_parent(pod, CgroupDriver::Cgroupfs);
+    let rel = parent.trim_start_matches('/');
+    let r = pod_resources(pod);
+    let mut done = vec![];
+    if root.join("cgroup.controllers").exists() {
+        // cgroup v2: the runtime enables controllers as it creates the tree; write what exists.
+        let dir = root.join(rel);
+        if std::fs::create_dir_all(&dir).is_ok() {
+            write(
+                &dir,
+                "cpu.weight",
+                &shares_to_weight(r.cpu_shares).to_string(),
+            );
+            let quota = r.cpu_quota.map_or("max".to_string(), |q| q.to_string());
+            write(&dir, "cpu.max", &format!("{quota} {}", r.cpu_period));
+            if let Some(m) = r.memory_limit {
+                write(&dir, "memory.max", &m.to_string());
+            }
+            done.push(dir);
+        }
+        return done;
+    }
+    let cpu = root.join("cpu");
+    if cpu.is_dir() {
+        let dir = cpu.join(rel);
+        if std::fs::create_dir_all(&dir).is_ok() {
+            write(&dir, "cpu.shares", &r.cpu_shares.to_string());
+            write(&dir, "cpu.cfs_period_us", &r.cpu_period.to_string());
+            write(
+                &dir,
+                "cpu.cfs_quota_us",
+                &r.cpu_quota.unwrap_or(-1).to_string(),
+            );
+            done.push(dir);
+        }
+    }
+    let memory = root.join("memory");
+    if memory.is_dir() {
+        let dir = memory.join(rel);
+        if std::fs::create_dir_all(&dir).is_ok() {
+            if let Some(m) = r.memory_limit {
+                write(&dir, "memory.limit_in_bytes", &m.to_string());
+            }
+            done.push(dir);
+        }
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(containers: serde_json::Value, init: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "uid": "0123-abcd"},
+            "spec": {"containers": containers, "initContainers": init}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn parents_follow_the_qos_class_and_driver() {
+        let be = pod(json!([{"name": "a", "image": "i"}]), json!([]));
+        assert_eq!(
+            pod_cgroup_parent(&be, CgroupDriver::Cgroupfs),
+            "/kubepods/besteffort/pod0123-abcd"
+        );
+        assert_eq!(
+            pod_cgroup_parent(&be, CgroupDriver::Systemd),
+            "kubepods-besteffort-pod0123_abcd.slice"
+        );
+        let gu = pod(
+            json!([{"name": "a", "image": "i", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]),
+            json!([]),
+        );
+        assert_eq!(
+            pod_cgroup_parent(&gu, CgroupDriver::Cgroupfs),
+            "/kubepods/pod0123-abcd"
+        );
+        assert_eq!(
+            pod_cgroup_parent(&gu, CgroupDriver::Systemd),
+            "kubepods-pod0123_abcd.slice"
+        );
+        assert_eq!(CgroupDriver::parse("systemd"), Ok(CgroupDriver::Systemd));
+        assert!(CgroupDriver::parse("cgroupfs2").is_err());
+    }
+
+    /// ResourceConfigForPod: shares from summed requests; quota and memory limit only when
+    /// every container declares a limit; init containers count with the largest.
+    #[test]
+    fn pod_totals_are_the_kubelets() {
+        let gu = pod(
+            json!([
+                {"name": "a", "image": "i", "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}},
+                {"name": "b", "image": "i", "resources": {"limits": {"cpu": "250m", "memory": "32Mi"}}}
+            ]),
+            json!([{"name": "init", "image": "i", "resources": {"limits": {"cpu": "2", "memory": "16Mi"}}}]),
+        );
+        let r = pod_resources(&gu);
+        assert_eq!(r.cpu_shares, 2048); // max(750m, 2000m)
+        assert_eq!(r.cpu_quota, Some(200_000));
+        assert_eq!(r.memory_limit, Some(96 << 20));
+        let bu = pod(
+            json!([
+                {"name": "a", "image": "i", "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "64Mi"}}},
+                {"name": "b", "image": "i"}
+            ]),
+            json!([]),
+        );
+        let r = pod_resources(&bu);
+        assert_eq!(r.cpu_shares, 102);
+        assert_eq!(r.cpu_quota, None, "not every container has a CPU limit");
+        assert_eq!(
+            r.memory_limit, None,
+            "not every container has a memory limit"
+        );
+        let be = pod(json!([{"name": "a", "image": "i"}]), json!([]));
+        assert_eq!(pod_resources(&be).cpu_shares, 2);
+        assert_eq!(shares_to_weight(2), 1);
+        assert_eq!(shares_to_weight(1024), 39);
+        assert_eq!(shares_to_weight(262_144), 10_000);
+    }
+
+    #[test]
+    fn apply_writes_v1_files_under_a_fake_root() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("cpu")).unwrap();
+        std::fs::create_dir_all(root.path().join("memory")).unwrap();
+        let gu = pod(
+            json!([{"name": "a", "image": "i", "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}]),
+            json!([]),
+        );
+        let dirs = apply(&gu, root.path());
+        assert_eq!(dirs.len(), 2);
+        let read = |p: &str| std::fs::read_to_string(root.path().join(p)).unwrap();
+        assert_eq!(read("cpu/kubepods/pod0123-abcd/cpu.shares"), "512");
+        assert_eq!(read("cpu/kubepods/pod0123-abcd/cpu.cfs_quota_us"), "50000");
+        assert_eq!(
+            read("memory/kubepods/pod0123-abcd/memory.limit_in_bytes"),
+            (64u64 << 20).to_string()
+        );
+    }
+}
