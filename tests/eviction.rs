@@ -413,3 +413,123 @@ fn admission_rejects_with_the_kubelet_reasons_and_admits_when_room_appears() {
     n.remove("a.yaml");
     n.wait_phase("c", "Running");
 }
+
+fn sh(cmd: &str) {
+    let out = std::process::Command::new("sh")
+        .args(["-ec", cmd])
+        .output()
+        .expect("sh");
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_slice(&fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A docker-archive of the busybox test image tagged `tag`, made a distinct image (its own
+/// config digest, so its own CRI image ID) by an extra environment variable.
+fn distinct_image(work: &Path, tag: &str) -> PathBuf {
+    use sha2::Digest;
+    let name = tag.replace(['/', ':'], "_");
+    let src = work.join(format!("src-{name}"));
+    fs::create_dir_all(&src).expect("dir");
+    sh(&format!(
+        "tar -C {} -xf {}",
+        src.display(),
+        common::test_images().join("busybox.tar").display()
+    ));
+    let blob = |d: &str| src.join("blobs/sha256").join(&d[7..]);
+    let index = read_json(&src.join("index.json"));
+    let manifest = read_json(&blob(
+        index["manifests"][0]["digest"].as_str().expect("digest"),
+    ));
+    let mut config = read_json(&blob(
+        manifest["config"]["digest"].as_str().expect("config"),
+    ));
+    config["config"]["Env"] = serde_json::json!([format!("DISTINCT={tag}")]);
+    let config = serde_json::to_vec(&config).expect("json");
+    let digest = format!("{:x}", sha2::Sha256::digest(&config));
+    let d = work.join(format!("docker-{name}"));
+    fs::create_dir_all(d.join("layer1")).expect("dir");
+    fs::write(d.join(format!("{digest}.json")), &config).expect("config");
+    sh(&format!(
+        "gzip -dc {} > {}",
+        blob(manifest["layers"][0]["digest"].as_str().expect("layer")).display(),
+        d.join("layer1/layer.tar").display()
+    ));
+    let m = serde_json::json!([{
+        "Config": format!("{digest}.json"),
+        "RepoTags": [tag],
+        "Layers": ["layer1/layer.tar"],
+    }]);
+    fs::write(
+        d.join("manifest.json"),
+        serde_json::to_vec(&m).expect("json"),
+    )
+    .expect("write");
+    let out = work.join(format!("{name}.tar"));
+    sh(&format!("tar -C {} -cf {} .", d.display(), out.display()));
+    out
+}
+
+fn import(ctd: &Containerd, pins: &Path, archive: &Path) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args(["images", "import"])
+        .arg(format!("--container-runtime-endpoint={}", ctd.endpoint()))
+        .arg(format!("--root-dir={}", pins.display()))
+        .arg(archive)
+        .output()
+        .expect("nanolet images import");
+    assert!(
+        out.status.success(),
+        "import {}: {}",
+        archive.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Image GC (imageGCHighThresholdPercent / imageGCLowThresholdPercent / imageMinimumGCAge):
+/// with the high threshold at 1% every unused image is a candidate; the unused, unpinned image
+/// is removed; images nanolet imported (its pin record), the sandbox image and an image a
+/// running pod uses are kept.
+#[test]
+fn image_gc_removes_unused_unpinned_images_only() {
+    use nanolet::runtime::Runtime;
+    let _serial = serial();
+    let ctd = Containerd::start();
+    let work = ctd.tmp().join("gc-images");
+    fs::create_dir_all(&work).expect("dir");
+    // The harness imported busybox and pause with this pin record: nanolet uses it as its
+    // root dir, so those count as imported (pinned) images.
+    let pins = ctd.tmp().join("image-pins");
+    let other = ctd.tmp().join("other-pins");
+    import(&ctd, &pins, &distinct_image(&work, "localhost/kept:1"));
+    import(&ctd, &other, &distinct_image(&work, "localhost/unused:1"));
+    let rt = ctd.runtime();
+    let present = |img: &str| rt.image_status(img).ok().flatten().is_some();
+    assert!(present("localhost/kept:1") && present("localhost/unused:1"));
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--root-dir={}", pins.display()),
+            "--image-gc-high-threshold=1".into(),
+            "--image-gc-low-threshold=0".into(),
+            "--minimum-image-ttl-duration=0s".into(),
+            "--eviction-monitoring-period=1s".into(),
+        ],
+    );
+    wait_for(TIMEOUT, || (!present("localhost/unused:1")).then_some(()))
+        .unwrap_or_else(|| panic!("unused image not collected\n{}", n.log_tail()));
+    for img in [
+        "localhost/kept:1",
+        common::BUSYBOX_IMAGE,
+        common::PAUSE_IMAGE,
+    ] {
+        assert!(present(img), "{img} was removed");
+    }
+}
