@@ -26,7 +26,8 @@ use common::{Containerd, wait_for};
 use serde_json::Value;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
-const OLD_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The version cargo test's binary carries (Cargo.toml's, or NANOLET_VERSION at build time).
+const OLD_VERSION: &str = nanolet::VERSION;
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd
