@@ -192,3 +192,458 @@ fn kill_9_during_churn_converges_to_exactly_the_desired_pods() {
         "restart counts continue unchanged"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Shared helpers for the fault tests below.
+
+fn pid_of(n: &Nanolet) -> u32 {
+    n.child.as_ref().expect("nanolet running").id()
+}
+
+/// A `/proc/<pid>/status` figure (kB for Vm*, a count for Threads).
+fn proc_status(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(key)?
+                .trim_start_matches(':')
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+fn running_container_id(p: &serde_json::Value) -> String {
+    p["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn version_of(p: &serde_json::Value) -> String {
+    p["metadata"]["labels"]["version"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `/manifests/errors` as (origin, reason) pairs.
+fn manifest_errors(n: &Nanolet) -> Vec<(String, String)> {
+    n.get("/manifests/errors")
+        .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            (
+                e["origin"].as_str().unwrap_or_default().to_string(),
+                e["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn wait_running_version(n: &Nanolet, name: &str, version: u64) -> serde_json::Value {
+    n.wait_pod(name, &format!("Running at version {version}"), |p| {
+        p["status"]["phase"] == "Running"
+            && version_of(p) == version.to_string()
+            && p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+    })
+}
+
+/// Objects of pods named `name` (full name) in the runtime: (sandboxes, containers).
+fn runtime_objects(rt: &dyn Runtime, name: &str) -> (usize, usize) {
+    let full = format!("{name}-node1");
+    let sbs = rt
+        .list_pod_sandboxes()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.name == full)
+        .count();
+    let ctrs = rt
+        .list_containers()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.labels.get("io.kubernetes.pod.name") == Some(&full))
+        .count();
+    (sbs, ctrs)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manifest directory faults
+
+/// The file source under the ways files really change: an in-place write seen half-way (a YAML
+/// error, reported, then the completed file runs), write-to-temp-and-rename from a name the
+/// source ignores, a symlinked manifest (following edits of its target), huge and deeply
+/// nested documents (rejected, with nanolet's peak memory bounded: the kubelet's
+/// maxConfigLength is 10 MiB), and the whole directory deleted (every pod goes, as the kubelet's
+/// empty snapshot for a missing path does) and recreated (its pods come back).
+#[test]
+fn manifest_directory_faults_converge_to_the_final_content() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    let dir = n.manifests();
+    let errors_for = |file: &str| {
+        let path = dir.join(file).display().to_string();
+        manifest_errors(&n)
+            .into_iter()
+            .filter(|(o, _)| *o == path)
+            .map(|(_, r)| r)
+            .collect::<Vec<_>>()
+    };
+
+    // 1. A partial in-place write: cut inside the flow sequence, so it is not valid YAML.
+    let full = manifest("partial", 1);
+    let cut = full.find("'3600'").expect("cut point") + 3;
+    std::fs::write(dir.join("partial.yaml"), &full[..cut]).expect("write");
+    wait_for(Duration::from_secs(30), || {
+        (!errors_for("partial.yaml").is_empty()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("half-written file not reported: {:?}", manifest_errors(&n)));
+    assert!(n.pod("partial").is_none(), "no pod from half a manifest");
+    std::fs::write(dir.join("partial.yaml"), &full).expect("write");
+    wait_running_version(&n, "partial", 1);
+    assert!(errors_for("partial.yaml").is_empty());
+
+    // 2. Written under a name the source ignores, then renamed into place.
+    std::fs::write(dir.join("renamed.yaml.tmp"), manifest("renamed", 1)).expect("write");
+    std::fs::rename(dir.join("renamed.yaml.tmp"), dir.join("renamed.yaml")).expect("rename");
+    wait_running_version(&n, "renamed", 1);
+
+    // 3. A symlink to a manifest elsewhere; the target is edited (atomically, in its dir).
+    let elsewhere = ctd.tmp().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("dir");
+    std::fs::write(elsewhere.join("real.yaml"), manifest("linked", 1)).expect("write");
+    std::os::unix::fs::symlink(elsewhere.join("real.yaml"), dir.join("linked.yaml"))
+        .expect("symlink");
+    wait_running_version(&n, "linked", 1);
+    std::fs::write(elsewhere.join(".real.tmp"), manifest("linked", 2)).expect("write");
+    std::fs::rename(elsewhere.join(".real.tmp"), elsewhere.join("real.yaml")).expect("rename");
+    wait_running_version(&n, "linked", 2);
+
+    // 4. Huge and deeply nested documents: rejected, memory bounded.
+    let pid = pid_of(&n);
+    let hwm_before = proc_status(pid, "VmHWM");
+    let huge = format!(
+        "{}    env:\n    - name: PAD\n      value: \"{}\"\n",
+        manifest("huge", 1),
+        "x".repeat(12 << 20)
+    );
+    std::fs::write(dir.join("huge.yaml"), huge).expect("write");
+    let nested = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {}\n",
+        "[".repeat(200_000)
+    );
+    std::fs::write(dir.join("nested.yaml"), nested).expect("write");
+    wait_for(Duration::from_secs(30), || {
+        (!errors_for("huge.yaml").is_empty() && !errors_for("nested.yaml").is_empty()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("huge/nested not reported: {:?}", manifest_errors(&n)));
+    assert!(
+        errors_for("huge.yaml")[0].contains("larger than 10485760 bytes"),
+        "{:?}",
+        errors_for("huge.yaml")
+    );
+    let hwm_after = proc_status(pid, "VmHWM");
+    assert!(
+        hwm_after < hwm_before + 64 * 1024,
+        "peak RSS grew from {hwm_before} kB to {hwm_after} kB reading a 12 MiB and a 200k-deep file"
+    );
+    assert!(n.pod("huge").is_none() && n.pod("nested").is_none());
+    for p in ["partial", "renamed", "linked"] {
+        assert_eq!(n.pod(p).expect("pod")["status"]["phase"], "Running", "{p}");
+    }
+
+    // 5. The directory deleted: every pod goes; recreated: its pods come back.
+    std::fs::remove_dir_all(&dir).expect("rm -r manifests");
+    wait_for(Duration::from_secs(60), || {
+        n.pods().is_empty().then_some(())
+    })
+    .unwrap_or_else(|| panic!("pods left after the directory went: {:?}", n.pods().len()));
+    let rt = ctd.runtime();
+    wait_for(Duration::from_secs(30), || {
+        (rt.list_pod_sandboxes().unwrap_or_default().is_empty()).then_some(())
+    })
+    .expect("sandboxes removed");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    n.write("back.yaml", &manifest("back", 7));
+    wait_running_version(&n, "back", 7);
+    assert_eq!(n.pods().len(), 1);
+}
+
+/// A symlinked manifest directory whose link is swapped atomically (as configuration
+/// management tools and the `..data` pattern do): the pods follow the new target.
+#[test]
+fn symlinked_manifest_directory_follows_an_atomic_swap() {
+    let ctd = Containerd::start();
+    let a = ctd.tmp().join("gen-a");
+    let b = ctd.tmp().join("gen-b");
+    std::fs::create_dir_all(&a).expect("dir");
+    std::fs::create_dir_all(&b).expect("dir");
+    std::fs::write(a.join("one.yaml"), manifest("one", 1)).expect("write");
+    std::fs::write(b.join("two.yaml"), manifest("two", 1)).expect("write");
+    let link = ctd.tmp().join("current");
+    std::os::unix::fs::symlink(&a, &link).expect("symlink");
+    let n = Nanolet::start(&ctd, &[format!("--pod-manifest-path={}", link.display())]);
+    wait_running_version(&n, "one", 1);
+    let tmp_link = ctd.tmp().join(".current.tmp");
+    std::os::unix::fs::symlink(&b, &tmp_link).expect("symlink");
+    std::fs::rename(&tmp_link, &link).expect("swap");
+    wait_running_version(&n, "two", 1);
+    wait_for(Duration::from_secs(60), || {
+        n.pod("one").is_none().then_some(())
+    })
+    .expect("the old generation's pod goes");
+}
+
+/// The kubelet's e2e "mirror pod grace period" scenario: a manifest rewritten 300 times at
+/// 100 ms intervals converges to exactly one pod with the final content, and the runtime holds
+/// exactly its sandbox and container.
+#[test]
+fn a_manifest_rewritten_300_times_converges_to_one_pod() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    for v in 1..=300u64 {
+        n.write("busy.yaml", &manifest("busy", v));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_running_version(&n, "busy", 300);
+    let rt = ctd.runtime();
+    wait_for(Duration::from_secs(60), || {
+        (runtime_objects(&rt, "busy") == (1, 1)).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "runtime holds {:?} (sandboxes, containers) for busy\n{}",
+            runtime_objects(&rt, "busy"),
+            n.log_tail()
+        )
+    });
+    assert_eq!(n.pods().len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manifest URL faults
+
+/// A body that trickles out a byte every 500 ms.
+struct Drip(usize);
+impl std::io::Read for Drip {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.0 == 0 || buf.is_empty() {
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        self.0 -= 1;
+        buf[0] = b' ';
+        Ok(1)
+    }
+}
+
+/// The URL source under a misbehaving server: timeouts, a slow drip, HTTP 500, a truncated
+/// body, invalid YAML, a body over the 10 MiB limit and a redirect loop. Each time the last good
+/// pods keep running untouched, the failure is reported on /manifests/errors (naming the URL,
+/// never a header value), memory stays bounded, and when the server is good again the error
+/// clears and a changed list is applied.
+#[test]
+fn manifest_url_faults_keep_the_last_good_pods_running() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let ctd = Containerd::start();
+    let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("server"));
+    let addr = server.server_addr().to_ip().expect("addr");
+    let url = format!("http://{addr}/pods");
+    // mode * 1000 + version
+    let state = Arc::new(AtomicU64::new(1));
+    let list = |v: u64| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"PodList","items":[{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"web","labels":{{"version":"{v}"}}}},"spec":{{"terminationGracePeriodSeconds":1,"containers":[{{"name":"c","image":"localhost/busybox:1.36","command":["sleep","3600"]}}]}}}}]}}"#
+        )
+    };
+    {
+        let server = server.clone();
+        let state = state.clone();
+        let url = url.clone();
+        std::thread::spawn(move || {
+            for req in server.incoming_requests() {
+                let s = state.load(Ordering::SeqCst);
+                let (mode, v) = (s / 1000, s % 1000);
+                let body = list(v);
+                let url = url.clone();
+                // Each request on its own thread: slow answers must not block the next poll.
+                std::thread::spawn(move || {
+                    let _ = match mode {
+                        1 => {
+                            std::thread::sleep(Duration::from_secs(12));
+                            req.respond(tiny_http::Response::from_string(body))
+                        }
+                        2 => req.respond(tiny_http::Response::new(
+                            200.into(),
+                            vec![],
+                            Drip(60),
+                            Some(60),
+                            None,
+                        )),
+                        3 => req.respond(
+                            tiny_http::Response::from_string("boom").with_status_code(500),
+                        ),
+                        4 => req.respond(tiny_http::Response::new(
+                            200.into(),
+                            vec![],
+                            std::io::Cursor::new(body.as_bytes()[..body.len() / 2].to_vec()),
+                            Some(body.len()),
+                            None,
+                        )),
+                        5 => req.respond(tiny_http::Response::from_string("items: [unclosed")),
+                        6 => req.respond(tiny_http::Response::from_data(vec![b' '; 11 << 20])),
+                        7 => req.respond(
+                            tiny_http::Response::from_string("again")
+                                .with_status_code(302)
+                                .with_header(
+                                    tiny_http::Header::from_bytes(&b"Location"[..], url.as_bytes())
+                                        .expect("header"),
+                                ),
+                        ),
+                        _ => req.respond(tiny_http::Response::from_string(body)),
+                    };
+                });
+            }
+        });
+    }
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--manifest-url={url}"),
+            "--manifest-url-header=X-Token:s3cret-value".into(),
+        ],
+    );
+    let first = wait_running_version(&n, "web", 1);
+    let cid = running_container_id(&first);
+    let pid = pid_of(&n);
+    let url_errors = |n: &Nanolet| {
+        manifest_errors(n)
+            .into_iter()
+            .filter(|(o, _)| *o == url)
+            .map(|(_, r)| r)
+            .collect::<Vec<_>>()
+    };
+    for (mode, what) in [
+        (1, "timeout"),
+        (2, "slow drip"),
+        (3, "HTTP 500"),
+        (4, "truncated body"),
+        (5, "invalid YAML"),
+        (6, "body over the limit"),
+        (7, "redirect loop"),
+    ] {
+        state.store(mode * 1000 + 1, Ordering::SeqCst);
+        let errs = wait_for(Duration::from_secs(40), || {
+            let e = url_errors(&n);
+            (!e.is_empty()).then_some(e)
+        })
+        .unwrap_or_else(|| panic!("{what}: no error reported\n{}", n.log_tail()));
+        assert!(
+            errs.iter().all(|e| !e.contains("s3cret-value")),
+            "{what}: a header value leaked: {errs:?}"
+        );
+        let p = n.pod("web").expect("web still listed");
+        assert_eq!(p["status"]["phase"], "Running", "{what}");
+        assert_eq!(
+            running_container_id(&p),
+            cid,
+            "{what}: the last good pod keeps running"
+        );
+        // Good again (same list): the error clears.
+        state.store(1, Ordering::SeqCst);
+        wait_for(Duration::from_secs(30), || {
+            url_errors(&n).is_empty().then_some(())
+        })
+        .unwrap_or_else(|| panic!("{what}: error never cleared: {:?}", url_errors(&n)));
+    }
+    let hwm = proc_status(pid, "VmHWM");
+    assert!(hwm < 128 * 1024, "peak RSS {hwm} kB after the faults");
+    // Recovery with a change: version 2 replaces version 1.
+    state.store(2, Ordering::SeqCst);
+    wait_running_version(&n, "web", 2);
+    assert_eq!(n.pods().len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runtime faults
+
+/// containerd frozen (SIGSTOP): every CRI call hangs, and nanolet's deadlines
+/// (--runtime-request-timeout) bound them: /healthz keeps answering at once and names the
+/// runtime check; a manifest written meanwhile runs once containerd is thawed. Then containerd
+/// killed with SIGKILL and restarted: the pods whose shims survived are not recreated.
+#[test]
+fn hung_and_killed_containerd_are_survived() {
+    let mut ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &["--runtime-request-timeout=3s".into()]);
+    n.write("steady.yaml", &manifest("steady", 1));
+    let cid = running_container_id(&wait_running_version(&n, "steady", 1));
+    let ctd_pid = nix::unistd::Pid::from_raw(ctd.daemon_pid().expect("containerd pid") as i32);
+    nix::sys::signal::kill(ctd_pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    let thaw = scopeguard(move || {
+        let _ = nix::sys::signal::kill(ctd_pid, nix::sys::signal::Signal::SIGCONT);
+    });
+    n.write("queued.yaml", &manifest("queued", 1));
+    let down = wait_for(Duration::from_secs(60), || {
+        let t = std::time::Instant::now();
+        let body = n.get("/healthz?verbose")?;
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "healthz took {:?} while containerd hangs",
+            t.elapsed()
+        );
+        body.contains("[-]runtime failed").then_some(body)
+    });
+    assert!(
+        down.is_some(),
+        "runtime check never failed\n{}",
+        n.log_tail()
+    );
+    drop(thaw);
+    wait_running_version(&n, "queued", 1);
+    let p = wait_running_version(&n, "steady", 1);
+    assert_eq!(running_container_id(&p), cid, "steady survived the freeze");
+    wait_for(Duration::from_secs(30), || {
+        n.get("/healthz").filter(|b| b == "ok")
+    })
+    .expect("healthy again");
+
+    // SIGKILL: shims and containers survive; nanolet reconnects and recreates nothing.
+    let before: BTreeSet<String> = n.pods().iter().map(running_container_id).collect();
+    ctd.kill_daemon();
+    wait_for(Duration::from_secs(30), || {
+        n.get("/healthz?verbose")
+            .filter(|b| b.contains("[-]runtime failed"))
+    })
+    .expect("runtime down noticed");
+    ctd.start_daemon();
+    wait_for(Duration::from_secs(60), || {
+        n.get("/healthz").filter(|b| b == "ok")
+    })
+    .unwrap_or_else(|| panic!("never healthy after containerd came back\n{}", n.log_tail()));
+    let after: BTreeSet<String> = wait_for(Duration::from_secs(30), || {
+        let ids: BTreeSet<String> = n.pods().iter().map(running_container_id).collect();
+        (ids.len() == 2 && !ids.contains("")).then_some(ids)
+    })
+    .expect("both pods listed");
+    assert_eq!(
+        after, before,
+        "no pod recreated after containerd was killed"
+    );
+}
+
+/// Runs `f` on drop (a minimal scope guard, so a failing assertion still thaws containerd).
+struct Guard<F: FnMut()>(F);
+impl<F: FnMut()> Drop for Guard<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+fn scopeguard<F: FnMut()>(f: F) -> Guard<F> {
+    Guard(f)
+}

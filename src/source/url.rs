@@ -33,6 +33,22 @@ pub enum UrlSourceError {
     Body { url: String, message: String },
 }
 
+/// Why a fetch failed, without the URL (which may carry credentials; the error's origin names
+/// it, redacted) and never with header values.
+fn fetch_reason(e: &UrlSourceError) -> String {
+    match e {
+        UrlSourceError::Transport { message, .. } => {
+            format!("fetching the manifest URL failed: {message}")
+        }
+        UrlSourceError::Status { status, .. } => {
+            format!("fetching the manifest URL failed: HTTP status {status}")
+        }
+        UrlSourceError::Body { message, .. } => {
+            format!("reading the manifest URL's body failed: {message}")
+        }
+    }
+}
+
 /// The URL source; start it with [`UrlSource::spawn`].
 #[derive(Debug)]
 pub struct UrlSource;
@@ -190,6 +206,29 @@ impl Poller {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(error = %e, "url source: keeping the previous snapshot");
+                // The next good body is processed again even if unchanged (it clears this).
+                self.last_body = None;
+                // Report the failure beside the pods still in force (never before the first
+                // good snapshot: an empty snapshot would let orphan cleanup kill the pods).
+                let Some(good) = &self.last_good else {
+                    return true;
+                };
+                let snap = Snapshot {
+                    source: SourceKind::Http,
+                    pods: good.pods.clone(),
+                    errors: vec![ManifestError {
+                        origin: crate::config::redact_url(&self.cfg.url),
+                        field: String::new(),
+                        reason: fetch_reason(&e),
+                    }],
+                };
+                if self.last_sent.as_ref().is_some_and(|l| l.same_content(&snap)) {
+                    return true;
+                }
+                if self.tx.send(snap.clone()).is_err() {
+                    return false;
+                }
+                self.last_sent = Some(snap);
                 return true;
             }
         };

@@ -421,6 +421,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     }
 
     /// Kills containerd with SIGKILL (a crash). Shims and containers keep running.
+    /// The containerd process id while it runs.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     pub fn kill_daemon(&mut self) {
         self.signal_daemon(nix::sys::signal::Signal::SIGKILL);
     }
