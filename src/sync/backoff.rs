@@ -127,7 +127,10 @@ mod tests {
         assert_eq!(b.remaining_since_update("img", t0 + secs(3)), Some(secs(7)));
         assert_eq!(b.remaining_since_update("img", t0 + secs(10)), None);
         b.next("img", t0 + secs(10));
-        assert_eq!(b.remaining_since_update("img", t0 + secs(15)), Some(secs(15)));
+        assert_eq!(
+            b.remaining_since_update("img", t0 + secs(15)),
+            Some(secs(15))
+        );
         assert_eq!(b.remaining_since_update("img", t0 + secs(30)), None);
     }
 
