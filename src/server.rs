@@ -1,4 +1,5 @@
-//! The local HTTP endpoints, on `tiny_http` with one plain thread per server.
+//! The local HTTP endpoints, on [`crate::httpd`] (bounded: one reactor thread, a small worker
+//! pool, connection/size/time limits per server).
 //!
 //! - healthz server (`--healthz-bind-address:--healthz-port`, default 127.0.0.1:10248):
 //!   `/healthz`, `/healthz/<check>`.
@@ -20,23 +21,19 @@
 //! paths); unknown paths are 404. `follow=true` log requests are streamed on a thread of their
 //! own (at most [`MAX_FOLLOWERS`] at once) so they never block the server.
 
-use std::io;
-use std::net::SocketAddr;
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
 
-use tiny_http::{Header, Method, Response, Server};
-
+use crate::httpd::{self, Limits};
 use crate::kubeapi::{self, ApiOutcome, LogFollow, NodeContext};
 use crate::pod::PodList;
 use crate::status::{HealthCheck, StatusStore};
 
-/// A running server. `stop()` or dropping it stops the thread and closes the socket.
+/// A running server. `stop()` or dropping it stops its threads and closes the socket.
 pub struct ServerHandle {
-    server: Arc<Server>,
-    stopping: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    server: Option<httpd::Server>,
     local_addr: SocketAddr,
 }
 
@@ -46,26 +43,12 @@ impl ServerHandle {
         self.local_addr
     }
 
-    /// Stops serving and waits for the server thread to finish.
+    /// Stops serving and waits for the server threads to finish.
     pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.stopping.store(true, Ordering::SeqCst);
-            self.server.unblock();
-            if thread.join().is_err() {
-                tracing::error!(addr = %self.local_addr, "HTTP server thread panicked");
-            }
+        if let Some(server) = self.server.take() {
+            server.stop();
             tracing::debug!(addr = %self.local_addr, "HTTP server stopped");
         }
-    }
-}
-
-impl Drop for ServerHandle {
-    fn drop(&mut self) {
-        self.shutdown();
     }
 }
 
@@ -149,105 +132,113 @@ fn spawn(
     store: Arc<StatusStore>,
     endpoints: Endpoints,
 ) -> io::Result<ServerHandle> {
-    let server = Server::http(addr)
-        .map_err(|e| io::Error::other(format!("{kind} server: binding {addr}: {e}")))?;
-    let local_addr = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| io::Error::other(format!("{kind} server: {addr} is not an IP listener")))?;
-    let server = Arc::new(server);
     let stopping = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let server = Arc::clone(&server);
-        let stopping = Arc::clone(&stopping);
-        std::thread::Builder::new()
-            .name(format!("http-{kind}"))
-            .spawn(move || serve(kind, &server, &stopping, &store, &endpoints))?
+    let followers = Arc::new(AtomicUsize::new(0));
+    let limits = Limits {
+        // The read-only port renders larger documents (/pods, /metrics); healthz is tiny.
+        workers: if matches!(endpoints, Endpoints::ReadOnly(_)) {
+            3
+        } else {
+            1
+        },
+        ..Limits::default()
     };
+    let handler: httpd::Handler = {
+        let stopping = Arc::clone(&stopping);
+        Arc::new(move |request: &httpd::Request| {
+            handle(kind, request, &store, &endpoints, &stopping, &followers)
+        })
+    };
+    let server = httpd::Server::start(kind, addr, limits, stopping, handler)
+        .map_err(|e| io::Error::other(format!("{kind} server: binding {addr}: {e}")))?;
+    let local_addr = server.local_addr();
     tracing::info!(addr = %local_addr, "{kind} server listening");
     Ok(ServerHandle {
-        server,
-        stopping,
-        thread: Some(thread),
+        server: Some(server),
         local_addr,
     })
 }
 
-fn serve(
+fn handle(
     kind: &str,
-    server: &Server,
-    stopping: &Arc<AtomicBool>,
+    request: &httpd::Request,
     store: &Arc<StatusStore>,
     endpoints: &Endpoints,
-) {
-    let followers = Arc::new(AtomicUsize::new(0));
-    loop {
-        let request = match server.recv() {
-            Ok(r) => r,
-            Err(e) => {
-                if stopping.load(Ordering::SeqCst) {
-                    return;
-                }
-                // An accept/read error of one connection; keep serving, but do not spin.
-                tracing::debug!("{kind} server: receiving request: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(10));
-                continue;
-            }
-        };
-        if stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        let header = |name: &'static str| {
-            request
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv(name))
-                .map(|h| h.value.as_str().to_string())
-                .unwrap_or_default()
-        };
-        let req = Req {
-            method: request.method().clone(),
-            url: request.url().to_string(),
-            authorization: header("Authorization"),
-            accept: header("Accept"),
-        };
-        let reply = match route_request(endpoints, &req, store) {
-            Outcome::Reply(r) => r,
-            Outcome::Follow(follow) => {
-                if followers.fetch_add(1, Ordering::SeqCst) >= MAX_FOLLOWERS {
-                    followers.fetch_sub(1, Ordering::SeqCst);
-                    api_reply(
+    stopping: &Arc<AtomicBool>,
+    followers: &Arc<AtomicUsize>,
+) -> httpd::Response {
+    let req = Req {
+        method: request.method.clone(),
+        url: request.target.clone(),
+        authorization: request.header("Authorization").to_string(),
+        accept: request.header("Accept").to_string(),
+    };
+    let reply = match route_request(endpoints, &req, store) {
+        Outcome::Reply(r) => r,
+        Outcome::Follow(follow) => {
+            if followers.fetch_add(1, Ordering::SeqCst) >= MAX_FOLLOWERS {
+                followers.fetch_sub(1, Ordering::SeqCst);
+                api_reply(
+                    429,
+                    &kubeapi::status(
                         429,
-                        &kubeapi::status(
-                            429,
-                            "TooManyRequests",
-                            "too many log streams are open; try again later",
-                            None,
-                        ),
-                    )
-                } else {
-                    spawn_follower(request, follow, store, stopping, &followers);
-                    continue;
-                }
-            }
-        };
-        tracing::trace!(method = %req.method, url = %req.url, status = reply.status, "{kind} server");
-        let mut response = Response::from_data(reply.body).with_status_code(reply.status);
-        for (name, value) in reply.headers {
-            if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-                response.add_header(h);
+                        "TooManyRequests",
+                        "too many log streams are open; try again later",
+                        None,
+                    ),
+                )
+            } else {
+                let (store, stopping, followers) = (
+                    Arc::clone(store),
+                    Arc::clone(stopping),
+                    Arc::clone(followers),
+                );
+                let http11 = request.http11;
+                return httpd::Response::Takeover(Box::new(move |stream| {
+                    spawn_follower(stream, http11, follow, &store, &stopping, &followers)
+                }));
             }
         }
-        if let Err(e) = request.respond(response) {
-            tracing::debug!("{kind} server: writing response: {e}");
-        }
+    };
+    tracing::trace!(method = %req.method, url = %req.url, status = reply.status, "{kind} server");
+    httpd::Response::Full {
+        status: reply.status,
+        headers: reply
+            .headers
+            .into_iter()
+            .map(|(n, v)| (n, v.to_string()))
+            .collect(),
+        body: reply.body,
+    }
+}
+
+/// Routes one raw request (pure apart from reading the store; the fuzz target `http_request`
+/// drives it): the status and body the server would answer, or `None` for a log stream.
+pub fn answer_raw(raw: &[u8], store: &StatusStore, token: Option<&str>) -> Option<(u16, Vec<u8>)> {
+    let request = match httpd::parse_head(raw, &Limits::default()) {
+        httpd::Parse::Done { request, .. } => request,
+        httpd::Parse::Reject(status, why) => return Some((status, why.as_bytes().to_vec())),
+        httpd::Parse::Incomplete => return Some((400, b"incomplete".to_vec())),
+    };
+    let mut options = ReadOnlyOptions::new("fuzz-node");
+    options.token = token.map(String::from);
+    let req = Req {
+        method: request.method.clone(),
+        url: request.target.clone(),
+        authorization: request.header("Authorization").to_string(),
+        accept: request.header("Accept").to_string(),
+    };
+    match route_request(&Endpoints::ReadOnly(Arc::new(options)), &req, store) {
+        Outcome::Reply(r) => Some((r.status, r.body)),
+        Outcome::Follow(_) => None,
     }
 }
 
 /// Streams one `follow=true` log on its own thread, with chunked encoding (HTTP/1.1) or until
 /// the connection closes (HTTP/1.0).
 fn spawn_follower(
-    request: tiny_http::Request,
+    stream: TcpStream,
+    chunked: bool,
     follow: LogFollow,
     store: &Arc<StatusStore>,
     stopping: &Arc<AtomicBool>,
@@ -256,12 +247,11 @@ fn spawn_follower(
     let store = Arc::clone(store);
     let stopping = Arc::clone(stopping);
     let followers_t = Arc::clone(followers);
-    let chunked = request.http_version() >= &tiny_http::HTTPVersion(1, 1);
     let spawned = std::thread::Builder::new()
         .name("http-log-follow".into())
         .stack_size(256 * 1024)
         .spawn(move || {
-            let mut w = request.into_writer();
+            let mut w = stream;
             let head = if chunked {
                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
             } else {
@@ -288,7 +278,7 @@ fn spawn_follower(
 
 /// Writes each `write_all` as one HTTP chunk.
 struct ChunkWriter<'a> {
-    inner: &'a mut Box<dyn io::Write + Send + 'static>,
+    inner: &'a mut TcpStream,
     chunked: bool,
 }
 
@@ -315,7 +305,7 @@ impl io::Write for ChunkWriter<'_> {
 /// The parts of a request routing looks at.
 #[derive(Debug, Clone)]
 struct Req {
-    method: Method,
+    method: String,
     url: String,
     authorization: String,
     accept: String,
@@ -367,7 +357,7 @@ fn route_request(endpoints: &Endpoints, req: &Req, store: &StatusStore) -> Outco
         }
     }
     if kubeapi::is_api_path(path) {
-        if !matches!(req.method, Method::Get | Method::Head) {
+        if !is_read(&req.method) {
             let mut r = api_reply(405, &kubeapi::method_not_allowed());
             r.headers.push(("Allow", "GET, HEAD"));
             return Outcome::Reply(r);
@@ -388,7 +378,7 @@ fn route_request(endpoints: &Endpoints, req: &Req, store: &StatusStore) -> Outco
     Outcome::Reply(route(endpoints, &req.method, &req.url, store))
 }
 
-/// A response, independent of tiny_http so routing can be tested directly.
+/// A response, independent of the transport so routing can be tested directly.
 #[derive(Debug, Clone, PartialEq)]
 struct Reply {
     status: u16,
@@ -429,7 +419,12 @@ impl Reply {
     }
 }
 
-fn route(endpoints: &Endpoints, method: &Method, url: &str, store: &StatusStore) -> Reply {
+/// GET and HEAD are the only methods served.
+fn is_read(method: &str) -> bool {
+    method == "GET" || method == "HEAD"
+}
+
+fn route(endpoints: &Endpoints, method: &str, url: &str, store: &StatusStore) -> Reply {
     let (path, query) = split_url(url);
     let known = match path {
         "/healthz" => true,
@@ -443,7 +438,7 @@ fn route(endpoints: &Endpoints, method: &Method, url: &str, store: &StatusStore)
     if !known {
         return Reply::text(404, "404 page not found\n".into());
     }
-    if !matches!(method, Method::Get | Method::Head) {
+    if !is_read(method) {
         let mut r = Reply::text(405, "405 method not allowed\n".into());
         r.headers.push(("Allow", "GET, HEAD"));
         return r;
@@ -669,7 +664,7 @@ mod tests {
         }
     }
 
-    /// tiny_http's accept thread closes the socket a moment after the server is dropped.
+    /// The listener is closed once the server is stopped.
     fn closed_soon(addr: SocketAddr) -> bool {
         for _ in 0..200 {
             if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err() {
