@@ -24,6 +24,7 @@ pub mod sdnotify;
 pub mod httpd;
 pub mod server;
 pub mod source;
+pub mod statefile;
 pub mod stats;
 pub mod status;
 pub mod sync;

@@ -154,6 +154,10 @@ pub fn image_view(rt: &dyn Runtime) -> Option<ImageView> {
 /// containerd 1.6's CRI does not report the `io.cri-containerd.pinned` label). `None` when the
 /// pin record cannot be read: then image GC does nothing rather than guess.
 pub fn pinned_images(rt: &dyn Runtime, root_dir: &std::path::Path) -> Option<BTreeSet<String>> {
+    if !crate::images::pins_trustworthy(root_dir) {
+        warn!(root_dir = %root_dir.display(), "image GC skipped: a damaged pin record was quarantined (pinned-images.json.corrupt-*); re-import your images, then delete that file");
+        return None;
+    }
     let pins = match crate::images::pinned_images(root_dir) {
         Ok(p) => p,
         Err(e) => {

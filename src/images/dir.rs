@@ -7,7 +7,6 @@
 //! or nanolet restarts; it never stops the agent.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
@@ -78,28 +77,21 @@ fn stamp(path: &Path) -> Option<(u64, u128)> {
     Some((md.len(), mtime))
 }
 
-/// Writes `body` to `path` through a temp file and a rename.
+/// Writes `body` to `path` atomically and durably (see [`crate::statefile::write_atomic`]).
 pub fn write_atomic(path: &Path, body: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(body)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)
+    crate::statefile::write_atomic(path, body)
 }
 
 fn load_state(root: &Path) -> BTreeMap<String, FileStamp> {
     let path = root.join(STATE_FILE);
-    match std::fs::read(&path) {
-        Ok(b) => match serde_json::from_slice::<StateFile>(&b) {
-            Ok(s) => s.files,
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "ignoring a corrupt images state file; archives are imported again");
-                BTreeMap::new()
-            }
-        },
-        Err(_) => BTreeMap::new(),
+    // A damaged record is moved aside: the archives are simply imported again.
+    match crate::statefile::read_or_quarantine::<StateFile>(&path) {
+        Ok(Some(s)) => s.files,
+        Ok(None) => BTreeMap::new(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "reading the images state");
+            BTreeMap::new()
+        }
     }
 }
 

@@ -314,19 +314,22 @@ struct PinFile {
 /// name or on `image_id` (CRI `Image.id`). A missing file is an empty set.
 pub fn pinned_images(root_dir: &Path) -> Result<BTreeMap<String, PinnedImage>> {
     let path = root_dir.join(PIN_FILE);
-    match std::fs::read(&path) {
-        Ok(b) => serde_json::from_slice::<PinFile>(&b)
-            .map(|f| f.images)
-            .map_err(|e| ImageError::Pins {
-                path,
-                reason: format!("invalid JSON: {e}"),
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+    // A damaged record is moved aside (reported) and starts afresh, so imports keep working;
+    // image GC stays off while the quarantined copy exists (see `pins_trustworthy`).
+    match crate::statefile::read_or_quarantine::<PinFile>(&path) {
+        Ok(f) => Ok(f.map(|f| f.images).unwrap_or_default()),
         Err(e) => Err(ImageError::Pins {
             path,
             reason: e.to_string(),
         }),
     }
+}
+
+/// False while a damaged pin record sits quarantined beside the current one: pins may have
+/// been lost, so nothing that removes images should trust the current set. Deleting the
+/// `pinned-images.json.corrupt-*` file (after re-importing what matters) restores trust.
+pub fn pins_trustworthy(root_dir: &Path) -> bool {
+    !crate::statefile::has_quarantined(&root_dir.join(PIN_FILE))
 }
 
 /// Whether `image` (a name, or a CRI image ID) is pinned by nanolet.
@@ -387,17 +390,31 @@ mod tests {
             reused: 0,
             unpacked: 1,
         };
+        let imp2 = || Imported {
+            names: vec!["docker.io/library/a:1".into()],
+            digest: "sha256:aa".into(),
+            config_digest: "sha256:cc".into(),
+            platform: "linux/amd64".into(),
+            written: 1,
+            reused: 0,
+            unpacked: 1,
+        };
         record_pins(dir.path(), Path::new("/x/a.tar"), &[imp]).unwrap();
         let pins = pinned_images(dir.path()).unwrap();
         assert!(is_pinned(&pins, "docker.io/library/a:1"));
         assert!(is_pinned(&pins, "sha256:cc"));
         assert!(!is_pinned(&pins, "docker.io/library/b:1"));
         assert_eq!(pins["docker.io/library/a:1"].source, "/x/a.tar");
+        // A damaged record (power loss, disk full) never blocks: it is moved aside, imports
+        // start a fresh one, and image GC stops trusting the pins until an operator clears it.
+        assert!(pins_trustworthy(dir.path()));
         std::fs::write(dir.path().join(PIN_FILE), "{").unwrap();
-        let e = pinned_images(dir.path()).unwrap_err().to_string();
-        assert!(
-            e.contains("pinned-images.json") && e.contains("invalid JSON"),
-            "{e}"
-        );
+        assert!(pinned_images(dir.path()).unwrap().is_empty());
+        assert!(!pins_trustworthy(dir.path()));
+        record_pins(dir.path(), Path::new("/x/a.tar"), &[imp2()]).unwrap();
+        assert!(is_pinned(
+            &pinned_images(dir.path()).unwrap(),
+            "docker.io/library/a:1"
+        ));
     }
 }
