@@ -45,12 +45,12 @@ fn kill_9_during_churn_converges_to_exactly_the_desired_pods() {
     let rounds: u64 = std::env::var("NANOLET_FAULT_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
+        .unwrap_or(50);
     // name -> version of the manifest on disk.
     let mut desired: BTreeMap<String, u64> = BTreeMap::new();
     for round in 0..rounds {
-        for _ in 0..1 + rng.below(3) {
-            let name = format!("p{}", rng.below(4));
+        for _ in 0..1 + rng.below(6) {
+            let name = format!("p{}", rng.below(6));
             match rng.below(3) {
                 0 if desired.contains_key(&name) => {
                     n.remove(&format!("{name}.yaml"));
@@ -646,4 +646,77 @@ impl<F: FnMut()> Drop for Guard<F> {
 }
 fn scopeguard<F: FnMut()>(f: F) -> Guard<F> {
     Guard(f)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Disk full
+
+/// The root dir's filesystem filled to the last byte by something else: nanolet keeps running
+/// and serving (/healthz ok, /pods answers), DiskPressure is raised, the BestEffort pod is
+/// evicted per the eviction rules and a new pod is refused at admission ("The node had
+/// condition: [DiskPressure]"); once the space is back both run.
+#[test]
+fn root_dir_full_keeps_nanolet_serving_and_evicting() {
+    let ctd = Containerd::start();
+    let small = ctd.tmp().join("full-root");
+    std::fs::create_dir_all(&small).expect("dir");
+    nix::mount::mount(
+        Some("tmpfs"),
+        &small,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=16m"),
+    )
+    .expect("mount tmpfs");
+    let _umount = scopeguard({
+        let small = small.clone();
+        move || {
+            let _ = nix::mount::umount2(&small, nix::mount::MntFlags::MNT_DETACH);
+        }
+    });
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--root-dir={}", small.display()),
+            "--eviction-hard=nodefs.available<10%".into(),
+            "--eviction-monitoring-period=1s".into(),
+            "--eviction-pressure-transition-period=3s".into(),
+        ],
+    );
+    n.write("victim.yaml", &manifest("victim", 1));
+    wait_running_version(&n, "victim", 1);
+    // Fill the filesystem until ENOSPC.
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(small.join("ballast")).expect("ballast");
+        let chunk = vec![0u8; 1 << 20];
+        while f.write_all(&chunk).is_ok() {}
+    }
+    n.wait_pod("victim", "Evicted", |p| {
+        p["status"]["phase"] == "Failed" && p["status"]["reason"] == "Evicted"
+    });
+    n.write("late.yaml", &manifest("late", 1));
+    let late = n.wait_pod("late", "refused at admission", |p| {
+        p["status"]["reason"] == "Evicted"
+    });
+    assert_eq!(
+        late["status"]["message"],
+        "The node had condition: [DiskPressure]. "
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            n.get("/healthz").as_deref(),
+            Some("ok"),
+            "healthz with a full disk"
+        );
+        assert!(
+            n.get("/healthz?verbose")
+                .unwrap_or_default()
+                .contains("DiskPressure=True")
+        );
+        assert_eq!(n.pods().len(), 2, "/pods answers");
+    }
+    std::fs::remove_file(small.join("ballast")).expect("rm ballast");
+    wait_running_version(&n, "victim", 1);
+    wait_running_version(&n, "late", 1);
 }
