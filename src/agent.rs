@@ -46,6 +46,9 @@ pub enum AgentError {
     Signals(nix::Error),
     #[error("read-only token file {}: {reason}", path.display())]
     TokenFile { path: PathBuf, reason: String },
+    /// The manifest directory is writable by others (see `source::file::check_secure`).
+    #[error("refusing to start: {0}")]
+    ManifestDir(String),
 }
 
 /// Reads the read-only server's bearer token (the file's content, trimmed). The token itself
@@ -124,6 +127,13 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         Some(path) if cfg.read_only_port != 0 => Some(read_token_file(path)?),
         _ => None,
     };
+    if !cfg.pod_manifest_path.as_os_str().is_empty() {
+        if cfg.allow_insecure_manifest_dir {
+            warn!(dir = %cfg.pod_manifest_path.display(), "--allow-insecure-manifest-dir: manifest directory and file permissions are not checked");
+        } else if let Err(e) = crate::source::file::check_dir_secure(&cfg.pod_manifest_path) {
+            return Err(AgentError::ManifestDir(e.to_string()));
+        }
+    }
 
     let cri: Arc<dyn Runtime> = Arc::new(
         CriRuntime::connect(&cfg.runtime_endpoint, cfg.runtime_request_timeout).map_err(
@@ -241,6 +251,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                     dir: cfg.pod_manifest_path.clone(),
                     node_name: cfg.node_name.clone(),
                     check_frequency: cfg.file_check_frequency,
+                    allow_insecure: cfg.allow_insecure_manifest_dir,
                 },
                 snap_tx.clone(),
             )
@@ -401,6 +412,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             allocatable_memory_bytes: cfg.eviction.allocatable(crate::node::capacity()).1,
             eviction_transition: cfg.eviction.pressure_transition_period,
             cgroup_driver: cfg.cgroup_driver,
+            security: cfg.security.clone(),
         },
     });
     SyncLoop::new(ctx, loop_tx).run(loop_rx);

@@ -88,6 +88,22 @@ pub struct Config {
     pub manifest_url: Option<String>,
     /// `staticPodURLHeader` as (name, value) pairs in the order they are sent. SECRET values.
     pub manifest_url_headers: Vec<(String, String)>,
+    /// CA bundle (PEM) that verifies an https:// manifest URL instead of the built-in web
+    /// roots (`--manifest-url-ca-file`, config `staticPodURLCAFile`; nanolet only).
+    pub manifest_url_ca_file: Option<PathBuf>,
+    /// Client certificate and key (PEM) presented to an https:// manifest URL
+    /// (`--manifest-url-client-cert`/`--manifest-url-client-key`, config
+    /// `staticPodURLClientCertFile`/`staticPodURLClientKeyFile`; nanolet only). Both or neither.
+    /// The paths are not secret; the key file's content is, and is never logged or served.
+    pub manifest_url_client_cert: Option<PathBuf>,
+    pub manifest_url_client_key: Option<PathBuf>,
+    /// Run manifests from a world-writable or foreign-owned directory or file
+    /// (`--allow-insecure-manifest-dir`, config `allowInsecureManifestDir`; development only).
+    pub allow_insecure_manifest_dir: bool,
+    /// Admission hardening: `--allow-privileged`, `--allowed-host-paths`,
+    /// `--deny-host-namespaces` (config `allowPrivileged`, `allowedHostPaths`,
+    /// `denyHostNamespaces`).
+    pub security: crate::sync::policy::SecurityPolicy,
     pub file_check_frequency: Duration,
     pub http_check_frequency: Duration,
     pub sync_frequency: Duration,
@@ -169,6 +185,11 @@ impl Config {
             pod_manifest_path: PathBuf::from("/etc/kubernetes/manifests"),
             manifest_url: None,
             manifest_url_headers: Vec::new(),
+            manifest_url_ca_file: None,
+            manifest_url_client_cert: None,
+            manifest_url_client_key: None,
+            allow_insecure_manifest_dir: false,
+            security: crate::sync::policy::SecurityPolicy::default(),
             file_check_frequency: Duration::from_secs(20),
             http_check_frequency: Duration::from_secs(20),
             sync_frequency: Duration::from_secs(60),
@@ -214,6 +235,11 @@ impl Config {
     /// with header values and URL credentials replaced by `"<redacted>"`. Fields that are not
     /// KubeletConfiguration fields (`nodeName`, `rootDir`, `verbosity`) use the same casing.
     pub fn redacted_json(&self) -> serde_json::Value {
+        let path_text = |p: &Option<PathBuf>| {
+            p.as_deref()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
         let mut headers = serde_json::Map::new();
         for (name, _) in &self.manifest_url_headers {
             let entry = headers
@@ -223,7 +249,7 @@ impl Config {
                 list.push(serde_json::Value::String(REDACTED.into()));
             }
         }
-        serde_json::json!({
+        let mut doc = serde_json::json!({
             "kind": CONFIG_KIND,
             "apiVersion": CONFIG_API_VERSION,
             "staticPodPath": self.pod_manifest_path.to_string_lossy(),
@@ -267,7 +293,27 @@ impl Config {
             "imageCredentialsFile": self.image_credentials_file().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
             "imageSnapshotter": self.image_snapshotter,
             "verbosity": self.verbosity,
-        })
+        });
+        if let Some(m) = doc.as_object_mut() {
+            let extra = serde_json::json!({
+                "staticPodURLCAFile": path_text(&self.manifest_url_ca_file),
+                "staticPodURLClientCertFile": path_text(&self.manifest_url_client_cert),
+                "staticPodURLClientKeyFile": path_text(&self.manifest_url_client_key),
+                "allowInsecureManifestDir": self.allow_insecure_manifest_dir,
+                "allowPrivileged": self.security.allow_privileged,
+                "allowedHostPaths": self
+                    .security
+                    .allowed_host_paths
+                    .iter()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>(),
+                "denyHostNamespaces": self.security.deny_host_namespaces,
+            });
+            if let serde_json::Value::Object(extra) = extra {
+                m.extend(extra);
+            }
+        }
+        doc
     }
 }
 
@@ -298,6 +344,14 @@ impl fmt::Debug for Config {
             .field("address", &self.address)
             .field("read_only_port", &self.read_only_port)
             .field("read_only_token_file", &self.read_only_token_file)
+            .field("manifest_url_ca_file", &self.manifest_url_ca_file)
+            .field("manifest_url_client_cert", &self.manifest_url_client_cert)
+            .field("manifest_url_client_key", &self.manifest_url_client_key)
+            .field(
+                "allow_insecure_manifest_dir",
+                &self.allow_insecure_manifest_dir,
+            )
+            .field("security", &self.security)
             .field("images_dir", &self.images_dir)
             .field("image_credentials_file", &self.image_credentials_file)
             .field("image_snapshotter", &self.image_snapshotter)
@@ -503,6 +557,38 @@ const FLAGS: &[FlagSpec] = &[
         help: "IP address the healthz server listens on (config: healthzBindAddress)",
     },
     FlagSpec {
+        name: "allow-insecure-manifest-dir",
+        shorthand: None,
+        kind: Kind::Bool,
+        value_name: "",
+        default: "false",
+        help: "Run manifests from a world-writable or not root-owned directory or file (development only: whoever can write there can run privileged containers) (config: allowInsecureManifestDir, nanolet only)",
+    },
+    FlagSpec {
+        name: "allow-privileged",
+        shorthand: None,
+        kind: Kind::Bool,
+        value_name: "",
+        default: "true",
+        help: "Admit pods with privileged containers; false rejects them with reason Forbidden (config: allowPrivileged)",
+    },
+    FlagSpec {
+        name: "allowed-host-paths",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path,...",
+        default: "",
+        help: "Absolute path prefixes hostPath volumes must lie below (whole components); empty allows all (config: allowedHostPaths, nanolet only)",
+    },
+    FlagSpec {
+        name: "deny-host-namespaces",
+        shorthand: None,
+        kind: Kind::Bool,
+        value_name: "",
+        default: "false",
+        help: "Reject pods with hostNetwork, hostPID or hostIPC (config: denyHostNamespaces, nanolet only)",
+    },
+    FlagSpec {
         name: "healthz-port",
         shorthand: None,
         kind: Kind::Value,
@@ -573,6 +659,30 @@ const FLAGS: &[FlagSpec] = &[
         value_name: "Name:Value,...",
         default: "",
         help: "HTTP header(s) sent with --manifest-url requests; repeatable and comma-separated, e.g. 'a:hello,b:again' (config: staticPodURLHeader); values are never logged",
+    },
+    FlagSpec {
+        name: "manifest-url-ca-file",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "",
+        help: "PEM CA bundle that verifies an https:// --manifest-url instead of the built-in web roots (config: staticPodURLCAFile, nanolet only)",
+    },
+    FlagSpec {
+        name: "manifest-url-client-cert",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "",
+        help: "PEM client certificate (chain) for an https:// --manifest-url; needs --manifest-url-client-key (config: staticPodURLClientCertFile, nanolet only)",
+    },
+    FlagSpec {
+        name: "manifest-url-client-key",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "",
+        help: "PEM private key of --manifest-url-client-cert (config: staticPodURLClientKeyFile, nanolet only)",
     },
     FlagSpec {
         name: "images-dir",
@@ -893,6 +1003,18 @@ fn parse_run_args_with(
             "config-map-dir" => cfg.config_map_dir = parse_nonempty_path(value).map_err(err)?,
             "secret-dir" => cfg.secret_dir = parse_nonempty_path(value).map_err(err)?,
             "images-dir" => cfg.images_dir = Some(PathBuf::from(value)),
+            "manifest-url-ca-file" => cfg.manifest_url_ca_file = optional_path(value),
+            "manifest-url-client-cert" => cfg.manifest_url_client_cert = optional_path(value),
+            "manifest-url-client-key" => cfg.manifest_url_client_key = optional_path(value),
+            "allow-insecure-manifest-dir" => cfg.allow_insecure_manifest_dir = value == "true",
+            "allow-privileged" => cfg.security.allow_privileged = value == "true",
+            "deny-host-namespaces" => cfg.security.deny_host_namespaces = value == "true",
+            "allowed-host-paths" => {
+                cfg.security.allowed_host_paths = parse_host_path_prefixes(
+                    value.split(',').map(str::trim).filter(|p| !p.is_empty()),
+                )
+                .map_err(err)?
+            }
             "image-credentials-file" => cfg.image_credentials_file = Some(PathBuf::from(value)),
             "image-snapshotter" => cfg.image_snapshotter = parse_snapshotter(value).map_err(err)?,
             "address" => cfg.address = parse_ip(value).map_err(err)?,
@@ -990,7 +1112,72 @@ fn parse_run_args_with(
     if cfg.read_only_port != 0 && !cfg.address.is_loopback() && cfg.read_only_token_file.is_none() {
         return Err(ConfigError::ReadOnlyNeedsToken(cfg.address));
     }
+    check_manifest_url_tls(&cfg)?;
     Ok(ParseOutcome::Run(cfg))
+}
+
+/// An empty value unsets a path.
+fn optional_path(value: &str) -> Option<PathBuf> {
+    (!value.is_empty()).then(|| PathBuf::from(value))
+}
+
+/// `--allowed-host-paths` / `allowedHostPaths`: absolute, without `..`.
+fn parse_host_path_prefixes<'a>(
+    items: impl Iterator<Item = &'a str>,
+) -> Result<Vec<PathBuf>, String> {
+    items
+        .map(|p| {
+            let path = PathBuf::from(p);
+            if !path.is_absolute()
+                || path
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir)
+            {
+                Err(format!(
+                    "{p:?} is not an absolute path without '..' components"
+                ))
+            } else {
+                Ok(path)
+            }
+        })
+        .collect()
+}
+
+/// The manifest URL's TLS settings fit together: a client key with its certificate, and only
+/// with an https:// URL in a build with TLS.
+fn check_manifest_url_tls(cfg: &Config) -> Result<(), ConfigError> {
+    let flag = |name: &str, reason: String| ConfigError::InvalidFlag {
+        flag: format!("--{name}"),
+        reason,
+    };
+    match (&cfg.manifest_url_client_cert, &cfg.manifest_url_client_key) {
+        (Some(_), None) => {
+            return Err(flag(
+                "manifest-url-client-cert",
+                "needs --manifest-url-client-key (config: staticPodURLClientKeyFile)".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(flag(
+                "manifest-url-client-key",
+                "needs --manifest-url-client-cert (config: staticPodURLClientCertFile)".into(),
+            ));
+        }
+        _ => {}
+    }
+    let tls_set = cfg.manifest_url_ca_file.is_some() || cfg.manifest_url_client_cert.is_some();
+    let https = cfg
+        .manifest_url
+        .as_deref()
+        .is_some_and(|u| u.to_ascii_lowercase().starts_with("https://"));
+    if tls_set && !https {
+        return Err(flag(
+            "manifest-url-ca-file",
+            "the manifest URL TLS settings need an https:// --manifest-url (config: staticPodURL)"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 fn normalize_node_name(raw: &str) -> Result<String, ConfigError> {
@@ -1245,6 +1432,16 @@ struct FileConfig {
     address: Option<String>,
     read_only_port: Option<i64>,
     read_only_token_file: Option<String>,
+    #[serde(rename = "staticPodURLCAFile")]
+    static_pod_url_ca_file: Option<String>,
+    #[serde(rename = "staticPodURLClientCertFile")]
+    static_pod_url_client_cert_file: Option<String>,
+    #[serde(rename = "staticPodURLClientKeyFile")]
+    static_pod_url_client_key_file: Option<String>,
+    allow_insecure_manifest_dir: Option<bool>,
+    allow_privileged: Option<bool>,
+    allowed_host_paths: Option<Vec<String>>,
+    deny_host_namespaces: Option<bool>,
     images_dir: Option<String>,
     image_credentials_file: Option<String>,
     image_snapshotter: Option<String>,
@@ -1287,6 +1484,13 @@ const FILE_FIELDS: &[&str] = &[
     "address",
     "readOnlyPort",
     "readOnlyTokenFile",
+    "staticPodURLCAFile",
+    "staticPodURLClientCertFile",
+    "staticPodURLClientKeyFile",
+    "allowInsecureManifestDir",
+    "allowPrivileged",
+    "allowedHostPaths",
+    "denyHostNamespaces",
     "imagesDir",
     "imageCredentialsFile",
     "imageSnapshotter",
@@ -1460,6 +1664,34 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     }
     if let Some(p) = &fc.read_only_token_file {
         cfg.read_only_token_file = (!p.is_empty()).then(|| resolve(p));
+    }
+    for (value, slot) in [
+        (&fc.static_pod_url_ca_file, &mut cfg.manifest_url_ca_file),
+        (
+            &fc.static_pod_url_client_cert_file,
+            &mut cfg.manifest_url_client_cert,
+        ),
+        (
+            &fc.static_pod_url_client_key_file,
+            &mut cfg.manifest_url_client_key,
+        ),
+    ] {
+        if let Some(p) = value {
+            *slot = (!p.is_empty()).then(|| resolve(p));
+        }
+    }
+    if let Some(b) = fc.allow_insecure_manifest_dir {
+        cfg.allow_insecure_manifest_dir = b;
+    }
+    if let Some(b) = fc.allow_privileged {
+        cfg.security.allow_privileged = b;
+    }
+    if let Some(b) = fc.deny_host_namespaces {
+        cfg.security.deny_host_namespaces = b;
+    }
+    if let Some(list) = &fc.allowed_host_paths {
+        cfg.security.allowed_host_paths = parse_host_path_prefixes(list.iter().map(String::as_str))
+            .map_err(|r| field_err("allowedHostPaths", r))?;
     }
     if let Some(p) = &fc.images_dir {
         cfg.images_dir = Some(if p.is_empty() {
@@ -2113,6 +2345,107 @@ mod tests {
         let e = parse(&["--config", "/nonexistent/nanolet.yaml"]).unwrap_err();
         assert!(matches!(e, ConfigError::ReadFile { .. }));
         assert!(e.to_string().contains("/nonexistent/nanolet.yaml"));
+    }
+
+    #[test]
+    fn security_options_from_flags_and_file() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.security, crate::sync::policy::SecurityPolicy::default());
+        assert!(c.security.allow_privileged && !c.allow_insecure_manifest_dir);
+        let c = parse(&[
+            "--allow-privileged=false",
+            "--deny-host-namespaces",
+            "--allowed-host-paths=/var/log, /srv",
+            "--allow-insecure-manifest-dir",
+        ])
+        .unwrap();
+        assert!(!c.security.allow_privileged && c.security.deny_host_namespaces);
+        assert_eq!(
+            c.security.allowed_host_paths,
+            vec![PathBuf::from("/var/log"), PathBuf::from("/srv")]
+        );
+        assert!(c.allow_insecure_manifest_dir);
+        let j = c.redacted_json();
+        assert_eq!(j["allowPrivileged"], false);
+        assert_eq!(
+            j["allowedHostPaths"],
+            serde_json::json!(["/var/log", "/srv"])
+        );
+        let e = parse(&["--allowed-host-paths=var/log"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--allowed-host-paths: \"var/log\""), "{e}");
+        assert!(parse(&["--allowed-host-paths=/a/../etc"]).is_err());
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!(
+                "{HEAD}allowPrivileged: false\ndenyHostNamespaces: true\nallowedHostPaths: [/data]\nallowInsecureManifestDir: true\n"
+            ),
+        );
+        let c = parse(&["--config", &path]).unwrap();
+        assert!(!c.security.allow_privileged && c.security.deny_host_namespaces);
+        assert_eq!(c.security.allowed_host_paths, vec![PathBuf::from("/data")]);
+        assert!(c.allow_insecure_manifest_dir);
+        // Flags win over the file.
+        let c = parse(&["--config", &path, "--allow-privileged=true"]).unwrap();
+        assert!(c.security.allow_privileged);
+        let path = write(&dir, "c2.yaml", &format!("{HEAD}allowedHostPaths: [rel]\n"));
+        let e = parse(&["--config", &path]).unwrap_err().to_string();
+        assert!(e.contains("allowedHostPaths: \"rel\""), "{e}");
+    }
+
+    #[test]
+    fn manifest_url_tls_settings() {
+        let url = "--manifest-url=https://example.test/pods";
+        if !cfg!(feature = "tls") {
+            return;
+        }
+        let c = parse(&[
+            url,
+            "--manifest-url-ca-file=/etc/nanolet/ca.pem",
+            "--manifest-url-client-cert=/etc/nanolet/client.pem",
+            "--manifest-url-client-key=/etc/nanolet/client-key.pem",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.manifest_url_ca_file.as_deref(),
+            Some(Path::new("/etc/nanolet/ca.pem"))
+        );
+        let j = c.redacted_json();
+        assert_eq!(j["staticPodURLCAFile"], "/etc/nanolet/ca.pem");
+        assert_eq!(
+            j["staticPodURLClientKeyFile"],
+            "/etc/nanolet/client-key.pem"
+        );
+        let e = parse(&[url, "--manifest-url-client-cert=/c.pem"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs --manifest-url-client-key"), "{e}");
+        let e = parse(&[url, "--manifest-url-client-key=/k.pem"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs --manifest-url-client-cert"), "{e}");
+        let e = parse(&[
+            "--manifest-url=http://example.test/pods",
+            "--manifest-url-ca-file=/ca.pem",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("need an https:// --manifest-url"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!(
+                "{HEAD}staticPodURL: https://example.test/p\nstaticPodURLCAFile: ca.pem\nstaticPodURLClientCertFile: c.pem\nstaticPodURLClientKeyFile: k.pem\n"
+            ),
+        );
+        let c = parse(&["--config", &path]).unwrap();
+        assert_eq!(c.manifest_url_ca_file, Some(dir.path().join("ca.pem")));
+        assert_eq!(c.manifest_url_client_key, Some(dir.path().join("k.pem")));
     }
 
     #[test]

@@ -176,3 +176,162 @@ fn request_limits_and_methods() {
     assert!(text.ends_with("\r\n\r\n"), "HEAD has no body: {text}");
     assert_eq!(n.get("/healthz").as_deref(), Some("ok"));
 }
+
+fn pod_yaml(name: &str, spec: &str) -> String {
+    format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{spec}")
+}
+
+const SLEEP: &str = "    image: localhost/busybox:1.36\n    command: [sh, -c, 'sleep 3600']\n";
+
+/// The events nanolet recorded for pod `full_name`, as (reason, message).
+fn events_of(n: &Nanolet, full_name: &str) -> Vec<(String, String)> {
+    let v: serde_json::Value = n
+        .get("/api/v1/namespaces/default/events")
+        .and_then(|b| serde_json::from_str(&b).ok())
+        .unwrap_or_default();
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["involvedObject"]["name"] == full_name)
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_string(),
+                e["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn hardening_options_reject_pods_at_admission_until_the_manifest_changes() {
+    let ctd = Containerd::start();
+    let allowed = ctd.tmp().join("allowed");
+    std::fs::create_dir_all(&allowed).expect("mkdir");
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            "--allow-privileged=false".into(),
+            "--deny-host-namespaces".into(),
+            format!("--allowed-host-paths={}", allowed.display()),
+        ],
+    );
+    let privileged = format!(
+        "  containers:\n  - name: c\n{SLEEP}    securityContext:\n      privileged: true\n"
+    );
+    n.write("priv.yaml", &pod_yaml("priv", &privileged));
+    n.write(
+        "hostnet.yaml",
+        &pod_yaml(
+            "hostnet",
+            &format!("  hostNetwork: true\n  containers:\n  - name: c\n{SLEEP}"),
+        ),
+    );
+    n.write(
+        "etc.yaml",
+        &pod_yaml(
+            "etc",
+            &format!(
+                "  containers:\n  - name: c\n{SLEEP}  volumes:\n  - name: ok\n    hostPath:\n      path: {}\n  - name: etc\n    hostPath:\n      path: /etc\n",
+                allowed.display()
+            ),
+        ),
+    );
+    for (name, message) in [
+        (
+            "priv",
+            "spec.containers[0].securityContext.privileged: Forbidden: privileged containers are not allowed on this node (--allow-privileged=false)",
+        ),
+        (
+            "hostnet",
+            "spec.hostNetwork: Forbidden: host namespaces are not allowed on this node (--deny-host-namespaces)",
+        ),
+        (
+            "etc",
+            "spec.volumes[1].hostPath.path: Forbidden: \"/etc\" is not below an allowed host path",
+        ),
+    ] {
+        let p = n.wait_phase(name, "Failed");
+        assert_eq!(p["status"]["reason"], "Forbidden", "{p:#}");
+        let got = p["status"]["message"].as_str().unwrap_or_default();
+        assert!(got.starts_with(message), "{name}: {got}");
+        let full = format!("{name}-node1");
+        let events = common::wait_for(Duration::from_secs(10), || {
+            Some(events_of(&n, &full)).filter(|e| !e.is_empty())
+        })
+        .unwrap_or_default();
+        assert!(
+            events
+                .iter()
+                .any(|(r, m)| r == "Forbidden" && m.starts_with(message)),
+            "{name}: {events:?}"
+        );
+    }
+    // Nothing of them reached containerd.
+    let rt = ctd.runtime();
+    use nanolet::runtime::Runtime;
+    let sandboxes = rt.list_pod_sandboxes().expect("list sandboxes");
+    assert!(sandboxes.is_empty(), "{sandboxes:?}");
+
+    // The edited manifest is admitted.
+    n.write(
+        "priv.yaml",
+        &pod_yaml("priv", &format!("  containers:\n  - name: c\n{SLEEP}")),
+    );
+    n.wait_phase("priv", "Running");
+    assert_eq!(
+        n.pod("hostnet").expect("hostnet")["status"]["phase"],
+        "Failed"
+    );
+}
+
+#[test]
+fn insecure_manifest_dirs_and_files_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let ctd = Containerd::start();
+    let chmod = |p: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+    // At start: a world-writable directory stops nanolet with a clear error.
+    let open = ctd.tmp().join("open-manifests");
+    std::fs::create_dir_all(&open).expect("mkdir");
+    chmod(&open, 0o777);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args([
+            "run".to_string(),
+            format!("--pod-manifest-path={}", open.display()),
+            format!("--container-runtime-endpoint={}", ctd.endpoint()),
+            "--read-only-port=0".into(),
+            "--healthz-port=0".into(),
+            format!("--root-dir={}", ctd.tmp().join("root-open").display()),
+        ])
+        .output()
+        .expect("run nanolet");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "manifest directory {} is world-writable (mode 0777)",
+            open.display()
+        )) && stderr.contains("anyone who can write there can run privileged containers")
+            && stderr.contains("--allow-insecure-manifest-dir"),
+        "{stderr}"
+    );
+
+    // While running: a world-writable file is a manifest error naming the file; fixed, it runs.
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "open.yaml",
+        &pod_yaml("open", &format!("  containers:\n  - name: c\n{SLEEP}")),
+    );
+    let file = n.manifests().join("open.yaml");
+    chmod(&file, 0o666);
+    let errors = common::wait_for(Duration::from_secs(15), || {
+        n.get("/manifests/errors")
+            .filter(|b| b.contains("open.yaml") && b.contains("world-writable"))
+    });
+    assert!(errors.is_some(), "{:?}", n.get("/manifests/errors"));
+    assert!(n.pod("open").is_none());
+    chmod(&file, 0o644);
+    n.wait_phase("open", "Running");
+}

@@ -42,6 +42,62 @@ pub enum FileSourceError {
         path: PathBuf,
         source: notify::Error,
     },
+    /// The directory (or one of its parents) is writable by others: see [`check_secure`].
+    #[error("{0}")]
+    Insecure(String),
+}
+
+/// Whether a manifest directory, its parents or a manifest file can be changed by someone other
+/// than root or the user nanolet runs as. Anyone who can write a manifest can run a privileged
+/// container, i.e. own the node, so nanolet refuses such paths unless
+/// `--allow-insecure-manifest-dir` is set:
+/// - the path is world-writable (a directory with the sticky bit, like /tmp, only as a parent:
+///   others cannot rename or delete what is ours in it), or
+/// - it is owned by a user other than root or nanolet's effective user.
+///
+/// `what` names the path in the message ("manifest directory", "manifest file").
+pub fn check_secure(path: &Path, meta: &std::fs::Metadata, what: &str) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    let sticky_parent = what == "parent directory" && mode & 0o1000 != 0;
+    let fix = "anyone who can write there can run privileged containers on this node";
+    if mode & 0o002 != 0 && !sticky_parent {
+        return Err(format!(
+            "{what} {} is world-writable (mode {mode:04o}): {fix}; remove the write permission \
+             (chmod o-w) or, for development only, pass --allow-insecure-manifest-dir",
+            path.display()
+        ));
+    }
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(format!(
+            "{what} {} is owned by uid {}, not root or nanolet's uid {me}: {fix}; chown it or, \
+             for development only, pass --allow-insecure-manifest-dir",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
+/// [`check_secure`] for the manifest directory and every parent (a missing directory passes:
+/// it is an empty source until it appears, and is checked on every listing).
+pub fn check_dir_secure(dir: &Path) -> Result<(), FileSourceError> {
+    let mut what = "manifest directory";
+    for p in dir.ancestors() {
+        match std::fs::metadata(p) {
+            Ok(meta) => check_secure(p, &meta, what).map_err(FileSourceError::Insecure)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(FileSourceError::ReadDir {
+                    dir: p.to_path_buf(),
+                    source,
+                });
+            }
+        }
+        what = "parent directory";
+    }
+    Ok(())
 }
 
 /// The file source; start it with [`FileSource::spawn`].
@@ -56,6 +112,8 @@ pub struct FileSourceConfig {
     pub node_name: String,
     /// Full re-list period (`fileCheckFrequency`, default 20s).
     pub check_frequency: Duration,
+    /// `--allow-insecure-manifest-dir`: skip [`check_secure`].
+    pub allow_insecure: bool,
 }
 
 enum Msg {
@@ -217,7 +275,12 @@ impl Worker {
 
     /// Returns false when the receiving side is gone.
     fn relist(&mut self) -> bool {
-        let snap = match list_dir(&self.cfg.dir, &self.cfg.node_name, &now_rfc3339_nano()) {
+        let snap = match list_dir_with(
+            &self.cfg.dir,
+            &self.cfg.node_name,
+            &now_rfc3339_nano(),
+            self.cfg.allow_insecure,
+        ) {
             Ok(mut s) => {
                 self.seen.stabilize(&mut s.pods);
                 s
@@ -263,7 +326,21 @@ pub fn is_manifest_name(name: &str) -> bool {
 /// One complete listing of `dir`. A missing directory is an empty snapshot; other directory
 /// errors are returned (the caller keeps its previous snapshot).
 pub fn list_dir(dir: &Path, node_name: &str, seen: &str) -> Result<Snapshot, FileSourceError> {
+    list_dir_with(dir, node_name, seen, false)
+}
+
+/// [`list_dir`]; with `allow_insecure` false an insecure directory is an error (the previous
+/// snapshot stays) and an insecure file is a manifest error (see [`check_secure`]).
+pub fn list_dir_with(
+    dir: &Path,
+    node_name: &str,
+    seen: &str,
+    allow_insecure: bool,
+) -> Result<Snapshot, FileSourceError> {
     let mut errors: Vec<ManifestError> = Vec::new();
+    if !allow_insecure {
+        check_dir_secure(dir)?;
+    }
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -302,7 +379,14 @@ pub fn list_dir(dir: &Path, node_name: &str, seen: &str) -> Result<Snapshot, Fil
         let path = entry.path();
         // Follows symlinks; directories (even named x.yaml) are not manifests.
         match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => paths.push(path),
+            Ok(m) if m.is_file() => match check_secure(&path, &m, "manifest file") {
+                Err(reason) if !allow_insecure => errors.push(ManifestError {
+                    origin: path.to_string_lossy().into_owned(),
+                    field: String::new(),
+                    reason,
+                }),
+                _ => paths.push(path),
+            },
             Ok(_) => {}
             Err(e) => tracing::debug!(file = %path.display(), error = %e, "skipping vanished file"),
         }
@@ -474,6 +558,80 @@ mod tests {
     }
 
     #[test]
+    fn insecure_directories_and_files_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tmp();
+        write(&d.path().join("good.yaml"), &manifest("good", "img"));
+        write(&d.path().join("open.yaml"), &manifest("open", "img"));
+        write(&d.path().join("foreign.yaml"), &manifest("foreign", "img"));
+        let chmod = |p: &Path, mode: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod")
+        };
+        chmod(&d.path().join("open.yaml"), 0o666);
+        let me = nix::unistd::geteuid();
+        let foreign_owner = me.is_root();
+        if foreign_owner {
+            nix::unistd::chown(
+                &d.path().join("foreign.yaml"),
+                Some(nix::unistd::Uid::from_raw(4321)),
+                None,
+            )
+            .expect("chown");
+        }
+        let snap = list_dir(d.path(), "n", "t").expect("listing");
+        let mut want = vec!["good-n".to_string()];
+        if !foreign_owner {
+            want.push("foreign-n".into());
+        }
+        want.sort();
+        assert_eq!(names(&snap), want);
+        let open = snap
+            .errors
+            .iter()
+            .find(|e| e.origin.ends_with("open.yaml"))
+            .expect("open.yaml error");
+        assert!(
+            open.reason.contains("is world-writable (mode 0666)")
+                && open.reason.contains("run privileged containers")
+                && open.reason.contains("--allow-insecure-manifest-dir"),
+            "{}",
+            open.reason
+        );
+        if foreign_owner {
+            let foreign = snap
+                .errors
+                .iter()
+                .find(|e| e.origin.ends_with("foreign.yaml"))
+                .expect("foreign.yaml error");
+            assert!(
+                foreign.reason.contains("owned by uid 4321"),
+                "{}",
+                foreign.reason
+            );
+        }
+        // The override reads them all.
+        let snap = list_dir_with(d.path(), "n", "t", true).expect("listing");
+        assert_eq!(snap.pods.len(), 3, "{:?}", snap.errors);
+        // A world-writable directory is refused as a whole; a sticky world-writable parent
+        // (like /tmp) is fine.
+        chmod(d.path(), 0o777);
+        let e = list_dir(d.path(), "n", "t").unwrap_err().to_string();
+        assert!(e.starts_with("manifest directory "), "{e}");
+        assert!(e.contains("world-writable (mode 0777)"), "{e}");
+        assert!(check_dir_secure(d.path()).is_err());
+        let inner = d.path().join("manifests");
+        std::fs::create_dir(&inner).expect("mkdir");
+        chmod(&inner, 0o755);
+        chmod(d.path(), 0o1777);
+        assert!(check_dir_secure(&inner).is_ok());
+        chmod(d.path(), 0o777);
+        let e = check_dir_secure(&inner).unwrap_err().to_string();
+        assert!(e.starts_with("parent directory "), "{e}");
+        chmod(d.path(), 0o700);
+        assert!(check_dir_secure(&d.path().join("missing")).is_ok());
+    }
+
+    #[test]
     fn duplicate_names_first_file_wins() {
         let d = tmp();
         write(&d.path().join("a.yaml"), &manifest("web", "busybox:1"));
@@ -502,6 +660,7 @@ mod tests {
             dir: dir.clone(),
             node_name: "node1".into(),
             check_frequency: Duration::from_secs(3600),
+            allow_insecure: false,
         };
         let handle = match FileSource::spawn(cfg, tx) {
             Ok(h) => h,
@@ -565,6 +724,7 @@ mod tests {
             dir: d.path().to_path_buf(),
             node_name: "n".into(),
             check_frequency: Duration::from_millis(50),
+            allow_insecure: false,
         };
         let handle = match FileSource::spawn(cfg, tx) {
             Ok(h) => h,

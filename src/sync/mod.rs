@@ -8,6 +8,7 @@ pub mod actions;
 pub mod apistatus;
 pub mod backoff;
 pub mod cgroups;
+pub mod policy;
 pub mod state;
 pub mod worker;
 
@@ -372,7 +373,9 @@ impl SyncLoop {
             .iter()
             .map(|p| pod_requests(p))
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        let rejection = if refused_for_pressure {
+        let rejection = if let Some(message) = policy::violation(pod, &settings.security) {
+            Some((policy::REASON, message))
+        } else if refused_for_pressure {
             Some((
                 "Evicted",
                 format!("The node had condition: [{}]. ", pressure.join(" ")),
@@ -422,6 +425,17 @@ impl SyncLoop {
             .map(|s| s.reason);
         if before.as_deref() != Some(reason) {
             warn!(pod = %format!("{}/{}", pod.metadata.namespace, pod.metadata.name), reason, "pod rejected: {message}");
+            // As the kubelet's rejectPod: a Warning event with the same reason and message.
+            self.ctx.store.events().record(
+                &crate::events::PodRef::pod(
+                    &pod.metadata.namespace,
+                    &pod.metadata.name,
+                    &pod.metadata.uid,
+                ),
+                crate::events::EventType::Warning,
+                reason,
+                &message,
+            );
         }
         self.ctx.store.set_pod(rejected);
         false
@@ -555,6 +569,7 @@ mod tests {
                     allocatable_memory_bytes: 8 << 30,
                     eviction_transition: Duration::from_secs(300),
                     cgroup_driver: cgroups::CgroupDriver::Cgroupfs,
+                    security: policy::SecurityPolicy::default(),
                 },
             });
             let sl = SyncLoop::new(ctx, tx.clone());

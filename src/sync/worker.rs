@@ -62,6 +62,8 @@ pub struct SyncSettings {
     pub eviction_transition: Duration,
     /// cgroupDriver: how pod cgroup parents are named (and whether nanolet writes pod totals).
     pub cgroup_driver: super::cgroups::CgroupDriver,
+    /// The operator's hardening options, checked at admission.
+    pub security: super::policy::SecurityPolicy,
 }
 
 pub struct WorkerContext {
