@@ -44,6 +44,10 @@ pub enum AgentError {
     },
     #[error("blocking signals: {0}")]
     Signals(nix::Error),
+    #[error("{0}")]
+    ApiServer(crate::apiclient::kubeconfig::KubeconfigError),
+    #[error("API server client: {0}")]
+    ApiClient(String),
     #[error("read-only token file {}: {reason}", path.display())]
     TokenFile { path: PathBuf, reason: String },
     /// The manifest directory is writable by others (see `source::file::check_secure`).
@@ -380,6 +384,38 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             })?;
     }
 
+    // API-server mode: register the Node, keep its Lease and status fresh.
+    let (node_stop_tx, node_stop_rx) = mpsc::channel::<()>();
+    if let Some(path) = &cfg.kubeconfig {
+        let kc = crate::apiclient::kubeconfig::Kubeconfig::load(path).map_err(AgentError::ApiServer)?;
+        let client = crate::apiclient::client::ApiClient::new(&kc, Duration::from_secs(10))
+            .map_err(|e| AgentError::ApiClient(e.to_string()))?;
+        let mut ctx = NodeContext::new(&cfg.node_name);
+        ctx.host_ip = host_ip.to_string();
+        ctx.max_pods = cfg.max_pods;
+        ctx.pod_logs_dir = cfg.pod_logs_dir.clone();
+        ctx.root_dir = cfg.root_dir.clone();
+        ctx.runtime = Some(runtime.clone());
+        let agent = crate::apiclient::node::NodeAgent::new(
+            Arc::new(client),
+            Arc::new(ctx),
+            store.clone(),
+            crate::apiclient::node::NodeSettings {
+                labels: cfg.node_labels.clone(),
+                status_update_frequency: cfg.node_status_update_frequency,
+            },
+        );
+        info!(server = %kc.server, "API-server mode: joining the cluster");
+        std::thread::Builder::new()
+            .name("node-status".into())
+            .stack_size(1024 * 1024)
+            .spawn(move || agent.run(node_stop_rx))
+            .map_err(|source| AgentError::Start {
+                what: "node status",
+                source,
+            })?;
+    }
+
     spawn_signal_waiter(sigs, loop_tx.clone())?;
     // systemd Type=notify: READY=1 after the first sync, watchdog pings tied to healthz.
     crate::sdnotify::spawn(store.clone());
@@ -419,6 +455,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     let _ = pleg_stop_tx.send(());
     let _ = rotate_stop_tx.send(());
     let _ = evict_stop_tx.send(());
+    let _ = node_stop_tx.send(());
     drop(servers);
     crate::sdnotify::notify("STOPPING=1");
     info!("nanolet stopped; pods keep running");

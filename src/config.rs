@@ -145,6 +145,12 @@ pub struct Config {
     pub container_log_max_size: u64,
     /// `containerLogMaxFiles` (default 5): log files kept per container, the current included.
     pub container_log_max_files: usize,
+    /// `--kubeconfig`: API-server mode when set (nanolet stays standalone otherwise).
+    pub kubeconfig: Option<PathBuf>,
+    /// `--node-labels` added to the registered Node.
+    pub node_labels: Vec<(String, String)>,
+    /// `nodeStatusUpdateFrequency` (10s).
+    pub node_status_update_frequency: Duration,
     /// `cgroupDriver` (default cgroupfs).
     pub cgroup_driver: crate::sync::cgroups::CgroupDriver,
     /// `containerLogMonitorInterval` (default 10s): how often logs are checked for rotation.
@@ -213,6 +219,9 @@ impl Config {
             container_log_max_files: 5,
             container_log_monitor_interval: Duration::from_secs(10),
             cgroup_driver: crate::sync::cgroups::CgroupDriver::Cgroupfs,
+            kubeconfig: None,
+            node_labels: Vec::new(),
+            node_status_update_frequency: Duration::from_secs(10),
             eviction: crate::eviction::EvictionConfig::default(),
             verbosity: 0,
             warnings: Vec::new(),
@@ -274,6 +283,8 @@ impl Config {
             "containerLogMaxFiles": self.container_log_max_files,
             "containerLogMonitorInterval": format_go_duration(self.container_log_monitor_interval),
             "cgroupDriver": self.cgroup_driver.as_str(),
+            "kubeconfig": self.kubeconfig.as_deref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+            "nodeStatusUpdateFrequency": format_go_duration(self.node_status_update_frequency),
             "evictionHard": self.eviction.raw.hard,
             "evictionSoft": self.eviction.raw.soft,
             "evictionSoftGracePeriod": self.eviction.raw.soft_grace,
@@ -365,6 +376,9 @@ impl fmt::Debug for Config {
                 &self.container_log_monitor_interval,
             )
             .field("cgroup_driver", &self.cgroup_driver)
+            .field("kubeconfig", &self.kubeconfig)
+            .field("node_labels", &self.node_labels)
+            .field("node_status_update_frequency", &self.node_status_update_frequency)
             .field("eviction", &self.eviction)
             .field("verbosity", &self.verbosity)
             .field("warnings", &self.warnings)
@@ -709,6 +723,14 @@ const FLAGS: &[FlagSpec] = &[
         help: "containerd snapshotter imported images are unpacked into; must match the CRI plugin's (config: imageSnapshotter, nanolet only)",
     },
     FlagSpec {
+        name: "kubeconfig",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "file",
+        default: "",
+        help: "Join a cluster (API-server mode): kubeconfig with the API server, CA and credentials; empty = standalone",
+    },
+    FlagSpec {
         name: "max-pods",
         shorthand: None,
         kind: Kind::Value,
@@ -731,6 +753,22 @@ const FLAGS: &[FlagSpec] = &[
         value_name: "path",
         default: "/var/log/pods",
         help: "Directory for container log files (config: podLogsDir)",
+    },
+    FlagSpec {
+        name: "node-labels",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "mapStringString",
+        default: "",
+        help: "Labels added to the registered Node, e.g. node-role.kubernetes.io/edge=,site=a (API-server mode)",
+    },
+    FlagSpec {
+        name: "node-status-update-frequency",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "duration",
+        default: "10s",
+        help: "How often the Node status is posted in API-server mode (config: nodeStatusUpdateFrequency)",
     },
     FlagSpec {
         name: "pod-manifest-path",
@@ -1034,6 +1072,18 @@ fn parse_run_args_with(
             }
             "container-log-max-files" => {
                 cfg.container_log_max_files = parse_log_files(value).map_err(err)?
+            }
+            "kubeconfig" => {
+                cfg.kubeconfig = (!value.is_empty()).then(|| PathBuf::from(value))
+            }
+            "node-labels" => {
+                cfg.node_labels = threshold::parse_pairs(&flag, value)
+                    .map_err(|e| err(e.to_string()))?
+                    .into_iter()
+                    .collect()
+            }
+            "node-status-update-frequency" => {
+                cfg.node_status_update_frequency = parse_frequency(value).map_err(err)?
             }
             "cgroup-driver" => {
                 cfg.cgroup_driver = crate::sync::cgroups::CgroupDriver::parse(value).map_err(err)?
@@ -1455,6 +1505,7 @@ struct FileConfig {
     runtime_request_timeout: Option<String>,
     container_log_monitor_interval: Option<String>,
     cgroup_driver: Option<String>,
+    node_status_update_frequency: Option<String>,
     eviction_hard: Option<BTreeMap<String, serde_yaml::Value>>,
     eviction_soft: Option<BTreeMap<String, serde_yaml::Value>>,
     eviction_soft_grace_period: Option<BTreeMap<String, serde_yaml::Value>>,
@@ -1504,6 +1555,7 @@ const FILE_FIELDS: &[&str] = &[
     "runtimeRequestTimeout",
     "containerLogMonitorInterval",
     "cgroupDriver",
+    "nodeStatusUpdateFrequency",
     "evictionHard",
     "evictionSoft",
     "evictionSoftGracePeriod",
@@ -1732,6 +1784,10 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     if let Some(s) = &fc.container_runtime_endpoint {
         cfg.runtime_endpoint =
             parse_endpoint(s).map_err(|r| field_err("containerRuntimeEndpoint", r))?;
+    }
+    if let Some(s) = &fc.node_status_update_frequency {
+        cfg.node_status_update_frequency =
+            parse_frequency(s).map_err(|r| field_err("nodeStatusUpdateFrequency", r))?;
     }
     if let Some(s) = &fc.cgroup_driver {
         cfg.cgroup_driver = crate::sync::cgroups::CgroupDriver::parse(s)

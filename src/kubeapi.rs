@@ -983,7 +983,8 @@ fn os_image() -> String {
         .unwrap_or_else(|| "Unknown".into())
 }
 
-fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
+/// The Node object for this node (served on `/api/v1/nodes`, registered in API-server mode).
+pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
     let cpus = crate::node::capacity().cpu_millis / 1000;
     let mem = format!("{}Ki", crate::node::capacity().memory_bytes / 1024);
     let resources = json!({

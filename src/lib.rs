@@ -5,6 +5,7 @@
 //! PLEG (events + relist) --> sync loop; status store --> HTTP server.
 
 pub mod agent;
+pub mod apiclient;
 pub mod cli;
 pub mod config;
 pub mod events;

@@ -222,7 +222,11 @@ impl Poller {
                         reason: fetch_reason(&e),
                     }],
                 };
-                if self.last_sent.as_ref().is_some_and(|l| l.same_content(&snap)) {
+                if self
+                    .last_sent
+                    .as_ref()
+                    .is_some_and(|l| l.same_content(&snap))
+                {
                     return true;
                 }
                 if self.tx.send(snap.clone()).is_err() {
@@ -468,8 +472,14 @@ mod tests {
         wait_requests(&state, 3);
         assert!(rx.try_recv().is_err());
 
-        // 500: nothing sent, the last snapshot stays in force.
+        // 500: the last good pods stay in force, with the failure reported beside them (once,
+        // not on every poll).
         set(&state, 500, "oops");
+        let snap = rx.recv_timeout(TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(snap.pods.len(), 2);
+        assert_eq!(snap.errors.len(), 1);
+        assert!(snap.errors[0].reason.contains("HTTP status 500"), "{:?}", snap.errors);
+        assert!(!snap.errors[0].reason.contains("token-123"));
         wait_requests(&state, 3);
         assert!(rx.try_recv().is_err());
 

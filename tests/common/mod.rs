@@ -25,6 +25,7 @@ use nanolet::runtime::Runtime;
 use nanolet::runtime::cri::CriRuntime;
 
 pub mod agent;
+pub mod apiserver;
 
 pub const BUSYBOX_IMAGE: &str = "localhost/busybox:1.36";
 pub const PAUSE_IMAGE: &str = "localhost/pause:3.9";

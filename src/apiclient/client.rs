@@ -1,0 +1,217 @@
+//! A small blocking Kubernetes API client over ureq: JSON in and out, the kubeconfig's CA,
+//! bearer token and client certificate, a per-request timeout, and errors that carry the HTTP
+//! status and the API's `Status` message (never the token).
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::kubeconfig::Kubeconfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{method} {path}: {message}")]
+    Transport {
+        method: &'static str,
+        path: String,
+        message: String,
+    },
+    #[error("{method} {path}: HTTP {status} {reason}: {message}")]
+    Status {
+        method: &'static str,
+        path: String,
+        status: u16,
+        /// The `Status.reason` (NotFound, AlreadyExists, Conflict, Expired, ...).
+        reason: String,
+        message: String,
+    },
+    #[error("{method} {path}: decoding the response: {message}")]
+    Decode {
+        method: &'static str,
+        path: String,
+        message: String,
+    },
+    #[error("kubeconfig TLS settings: {0}")]
+    Tls(String),
+}
+
+impl ApiError {
+    /// The HTTP status, when the server answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ApiError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// The client. Cheap to share (`Arc`) across threads.
+pub struct ApiClient {
+    agent: ureq::Agent,
+    base: String,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for ApiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClient")
+            .field("server", &self.base)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+#[cfg(feature = "tls")]
+fn tls_config(kc: &Kubeconfig) -> Result<ureq::tls::TlsConfig, ApiError> {
+    use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+    let mut b = TlsConfig::builder().disable_verification(kc.insecure_skip_tls_verify);
+    if let Some(ca) = &kc.ca_pem {
+        let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(ca)
+            .filter_map(|i| match i {
+                Ok(PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if certs.is_empty() {
+            return Err(ApiError::Tls(
+                "the certificate authority holds no PEM certificate".into(),
+            ));
+        }
+        b = b.root_certs(RootCerts::new_with_certs(&certs));
+    }
+    if let (Some(cert), Some(key)) = (&kc.client_cert_pem, &kc.client_key_pem) {
+        let chain: Vec<Certificate<'static>> = ureq::tls::parse_pem(cert)
+            .filter_map(|i| match i {
+                Ok(PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let key = PrivateKey::from_pem(key)
+            .map_err(|_| ApiError::Tls("the client key is not a PEM private key".into()))?;
+        if chain.is_empty() {
+            return Err(ApiError::Tls(
+                "the client certificate holds no PEM certificate".into(),
+            ));
+        }
+        b = b.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
+    }
+    Ok(b.build())
+}
+
+impl ApiClient {
+    pub fn new(kc: &Kubeconfig, timeout: Duration) -> Result<ApiClient, ApiError> {
+        if kc.server.starts_with("https://") && !cfg!(feature = "tls") {
+            return Err(ApiError::Tls(
+                "this nanolet was built without the `tls` feature and cannot reach an https:// API server"
+                    .into(),
+            ));
+        }
+        let builder = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout));
+        #[cfg(feature = "tls")]
+        let builder = builder.tls_config(tls_config(kc)?);
+        let agent = builder.build().new_agent();
+        Ok(ApiClient {
+            agent,
+            base: kc.server.clone(),
+            token: kc.token.clone(),
+        })
+    }
+
+    fn finish(
+        &self,
+        method: &'static str,
+        path: &str,
+        r: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<Value, ApiError> {
+        let mut resp = r.map_err(|e| ApiError::Transport {
+            method,
+            path: path.to_string(),
+            message: e.to_string(),
+        })?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_vec()
+            .map_err(|e| ApiError::Transport {
+                method,
+                path: path.to_string(),
+                message: e.to_string(),
+            })?;
+        if !(200..300).contains(&status) {
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            return Err(ApiError::Status {
+                method,
+                path: path.to_string(),
+                status,
+                reason: v["reason"].as_str().unwrap_or_default().to_string(),
+                message: v["message"].as_str().map(String::from).unwrap_or_else(|| {
+                    String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned()
+                }),
+            });
+        }
+        if body.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&body).map_err(|e| ApiError::Decode {
+            method,
+            path: path.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    fn auth<B>(&self, req: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        let req = req.header("Accept", "application/json");
+        match &self.token {
+            Some(t) => req.header("Authorization", &format!("Bearer {t}")),
+            None => req,
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Result<Value, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let r = self.auth(self.agent.get(&url)).call();
+        self.finish("GET", path, r)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let r = self
+            .auth(self.agent.post(&url))
+            .header("Content-Type", "application/json")
+            .send(&bytes[..]);
+        self.finish("POST", path, r)
+    }
+
+    pub fn put(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let r = self
+            .auth(self.agent.put(&url))
+            .header("Content-Type", "application/json")
+            .send(&bytes[..]);
+        self.finish("PUT", path, r)
+    }
+
+    /// PATCH with `content_type` (`application/merge-patch+json`,
+    /// `application/strategic-merge-patch+json`).
+    pub fn patch(&self, path: &str, content_type: &str, body: &Value) -> Result<Value, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let r = self
+            .auth(self.agent.patch(&url))
+            .header("Content-Type", content_type)
+            .send(&bytes[..]);
+        self.finish("PATCH", path, r)
+    }
+
+    pub fn delete(&self, path: &str) -> Result<Value, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let r = self.auth(self.agent.delete(&url)).call();
+        self.finish("DELETE", path, r)
+    }
+}

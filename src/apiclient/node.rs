@@ -1,0 +1,290 @@
+//! The node's life in the cluster (API-server mode): registration, the node Lease heartbeat in
+//! `kube-node-lease` and node status updates, the kubelet's way:
+//! - register: POST the Node (labels `kubernetes.io/hostname`, `kubernetes.io/os`,
+//!   `kubernetes.io/arch`, plus `--node-labels`); AlreadyExists means it is ours already;
+//!   retried with backoff (the kubelet: 100 ms doubling to 7 s);
+//! - Lease `kube-node-lease/<node>`: holderIdentity = node, leaseDurationSeconds 40, renewTime
+//!   renewed every 10 s (a quarter of the duration), owner reference to the Node; a 409 on
+//!   renewal (someone else wrote it) re-reads and retries;
+//! - status: a merge patch of `status` every nodeStatusUpdateFrequency (10 s), with capacity,
+//!   allocatable, conditions (Ready and the eviction manager's pressure conditions), addresses,
+//!   daemonEndpoints and nodeInfo (kubeletVersion honestly nanolet's).
+//!
+//! The API server being unreachable never touches pods: errors are logged, counted, and the
+//! loop retries.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+use tracing::{debug, info, warn};
+
+use super::client::{ApiClient, ApiError};
+use crate::kubeapi::NodeContext;
+use crate::status::StatusStore;
+
+/// The kubelet's node lease duration (`nodeLeaseDurationSeconds`).
+pub const LEASE_DURATION_SECONDS: i64 = 40;
+/// Renew interval: a quarter of the duration (the kubelet's 0.25 fraction).
+pub const LEASE_RENEW: Duration = Duration::from_secs(10);
+
+/// Settings of the node agent.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// `--node-labels`.
+    pub labels: Vec<(String, String)>,
+    /// `nodeStatusUpdateFrequency` (10 s).
+    pub status_update_frequency: Duration,
+}
+
+/// `metav1.MicroTime`: RFC 3339 with microseconds.
+pub fn micro_time(t: SystemTime) -> String {
+    let micros = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_micros())
+        .unwrap_or(0);
+    let secs = crate::timeutil::rfc3339(t);
+    // "2026-11-22T22:45:01Z" -> "2026-11-22T22:45:01.123456Z"
+    match secs.strip_suffix('Z') {
+        Some(b) => format!("{}.{micros:06}Z", b.split('.').next().unwrap_or(b)),
+        None => secs,
+    }
+}
+
+/// The Node object nanolet registers: the read-only API's node view with `--node-labels`.
+pub fn node_for_registration(ctx: &NodeContext, store: &StatusStore, s: &NodeSettings) -> Value {
+    let mut node = crate::kubeapi::node_object(ctx, store);
+    if let Some(m) = node["metadata"].as_object_mut() {
+        m.remove("uid");
+        m.remove("creationTimestamp");
+        m.remove("resourceVersion");
+    }
+    for (k, v) in &s.labels {
+        node["metadata"]["labels"][k] = json!(v);
+    }
+    node
+}
+
+fn lease_path(node: &str) -> String {
+    format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}")
+}
+
+/// One node agent: call [`NodeAgent::run`] on its own thread.
+pub struct NodeAgent {
+    client: Arc<ApiClient>,
+    ctx: Arc<NodeContext>,
+    store: Arc<StatusStore>,
+    settings: NodeSettings,
+    node_uid: Option<String>,
+    lease_rv: Option<String>,
+}
+
+impl NodeAgent {
+    pub fn new(
+        client: Arc<ApiClient>,
+        ctx: Arc<NodeContext>,
+        store: Arc<StatusStore>,
+        settings: NodeSettings,
+    ) -> NodeAgent {
+        NodeAgent {
+            client,
+            ctx,
+            store,
+            settings,
+            node_uid: None,
+            lease_rv: None,
+        }
+    }
+
+    /// Registers the node; Ok once it exists (created now or before).
+    pub fn register(&mut self) -> Result<(), ApiError> {
+        let node = node_for_registration(&self.ctx, &self.store, &self.settings);
+        let created = match self.client.post("/api/v1/nodes", &node) {
+            Ok(v) => {
+                info!(node = %self.ctx.node_name, "node registered with the API server");
+                v
+            }
+            Err(e) if e.status() == Some(409) => {
+                debug!(node = %self.ctx.node_name, "node already registered");
+                self.client
+                    .get(&format!("/api/v1/nodes/{}", self.ctx.node_name))?
+            }
+            Err(e) => return Err(e),
+        };
+        self.node_uid = created["metadata"]["uid"].as_str().map(String::from);
+        Ok(())
+    }
+
+    /// Creates or renews the node Lease.
+    pub fn renew_lease(&mut self) -> Result<(), ApiError> {
+        let node = &self.ctx.node_name;
+        let path = lease_path(node);
+        let mut lease = json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": node, "namespace": "kube-node-lease"},
+            "spec": {
+                "holderIdentity": node,
+                "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+                "renewTime": micro_time(SystemTime::now()),
+            },
+        });
+        if let Some(uid) = &self.node_uid {
+            lease["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": "v1", "kind": "Node", "name": node, "uid": uid,
+            }]);
+        }
+        for _attempt in 0..3 {
+            let result = match &self.lease_rv {
+                Some(rv) => {
+                    lease["metadata"]["resourceVersion"] = json!(rv);
+                    self.client.put(&path, &lease)
+                }
+                None => match self.client.get(&path) {
+                    Ok(existing) => {
+                        self.lease_rv = existing["metadata"]["resourceVersion"]
+                            .as_str()
+                            .map(String::from);
+                        continue;
+                    }
+                    Err(e) if e.status() == Some(404) => self.client.post(
+                        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                        &lease,
+                    ),
+                    Err(e) => return Err(e),
+                },
+            };
+            match result {
+                Ok(v) => {
+                    self.lease_rv = v["metadata"]["resourceVersion"].as_str().map(String::from);
+                    return Ok(());
+                }
+                // A stale resourceVersion (409) or a lease deleted under us (404): re-read.
+                Err(e) if matches!(e.status(), Some(409) | Some(404)) => {
+                    self.lease_rv = None;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ApiError::Status {
+            method: "PUT",
+            path,
+            status: 409,
+            reason: "Conflict".into(),
+            message: "the lease kept changing under nanolet".into(),
+        })
+    }
+
+    /// Patches the node's status.
+    pub fn update_status(&mut self) -> Result<(), ApiError> {
+        let node = crate::kubeapi::node_object(&self.ctx, &self.store);
+        let patch = json!({"status": node["status"]});
+        match self.client.patch(
+            &format!("/api/v1/nodes/{}/status", self.ctx.node_name),
+            "application/merge-patch+json",
+            &patch,
+        ) {
+            Ok(_) => Ok(()),
+            // The Node was deleted: register again.
+            Err(e) if e.status() == Some(404) => {
+                self.node_uid = None;
+                self.register()
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The loop: register (with backoff), then renew the lease every 10 s and patch the status
+    /// every nodeStatusUpdateFrequency, until `stop` fires or is dropped.
+    pub fn run(mut self, stop: Receiver<()>) {
+        let mut backoff = Duration::from_millis(100);
+        let mut registered = false;
+        let mut next_lease = Instant::now();
+        let mut next_status = Instant::now();
+        loop {
+            let now = Instant::now();
+            let mut wait = Duration::from_secs(1);
+            if !registered {
+                match self.register() {
+                    Ok(()) => {
+                        registered = true;
+                        backoff = Duration::from_millis(100);
+                    }
+                    Err(e) => {
+                        warn!(node = %self.ctx.node_name, error = %e, "registering the node failed; retrying");
+                        wait = backoff;
+                        backoff = (backoff * 2).min(Duration::from_secs(7));
+                    }
+                }
+            }
+            if registered && now >= next_lease {
+                match self.renew_lease() {
+                    Ok(()) => next_lease = now + LEASE_RENEW,
+                    Err(e) => {
+                        warn!(node = %self.ctx.node_name, error = %e, "renewing the node lease failed");
+                        // The kubelet retries quickly (200 ms doubling to 7 s) on failures.
+                        next_lease = now + backoff;
+                        backoff = (backoff * 2).min(Duration::from_secs(7));
+                    }
+                }
+            }
+            if registered && now >= next_status {
+                match self.update_status() {
+                    Ok(()) => next_status = now + self.settings.status_update_frequency,
+                    Err(e) => {
+                        warn!(node = %self.ctx.node_name, error = %e, "updating the node status failed");
+                        next_status = now + Duration::from_secs(1);
+                    }
+                }
+            }
+            if registered {
+                let due = next_lease.min(next_status);
+                wait = due
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(10));
+            }
+            match stop.recv_timeout(wait) {
+                Err(RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn micro_time_has_six_fraction_digits() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
+        assert_eq!(micro_time(t), "2023-11-14T22:13:20.123456Z");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert!(micro_time(t).ends_with(":20.000000Z"), "{}", micro_time(t));
+    }
+
+    #[test]
+    fn registration_object_has_the_kubelet_labels_and_extra_ones() {
+        let ctx = NodeContext::new("edge-1");
+        let store = StatusStore::new(Duration::from_secs(300));
+        let n = node_for_registration(
+            &ctx,
+            &store,
+            &NodeSettings {
+                labels: vec![("node-role.kubernetes.io/edge".into(), "".into())],
+                status_update_frequency: Duration::from_secs(10),
+            },
+        );
+        assert_eq!(n["metadata"]["labels"]["kubernetes.io/hostname"], "edge-1");
+        assert_eq!(n["metadata"]["labels"]["kubernetes.io/os"], "linux");
+        assert_eq!(n["metadata"]["labels"]["node-role.kubernetes.io/edge"], "");
+        assert!(n["metadata"]["uid"].is_null());
+        assert!(
+            n["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.len() == 4)
+        );
+        assert!(n["status"]["nodeInfo"]["kubeletVersion"].as_str().is_some());
+    }
+}
