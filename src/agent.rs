@@ -273,6 +273,11 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                     headers: cfg.manifest_url_headers.clone(),
                     node_name: cfg.node_name.clone(),
                     check_frequency: cfg.http_check_frequency,
+                    tls: crate::source::url::UrlTlsFiles {
+                        ca_file: cfg.manifest_url_ca_file.clone(),
+                        client_cert: cfg.manifest_url_client_cert.clone(),
+                        client_key: cfg.manifest_url_client_key.clone(),
+                    },
                 },
                 snap_tx.clone(),
             )

@@ -762,14 +762,19 @@ pub fn validate_file(path: &Path, node_name: &str) -> Vec<(String, String)> {
         Ok(b) => b,
         Err(e) => return vec![(String::new(), format!("reading: {e}"))],
     };
-    match decode_manifest(&bytes, &origin) {
+    validate_bytes(&bytes, &origin, node_name)
+}
+
+/// [`validate_file`] for a manifest already read (the fuzz target `manifest` drives it).
+pub fn validate_bytes(bytes: &[u8], origin: &str, node_name: &str) -> Vec<(String, String)> {
+    match decode_manifest(bytes, origin) {
         Err(e) => vec![(e.field, e.reason)],
         Ok(DecodedDoc::PodList(_)) => vec![(
             "kind".into(),
             "Unsupported value: \"PodList\": a manifest file holds exactly one Pod".into(),
         )],
         Ok(DecodedDoc::Pod(pod)) => {
-            match make_static_pod(*pod, node_name, SourceKind::File, &origin, "") {
+            match make_static_pod(*pod, node_name, SourceKind::File, origin, "") {
                 Ok(_) => vec![],
                 Err(errs) => errs.into_iter().map(|e| (e.field, e.reason)).collect(),
             }

@@ -1608,6 +1608,15 @@ fn parse_document(path: &Path, text: &str) -> Result<serde_yaml::Value, ConfigEr
 }
 
 /// Loads the config file text onto `cfg` (fields present in the file replace the defaults).
+/// The defaults with a config file's text applied and checked, as `--config` does (the fuzz
+/// target `config` drives it).
+pub fn parse_config_text(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    let mut cfg = Config::defaults("node1".into());
+    apply_file(&mut cfg, path, text)?;
+    finish_eviction(&mut cfg)?;
+    Ok(cfg)
+}
+
 fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigError> {
     let field_err = |field: &str, reason: String| ConfigError::InvalidField {
         path: path.to_path_buf(),

@@ -9,6 +9,7 @@
 //! - Unchanged bytes skip all work.
 //! - Header values are secrets: never logged (the `Debug` impl redacts them).
 
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -62,6 +63,121 @@ pub struct UrlSourceConfig {
     pub node_name: String,
     /// Poll period (`httpCheckFrequency`, default 20s).
     pub check_frequency: Duration,
+    /// TLS for an https:// URL: a private CA and a client certificate (PEM files).
+    pub tls: UrlTlsFiles,
+}
+
+/// PEM files for an https:// manifest URL (all optional; without a CA file the built-in web
+/// roots verify the server).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UrlTlsFiles {
+    pub ca_file: Option<PathBuf>,
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+}
+
+/// Problems with the TLS files, found at start. Never carries file content.
+#[derive(Debug, thiserror::Error)]
+pub enum UrlTlsError {
+    #[error("reading {what} {}: {source}", path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{what} {}: {reason}", path.display())]
+    Invalid {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+/// The ureq TLS configuration for `files`, or `None` when none is set.
+#[cfg(feature = "tls")]
+pub fn tls_config(files: &UrlTlsFiles) -> Result<Option<ureq::tls::TlsConfig>, UrlTlsError> {
+    use std::path::Path;
+    use ureq::tls::{ClientCert, PemItem, RootCerts, TlsConfig, parse_pem};
+    if files == &UrlTlsFiles::default() {
+        return Ok(None);
+    }
+    let read = |what: &'static str, path: &Path| {
+        std::fs::read(path).map_err(|source| UrlTlsError::Read {
+            what,
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let invalid = |what: &'static str, path: &Path, reason: &str| UrlTlsError::Invalid {
+        what,
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    // Items that do not parse are reported by kind only: a key's bytes never reach a message.
+    let pem_items = |what: &'static str, path: &Path| {
+        let bytes = read(what, path)?;
+        parse_pem(&bytes)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| invalid(what, path, "not valid PEM"))
+    };
+    let mut builder = TlsConfig::builder();
+    if let Some(path) = &files.ca_file {
+        let certs: Vec<_> = pem_items("manifest URL CA file", path)?
+            .into_iter()
+            .filter_map(|i| match i {
+                PemItem::Certificate(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if certs.is_empty() {
+            return Err(invalid(
+                "manifest URL CA file",
+                path,
+                "no PEM certificate in it",
+            ));
+        }
+        builder = builder.root_certs(RootCerts::new_with_certs(&certs));
+    }
+    if let (Some(cert), Some(key)) = (&files.client_cert, &files.client_key) {
+        let chain: Vec<_> = pem_items("manifest URL client certificate", cert)?
+            .into_iter()
+            .filter_map(|i| match i {
+                PemItem::Certificate(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if chain.is_empty() {
+            return Err(invalid(
+                "manifest URL client certificate",
+                cert,
+                "no PEM certificate in it",
+            ));
+        }
+        let key_item = pem_items("manifest URL client key", key)?
+            .into_iter()
+            .find_map(|i| match i {
+                PemItem::PrivateKey(k) => Some(k),
+                _ => None,
+            })
+            .ok_or_else(|| invalid("manifest URL client key", key, "no PEM private key in it"))?;
+        builder = builder.client_cert(Some(ClientCert::new_with_certs(&chain, key_item)));
+    }
+    Ok(Some(builder.build()))
+}
+
+/// The HTTP agent of the URL source (TLS files read and checked here, at start).
+fn build_agent(cfg: &UrlSourceConfig) -> Result<ureq::Agent, UrlTlsError> {
+    let builder = ureq::Agent::config_builder()
+        .timeout_global(Some(DEFAULT_TIMEOUT))
+        .http_status_as_error(false);
+    #[cfg(feature = "tls")]
+    let builder = match tls_config(&cfg.tls)? {
+        Some(tls) => builder.tls_config(tls),
+        None => builder,
+    };
+    #[cfg(not(feature = "tls"))]
+    let _ = &cfg.tls;
+    Ok(builder.build().into())
 }
 
 impl UrlSourceConfig {
@@ -71,6 +187,7 @@ impl UrlSourceConfig {
             headers: Vec::new(),
             node_name: node_name.into(),
             check_frequency: Duration::from_secs(20),
+            tls: UrlTlsFiles::default(),
         }
     }
 }
@@ -123,9 +240,10 @@ impl UrlSource {
     /// Start polling; the first GET happens right away on the new thread.
     pub fn spawn(cfg: UrlSourceConfig, tx: Sender<Snapshot>) -> std::io::Result<UrlSourceHandle> {
         let (ctl, rx) = mpsc::channel::<()>();
+        let agent = build_agent(&cfg).map_err(std::io::Error::other)?;
         let thread = std::thread::Builder::new()
             .name("source-url".into())
-            .spawn(move || Poller::new(cfg, tx).run(rx))?;
+            .spawn(move || Poller::new(cfg, tx, agent).run(rx))?;
         Ok(UrlSourceHandle {
             ctl,
             thread: Some(thread),
@@ -144,15 +262,11 @@ struct Poller {
 }
 
 impl Poller {
-    fn new(cfg: UrlSourceConfig, tx: Sender<Snapshot>) -> Self {
-        let config = ureq::Agent::config_builder()
-            .timeout_global(Some(DEFAULT_TIMEOUT))
-            .http_status_as_error(false)
-            .build();
+    fn new(cfg: UrlSourceConfig, tx: Sender<Snapshot>, agent: ureq::Agent) -> Self {
         Poller {
             cfg,
             tx,
-            agent: config.into(),
+            agent,
             last_body: None,
             last_good: None,
             last_sent: None,
