@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use common::agent::{NODE, Nanolet, TIMEOUT};
-use common::{Containerd, wait_for};
+use common::{Containerd, Tmpfs, wait_for};
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -80,30 +80,6 @@ fn evicted_event(n: &Nanolet, pod: &str) -> Option<String> {
         (e["reason"] == "Evicted" && e["involvedObject"]["name"] == full.as_str())
             .then(|| e["message"].as_str().unwrap_or_default().to_string())
     })
-}
-
-/// A tmpfs mounted for the test, unmounted (lazily, with everything below it) on drop.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
-        fs::create_dir_all(dir).expect("tmpfs dir");
-        nix::mount::mount(
-            Some("tmpfs"),
-            dir,
-            Some("tmpfs"),
-            nix::mount::MsFlags::empty(),
-            Some(format!("size={size}").as_str()),
-        )
-        .expect("mount tmpfs");
-        Tmpfs(dir.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
-    }
 }
 
 /// Disk pressure (nodefs.available on a 64 MiB root dir): the BestEffort pod that fills its

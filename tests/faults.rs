@@ -658,22 +658,8 @@ fn scopeguard<F: FnMut()>(f: F) -> Guard<F> {
 #[test]
 fn root_dir_full_keeps_nanolet_serving_and_evicting() {
     let ctd = Containerd::start();
-    let small = ctd.tmp().join("full-root");
-    std::fs::create_dir_all(&small).expect("dir");
-    nix::mount::mount(
-        Some("tmpfs"),
-        &small,
-        Some("tmpfs"),
-        nix::mount::MsFlags::empty(),
-        Some("size=16m"),
-    )
-    .expect("mount tmpfs");
-    let _umount = scopeguard({
-        let small = small.clone();
-        move || {
-            let _ = nix::mount::umount2(&small, nix::mount::MntFlags::MNT_DETACH);
-        }
-    });
+    let fs = common::Tmpfs::mount(&ctd.tmp().join("full-root"), "16m");
+    let small = fs.0.clone();
     let n = Nanolet::start(
         &ctd,
         &[

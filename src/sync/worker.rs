@@ -271,20 +271,7 @@ impl PodWorker {
         info!(pod = %self.full_name, "re-admitting evicted pod");
         let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
         self.kill_pod(&state, Some(0));
-        for c in &state.containers {
-            match self.rt().remove_container(&c.id) {
-                Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(self.wrap(e)),
-            }
-        }
-        for sb in &state.sandboxes {
-            match self.rt().remove_pod_sandbox(&sb.id) {
-                Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(self.wrap(e)),
-            }
-        }
+        self.remove_runtime_objects(&state)?;
         self.evicted = None;
         self.failed_reason = None;
         self.backoff = Backoff::default();
@@ -1249,6 +1236,11 @@ impl PodWorker {
         self.publish(&state, true);
         self.kill_pod(&state, None);
         let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        self.remove_runtime_objects(&state)
+    }
+
+    /// Removes every container and sandbox of `state` (gone already is fine).
+    fn remove_runtime_objects(&self, state: &PodRuntimeState) -> Result<(), SyncError> {
         for c in &state.containers {
             match self.rt().remove_container(&c.id) {
                 Ok(()) => {}

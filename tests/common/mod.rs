@@ -647,6 +647,31 @@ pub fn tail(s: &str, n: usize) -> String {
 }
 
 /// Polls `f` every 20 ms until it returns Some or `timeout` passes.
+/// A tmpfs mounted for a test (root dirs and emptyDirs on a small filesystem), unmounted
+/// lazily, with everything below it, on drop.
+pub struct Tmpfs(pub PathBuf);
+
+impl Tmpfs {
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        fs::create_dir_all(dir).expect("tmpfs dir");
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(format!("size={size}").as_str()),
+        )
+        .expect("mount tmpfs");
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
 pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {
