@@ -43,6 +43,14 @@ struct Opts {
     counts: Vec<usize>,
     /// Seconds of each CPU window (split into 3 sub-windows for min/median/max).
     window: u64,
+    /// Phases to run (`NANOLET_BENCH_PHASES=idle,start,crash,scale,...`; default all).
+    phases: Vec<String>,
+}
+
+impl Opts {
+    fn runs(&self, phase: &str) -> bool {
+        self.phases.is_empty() || self.phases.iter().any(|p| p == phase)
+    }
 }
 
 fn main() {
@@ -55,12 +63,13 @@ fn main() {
     }
     let quick =
         args.iter().any(|a| a == "--quick") || std::env::var_os("NANOLET_BENCH_QUICK").is_some();
-    let opts = if quick {
+    let mut opts = if quick {
         Opts {
             quick,
             n: 5,
             counts: vec![10],
             window: 15,
+            phases: Vec::new(),
         }
     } else {
         Opts {
@@ -68,8 +77,26 @@ fn main() {
             n: 20,
             counts: vec![10, 50, 100],
             window: 60,
+            phases: Vec::new(),
         }
     };
+    // Overrides for investigations (e.g. one RSS figure at 100 pods with MALLOC_ARENA_MAX set:
+    // NANOLET_BENCH_PHASES=idle,scale NANOLET_BENCH_COUNTS=100).
+    if let Ok(p) = std::env::var("NANOLET_BENCH_PHASES") {
+        opts.phases = p.split(',').map(|s| s.trim().to_string()).collect();
+    }
+    if let Ok(c) = std::env::var("NANOLET_BENCH_COUNTS") {
+        let counts: Vec<usize> = c.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+        if !counts.is_empty() {
+            opts.counts = counts;
+        }
+    }
+    if let Some(w) = std::env::var("NANOLET_BENCH_WINDOW")
+        .ok()
+        .and_then(|w| w.parse().ok())
+    {
+        opts.window = w;
+    }
     let started = Instant::now();
     let bin = nanolet_bin();
     if !bin.is_file() {
@@ -82,6 +109,11 @@ fn main() {
     let mut report = Report::default();
     report.json.insert("quick".into(), json!(quick));
     report.json.insert("nproc".into(), json!(nproc()));
+    report.json.insert("loadavg_start".into(), json!(loadavg()));
+    report.json.insert(
+        "malloc_arena_max".into(),
+        json!(std::env::var("MALLOC_ARENA_MAX").ok()),
+    );
     report.binary_sizes(&bin);
 
     let ctd = Containerd::start();
@@ -102,19 +134,32 @@ fn main() {
         report: &mut report,
         footprints: Vec::new(),
     };
-    b.idle();
-    b.start_latency();
-    b.crash_restart();
-    b.scale();
+    if opts.runs("idle") {
+        b.idle();
+    }
+    if opts.runs("start") {
+        b.start_latency();
+    }
+    if opts.runs("crash") {
+        b.crash_restart();
+    }
+    if opts.runs("scale") {
+        b.scale();
+    }
     b.footprint_tables();
 
     let secs = started.elapsed().as_secs_f64();
     report.json.insert("duration_s".into(), json!(secs));
-    report.md.push_str(&format!(
-        "\nRun took {secs:.0} s ({} mode, {} CPUs).\n",
+    report.json.insert("loadavg_end".into(), json!(loadavg()));
+    let line = format!(
+        "\nRun took {secs:.0} s ({} mode, {} CPUs; load average {} at the start, {} at the end).\n",
         if quick { "quick" } else { "full" },
-        nproc()
-    ));
+        nproc(),
+        report.json["loadavg_start"].as_str().unwrap_or(""),
+        loadavg()
+    );
+    print!("{line}");
+    report.md.push_str(&line);
     drop(nl);
     drop(rt);
     drop(ctd);
@@ -479,6 +524,87 @@ fn schedstat_of(pid: i32) -> (u64, u64) {
     sum
 }
 
+/// Where a process's resident memory is, from /proc/PID/smaps, KiB: the executable's own
+/// mappings, shared libraries, the brk heap (glibc's main malloc arena), other malloc arenas
+/// (anonymous read-write mappings starting on a 64 MiB boundary: glibc's HEAP_MAX_SIZE
+/// alignment), and the remaining anonymous memory (thread stacks, large mmap'd allocations).
+#[derive(Default, Clone, Copy)]
+struct Breakdown {
+    binary: u64,
+    libs: u64,
+    heap: u64,
+    arenas: u64,
+    arena_count: u64,
+    anon: u64,
+    anon_count: u64,
+}
+
+fn smaps_breakdown(pid: i32) -> Option<Breakdown> {
+    let text = fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let exe = fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let mut b = Breakdown::default();
+    // (kind, start address) of the current mapping; kind: 0 binary, 1 lib, 2 heap, 3 anon.
+    let mut cur: Option<(u8, u64, bool)> = None;
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(first), Some(second)) = (f.next(), f.next()) else {
+            continue;
+        };
+        if first.contains('-') && second.len() == 4 {
+            // header: start-end perms offset dev inode [path]
+            let start = first
+                .split('-')
+                .next()
+                .and_then(|a| u64::from_str_radix(a, 16).ok())
+                .unwrap_or(1);
+            let path: Vec<&str> = f.skip(3).collect();
+            let path = path.join(" ");
+            let kind = if path.is_empty() {
+                3
+            } else if path == "[heap]" {
+                2
+            } else if exe
+                .as_ref()
+                .is_some_and(|e| Path::new(&path) == e.as_path() || path.ends_with("/nanolet"))
+            {
+                0
+            } else if path.starts_with('/') {
+                1
+            } else {
+                4 // [stack], [vdso], ...: counted as anon
+            };
+            cur = Some((kind, start, second.starts_with("rw")));
+        } else if first == "Rss:" {
+            let kb: u64 = second.parse().unwrap_or(0);
+            match cur {
+                Some((0, ..)) => b.binary += kb,
+                Some((1, ..)) => b.libs += kb,
+                Some((2, ..)) => b.heap += kb,
+                Some((3, start, true)) if start % (64 << 20) == 0 => {
+                    b.arenas += kb;
+                    b.arena_count += 1;
+                }
+                Some(_) => {
+                    b.anon += kb;
+                    if kb > 0 {
+                        b.anon_count += 1;
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+    Some(b)
+}
+
+/// The 1/5/15-minute load average (`uptime`), for the record: the numbers are noisy on a busy
+/// machine.
+fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
 /// (containerd pid, shim pids) of the private containerd below `tmp`.
 fn containerd_procs(tmp: &Path) -> (Option<i32>, Vec<i32>) {
     let needle = format!("{}/", tmp.display());
@@ -531,6 +657,7 @@ struct Footprint {
     shims: usize,
     shim_rss: Vec<Option<f64>>,
     shim_pss: Vec<Option<f64>>,
+    breakdown: Option<Breakdown>,
 }
 
 impl Bench<'_> {
@@ -552,6 +679,7 @@ impl Bench<'_> {
             shims: 0,
             shim_rss: vec![],
             shim_pss: vec![],
+            breakdown: None,
         };
         for _ in 0..3 {
             let m0 = self.nl.metrics();
@@ -587,6 +715,7 @@ impl Bench<'_> {
             fp.shim_rss.push(Some(r as f64 / 1024.0));
             fp.shim_pss.push(Some(p as f64 / 1024.0));
         }
+        fp.breakdown = smaps_breakdown(pid);
         println!(
             "footprint: {pods} pods: nanolet RSS {:?} MiB, CPU {:?} s/min",
             fp.rss, fp.cpu
@@ -1012,6 +1141,30 @@ impl Bench<'_> {
                 "nanolet_wakeups_per_s": fp.wakeups, "pleg_relist_mean_ms": fp.relist_ms,
             }));
         }
+        let mib = |k: u64| format!("{:.1}", k as f64 / 1024.0);
+        let mut brk = Vec::new();
+        for fp in &self.footprints {
+            if let Some(b) = fp.breakdown {
+                brk.push(vec![
+                    fp.pods.to_string(),
+                    mib(b.binary),
+                    mib(b.libs),
+                    mib(b.heap),
+                    format!("{} in {}", mib(b.arenas), b.arena_count),
+                    format!("{} in {}", mib(b.anon), b.anon_count),
+                ]);
+            }
+        }
+        for (fp, j) in self.footprints.iter().zip(j.iter_mut()) {
+            if let (Some(b), Some(o)) = (fp.breakdown, j.as_object_mut()) {
+                o.insert(
+                    "nanolet_rss_breakdown_kib".into(),
+                    json!({"binary": b.binary, "libs": b.libs, "brk_heap": b.heap,
+                           "other_arenas": b.arenas, "other_arena_count": b.arena_count,
+                           "other_anon": b.anon, "other_anon_mappings": b.anon_count}),
+                );
+            }
+        }
         self.report
             .json
             .insert("footprint".into(), json!({"window_s": w, "samples": j}));
@@ -1029,6 +1182,18 @@ impl Bench<'_> {
                 "shims PSS (sum)",
             ],
             mem,
+        );
+        self.report.table(
+            "Where nanolet's RSS is (/proc/PID/smaps, last sample), MiB",
+            &[
+                "pods",
+                "binary",
+                "shared libs",
+                "brk heap (main arena)",
+                "other malloc arenas (MiB in n)",
+                "other anonymous: stacks, mmaps (MiB in n mappings)",
+            ],
+            brk,
         );
         self.report.table(
             &format!("nanolet CPU: median (min–max) of 3 windows of {} s", w / 3),
