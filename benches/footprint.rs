@@ -108,6 +108,19 @@ fn main() {
     }
     let mut report = Report::default();
     report.json.insert("quick".into(), json!(quick));
+    report
+        .json
+        .insert("binary".into(), json!(bin.display().to_string()));
+    if bin.components().any(|c| c.as_os_str() == "debug") {
+        let line = format!(
+            "\nNOTE: measuring the debug binary {} (CI's quick run reuses the test build): \
+             latencies, CPU and RSS are higher than a release build's; use scripts/bench for \
+             representative figures.\n",
+            bin.display()
+        );
+        print!("{line}");
+        report.md.push_str(&line);
+    }
     report.json.insert("nproc".into(), json!(nproc()));
     report.json.insert("loadavg_start".into(), json!(loadavg()));
     report.json.insert(
@@ -143,6 +156,9 @@ fn main() {
     if opts.runs("crash") {
         b.crash_restart();
     }
+    if opts.runs("cold") {
+        b.cold_start();
+    }
     if opts.runs("scale") {
         b.scale();
     }
@@ -172,14 +188,14 @@ fn nproc() -> usize {
         .unwrap_or(1)
 }
 
+/// `$NANOLET_BIN`, else the binary cargo built with this bench's profile: target/release under
+/// `cargo bench` (scripts/bench), target/debug under `cargo test --bench footprint -- --bench`
+/// (CI's quick run, which reuses the test build).
 fn nanolet_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("NANOLET_BIN") {
         return PathBuf::from(p);
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
-    target.join("release/nanolet")
+    PathBuf::from(env!("CARGO_BIN_EXE_nanolet"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -343,6 +359,9 @@ fn ms(d: Option<Duration>) -> Option<f64> {
 struct Report {
     md: String,
     json: serde_json::Map<String, Value>,
+    /// Whitespace-separated data files for the gnuplot charts (scripts/bench-charts.gp):
+    /// results/<name>.dat.
+    dat: BTreeMap<String, String>,
 }
 
 struct Stats {
@@ -427,7 +446,7 @@ impl Report {
                 j.insert(label, json!(m.len()));
             }
         };
-        add("target/release/nanolet".into(), bin);
+        add(bin.display().to_string(), bin);
         let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist");
         if let Ok(entries) = fs::read_dir(&dist) {
             let mut entries: Vec<_> = entries.flatten().collect();
@@ -456,6 +475,9 @@ impl Report {
         let _ = fs::write(dir.join(format!("footprint-{now}.json")), &body);
         let _ = fs::write(dir.join("footprint-latest.json"), &body);
         let _ = fs::write(dir.join("footprint-latest.md"), &self.md);
+        for (name, body) in &self.dat {
+            let _ = fs::write(dir.join(format!("{name}.dat")), body);
+        }
         println!(
             "\nfootprint: wrote {}/footprint-{now}.json, footprint-latest.{{json,md}}",
             dir.display()
@@ -902,8 +924,24 @@ impl Bench<'_> {
             json!(seen_to_running),
         );
         j.insert("nanolet_cri_calls_per_pod_start".into(), json!(ops_per_pod));
+        let mut dat = String::from("# network nanolet_p50 nanolet_p95 floor_p50 floor_p95 (ms)\n");
         for (kind, (nl, fl)) in &start {
             let (sn, sf) = (stats(nl), stats(fl));
+            if let (Some(a), Some(b)) = (&sn, &sf) {
+                let _ = writeln!(
+                    dat,
+                    "{} {:.1} {:.1} {:.1} {:.1}",
+                    if *kind == "host" {
+                        "hostNetwork"
+                    } else {
+                        "CNI"
+                    },
+                    a.p50,
+                    a.p95,
+                    b.p50,
+                    b.p95
+                );
+            }
             let ratio = match (&sn, &sf) {
                 (Some(a), Some(b)) if b.p50 > 0.0 => format!("{:.2}", a.p50 / b.p50),
                 _ => "n/a".into(),
@@ -927,6 +965,7 @@ impl Bench<'_> {
                        "ratio_p50": ratio}),
             );
         }
+        self.report.dat.insert("bench-start".into(), dat);
         self.report
             .json
             .insert("start_latency".into(), Value::Object(j));
@@ -1102,6 +1141,57 @@ impl Bench<'_> {
         );
     }
 
+    /// Cold start: `k` manifests written at once with no pod running -> all Running; then all
+    /// deleted (and gone) before the next `k`.
+    fn cold_start(&mut self) {
+        let mut sizes: Vec<usize> = if self.opts.quick {
+            vec![1, 10]
+        } else {
+            vec![1, 10, 50, 100]
+        };
+        if let Ok(c) = std::env::var("NANOLET_BENCH_COLD") {
+            sizes = c.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+        }
+        let mut rows = Vec::new();
+        let mut j = Vec::new();
+        let mut dat = String::from("# pods seconds_to_all_running\n");
+        for k in sizes {
+            let names: Vec<String> = (0..k).map(|i| format!("cold{k}x{i}")).collect();
+            let t0 = Instant::now();
+            for nm in &names {
+                self.nl.write(nm, &manifest(nm, true, 0, SLEEP));
+            }
+            let d = poll_until(self.rt, t0, Duration::from_secs(60 + 2 * k as u64), |l| {
+                names.iter().all(|nm| {
+                    containers_of(l, nm)
+                        .iter()
+                        .any(|c| c.state == ContainerState::Running)
+                })
+            });
+            let secs = d.map(|d| d.as_secs_f64());
+            let _ = self.nanolet_delete(&names, Duration::from_secs(120));
+            rows.push(vec![
+                k.to_string(),
+                secs.map(|s| format!("{s:.2}"))
+                    .unwrap_or_else(|| "n/a (timeout)".into()),
+                secs.map(|s| format!("{:.0}", s * 1000.0 / k as f64))
+                    .unwrap_or_default(),
+            ]);
+            if let Some(s) = secs {
+                let _ = writeln!(dat, "{k} {s:.3}");
+            }
+            j.push(json!({"pods": k, "seconds": secs}));
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        self.report.dat.insert("bench-cold".into(), dat);
+        self.report.json.insert("cold_start".into(), json!(j));
+        self.report.table(
+            "Cold start (no pod running; k manifests written at once -> all Running; hostNetwork)",
+            &["pods", "seconds", "ms per pod"],
+            rows,
+        );
+    }
+
     fn footprint_tables(&mut self) {
         let w = self.opts.window;
         let mut mem = Vec::new();
@@ -1165,6 +1255,30 @@ impl Bench<'_> {
                 );
             }
         }
+        let mut dat = String::from(
+            "# pods rss_p50 rss_min rss_max pss_p50 cpu_pct_p50 cpu_pct_min cpu_pct_max wakeups_p50 threads\n",
+        );
+        for fp in &self.footprints {
+            let pct: Vec<Option<f64>> = fp
+                .cpu_sched
+                .iter()
+                .map(|c| c.map(|c| c / 60.0 * 100.0))
+                .collect();
+            if let (Some(r), Some(p), Some(c), Some(wk), Some(t)) = (
+                stats(&fp.rss),
+                stats(&fp.pss),
+                stats(&pct),
+                stats(&fp.wakeups),
+                stats(&fp.threads),
+            ) {
+                let _ = writeln!(
+                    dat,
+                    "{} {:.2} {:.2} {:.2} {:.2} {:.3} {:.3} {:.3} {:.1} {:.0}",
+                    fp.pods, r.p50, r.min, r.max, p.p50, c.p50, c.min, c.max, wk.p50, t.p50
+                );
+            }
+        }
+        self.report.dat.insert("bench-footprint".into(), dat);
         self.report
             .json
             .insert("footprint".into(), json!({"window_s": w, "samples": j}));

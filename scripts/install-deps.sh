@@ -4,7 +4,8 @@
 # busybox-static (test images are built from it), iproute2, iptables (bridge/portmap),
 # mount (umount for tear-down), tar/gzip/coreutils (image build), prometheus (only for
 # promtool: tests/api.rs checks /metrics with `promtool check metrics`), and the packaging
-# tools (binutils, systemd for systemd-analyze, lintian, init-system-helpers).
+# tools (binutils, systemd for systemd-analyze, lintian, init-system-helpers), and gnuplot-nox
+# (the benchmark's PNG charts).
 #
 # Idempotent and non-interactive; runs `apt-get update` only when something is missing.
 # Needs root (or sudo) when it has to install anything.
@@ -37,6 +38,8 @@ need binutils have readelf
 need systemd have systemd-analyze
 need lintian have lintian
 need init-system-helpers have deb-systemd-helper
+# Benchmark charts (scripts/bench draws results/*.png with gnuplot).
+need gnuplot-nox have gnuplot
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: everything present"
