@@ -65,6 +65,8 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &[String]) -> ExitCode {
+    // One malloc arena, before any thread exists (src/malloc.rs: most of the RSS otherwise).
+    nanolet::malloc::tune();
     let cfg = match config::parse_run_args(args) {
         Ok(ParseOutcome::Run(cfg)) => cfg,
         Ok(ParseOutcome::Help(text)) => {

@@ -123,6 +123,8 @@ pub fn pod_requests(pod: &Pod) -> (i64, i64) {
 /// Stack size (virtual) of pod worker threads. They run lifecycle hooks, whose httpGet may do a
 /// TLS handshake, so leave room; only the pages actually touched become resident.
 const WORKER_STACK: usize = 1024 * 1024;
+/// How often the sync loop returns free heap pages to the kernel (`crate::malloc::trim`).
+const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 pub struct SyncLoop {
     ctx: Arc<WorkerContext>,
@@ -168,6 +170,7 @@ impl SyncLoop {
 
     /// Run until `Shutdown`. Pods keep running when nanolet stops (they are adopted on start).
     pub fn run(mut self, rx: Receiver<LoopMsg>) {
+        let mut trimmed = std::time::Instant::now();
         loop {
             self.ctx.store.mark_sync();
             match rx.recv_timeout(Duration::from_secs(1)) {
@@ -177,6 +180,12 @@ impl SyncLoop {
             }
             if !self.evicted.is_empty() {
                 self.readmit_evicted();
+            }
+            // Free heap pages back to the kernel (src/malloc.rs); cheap, and pod churn leaves
+            // holes that glibc would otherwise keep.
+            if trimmed.elapsed() >= TRIM_EVERY {
+                crate::malloc::trim();
+                trimmed = std::time::Instant::now();
             }
         }
         self.shutdown();
