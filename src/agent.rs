@@ -216,6 +216,45 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     if cfg.manifest_url.is_some() {
         expected.push(SourceKind::Http);
     }
+    // API-server mode: one client for the pod source, the status writer and the node agent.
+    let api_client = match &cfg.kubeconfig {
+        Some(path) => {
+            let kc = crate::apiclient::kubeconfig::Kubeconfig::load(path)
+                .map_err(AgentError::ApiServer)?;
+            let client = crate::apiclient::client::ApiClient::new(&kc, Duration::from_secs(10))
+                .map_err(|e| AgentError::ApiClient(e.to_string()))?;
+            info!(server = %kc.server, "API-server mode: joining the cluster");
+            expected.push(SourceKind::Api);
+            Some(Arc::new(client))
+        }
+        None => None,
+    };
+    let (api_stop_tx, api_stop_rx) = mpsc::channel::<()>();
+    let (status_stop_tx, status_stop_rx) = mpsc::channel::<()>();
+    if let Some(client) = &api_client {
+        let source = crate::apiclient::podsource::ApiPodSource::new(
+            client.clone(),
+            &cfg.node_name,
+            snap_tx.clone(),
+        );
+        std::thread::Builder::new()
+            .name("api-pods".into())
+            .stack_size(1024 * 1024)
+            .spawn(move || source.run(api_stop_rx))
+            .map_err(|source| AgentError::Start {
+                what: "API pod source",
+                source,
+            })?;
+        let writer = crate::apiclient::podsource::StatusWriter::new(client.clone(), store.clone());
+        std::thread::Builder::new()
+            .name("api-status".into())
+            .stack_size(1024 * 1024)
+            .spawn(move || writer.run(status_stop_rx))
+            .map_err(|source| AgentError::Start {
+                what: "API status writer",
+                source,
+            })?;
+    }
     {
         let loop_tx = loop_tx.clone();
         let expected = expected.clone();
@@ -391,10 +430,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
 
     // API-server mode: register the Node, keep its Lease and status fresh.
     let (node_stop_tx, node_stop_rx) = mpsc::channel::<()>();
-    if let Some(path) = &cfg.kubeconfig {
-        let kc = crate::apiclient::kubeconfig::Kubeconfig::load(path).map_err(AgentError::ApiServer)?;
-        let client = crate::apiclient::client::ApiClient::new(&kc, Duration::from_secs(10))
-            .map_err(|e| AgentError::ApiClient(e.to_string()))?;
+    if let Some(client) = &api_client {
         let mut ctx = NodeContext::new(&cfg.node_name);
         ctx.host_ip = host_ip.to_string();
         ctx.max_pods = cfg.max_pods;
@@ -402,7 +438,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         ctx.root_dir = cfg.root_dir.clone();
         ctx.runtime = Some(runtime.clone());
         let agent = crate::apiclient::node::NodeAgent::new(
-            Arc::new(client),
+            client.clone(),
             Arc::new(ctx),
             store.clone(),
             crate::apiclient::node::NodeSettings {
@@ -410,7 +446,6 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                 status_update_frequency: cfg.node_status_update_frequency,
             },
         );
-        info!(server = %kc.server, "API-server mode: joining the cluster");
         std::thread::Builder::new()
             .name("node-status".into())
             .stack_size(1024 * 1024)
@@ -461,6 +496,8 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     let _ = rotate_stop_tx.send(());
     let _ = evict_stop_tx.send(());
     let _ = node_stop_tx.send(());
+    let _ = api_stop_tx.send(());
+    let _ = status_stop_tx.send(());
     drop(servers);
     crate::sdnotify::notify("STOPPING=1");
     info!("nanolet stopped; pods keep running");

@@ -48,6 +48,8 @@ impl ApiError {
 /// The client. Cheap to share (`Arc`) across threads.
 pub struct ApiClient {
     agent: ureq::Agent,
+    /// For watches: long-lived responses (the server ends them after `timeoutSeconds`).
+    watch_agent: ureq::Agent,
     base: String,
     token: Option<String>,
 }
@@ -106,14 +108,19 @@ impl ApiClient {
                     .into(),
             ));
         }
-        let builder = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout));
-        #[cfg(feature = "tls")]
-        let builder = builder.tls_config(tls_config(kc)?);
-        let agent = builder.build().new_agent();
+        let agent_with = |t: Duration| -> Result<ureq::Agent, ApiError> {
+            let builder = ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(t));
+            #[cfg(feature = "tls")]
+            let builder = builder.tls_config(tls_config(kc)?);
+            Ok(builder.build().new_agent())
+        };
+        let agent = agent_with(timeout)?;
+        let watch_agent = agent_with(Duration::from_secs(420))?;
         Ok(ApiClient {
             agent,
+            watch_agent,
             base: kc.server.clone(),
             token: kc.token.clone(),
         })
@@ -207,6 +214,33 @@ impl ApiClient {
             .header("Content-Type", content_type)
             .send(&bytes[..]);
         self.finish("PATCH", path, r)
+    }
+
+    /// A streaming GET (a watch): the body as a reader of JSON lines. Errors before the body
+    /// (transport, non-2xx status) are returned as such.
+    pub fn stream(&self, path: &str) -> Result<impl std::io::Read + use<>, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let resp =
+            self.auth(self.watch_agent.get(&url))
+                .call()
+                .map_err(|e| ApiError::Transport {
+                    method: "GET",
+                    path: path.to_string(),
+                    message: e.to_string(),
+                })?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            return self.finish("GET", path, Ok(resp)).and_then(|_| {
+                Err(ApiError::Status {
+                    method: "GET",
+                    path: path.to_string(),
+                    status,
+                    reason: String::new(),
+                    message: String::new(),
+                })
+            });
+        }
+        Ok(resp.into_body().into_reader())
     }
 
     pub fn delete(&self, path: &str) -> Result<Value, ApiError> {
