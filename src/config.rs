@@ -378,7 +378,10 @@ impl fmt::Debug for Config {
             .field("cgroup_driver", &self.cgroup_driver)
             .field("kubeconfig", &self.kubeconfig)
             .field("node_labels", &self.node_labels)
-            .field("node_status_update_frequency", &self.node_status_update_frequency)
+            .field(
+                "node_status_update_frequency",
+                &self.node_status_update_frequency,
+            )
             .field("eviction", &self.eviction)
             .field("verbosity", &self.verbosity)
             .field("warnings", &self.warnings)
@@ -1073,9 +1076,7 @@ fn parse_run_args_with(
             "container-log-max-files" => {
                 cfg.container_log_max_files = parse_log_files(value).map_err(err)?
             }
-            "kubeconfig" => {
-                cfg.kubeconfig = (!value.is_empty()).then(|| PathBuf::from(value))
-            }
+            "kubeconfig" => cfg.kubeconfig = (!value.is_empty()).then(|| PathBuf::from(value)),
             "node-labels" => {
                 cfg.node_labels = threshold::parse_pairs(&flag, value)
                     .map_err(|e| err(e.to_string()))?

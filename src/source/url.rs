@@ -592,7 +592,11 @@ mod tests {
         let snap = rx.recv_timeout(TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(snap.pods.len(), 2);
         assert_eq!(snap.errors.len(), 1);
-        assert!(snap.errors[0].reason.contains("HTTP status 500"), "{:?}", snap.errors);
+        assert!(
+            snap.errors[0].reason.contains("HTTP status 500"),
+            "{:?}",
+            snap.errors
+        );
         assert!(!snap.errors[0].reason.contains("token-123"));
         wait_requests(&state, 3);
         assert!(rx.try_recv().is_err());
