@@ -129,6 +129,9 @@ fn main() {
     );
     report.binary_sizes(&bin);
 
+    if opts.runs("sync") {
+        sync_sweep(&mut report);
+    }
     let ctd = Containerd::start();
     let rt = ctd.runtime();
     let nl = NanoletProc::start(&ctd, &bin);
@@ -161,6 +164,9 @@ fn main() {
     }
     if opts.runs("scale") {
         b.scale();
+    }
+    if opts.runs("probes") {
+        b.probes();
     }
     b.footprint_tables();
 
@@ -255,7 +261,12 @@ impl NanoletProc {
 
     /// nanolet's own /metrics (Prometheus text), series -> value; empty on error.
     fn metrics(&self) -> BTreeMap<String, f64> {
-        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        self.metrics_at("/metrics")
+    }
+
+    /// A Prometheus text endpoint of nanolet's (`/metrics`, `/metrics/probes`).
+    fn metrics_at(&self, path: &str) -> BTreeMap<String, f64> {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
         let body = ureq::get(&url)
             .call()
             .ok()
@@ -680,13 +691,19 @@ struct Footprint {
     shim_rss: Vec<Option<f64>>,
     shim_pss: Vec<Option<f64>>,
     breakdown: Option<Breakdown>,
+    /// Every pod carries an exec liveness and an httpGet readiness probe (10 s period).
+    probes: bool,
 }
 
 impl Bench<'_> {
     /// Measures memory (3 samples) and CPU (3 sub-windows) of nanolet with `pods` running.
     fn footprint(&mut self, pods: usize) -> Footprint {
+        self.footprint_window(pods, self.opts.window)
+    }
+
+    fn footprint_window(&mut self, pods: usize, window: u64) -> Footprint {
         let pid = self.nl.pid();
-        let sub = Duration::from_secs(self.opts.window) / 3;
+        let sub = Duration::from_secs(window) / 3;
         let mut fp = Footprint {
             pods,
             rss: vec![],
@@ -702,6 +719,7 @@ impl Bench<'_> {
             shim_rss: vec![],
             shim_pss: vec![],
             breakdown: None,
+            probes: false,
         };
         for _ in 0..3 {
             let m0 = self.nl.metrics();
@@ -1141,6 +1159,67 @@ impl Bench<'_> {
         );
     }
 
+    /// `k` pods (the largest running-pod count) that each carry an exec liveness probe and an
+    /// httpGet readiness probe against busybox httpd, period 10 s: memory, CPU and wake-ups
+    /// over a window of at least 30 s (3 probe periods).
+    fn probes(&mut self) {
+        let k = self.opts.counts.iter().copied().max().unwrap_or(10);
+        let names: Vec<String> = (0..k).map(|i| format!("probe{i}")).collect();
+        let t0 = Instant::now();
+        for (i, nm) in names.iter().enumerate() {
+            let port = 20000 + i;
+            let body = format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {nm}\nspec:\n  hostNetwork: true\n  \
+                 terminationGracePeriodSeconds: 0\n  containers:\n  - name: c\n    image: {BUSYBOX_IMAGE}\n    \
+                 imagePullPolicy: Never\n    command: [sh, -c, 'mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p {port} -h /www']\n    \
+                 livenessProbe:\n      exec:\n        command: [\"true\"]\n      periodSeconds: 10\n    \
+                 readinessProbe:\n      httpGet:\n        path: /\n        port: {port}\n      periodSeconds: 10\n"
+            );
+            self.nl.write(nm, &body);
+        }
+        let d = poll_until(self.rt, t0, Duration::from_secs(60 + 2 * k as u64), |l| {
+            names.iter().all(|nm| {
+                containers_of(l, nm)
+                    .iter()
+                    .any(|c| c.state == ContainerState::Running)
+            })
+        });
+        println!(
+            "footprint: {k} pods with probes running after {:?}",
+            d.map(|d| d.as_secs_f64())
+        );
+        std::thread::sleep(Duration::from_secs(12));
+        let m0 = self.nl.metrics_at("/metrics/probes");
+        let mut fp = self.footprint_window(k, self.opts.window.max(30));
+        let m1 = self.nl.metrics_at("/metrics/probes");
+        fp.probes = true;
+        let runs: f64 = m1
+            .iter()
+            .filter(|(key, _)| key.starts_with("prober_probe_total{"))
+            .map(|(key, v)| v - m0.get(key).unwrap_or(&0.0))
+            .sum();
+        let failed: f64 = m1
+            .iter()
+            .filter(|(key, _)| {
+                key.starts_with("prober_probe_total{") && !key.contains("successful")
+            })
+            .map(|(key, v)| v - m0.get(key).unwrap_or(&0.0))
+            .sum();
+        let line = format!(
+            "\n{k} pods with probes: {runs:.0} probe runs during the measurement ({failed:.0} not \
+             successful). Probe runs are short-lived threads: their CPU is in utime+stime but not \
+             in the live threads' schedstat sum, nor their wake-ups.\n"
+        );
+        print!("{line}");
+        self.report.md.push_str(&line);
+        self.report.json.insert(
+            "probes".into(),
+            json!({"pods": k, "probe_runs": runs, "not_successful": failed}),
+        );
+        self.footprints.push(fp);
+        let _ = self.nanolet_delete(&names, Duration::from_secs(120));
+    }
+
     /// Cold start: `k` manifests written at once with no pod running -> all Running; then all
     /// deleted (and gone) before the next `k`.
     fn cold_start(&mut self) {
@@ -1198,8 +1277,13 @@ impl Bench<'_> {
         let mut cpu = Vec::new();
         let mut j = Vec::new();
         for fp in &self.footprints {
+            let label = if fp.probes {
+                format!("{} + probes", fp.pods)
+            } else {
+                fp.pods.to_string()
+            };
             mem.push(vec![
-                fp.pods.to_string(),
+                label.clone(),
                 mmm(&fp.rss),
                 mmm(&fp.pss),
                 mmm(&fp.threads),
@@ -1215,7 +1299,7 @@ impl Bench<'_> {
                 .map(|c| c.map(|c| c / 60.0 * 100.0))
                 .collect();
             cpu.push(vec![
-                fp.pods.to_string(),
+                label,
                 mmm(&fp.cpu),
                 mmm(&fp.cpu_sched),
                 mmm(&pct),
@@ -1223,7 +1307,7 @@ impl Bench<'_> {
                 mmm(&fp.relist_ms),
             ]);
             j.push(json!({
-                "pods": fp.pods,
+                "pods": fp.pods, "probes": fp.probes,
                 "nanolet_rss_mib": fp.rss, "nanolet_pss_mib": fp.pss, "nanolet_threads": fp.threads,
                 "containerd_rss_mib": fp.ctd_rss, "containerd_pss_mib": fp.ctd_pss,
                 "shims": fp.shims, "shims_rss_mib": fp.shim_rss, "shims_pss_mib": fp.shim_pss,
@@ -1236,7 +1320,11 @@ impl Bench<'_> {
         for fp in &self.footprints {
             if let Some(b) = fp.breakdown {
                 brk.push(vec![
-                    fp.pods.to_string(),
+                    if fp.probes {
+                        format!("{} + probes", fp.pods)
+                    } else {
+                        fp.pods.to_string()
+                    },
                     mib(b.binary),
                     mib(b.libs),
                     mib(b.heap),
@@ -1258,7 +1346,7 @@ impl Bench<'_> {
         let mut dat = String::from(
             "# pods rss_p50 rss_min rss_max pss_p50 cpu_pct_p50 cpu_pct_min cpu_pct_max wakeups_p50 threads\n",
         );
-        for fp in &self.footprints {
+        for fp in self.footprints.iter().filter(|f| !f.probes) {
             let pct: Vec<Option<f64>> = fp
                 .cpu_sched
                 .iter()
@@ -1322,4 +1410,104 @@ impl Bench<'_> {
             cpu,
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// sync cost (in-process, fake runtime)
+
+/// One PLEG relist pass (list sandboxes + containers, fingerprint, compare, report changed
+/// pods to the sync loop) over nanolet's in-memory fake runtime holding `n` pods: the first pass
+/// (every pod is new), passes with nothing changed, and passes after one container exited.
+/// The fake has no gRPC cost, so this isolates nanolet's own work per pass; the real relist
+/// against containerd is in the CPU table ("PLEG relist mean").
+fn sync_sweep(report: &mut Report) {
+    use nanolet::pleg::Pleg;
+    use nanolet::runtime::fake::FakeRuntime;
+    use nanolet::runtime::{LABEL_MANAGED_BY, LABEL_POD_UID};
+    use nanolet::status::StatusStore;
+    use std::sync::Arc;
+
+    let mut rows = Vec::new();
+    let mut j = Vec::new();
+    let mut dat = String::from("# pods first_us steady_p50_us one_change_p50_us\n");
+    for n in [1usize, 100, 250] {
+        let fake = Arc::new(FakeRuntime::new());
+        fake.add_image(BUSYBOX_IMAGE);
+        let mut containers = Vec::new();
+        for i in 0..n {
+            let mut labels = BTreeMap::new();
+            labels.insert(LABEL_MANAGED_BY.to_string(), "nanolet".to_string());
+            labels.insert(LABEL_POD_UID.to_string(), format!("uid-{i}"));
+            labels.insert(LABEL_POD_NAME.to_string(), format!("pod{i}-{NODE}"));
+            let sb = PodSandboxConfig {
+                name: format!("pod{i}-{NODE}"),
+                namespace: "default".into(),
+                uid: format!("uid-{i}"),
+                labels: labels.clone(),
+                ..Default::default()
+            };
+            let cc = ContainerConfig {
+                name: "c".into(),
+                image: BUSYBOX_IMAGE.into(),
+                labels,
+                ..Default::default()
+            };
+            let id = fake
+                .run_pod_sandbox(&sb)
+                .and_then(|sid| fake.create_container(&sid, &cc, &sb))
+                .and_then(|cid| fake.start_container(&cid).map(|()| cid));
+            match id {
+                Ok(cid) => containers.push(cid),
+                Err(e) => eprintln!("footprint: sync sweep: fake runtime: {e}"),
+            }
+        }
+        let store = Arc::new(StatusStore::new(Duration::from_secs(60)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let rt: Arc<dyn Runtime> = fake.clone();
+        let mut pleg = Pleg::new(rt, store, tx);
+        let time = |pleg: &mut Pleg| {
+            let t0 = Instant::now();
+            pleg.relist();
+            t0.elapsed().as_secs_f64() * 1e6
+        };
+        let first = time(&mut pleg);
+        let steady: Vec<Option<f64>> = (0..50).map(|_| Some(time(&mut pleg))).collect();
+        let mut one = Vec::new();
+        for cid in containers.iter().take(50) {
+            fake.exit_container(cid, 1);
+            one.push(Some(time(&mut pleg)));
+        }
+        let msgs = rx.try_iter().count();
+        let (ss, so) = (stats(&steady), stats(&one));
+        let p50 = |s: &Option<Stats>| s.as_ref().map(|s| s.p50);
+        rows.push(vec![
+            n.to_string(),
+            f1(first),
+            p50(&ss).map(f1).unwrap_or_else(|| "n/a".into()),
+            p50(&so).map(f1).unwrap_or_else(|| "n/a".into()),
+            msgs.to_string(),
+        ]);
+        let _ = writeln!(
+            dat,
+            "{n} {first:.1} {:.1} {:.1}",
+            p50(&ss).unwrap_or(0.0),
+            p50(&so).unwrap_or(0.0)
+        );
+        j.push(json!({"pods": n, "first_pass_us": first,
+                      "steady_us": stats_json(&ss, &steady), "one_change_us": stats_json(&so, &one),
+                      "messages_to_sync_loop": msgs}));
+    }
+    report.dat.insert("bench-sync".into(), dat);
+    report.json.insert("sync_sweep".into(), json!(j));
+    report.table(
+        "Sync cost: one PLEG relist pass over the in-memory fake runtime (nanolet's own work, no gRPC), µs",
+        &[
+            "pods",
+            "first pass (all pods new)",
+            "pass, nothing changed (p50 of 50)",
+            "pass, one container exited (p50 of min(50, pods))",
+            "messages to the sync loop",
+        ],
+        rows,
+    );
 }
