@@ -381,15 +381,6 @@ mod tests {
     fn pins_roundtrip_and_lookup() {
         let dir = tempfile::tempdir().unwrap();
         assert!(pinned_images(dir.path()).unwrap().is_empty());
-        let imp = Imported {
-            names: vec!["docker.io/library/a:1".into()],
-            digest: "sha256:aa".into(),
-            config_digest: "sha256:cc".into(),
-            platform: "linux/amd64".into(),
-            written: 1,
-            reused: 0,
-            unpacked: 1,
-        };
         let imp2 = || Imported {
             names: vec!["docker.io/library/a:1".into()],
             digest: "sha256:aa".into(),
@@ -399,7 +390,7 @@ mod tests {
             reused: 0,
             unpacked: 1,
         };
-        record_pins(dir.path(), Path::new("/x/a.tar"), &[imp]).unwrap();
+        record_pins(dir.path(), Path::new("/x/a.tar"), &[imp2()]).unwrap();
         let pins = pinned_images(dir.path()).unwrap();
         assert!(is_pinned(&pins, "docker.io/library/a:1"));
         assert!(is_pinned(&pins, "sha256:cc"));
