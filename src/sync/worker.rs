@@ -1242,6 +1242,15 @@ impl PodWorker {
     /// Removes every container and sandbox of `state` (gone already is fine).
     fn remove_runtime_objects(&self, state: &PodRuntimeState) -> Result<(), SyncError> {
         for c in &state.containers {
+            // A container whose start was interrupted (nanolet killed during StartContainer)
+            // can be Created or Unknown in CRI while its task runs; RemoveContainer then fails
+            // with "cannot delete running task" forever. Stop anything not Exited first (found
+            // by the kill -9 churn test).
+            if c.state != ContainerState::Exited {
+                if let Err(e) = self.rt().stop_container(&c.id, Duration::ZERO) {
+                    debug!(pod = %self.full_name, container = %c.name, error = %e, "stopping before removal");
+                }
+            }
             match self.rt().remove_container(&c.id) {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
