@@ -40,6 +40,9 @@ need lintian have lintian
 need init-system-helpers have deb-systemd-helper
 # Benchmark charts (scripts/bench draws results/*.png with gnuplot).
 need gnuplot-nox have gnuplot
+# tests/security.rs: the HTTPS manifest-URL test makes its PKI with openssl and serves with python3.
+need openssl have openssl
+need python3 have python3
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: everything present"

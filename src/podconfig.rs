@@ -77,6 +77,8 @@ pub fn diff(old: &Desired, new: &Desired) -> Changes {
 pub struct PodConfig {
     expected: BTreeSet<SourceKind>,
     latest: BTreeMap<SourceKind, Snapshot>,
+    /// Errors of sources that have not answered yet (reported, but they do not make it ready).
+    unready_errors: BTreeMap<SourceKind, Vec<ManifestError>>,
     last: Option<Desired>,
 }
 
@@ -85,6 +87,7 @@ impl PodConfig {
         PodConfig {
             expected: expected_sources.iter().copied().collect(),
             latest: BTreeMap::new(),
+            unready_errors: BTreeMap::new(),
             last: None,
         }
     }
@@ -102,7 +105,15 @@ impl PodConfig {
                 "snapshot from a source that was not expected; merging it anyway"
             );
         }
-        self.latest.insert(snap.source, snap);
+        if snap.ready {
+            self.unready_errors.remove(&snap.source);
+            self.latest.insert(snap.source, snap);
+        } else if let Some(ready) = self.latest.get_mut(&snap.source) {
+            // A source that answered once keeps its pods; only its errors are replaced.
+            ready.errors = snap.errors;
+        } else {
+            self.unready_errors.insert(snap.source, snap.errors);
+        }
         let merged = self.merge();
         if self.last.as_ref() == Some(&merged) {
             return None;
@@ -154,6 +165,7 @@ impl PodConfig {
                 pods.insert(meta.uid.clone(), sp.clone());
             }
         }
+        errors.extend(self.unready_errors.values().flatten().cloned());
         errors.extend(conflicts);
         let ready_sources: BTreeSet<SourceKind> = self.latest.keys().copied().collect();
         let all_sources_ready = self.expected.is_subset(&ready_sources);
@@ -187,6 +199,7 @@ mod tests {
             source,
             pods,
             errors: Vec::new(),
+            ready: true,
         }
     }
 
@@ -213,6 +226,47 @@ mod tests {
             .unwrap_or_else(|| panic!("readiness change"));
         assert!(d.all_sources_ready);
         assert_eq!(pc.current(), Some(&d));
+    }
+
+    /// A source that never answered stays not ready (orphan cleanup stays gated, as the
+    /// kubelet's `seenSources`), yet its errors are reported; its first good snapshot clears them.
+    #[test]
+    fn errors_of_a_source_that_never_answered_are_reported_without_readiness() {
+        let mut pc = PodConfig::new(&[SourceKind::File, SourceKind::Http]);
+        pc.update(snap(SourceKind::File, vec![]));
+        let err = ManifestError {
+            origin: "https://x/pods".into(),
+            field: String::new(),
+            reason: "invalid peer certificate: UnknownIssuer".into(),
+        };
+        let d = pc
+            .update(Snapshot {
+                source: SourceKind::Http,
+                pods: vec![],
+                errors: vec![err.clone()],
+                ready: false,
+            })
+            .unwrap_or_else(|| panic!("errors change the result"));
+        assert_eq!(d.errors, vec![err.clone()]);
+        assert!(!d.all_sources_ready && !d.source_ready(SourceKind::Http));
+        let d = pc
+            .update(snap(
+                SourceKind::Http,
+                vec![sp("web-n", "h1", "https://x/pods")],
+            ))
+            .unwrap_or_else(|| panic!("answered"));
+        assert!(d.errors.is_empty() && d.all_sources_ready && d.pods.len() == 1);
+        // Not ready again later (cannot happen with today's sources): pods are kept.
+        let d = pc
+            .update(Snapshot {
+                source: SourceKind::Http,
+                pods: vec![],
+                errors: vec![err.clone()],
+                ready: false,
+            })
+            .unwrap_or_else(|| panic!("new errors"));
+        assert_eq!((d.pods.len(), d.errors.len()), (1, 1));
+        assert!(d.all_sources_ready);
     }
 
     #[test]

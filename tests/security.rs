@@ -335,3 +335,214 @@ fn insecure_manifest_dirs_and_files_are_refused() {
     chmod(&file, 0o644);
     n.wait_phase("open", "Running");
 }
+
+/// Runs `openssl` with `args` in `dir`, failing the test on an error.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (scripts/install-deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A private CA, a server certificate for 127.0.0.1 and a client certificate signed by it, made
+/// with the openssl CLI in `dir`.
+fn make_pki(dir: &std::path::Path) {
+    let ca = "/CN=nanolet test CA";
+    openssl(
+        dir,
+        &[
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", "ca.key",
+            "-out", "ca.pem", "-subj", ca,
+        ],
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("ext");
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
+    for (name, cn) in [("server", "/CN=127.0.0.1"), ("client", "/CN=nanolet")] {
+        let (key, csr, pem, ext) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+            format!("{name}.ext"),
+        );
+        openssl(
+            dir,
+            &[
+                "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", cn,
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &pem,
+                "-extfile",
+                &ext,
+            ],
+        );
+    }
+}
+
+/// An HTTPS server (Python's ssl module, TLS 1.2/1.3) serving `pods.yaml` of its directory,
+/// that requires a client certificate signed by the test CA (`CERT_REQUIRED`: no certificate,
+/// no handshake) and appends each request's path and Authorization header to `requests.log`;
+/// killed on drop.
+struct TlsServer(std::process::Child);
+
+const TLS_SERVER: &str = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open("requests.log", "a") as f:
+            f.write("%s %s\n" % (self.path, self.headers.get("Authorization", "-")))
+        body = open("pods.yaml", "rb").read()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/yaml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain("server.pem", "server.key")
+ctx.load_verify_locations("ca.pem")
+ctx.verify_mode = ssl.CERT_REQUIRED
+s = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+s.serve_forever()
+"#;
+
+impl TlsServer {
+    fn start(dir: &std::path::Path, port: u16) -> TlsServer {
+        let child = std::process::Command::new("python3")
+            .args(["-c", TLS_SERVER, &port.to_string()])
+            .current_dir(dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 (scripts/install-deps.sh installs it)");
+        let server = TlsServer(child);
+        let up = common::wait_for(Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        assert!(up.is_some(), "the TLS test server did not listen on {port}");
+        server
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Issue 9 "Manifest URL over HTTPS with a custom CA file and optional client certificate;
+/// headers and tokens never appear in logs, /configz, metrics or errors": against a server with
+/// a private CA that requires a client certificate, nanolet without the CA file refuses the
+/// server (an error on /manifests/errors, no pod), with the CA file and client certificate it
+/// runs the pod and sends the Authorization header, which appears nowhere nanolet shows.
+#[test]
+fn manifest_url_over_https_with_a_private_ca_and_a_client_certificate() {
+    let ctd = Containerd::start();
+    let pki = ctd.tmp().join("pki");
+    std::fs::create_dir_all(&pki).expect("mkdir");
+    make_pki(&pki);
+    let body = pod_yaml("fromtls", &format!("  containers:\n  - name: c\n{SLEEP}"));
+    std::fs::write(pki.join("pods.yaml"), body).expect("pods.yaml");
+    let port = common::agent::free_port();
+    let _server = TlsServer::start(&pki, port);
+    let url = format!("https://127.0.0.1:{port}/pods.yaml");
+    let secret = "Bearer tls-s3cr3t-token";
+    let pki_arg = |flag: &str, file: &str| format!("--{flag}={}", pki.join(file).display());
+
+    // 1. Without the CA file the server's certificate is not trusted (webpki roots only).
+    let mut untrusting = Nanolet::start(
+        &ctd,
+        &[
+            format!("--manifest-url={url}"),
+            format!("--manifest-url-header=Authorization:{secret}"),
+            pki_arg("manifest-url-client-cert", "client.pem"),
+            pki_arg("manifest-url-client-key", "client.key"),
+        ],
+    );
+    let errors = common::wait_for(Duration::from_secs(30), || {
+        let e = untrusting.get("/manifests/errors")?;
+        e.contains(&url).then_some(e)
+    })
+    .expect("an untrusted server certificate is reported on /manifests/errors");
+    assert!(
+        errors.to_lowercase().contains("certificate"),
+        "the error names the certificate problem: {errors}"
+    );
+    assert!(!errors.contains("tls-s3cr3t-token"), "{errors}");
+    assert!(
+        untrusting.pods().is_empty(),
+        "no pod from an untrusted server"
+    );
+    untrusting.stop();
+    assert!(
+        !std::fs::read_to_string(pki.join("requests.log"))
+            .unwrap_or_default()
+            .contains("tls-s3cr3t-token"),
+        "no request (and no header) reached the server over an untrusted connection"
+    );
+
+    // 2. With the CA file and the client certificate the pod runs.
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--manifest-url={url}"),
+            format!("--manifest-url-header=Authorization:{secret}"),
+            pki_arg("manifest-url-ca-file", "ca.pem"),
+            pki_arg("manifest-url-client-cert", "client.pem"),
+            pki_arg("manifest-url-client-key", "client.key"),
+        ],
+    );
+    n.wait_phase("fromtls", "Running");
+    let seen = std::fs::read_to_string(pki.join("requests.log")).expect("requests.log");
+    assert!(
+        seen.lines().any(|l| l == format!("/pods.yaml {secret}")),
+        "the header went to the server over TLS: {seen}"
+    );
+    let key = std::fs::read_to_string(pki.join("client.key")).expect("key");
+    let key_line = key.lines().nth(1).expect("a key line").to_string();
+    let configz = n.get("/configz").expect("configz");
+    assert!(
+        configz.contains("client.key"),
+        "configz names the key file: {configz}"
+    );
+    for (what, text) in [
+        ("configz", configz),
+        ("metrics", n.get("/metrics").unwrap_or_default()),
+        ("pods", n.get("/pods").unwrap_or_default()),
+        ("errors", n.get("/manifests/errors").unwrap_or_default()),
+        ("log", n.log_tail()),
+    ] {
+        assert!(
+            !text.contains("tls-s3cr3t-token"),
+            "{what} shows the header value"
+        );
+        assert!(!text.contains(&key_line), "{what} shows the client key");
+    }
+}

@@ -93,6 +93,7 @@ impl PodSet {
             source: SourceKind::Api,
             pods,
             errors,
+            ready: true,
         }
     }
 }

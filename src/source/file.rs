@@ -348,6 +348,7 @@ pub fn list_dir_with(
                 source: SourceKind::File,
                 pods: Vec::new(),
                 errors,
+                ready: true,
             });
         }
         Err(source) => {
@@ -429,6 +430,7 @@ pub fn list_dir_with(
         source: SourceKind::File,
         pods,
         errors,
+        ready: true,
     })
 }
 

@@ -60,6 +60,10 @@ pub struct Snapshot {
     pub source: SourceKind,
     pub pods: Vec<SourcePod>,
     pub errors: Vec<ManifestError>,
+    /// False when the source has never produced a complete pod set (e.g. the first fetch of
+    /// the manifest URL failed): only its `errors` count, `pods` is empty, and the source does
+    /// not become ready (orphan cleanup stays gated on it).
+    pub ready: bool,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -99,6 +103,7 @@ impl Snapshot {
     /// Equality ignoring `kubernetes.io/config.seen`.
     pub fn same_content(&self, other: &Snapshot) -> bool {
         self.source == other.source
+            && self.ready == other.ready
             && self.errors == other.errors
             && self.pods.len() == other.pods.len()
             && self.pods.iter().zip(other.pods.iter()).all(|(a, b)| {

@@ -322,19 +322,27 @@ impl Poller {
                 tracing::warn!(error = %e, "url source: keeping the previous snapshot");
                 // The next good body is processed again even if unchanged (it clears this).
                 self.last_body = None;
-                // Report the failure beside the pods still in force (never before the first
-                // good snapshot: an empty snapshot would let orphan cleanup kill the pods).
-                let Some(good) = &self.last_good else {
-                    return true;
-                };
-                let snap = Snapshot {
-                    source: SourceKind::Http,
-                    pods: good.pods.clone(),
-                    errors: vec![ManifestError {
-                        origin: crate::config::redact_url(&self.cfg.url),
-                        field: String::new(),
-                        reason: fetch_reason(&e),
-                    }],
+                // Report the failure beside the pods still in force; before the first good
+                // snapshot as a not-ready snapshot (an empty ready one would let orphan cleanup
+                // kill pods this source started before a restart).
+                let errors = vec![ManifestError {
+                    origin: crate::config::redact_url(&self.cfg.url),
+                    field: String::new(),
+                    reason: fetch_reason(&e),
+                }];
+                let snap = match &self.last_good {
+                    Some(good) => Snapshot {
+                        source: SourceKind::Http,
+                        pods: good.pods.clone(),
+                        errors,
+                        ready: true,
+                    },
+                    None => Snapshot {
+                        source: SourceKind::Http,
+                        pods: Vec::new(),
+                        errors,
+                        ready: false,
+                    },
                 };
                 if self
                     .last_sent
@@ -377,8 +385,15 @@ impl Poller {
                         source: SourceKind::Http,
                         pods: good.pods.clone(),
                         errors,
+                        ready: true,
                     },
-                    None => return true,
+                    // Never answered: the errors alone, the source stays not ready.
+                    None => Snapshot {
+                        source: SourceKind::Http,
+                        pods: Vec::new(),
+                        errors,
+                        ready: false,
+                    },
                 }
             }
         };
@@ -422,6 +437,7 @@ pub fn parse_body(
             source: SourceKind::Http,
             pods,
             errors,
+            ready: true,
         })
     } else {
         Err(errors)
@@ -562,8 +578,13 @@ mod tests {
             Ok(h) => h,
             Err(e) => panic!("{e}"),
         };
-        // 404 before any good body: no snapshot at all.
+        // 404 before any good body: one not-ready snapshot with the error only (repeated
+        // failures are not re-sent); the source does not count as ready.
         wait_requests(&state, 2);
+        let first = rx.recv_timeout(TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!first.ready && first.pods.is_empty());
+        assert_eq!(first.errors.len(), 1);
+        assert!(first.errors[0].reason.contains("404"), "{:?}", first.errors);
         assert!(rx.try_recv().is_err());
 
         set(
