@@ -357,6 +357,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                 root_dir: cfg.root_dir.clone(),
                 endpoint: cfg.runtime_endpoint.clone(),
                 snapshotter: cfg.image_snapshotter.clone(),
+                allow_insecure: cfg.allow_insecure_manifest_dir,
             };
             Some(
                 crate::images::dir::spawn(dir_cfg, report).map_err(|source| AgentError::Start {
@@ -474,10 +475,13 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             host_ip: host_ip.to_string(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             root_dir: cfg.root_dir.clone(),
-            store: Some(crate::localstore::LocalStore::new(
-                cfg.config_map_dir.clone(),
-                cfg.secret_dir.clone(),
-            )),
+            store: Some(
+                crate::localstore::LocalStore::new(
+                    cfg.config_map_dir.clone(),
+                    cfg.secret_dir.clone(),
+                )
+                .allowing_insecure(cfg.allow_insecure_manifest_dir),
+            ),
             registry_config: cfg.image_credentials_file(),
             container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
             resync: cfg.sync_frequency,

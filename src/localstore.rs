@@ -20,6 +20,15 @@ pub enum StoreError {
         name: String,
         dir: String,
     },
+    /// The directory, a parent or a file can be written by others (`--allow-insecure-manifest-dir`
+    /// skips the check).
+    #[error("{kind} \"{namespace}/{name}\" not read: {reason}")]
+    Insecure {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        reason: String,
+    },
     #[error("{kind} \"{namespace}/{name}\" has no key \"{key}\"")]
     NoKey {
         kind: &'static str,
@@ -86,18 +95,51 @@ pub type Data = BTreeMap<String, Vec<u8>>;
 pub struct LocalStore {
     pub config_map_dir: PathBuf,
     pub secret_dir: PathBuf,
+    /// `--allow-insecure-manifest-dir`: do not refuse directories and files others can write.
+    pub allow_insecure: bool,
 }
+
+/// What a writable ConfigMap/Secret directory lets others do (in the refusal message).
+const STORE_RISK: &str = "anyone who can write there can change the configuration, secrets and \
+                          commands of pods on this node";
 
 impl LocalStore {
     pub fn new(config_map_dir: PathBuf, secret_dir: PathBuf) -> Self {
         LocalStore {
             config_map_dir,
             secret_dir,
+            allow_insecure: false,
         }
     }
 
-    fn find(&self, dir: &Path, kind: &'static str, namespace: &str, name: &str) -> Option<Data> {
-        let rd = std::fs::read_dir(dir).ok()?;
+    /// The store that also reads directories and files others can write (development only).
+    pub fn allowing_insecure(mut self, allow: bool) -> Self {
+        self.allow_insecure = allow;
+        self
+    }
+
+    /// The first object of `kind` named `namespace/name` in `dir`. With permission checks on,
+    /// `dir` and its parents must pass [`crate::source::file::check_secure_for`] (else the
+    /// error names the path and the risk), and files that do not are skipped with a warning.
+    fn find(
+        &self,
+        dir: &Path,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Data>, String> {
+        let what = if kind == "Secret" {
+            "secret directory"
+        } else {
+            "configmap directory"
+        };
+        if !self.allow_insecure {
+            crate::source::file::check_dir_chain(dir, what, STORE_RISK)
+                .map_err(|e| e.to_string())?;
+        }
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return Ok(None);
+        };
         let mut files: Vec<PathBuf> = rd
             .flatten()
             .map(|e| e.path())
@@ -113,6 +155,17 @@ impl LocalStore {
             .collect();
         files.sort();
         for f in files {
+            if !self.allow_insecure {
+                let checked = std::fs::metadata(&f)
+                    .map_err(|e| e.to_string())
+                    .and_then(|m| {
+                        crate::source::file::check_secure_for(&f, &m, "file", STORE_RISK)
+                    });
+                if let Err(reason) = checked {
+                    tracing::warn!(file = %f.display(), "skipping {kind} manifest: {reason}");
+                    continue;
+                }
+            }
             let Ok(bytes) = std::fs::read(&f) else {
                 continue;
             };
@@ -156,29 +209,45 @@ impl LocalStore {
                     }
                 }
             }
-            return Some(data);
+            return Ok(Some(data));
         }
-        None
+        Ok(None)
     }
 
     pub fn config_map(&self, namespace: &str, name: &str) -> Result<Data, StoreError> {
-        self.find(&self.config_map_dir, "ConfigMap", namespace, name)
-            .ok_or_else(|| StoreError::NotFound {
+        match self.find(&self.config_map_dir, "ConfigMap", namespace, name) {
+            Ok(Some(data)) => Ok(data),
+            Ok(None) => Err(StoreError::NotFound {
                 kind: "configmap",
                 namespace: namespace.into(),
                 name: name.into(),
                 dir: self.config_map_dir.display().to_string(),
-            })
+            }),
+            Err(reason) => Err(StoreError::Insecure {
+                kind: "configmap",
+                namespace: namespace.into(),
+                name: name.into(),
+                reason,
+            }),
+        }
     }
 
     pub fn secret(&self, namespace: &str, name: &str) -> Result<Data, StoreError> {
-        self.find(&self.secret_dir, "Secret", namespace, name)
-            .ok_or_else(|| StoreError::NotFound {
+        match self.find(&self.secret_dir, "Secret", namespace, name) {
+            Ok(Some(data)) => Ok(data),
+            Ok(None) => Err(StoreError::NotFound {
                 kind: "secret",
                 namespace: namespace.into(),
                 name: name.into(),
                 dir: self.secret_dir.display().to_string(),
-            })
+            }),
+            Err(reason) => Err(StoreError::Insecure {
+                kind: "secret",
+                namespace: namespace.into(),
+                name: name.into(),
+                reason,
+            }),
+        }
     }
 
     /// One key of a ConfigMap or Secret (for configMapKeyRef / secretKeyRef).
@@ -220,6 +289,50 @@ mod tests {
             assert_eq!(base64_decode(enc).expect("decode"), dec.as_bytes(), "{enc}");
         }
         assert!(base64_decode("a*b").is_err());
+    }
+
+    /// Issue 9: anyone who can write the store's directory or a file in it could change a
+    /// pod's configuration or secrets, so such paths are refused unless allowed.
+    #[test]
+    fn directories_and_files_others_can_write_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().expect("tmp");
+        let cm = d.path().join("cm");
+        std::fs::create_dir_all(&cm).expect("mkdir");
+        std::fs::write(
+            cm.join("a.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n",
+        )
+        .expect("write");
+        let chmod = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
+        };
+        let store = LocalStore::new(cm.clone(), d.path().join("sec"));
+        assert!(store.config_map("default", "a").is_ok());
+        chmod(&cm, 0o777);
+        match store.config_map("default", "a") {
+            Err(StoreError::Insecure { reason, .. }) => {
+                assert!(
+                    reason.contains("configmap directory") && reason.contains("world-writable"),
+                    "{reason}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        chmod(&cm, 0o755);
+        chmod(&cm.join("a.yaml"), 0o666);
+        assert!(
+            matches!(
+                store.config_map("default", "a"),
+                Err(StoreError::NotFound { .. })
+            ),
+            "a world-writable file is skipped"
+        );
+        let lax = store.clone().allowing_insecure(true);
+        assert_eq!(
+            lax.key(false, "default", "a", "k").ok(),
+            Some(b"v".to_vec())
+        );
     }
 
     #[test]

@@ -319,7 +319,57 @@ fn insecure_manifest_dirs_and_files_are_refused() {
     );
 
     // While running: a world-writable file is a manifest error naming the file; fixed, it runs.
-    let n = Nanolet::start(&ctd, &[]);
+    // The local ConfigMap directory and the images directory are checked the same way.
+    let cm_dir = ctd.tmp().join("configmaps");
+    std::fs::create_dir_all(&cm_dir).expect("mkdir");
+    std::fs::write(
+        cm_dir.join("app.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  mode: edge\n",
+    )
+    .expect("configmap");
+    chmod(&cm_dir, 0o777);
+    let images = ctd.tmp().join("nanolet/root/images");
+    std::fs::create_dir_all(&images).expect("mkdir");
+    std::fs::write(images.join("planted.tar"), b"not an image").expect("archive");
+    chmod(&images.join("planted.tar"), 0o666);
+    let n = Nanolet::start(&ctd, &[format!("--config-map-dir={}", cm_dir.display())]);
+    let import_refused = common::wait_for(Duration::from_secs(30), || {
+        let events = n.get("/api/v1/namespaces/default/events")?;
+        (events.contains("planted.tar is world-writable")
+            && events.contains("can replace the images"))
+        .then_some(())
+    });
+    assert!(
+        import_refused.is_some(),
+        "a world-writable archive is refused: {:?}",
+        n.get("/api/v1/namespaces/default/events")
+    );
+    n.write(
+        "usescm.yaml",
+        &pod_yaml(
+            "usescm",
+            &format!(
+                "  containers:\n  - name: c\n{SLEEP}    env:\n    - name: MODE\n      valueFrom:\n        configMapKeyRef: {{name: app, key: mode}}\n"
+            ),
+        ),
+    );
+    let waiting = n.wait_pod("usescm", "CreateContainerConfigError", |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    });
+    let message = waiting["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        message.contains(&format!(
+            "configmap directory {} is world-writable",
+            cm_dir.display()
+        )) && message.contains("--allow-insecure-manifest-dir"),
+        "{message}"
+    );
+    chmod(&cm_dir, 0o755);
+    n.wait_phase("usescm", "Running");
     n.write(
         "open.yaml",
         &pod_yaml("open", &format!("  containers:\n  - name: c\n{SLEEP}")),

@@ -34,7 +34,12 @@ pub struct ImagesDirConfig {
     pub root_dir: PathBuf,
     pub endpoint: String,
     pub snapshotter: String,
+    /// `--allow-insecure-manifest-dir`: also import from a directory or files others can write.
+    pub allow_insecure: bool,
 }
+
+/// What a writable images directory lets others do (in the refusal message).
+const IMAGES_RISK: &str = "anyone who can write there can replace the images pods on this node run";
 
 /// Reports an import result: (archive file name, warning?, reason, message). The agent turns it
 /// into an event and, after a success, re-syncs pods (one may wait for the image).
@@ -210,11 +215,56 @@ fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>) {
     // Failed files are remembered in memory only: retried when they change or after a restart.
     let mut failed: BTreeMap<String, (u64, u128)> = BTreeMap::new();
     let mut client: Option<Client> = None;
+    // The last refusal of the directory itself, reported once until it changes.
+    let mut refused: Option<String> = None;
     loop {
-        let todo: Vec<_> = pending(&cfg.dir, &state)
+        let mut todo: Vec<_> = pending(&cfg.dir, &state)
             .into_iter()
             .filter(|(n, s, m)| failed.get(n) != Some(&(*s, *m)))
             .collect();
+        if !cfg.allow_insecure {
+            match crate::source::file::check_dir_chain(&cfg.dir, "images directory", IMAGES_RISK) {
+                Ok(()) => refused = None,
+                Err(e) => {
+                    let reason = e.to_string();
+                    if refused.as_ref() != Some(&reason) {
+                        tracing::error!(dir = %cfg.dir.display(), "images directory not imported: {reason}");
+                        report(
+                            &cfg.dir.display().to_string(),
+                            true,
+                            "ImageImportFailed",
+                            &reason,
+                        );
+                        refused = Some(reason);
+                    }
+                    todo.clear();
+                }
+            }
+            todo.retain(|(name, size, mtime)| {
+                let path = cfg.dir.join(name);
+                let checked = std::fs::metadata(&path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|m| {
+                        crate::source::file::check_secure_for(
+                            &path,
+                            &m,
+                            "image archive",
+                            IMAGES_RISK,
+                        )
+                    });
+                match checked {
+                    Ok(()) => true,
+                    Err(reason) => {
+                        tracing::error!(file = %path.display(), "not importing: {reason}");
+                        report(name, true, "ImageImportFailed", &reason);
+                        // Retried when the file changes (a chmod changes ctime, not mtime:
+                        // also after a restart).
+                        failed.insert(name.clone(), (*size, *mtime));
+                        false
+                    }
+                }
+            });
+        }
         for (name, size, mtime) in todo {
             if client.is_none() {
                 match Client::connect(&cfg.endpoint, &cfg.snapshotter) {

@@ -57,11 +57,27 @@ pub enum FileSourceError {
 ///
 /// `what` names the path in the message ("manifest directory", "manifest file").
 pub fn check_secure(path: &Path, meta: &std::fs::Metadata, what: &str) -> Result<(), String> {
+    check_secure_for(path, meta, what, MANIFEST_RISK)
+}
+
+/// What a writable manifest directory or file lets others do (in the refusal message).
+pub const MANIFEST_RISK: &str =
+    "anyone who can write there can run privileged containers on this node";
+
+/// [`check_secure`] for any input path nanolet trusts, with `risk` saying in the message what
+/// someone who can write there could do (the local ConfigMap/Secret directories and the images
+/// directory use it too; `--allow-insecure-manifest-dir` skips all of them).
+pub fn check_secure_for(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    what: &str,
+    risk: &str,
+) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();
     let mode = meta.mode() & 0o7777;
     let sticky_parent = what == "parent directory" && mode & 0o1000 != 0;
-    let fix = "anyone who can write there can run privileged containers on this node";
+    let fix = risk;
     if mode & 0o002 != 0 && !sticky_parent {
         return Err(format!(
             "{what} {} is world-writable (mode {mode:04o}): {fix}; remove the write permission \
@@ -83,10 +99,18 @@ pub fn check_secure(path: &Path, meta: &std::fs::Metadata, what: &str) -> Result
 /// [`check_secure`] for the manifest directory and every parent (a missing directory passes:
 /// it is an empty source until it appears, and is checked on every listing).
 pub fn check_dir_secure(dir: &Path) -> Result<(), FileSourceError> {
-    let mut what = "manifest directory";
+    check_dir_chain(dir, "manifest directory", MANIFEST_RISK)
+}
+
+/// [`check_secure_for`] for the directory `dir` (named `what`) and every parent; a missing
+/// path passes (nothing can be read from it).
+pub fn check_dir_chain(dir: &Path, what: &str, risk: &str) -> Result<(), FileSourceError> {
+    let mut what = what;
     for p in dir.ancestors() {
         match std::fs::metadata(p) {
-            Ok(meta) => check_secure(p, &meta, what).map_err(FileSourceError::Insecure)?,
+            Ok(meta) => {
+                check_secure_for(p, &meta, what, risk).map_err(FileSourceError::Insecure)?
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => {
                 return Err(FileSourceError::ReadDir {
