@@ -9,7 +9,10 @@
 //! ```
 //!
 //! Half the pods carry an exec readiness probe, half an httpGet readiness probe (busybox httpd),
-//! all with `periodSeconds: 1`.
+//! all with `periodSeconds: 1` (`NANOLET_SOAK_EXEC_EVERY=N`: every Nth pod exec, the rest
+//! httpGet; 0: no exec probes). Besides nanolet's own figures it prints the CPU time containerd
+//! and its shims (with the runc processes they reaped: exec probes cost a `runc exec` each)
+//! spent in the window.
 
 mod common;
 
@@ -25,8 +28,8 @@ fn env_u64(key: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn pod(i: u64) -> String {
-    let probe = if i % 2 == 0 {
+fn pod(i: u64, exec_every: u64) -> String {
+    let probe = if exec_every != 0 && i % exec_every == 0 {
         "    readinessProbe:\n      exec: {command: [cat, /etc/hostname]}\n      periodSeconds: 1\n"
             .to_string()
     } else {
@@ -78,6 +81,41 @@ fn probes_by_pod(n: &Nanolet) -> std::collections::BTreeMap<String, u64> {
     out
 }
 
+/// utime + stime (+ reaped children's) in clock ticks of `pid`, from /proc/PID/stat.
+fn cpu_ticks(pid: u32, children: bool) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may contain spaces) start at field 3 (state).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // utime, stime, cutime, cstime are fields 14-17 (1-based): index 11-14 here.
+    let own = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+    let reaped = f.get(13).copied().unwrap_or(0) + f.get(14).copied().unwrap_or(0);
+    own + if children { reaped } else { 0 }
+}
+
+/// CPU ticks of this test's containerd and its shims (their command lines name its socket or
+/// state directory), including the runc processes they reaped.
+fn runtime_ticks(ctd: &Containerd) -> u64 {
+    let tag = ctd.tmp().display().to_string();
+    let mut total = 0;
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd);
+        let argv0 = cmd.split('\0').next().unwrap_or_default();
+        let exe = argv0.rsplit('/').next().unwrap_or_default();
+        if cmd.contains(&tag) && exe.starts_with("containerd") {
+            total += cpu_ticks(pid, true);
+        }
+    }
+    total
+}
+
 fn probe_total(n: &Nanolet) -> u64 {
     probes_by_pod(n).values().sum()
 }
@@ -98,10 +136,11 @@ fn sample(n: &Nanolet, pid: u32, start: Instant) -> Sample {
 fn many_pods_with_probes_every_second_stay_flat() {
     let pods = env_u64("NANOLET_SOAK_PODS", 20);
     let secs = env_u64("NANOLET_SOAK_SECS", 60);
+    let exec_every = env_u64("NANOLET_SOAK_EXEC_EVERY", 2);
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[]);
     for i in 0..pods {
-        n.write(&format!("soak{i}.yaml"), &pod(i));
+        n.write(&format!("soak{i}.yaml"), &pod(i, exec_every));
     }
     // All Ready (their probes pass), then a minute of warm-up is not needed: the prober's
     // threads are per run, so the steady state starts at once.
@@ -120,6 +159,7 @@ fn many_pods_with_probes_every_second_stay_flat() {
     let pid = n.child.as_ref().expect("running").id();
     let start = Instant::now();
     let per_pod_start = probes_by_pod(&n);
+    let (nanolet_cpu0, runtime_cpu0) = (cpu_ticks(pid, true), runtime_ticks(&ctd));
     let mut samples = vec![sample(&n, pid, start)];
     let step = Duration::from_secs((secs / 12).max(5));
     while start.elapsed() < Duration::from_secs(secs) {
@@ -149,6 +189,19 @@ fn many_pods_with_probes_every_second_stay_flat() {
     println!(
         "probe runs: {ran} in {elapsed:.0} s for {pods} pods at a 1 s period ({:.1} % of one per period)",
         100.0 * ran as f64 / (elapsed * pods as f64)
+    );
+    // Clock ticks are 1/100 s on Linux (USER_HZ).
+    let (nanolet_cpu, runtime_cpu) = (
+        (cpu_ticks(pid, true) - nanolet_cpu0) as f64 / 100.0,
+        runtime_ticks(&ctd).saturating_sub(runtime_cpu0) as f64 / 100.0,
+    );
+    println!(
+        "CPU in the window: nanolet {nanolet_cpu:.1} s ({:.1} % of one core), containerd + shims + runc {runtime_cpu:.1} s ({:.1} %); load average now: {}",
+        100.0 * nanolet_cpu / elapsed,
+        100.0 * runtime_cpu / elapsed,
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
     let per_pod_end = probes_by_pod(&n);
     for (pod, end) in &per_pod_end {
