@@ -212,14 +212,22 @@ fn many_pods_with_probes_every_second_stay_flat() {
             "{pod}: {runs} probe runs in {elapsed:.0} s: a gap of more than two periods"
         );
     }
-    // Flat: the second half never exceeds the first half's peak by more than noise.
+    // Flat: the second half's median never exceeds the first half's peak by more than noise.
+    // Threads and fds include the probe runs in flight at the sampling instant (one short-lived
+    // thread, and for httpGet one socket, per run), which a load spike raises for a moment; a
+    // leak raises the level for good, so the median of the second half is what is compared.
     let (a, b) = samples.split_at(half);
+    let median = |f: fn(&Sample) -> u64, xs: &[Sample]| {
+        let mut v: Vec<u64> = xs.iter().map(f).collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    };
     assert!(
-        max(|s| s.threads, b) <= max(|s| s.threads, a) + 4,
+        median(|s| s.threads, b) <= max(|s| s.threads, a) + 4,
         "threads grow: {samples:?}"
     );
     assert!(
-        max(|s| s.fds, b) <= max(|s| s.fds, a) + 4,
+        median(|s| s.fds, b) <= max(|s| s.fds, a) + 4,
         "fds grow: {samples:?}"
     );
     assert!(
