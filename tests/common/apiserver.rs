@@ -973,7 +973,7 @@ fn default_pod(pod: &mut Value) {
         }
     }
     for list in ["initContainers", "containers"] {
-        if let Some(cs) = spec[list].as_array_mut() {
+        if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
             for c in cs {
                 let image = c["image"].as_str().unwrap_or("").to_string();
                 let tag = image
@@ -1011,7 +1011,7 @@ fn pod_spec_change_allowed(old: &Value, new: &Value) -> bool {
     let blank = |s: &Value| {
         let mut s = s.clone();
         for list in ["containers", "initContainers"] {
-            if let Some(cs) = s[list].as_array_mut() {
+            if let Some(cs) = s.get_mut(list).and_then(Value::as_array_mut) {
                 for c in cs {
                     c["image"] = json!("");
                 }
@@ -1388,7 +1388,9 @@ impl State {
         }
         if res.sub.as_deref() == Some("status") {
             let mut obj = cur.clone();
-            obj["status"] = new["status"].take();
+            if let Some(st) = new.get_mut("status") {
+                obj["status"] = st.take();
+            }
             new = obj;
         } else {
             if cur.get("status").is_some() {
