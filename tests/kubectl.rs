@@ -819,6 +819,29 @@ fn kubectl_get_prints_what_a_cluster_prints() {
     ]);
     assert_eq!(sel.trim(), "pod/web");
 
+    // All namespaces: the NAMESPACE column first, as the printer adds it.
+    let all = k.ok(&["get", "pods", "-A"]);
+    assert_eq!(
+        cols(all.lines().next().unwrap_or(""))[..2],
+        ["NAMESPACE", "NAME"],
+        "{all}"
+    );
+    // describe: GET the pod, then list its events by involvedObject field selectors.
+    let desc = k.ok(&["describe", "pod", "web"]);
+    assert!(desc.contains("Node:") && desc.contains("node1"), "{desc}");
+    assert!(desc.contains("Events:"), "{desc}");
+    assert!(api.requests().iter().any(|r| {
+        r.path == "/api/v1/namespaces/default/events"
+            && r.param("fieldSelector")
+                .is_some_and(|f| f.contains("involvedObject.name=web"))
+    }));
+    let ns = k.ok(&["get", "namespaces", "--no-headers"]);
+    assert!(
+        ns.lines()
+            .any(|l| cols(l)[..2] == ["kube-node-lease", "Active"]),
+        "{ns}"
+    );
+
     let (ok, _, err) = k.run(&["get", "pod", "nope"]);
     assert!(!ok);
     assert!(

@@ -570,6 +570,19 @@ fn field_value(obj: &Value, field: &str) -> Option<String> {
         "metadata.namespace" => &obj["metadata"]["namespace"],
         "spec.nodeName" => &obj["spec"]["nodeName"],
         "status.phase" => &obj["status"]["phase"],
+        // Events (pkg/apis/core/v1 conversion: the event field label set).
+        "involvedObject.kind"
+        | "involvedObject.namespace"
+        | "involvedObject.name"
+        | "involvedObject.uid"
+        | "involvedObject.apiVersion"
+        | "involvedObject.resourceVersion"
+        | "involvedObject.fieldPath" => {
+            let k = field.trim_start_matches("involvedObject.");
+            &obj["involvedObject"][k]
+        }
+        "reason" | "type" | "reportingComponent" => &obj[field],
+        "source" => &obj["source"]["component"],
         "spec.unschedulable" => {
             return Some(
                 obj["spec"]["unschedulable"]
