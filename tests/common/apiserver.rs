@@ -30,8 +30,8 @@
 //!   `preconditions.resourceVersion` mismatch -> 409 Conflict "Precondition failed: ...".
 //!   Other kinds are removed at once and answer a `Status` Success.
 //! - List and watch with `fieldSelector` (metadata.name, metadata.namespace, spec.nodeName,
-//!   status.phase; `=`, `==`, `!=`) and `labelSelector` (`=`, `==`, `!=`, `in`, `notin`,
-//!   exists, `!key`). Watch (`watch=true|1`): resourceVersion unset or "0" -> synthetic ADDED
+//!   status.phase; events' involvedObject.*, reason, type, source; `=`, `==`, `!=`) and
+//!   `labelSelector` (`=`, `==`, `!=`, `in`, `notin`, exists, `!key`). Watch (`watch=true|1`): resourceVersion unset or "0" -> synthetic ADDED
 //!   events for the current objects, then live; RV -> every event after RV; an object leaving
 //!   the selector is a DELETED event, one entering it an ADDED event (the watch cache's rule);
 //!   `allowWatchBookmarks=true` -> BOOKMARK events every `set_bookmark_interval` (default 60 s)
