@@ -4,8 +4,8 @@
 # busybox-static (test images are built from it), iproute2, iptables (bridge/portmap),
 # mount (umount for tear-down), tar/gzip/coreutils (image build), prometheus (only for
 # promtool: tests/api.rs checks /metrics with `promtool check metrics`), and the packaging
-# tools (binutils, systemd for systemd-analyze, lintian, init-system-helpers), and gnuplot-nox
-# (the benchmark's PNG charts).
+# tools (binutils, systemd for systemd-analyze, lintian, init-system-helpers), gnuplot-nox
+# (the benchmark's PNG charts), and kubectl (tests/api.rs, tests/kubectl.rs).
 #
 # Idempotent and non-interactive; runs `apt-get update` only when something is missing.
 # Needs root (or sudo) when it has to install anything.
@@ -43,18 +43,30 @@ need gnuplot-nox have gnuplot
 # tests/security.rs: the HTTPS manifest-URL test makes its PKI with openssl and serves with python3.
 need openssl have openssl
 need python3 have python3
+# kubectl (tests/api.rs, tests/kubectl.rs): the `kubectl` package where a Kubernetes apt
+# repository provides it (pkgs.k8s.io), else Debian's `kubernetes-client`; chosen after
+# `apt-get update` (a fresh machine has no package lists yet).
+need_kubectl=
+have kubectl >/dev/null 2>&1 || need_kubectl=1
 
-if [ ${#missing[@]} -eq 0 ]; then
+if [ ${#missing[@]} -eq 0 ] && [ -z "$need_kubectl" ]; then
   echo "install-deps: everything present"
   exit 0
 fi
 
 # De-duplicate (containerd appears twice when both binaries are missing).
-mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | sort -u)
-echo "install-deps: installing ${pkgs[*]}"
 sudo=
 if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
 $sudo apt-get update -q
+if [ -n "$need_kubectl" ]; then
+  if apt-cache policy kubectl 2>/dev/null | grep -q 'Candidate: [^(]'; then
+    missing+=(kubectl)
+  else
+    missing+=(kubernetes-client)
+  fi
+fi
+mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | sort -u)
+echo "install-deps: installing ${pkgs[*]}"
 $sudo apt-get install -y -q --no-install-recommends "${pkgs[@]}"
 
 # containerd's Debian package enables a system-wide daemon; the tests run their own private
