@@ -500,6 +500,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             store.clone(),
             crate::apiclient::node::NodeSettings {
                 labels: cfg.node_labels.clone(),
+                taints: cfg.register_with_taints.clone(),
                 status_update_frequency: cfg.node_status_update_frequency,
             },
         );
