@@ -102,6 +102,20 @@ fn selector(node: &str) -> String {
     format!("fieldSelector=spec.nodeName%3D{node}")
 }
 
+/// Removes object fields whose value is `null`, recursively: Go's encoding/json (the API
+/// server's and the kubelet's) treats `null` as the zero value, so `"initContainers": null`
+/// means no init containers, not a type error.
+fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
 /// Decodes one API pod; `Err` names the pod and why.
 pub fn decode_pod(v: &Value, seen: &str) -> Result<Pod, ManifestError> {
     let origin = format!(
@@ -109,7 +123,9 @@ pub fn decode_pod(v: &Value, seen: &str) -> Result<Pod, ManifestError> {
         v["metadata"]["namespace"].as_str().unwrap_or_default(),
         v["metadata"]["name"].as_str().unwrap_or_default()
     );
-    let mut pod: Pod = serde_path_to_error::deserialize(v).map_err(|e| ManifestError {
+    let mut v = v.clone();
+    drop_nulls(&mut v);
+    let mut pod: Pod = serde_path_to_error::deserialize(&v).map_err(|e| ManifestError {
         origin: origin.clone(),
         field: e.path().to_string(),
         reason: e.inner().to_string(),
@@ -655,6 +671,14 @@ mod tests {
             set.snapshot().pods[0].pod.metadata.annotations[CONFIG_SEEN_ANNOTATION],
             seen
         );
+        // Go's JSON: null is the zero value.
+        let nulls = decode_pod(
+            &json!({"metadata": {"name": "n", "namespace": "d", "uid": "u3", "labels": null},
+                    "spec": {"initContainers": null, "containers": [{"name": "c", "image": "i", "env": null}]}}),
+            "t",
+        )
+        .expect("nulls decode");
+        assert!(nulls.spec.init_containers.is_empty() && nulls.spec.containers[0].env.is_empty());
         let e = decode_pod(
             &json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"containers": 5}}),
             "t",
