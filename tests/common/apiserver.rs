@@ -1,78 +1,274 @@
-//! A Kubernetes API server test double (plain HTTP, in memory) for the endpoints nanolet uses in
-//! API-server mode. It keeps the wire format of the real one where nanolet can tell:
-//! JSON objects with `metadata.uid`, `resourceVersion` (a global counter, as etcd's revision),
-//! `creationTimestamp`; `Status` objects with `reason` and `code` for errors (404 NotFound,
-//! 409 AlreadyExists / Conflict on a stale resourceVersion, 401 Unauthorized); JSON merge patch
-//! (RFC 7386) on `/status`. `set_down(true)` makes it answer 503 to everything (an outage
-//! without closing the port).
+//! A Kubernetes API server test double (plain HTTP, in memory) that speaks the real REST and
+//! watch wire format for what nanolet (API-server mode) and kubectl use. Its fidelity is
+//! checked against the real `kubectl` in tests/kubectl.rs.
+//!
+//! What it implements, as kube-apiserver does:
+//! - Objects: pods, pods/status, nodes, nodes/status, namespaces, events (core v1), leases
+//!   (coordination.k8s.io/v1). The server sets `uid`, `creationTimestamp` (wall clock),
+//!   `resourceVersion` (one global counter, as etcd's revision), `kind`/`apiVersion`; keeps
+//!   `ownerReferences`; `generateName`; create with an existing name -> 409 AlreadyExists; a
+//!   namespaced create in a missing namespace -> 404 (default, kube-system, kube-public and
+//!   kube-node-lease exist). Pods get the defaults the apiserver sets (restartPolicy,
+//!   terminationGracePeriodSeconds 30, dnsPolicy, schedulerName, imagePullPolicy,
+//!   terminationMessagePath/Policy, status.phase Pending) and a pod update may only change
+//!   `spec.containers[*].image` (and metadata): anything else is 422 Invalid.
+//! - Update (PUT) with a stale `metadata.resourceVersion` -> 409 Conflict (an empty one is an
+//!   unconditional update); the main resource ignores `status`, `/status` takes only `status`.
+//! - PATCH: `application/merge-patch+json` (RFC 7386) and `application/strategic-merge-patch+json`
+//!   (lists merged by their upstream `patchMergeKey`: containers/volumes/env by `name`, ports by
+//!   `containerPort`, volumeMounts by `mountPath`, conditions by `type`, podIPs/hostIPs by
+//!   `ip`, ownerReferences by `uid`; lists without a merge key, e.g. `status.containerStatuses`
+//!   (`listType=atomic` upstream), are replaced; directives `$patch: delete|replace`,
+//!   `$setElementOrder/<list>`, `$retainKeys`, `$deleteFromPrimitiveList/<list>`). A patch that
+//!   changes nothing writes nothing (no new resourceVersion, no event), as etcd's
+//!   GuaranteedUpdate. Other patch types -> 415.
+//! - DELETE with `DeleteOptions` (body) or `?gracePeriodSeconds=`: a pod bound to a node with a
+//!   grace period > 0 gets `deletionTimestamp` (now + grace) and `deletionGracePeriodSeconds`
+//!   and stays (MODIFIED event, 200 with the pod); a later delete may only shorten the grace;
+//!   grace 0, an unbound pod or a Succeeded/Failed one is removed (DELETED event, 200 with the
+//!   pod). Default grace = spec.terminationGracePeriodSeconds. `preconditions.uid` /
+//!   `preconditions.resourceVersion` mismatch -> 409 Conflict "Precondition failed: ...".
+//!   Other kinds are removed at once and answer a `Status` Success.
+//! - List and watch with `fieldSelector` (metadata.name, metadata.namespace, spec.nodeName,
+//!   status.phase; `=`, `==`, `!=`) and `labelSelector` (`=`, `==`, `!=`, `in`, `notin`,
+//!   exists, `!key`). Watch (`watch=true|1`): resourceVersion unset or "0" -> synthetic ADDED
+//!   events for the current objects, then live; RV -> every event after RV; an object leaving
+//!   the selector is a DELETED event, one entering it an ADDED event (the watch cache's rule);
+//!   `allowWatchBookmarks=true` -> BOOKMARK events every `set_bookmark_interval` (default 60 s)
+//!   and on `send_bookmarks()`; a resourceVersion older than the last compaction
+//!   (`expire_watches()`) -> an `ERROR` event with a 410 Expired `Status`; `timeoutSeconds`
+//!   ends the stream (default 1800 s).
+//! - kubectl: /version, legacy discovery (/api, /api/v1, /apis, /apis/coordination.k8s.io[/v1];
+//!   aggregated discovery is not served, the plain JSON answer makes kubectl fall back, as
+//!   against an older server), no OpenAPI (404: kubectl apply falls back to its compiled-in
+//!   patch metadata), server-side `Table`s (`Accept: ...;as=Table;g=meta.k8s.io;v=v1`) with the
+//!   apiserver printers' columns for pods, nodes, leases and namespaces, also on watches.
+//! - `Status` objects for errors (`reason`, `code`, `details`), 401 without the bearer token;
+//!   `set_down(true)` answers 503 to everything (an outage without closing the port).
+//!
+//! Deliberately not implemented: admission plugins (ServiceAccount token volumes,
+//! DefaultTolerationSeconds, LimitRanger), finalizers, server-side apply, JSON patch
+//! (RFC 6902), protobuf, pagination (`limit` is ignored: everything fits in one page), other
+//! resources, field validation, authorization (any valid token may do anything).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-#[derive(Default)]
-struct State {
-    objects: BTreeMap<String, Value>,
-    rv: u64,
-    /// (method, path) of every request, in order.
-    requests: Vec<(String, String)>,
-    /// Pod watch events as JSON lines, with the resourceVersion they happened at.
-    events: Vec<(u64, String)>,
-    /// Watches from a resourceVersion below this get 410 Gone (etcd compaction).
-    compacted: u64,
-    watchers: Vec<std::sync::mpsc::Sender<String>>,
+/// One request the double received.
+#[derive(Clone, Debug)]
+pub struct SeenRequest {
+    pub method: String,
+    pub path: String,
+    /// The raw query string (percent-encoded), without `?`.
+    pub query: String,
+    pub body: String,
+    pub content_type: String,
+    pub accept: String,
 }
 
-fn is_pod_key(key: &str) -> bool {
-    key.starts_with("/api/v1/namespaces/") && key.contains("/pods/")
-}
+impl SeenRequest {
+    /// A query parameter, percent-decoded.
+    pub fn param(&self, key: &str) -> Option<String> {
+        query_param(&self.query, key)
+    }
 
-/// A watch body: JSON lines from a channel until the deadline or the channel closes.
-struct WatchBody {
-    rx: std::sync::mpsc::Receiver<String>,
-    deadline: std::time::Instant,
-    buf: Vec<u8>,
-}
-
-impl std::io::Read for WatchBody {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        while self.buf.is_empty() {
-            let left = self
-                .deadline
-                .saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Ok(0);
-            }
-            match self.rx.recv_timeout(left) {
-                Ok(line) => {
-                    // tiny_http's chunked encoder sends its 8 KiB buffer only when more data
-                    // arrives: pad each event (line, newline, spaces) to k * 8192 + 1 bytes so
-                    // the line goes out at once, as a real API server flushes per event. The
-                    // one space left over leads the next line (JSON allows it).
-                    self.buf = line.into_bytes();
-                    self.buf.push(b'\n');
-                    let k = self.buf.len().div_ceil(8192);
-                    let total = k * 8192 + 1;
-                    self.buf.resize(total, b' ');
-                }
-                Err(_) => return Ok(0),
-            }
-        }
-        let n = out.len().min(self.buf.len());
-        out[..n].copy_from_slice(&self.buf[..n]);
-        self.buf.drain(..n);
-        Ok(n)
+    /// The body as JSON (Null when empty or not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
     }
 }
 
-pub struct FakeApiServer {
-    server: Arc<tiny_http::Server>,
-    state: Arc<Mutex<State>>,
-    down: Arc<AtomicBool>,
-    pub port: u16,
-    thread: Option<std::thread::JoinHandle<()>>,
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                match std::str::from_utf8(&b[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn query_param(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (percent_decode(k) == key).then(|| percent_decode(v))
+    })
+}
+
+/// RFC 3339 (seconds, UTC) of a Unix time.
+pub fn rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86400);
+    let sod = secs.rem_euclid(86400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
+}
+
+/// Unix time of an RFC 3339 `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let n = |r: std::ops::Range<usize>| s.get(r).and_then(|x| x.parse::<i64>().ok());
+    let (y, m, d) = (n(0..4)?, n(5..7)?, n(8..10)?);
+    let (hh, mm, ss) = (n(11..13)?, n(14..16)?, n(17..19)?);
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86400 + hh * 3600 + mm * 60 + ss)
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// apimachinery's `duration.HumanDuration`, as the printers' AGE column.
+pub fn human_duration(secs: i64) -> String {
+    if secs < -1 {
+        return "<invalid>".into();
+    }
+    let s = secs.max(0);
+    let m = s / 60;
+    let h = s / 3600;
+    if s < 120 {
+        format!("{s}s")
+    } else if m < 10 {
+        if s % 60 == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{}s", s % 60)
+        }
+    } else if m < 180 {
+        format!("{m}m")
+    } else if h < 8 {
+        if m % 60 == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{}m", m % 60)
+        }
+    } else if h < 48 {
+        format!("{h}h")
+    } else if h < 24 * 8 {
+        if h % 24 == 0 {
+            format!("{}d", h / 24)
+        } else {
+            format!("{}d{}h", h / 24, h % 24)
+        }
+    } else if h < 24 * 365 * 2 {
+        format!("{}d", h / 24)
+    } else {
+        format!("{}y", h / 24 / 365)
+    }
+}
+
+/// What the double knows about a resource: kind, apiVersion, namespaced.
+fn resource_info(prefix: &str, resource: &str) -> Option<(&'static str, &'static str, bool)> {
+    match (prefix, resource) {
+        ("/api/v1", "pods") => Some(("Pod", "v1", true)),
+        ("/api/v1", "nodes") => Some(("Node", "v1", false)),
+        ("/api/v1", "namespaces") => Some(("Namespace", "v1", false)),
+        ("/api/v1", "events") => Some(("Event", "v1", true)),
+        ("/apis/coordination.k8s.io/v1", "leases") => {
+            Some(("Lease", "coordination.k8s.io/v1", true))
+        }
+        _ => None,
+    }
+}
+
+/// A parsed resource path.
+#[derive(Clone, Debug)]
+struct Res {
+    prefix: String,
+    ns: Option<String>,
+    resource: String,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+impl Res {
+    fn parse(path: &str) -> Option<Res> {
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (prefix, rest) = match segs.as_slice() {
+            ["api", "v1", rest @ ..] => ("/api/v1".to_string(), rest),
+            ["apis", g, v, rest @ ..] => (format!("/apis/{g}/{v}"), rest),
+            _ => return None,
+        };
+        let s = |i: usize| rest.get(i).map(|x| x.to_string());
+        let r = match rest {
+            ["namespaces", _, _, ..] => Res {
+                prefix,
+                ns: s(1),
+                resource: s(2)?,
+                name: s(3),
+                sub: s(4),
+            },
+            [_, ..] => Res {
+                prefix,
+                ns: None,
+                resource: s(0)?,
+                name: s(1),
+                sub: s(2),
+            },
+            [] => return None,
+        };
+        if rest.len() > 5 || r.name.as_deref() == Some("") {
+            return None;
+        }
+        Some(r)
+    }
+
+    fn info(&self) -> Option<(&'static str, &'static str, bool)> {
+        resource_info(&self.prefix, &self.resource)
+    }
+
+    fn collection(&self) -> String {
+        match &self.ns {
+            Some(ns) => format!("{}/namespaces/{ns}/{}", self.prefix, self.resource),
+            None => format!("{}/{}", self.prefix, self.resource),
+        }
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}/{name}", self.collection())
+    }
 }
 
 fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {
@@ -82,6 +278,35 @@ fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {
                "message": message, "reason": reason, "code": code}),
     )
 }
+
+fn status_for(code: u16, reason: &str, message: &str, resource: &str, name: &str) -> (u16, Value) {
+    let (c, mut v) = status(code, reason, message);
+    v["details"] = json!({"name": name, "kind": resource});
+    (c, v)
+}
+
+fn not_found(resource: &str, name: &str) -> (u16, Value) {
+    status_for(
+        404,
+        "NotFound",
+        &format!("{resource} \"{name}\" not found"),
+        resource,
+        name,
+    )
+}
+
+fn conflict(resource: &str, name: &str, why: &str) -> (u16, Value) {
+    status_for(
+        409,
+        "Conflict",
+        &format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"),
+        resource,
+        name,
+    )
+}
+
+const STALE: &str =
+    "the object has been modified; please apply your changes to the latest version and try again";
 
 /// RFC 7386 JSON merge patch.
 pub fn merge_patch(target: &mut Value, patch: &Value) {
@@ -104,153 +329,1600 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// The upstream `patchMergeKey` of a list, by its field path (list indices left out).
+fn merge_key(path: &str) -> Option<&'static str> {
+    let last = path.rsplit('.').next().unwrap_or(path);
+    match path {
+        "spec.containers" | "spec.initContainers" | "spec.ephemeralContainers" => Some("name"),
+        "spec.volumes" | "spec.imagePullSecrets" => Some("name"),
+        "spec.hostAliases" | "status.podIPs" | "status.hostIPs" => Some("ip"),
+        "status.conditions" | "status.addresses" => Some("type"),
+        "metadata.ownerReferences" => Some("uid"),
+        _ if path.starts_with("spec.containers.")
+            || path.starts_with("spec.initContainers.")
+            || path.starts_with("spec.ephemeralContainers.") =>
+        {
+            match last {
+                "env" => Some("name"),
+                "ports" => Some("containerPort"),
+                "volumeMounts" => Some("mountPath"),
+                "volumeDevices" => Some("devicePath"),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Removes strategic-merge directives (`$...` keys) from a value being inserted.
+fn strip_directives(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !k.starts_with('$'))
+                .map(|(k, v)| (k.clone(), strip_directives(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(strip_directives).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Strategic merge patch (the subset described in the module docs). `path` is the dotted
+/// field path of `target` ("" at the top).
+pub fn strategic_merge_patch(target: &mut Value, patch: &Value, path: &str) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if p.get("$patch").and_then(Value::as_str) == Some("replace") {
+        *target = strip_directives(patch);
+        return;
+    }
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let Value::Object(t) = target else { return };
+    let mut orders = Vec::new();
+    for (k, v) in p {
+        if let Some(list) = k.strip_prefix("$setElementOrder/") {
+            orders.push((list.to_string(), v.clone()));
+            continue;
+        }
+        if let Some(list) = k.strip_prefix("$deleteFromPrimitiveList/") {
+            if let (Some(Value::Array(cur)), Value::Array(del)) = (t.get_mut(list), v) {
+                cur.retain(|x| !del.contains(x));
+            }
+            continue;
+        }
+        if k.starts_with('$') {
+            continue;
+        }
+        let sub = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
+        match v {
+            Value::Null => {
+                t.remove(k);
+            }
+            Value::Object(_) => {
+                let slot = t.entry(k.clone()).or_insert(Value::Null);
+                if v.get("$patch").and_then(Value::as_str) == Some("delete") {
+                    t.remove(k);
+                } else {
+                    strategic_merge_patch(slot, v, &sub);
+                }
+            }
+            Value::Array(items) => match merge_key(&sub) {
+                Some(key) => {
+                    let slot = t.entry(k.clone()).or_insert(json!([]));
+                    if !slot.is_array() {
+                        *slot = json!([]);
+                    }
+                    merge_list(slot, items, key, &sub);
+                }
+                None if sub == "metadata.finalizers" => {
+                    let slot = t.entry(k.clone()).or_insert(json!([]));
+                    if let Value::Array(cur) = slot {
+                        for x in items {
+                            if !cur.contains(x) {
+                                cur.push(x.clone());
+                            }
+                        }
+                    }
+                }
+                None => {
+                    t.insert(k.clone(), strip_directives(v));
+                }
+            },
+            other => {
+                t.insert(k.clone(), other.clone());
+            }
+        }
+    }
+    if let Some(Value::Array(keep)) = p.get("$retainKeys") {
+        t.retain(|k, _| keep.iter().any(|x| x.as_str() == Some(k)));
+    }
+    for (list, order) in orders {
+        let sub = if path.is_empty() {
+            list.clone()
+        } else {
+            format!("{path}.{list}")
+        };
+        let (Some(key), Some(Value::Array(cur)), Value::Array(order)) =
+            (merge_key(&sub), t.get_mut(&list), order)
+        else {
+            continue;
+        };
+        let pos = |e: &Value| {
+            order
+                .iter()
+                .position(|o| o.get(key) == e.get(key))
+                .unwrap_or(usize::MAX)
+        };
+        cur.sort_by_key(|e| pos(e));
+    }
+}
+
+fn merge_list(target: &mut Value, items: &[Value], key: &str, path: &str) {
+    let Value::Array(cur) = target else { return };
+    if items
+        .iter()
+        .any(|i| i.get("$patch").and_then(Value::as_str) == Some("replace"))
+    {
+        *cur = items
+            .iter()
+            .filter(|i| i.get("$patch").is_none())
+            .map(strip_directives)
+            .collect();
+        return;
+    }
+    for item in items {
+        let Some(k) = item.get(key) else {
+            cur.push(strip_directives(item));
+            continue;
+        };
+        let existing = cur.iter().position(|e| e.get(key) == Some(k));
+        if item.get("$patch").and_then(Value::as_str) == Some("delete") {
+            cur.retain(|e| e.get(key) != Some(k));
+            continue;
+        }
+        match existing {
+            Some(i) => strategic_merge_patch(&mut cur[i], item, path),
+            None => cur.push(strip_directives(item)),
+        }
+    }
+}
+
+/// One requirement of a field or label selector.
+#[derive(Clone, Debug)]
+enum Req {
+    Eq(String, String),
+    Ne(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    NotExists(String),
+}
+
+/// Splits on commas outside parentheses.
+fn split_top(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0);
+    for c in s.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    out.push(cur);
+    out.into_iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn parse_selector(s: &str, labels: bool) -> Result<Vec<Req>, String> {
+    let mut reqs = Vec::new();
+    for part in split_top(s) {
+        let set = |rest: &str| -> Result<Vec<String>, String> {
+            let rest = rest.trim();
+            let inner = rest
+                .strip_prefix('(')
+                .and_then(|r| r.strip_suffix(')'))
+                .ok_or_else(|| format!("unable to parse requirement: {part}"))?;
+            Ok(inner.split(',').map(|v| v.trim().to_string()).collect())
+        };
+        let r = if let Some((k, v)) = part.split_once("!=") {
+            Req::Ne(k.trim().into(), v.trim().into())
+        } else if let Some((k, v)) = part.split_once("==") {
+            Req::Eq(k.trim().into(), v.trim().into())
+        } else if let Some((k, v)) = part.split_once('=') {
+            Req::Eq(k.trim().into(), v.trim().into())
+        } else if !labels {
+            return Err(format!(
+                "invalid selector: '{s}'; can't understand '{part}'"
+            ));
+        } else if let Some((k, v)) = part.split_once(" notin ") {
+            Req::NotIn(k.trim().into(), set(v)?)
+        } else if let Some((k, v)) = part.split_once(" in ") {
+            Req::In(k.trim().into(), set(v)?)
+        } else if let Some(k) = part.strip_prefix('!') {
+            Req::NotExists(k.trim().into())
+        } else {
+            Req::Exists(part.clone())
+        };
+        reqs.push(r);
+    }
+    Ok(reqs)
+}
+
+fn field_value(obj: &Value, field: &str) -> Option<String> {
+    let v = match field {
+        "metadata.name" => &obj["metadata"]["name"],
+        "metadata.namespace" => &obj["metadata"]["namespace"],
+        "spec.nodeName" => &obj["spec"]["nodeName"],
+        "status.phase" => &obj["status"]["phase"],
+        "spec.unschedulable" => {
+            return Some(
+                obj["spec"]["unschedulable"]
+                    .as_bool()
+                    .unwrap_or(false)
+                    .to_string(),
+            );
+        }
+        _ => return None,
+    };
+    Some(v.as_str().unwrap_or("").to_string())
+}
+
+fn req_matches(r: &Req, get: &dyn Fn(&str) -> Option<String>) -> bool {
+    match r {
+        Req::Eq(k, v) => get(k).as_deref() == Some(v.as_str()),
+        Req::Ne(k, v) => get(k).as_deref() != Some(v.as_str()),
+        Req::In(k, vs) => get(k).is_some_and(|x| vs.contains(&x)),
+        Req::NotIn(k, vs) => !get(k).is_some_and(|x| vs.contains(&x)),
+        Req::Exists(k) => get(k).is_some(),
+        Req::NotExists(k) => get(k).is_none(),
+    }
+}
+
+/// Which objects a list or watch selects.
+#[derive(Clone, Debug)]
+struct Filter {
+    prefix: String,
+    resource: String,
+    ns: Option<String>,
+    fields: Vec<Req>,
+    labels: Vec<Req>,
+}
+
+impl Filter {
+    fn new(res: &Res, query: &str) -> Result<Filter, (u16, Value)> {
+        let fields = match query_param(query, "fieldSelector") {
+            Some(s) => parse_selector(&s, false).map_err(|e| status(400, "BadRequest", &e))?,
+            None => vec![],
+        };
+        for f in &fields {
+            let (Req::Eq(k, _) | Req::Ne(k, _)) = f else {
+                continue;
+            };
+            if field_value(&json!({}), k).is_none() {
+                return Err(status(
+                    400,
+                    "BadRequest",
+                    &format!("field label not supported: {k}"),
+                ));
+            }
+        }
+        let labels = match query_param(query, "labelSelector") {
+            Some(s) => parse_selector(&s, true).map_err(|e| status(400, "BadRequest", &e))?,
+            None => vec![],
+        };
+        Ok(Filter {
+            prefix: res.prefix.clone(),
+            resource: res.resource.clone(),
+            ns: res.ns.clone(),
+            fields,
+            labels,
+        })
+    }
+
+    fn matches(&self, key: &str, obj: &Value) -> bool {
+        let Some(r) = Res::parse(key) else {
+            return false;
+        };
+        if r.prefix != self.prefix || r.resource != self.resource || r.sub.is_some() {
+            return false;
+        }
+        if self.ns.is_some() && r.ns != self.ns {
+            return false;
+        }
+        let f = |k: &str| field_value(obj, k);
+        let l = |k: &str| obj["metadata"]["labels"][k].as_str().map(String::from);
+        self.fields.iter().all(|r| req_matches(r, &f))
+            && self.labels.iter().all(|r| req_matches(r, &l))
+    }
+}
+
+/// An object change, as the watch cache keeps it.
+#[derive(Clone)]
+struct Event {
+    rv: u64,
+    kind: &'static str,
+    key: String,
+    prev: Option<Value>,
+    obj: Value,
+}
+
+struct Watcher {
+    tx: Sender<String>,
+    filter: Filter,
+    table: Option<TableOpts>,
+    bookmarks: bool,
+    kind: &'static str,
+    api_version: &'static str,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TableOpts {
+    /// `includeObject=Object` (else `Metadata`; `None` leaves it out).
+    include: Include,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Include {
+    None,
+    Metadata,
+    Object,
+}
+
+impl Watcher {
+    /// The watch line for `ev`, if this watch sees it (the watch cache's rule: an object
+    /// leaving the selector is DELETED with its previous content, one entering it ADDED).
+    fn line(&self, ev: &Event) -> Option<String> {
+        let now = self.filter.matches(&ev.key, &ev.obj);
+        let before = ev
+            .prev
+            .as_ref()
+            .is_some_and(|p| self.filter.matches(&ev.key, p));
+        let (kind, obj) = match ev.kind {
+            "ADDED" if now => ("ADDED", ev.obj.clone()),
+            "MODIFIED" if now && before => ("MODIFIED", ev.obj.clone()),
+            "MODIFIED" if now => ("ADDED", ev.obj.clone()),
+            "MODIFIED" if before => {
+                let mut p = ev.prev.clone().unwrap_or_default();
+                p["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
+                ("DELETED", p)
+            }
+            "DELETED" if now => ("DELETED", ev.obj.clone()),
+            _ => return None,
+        };
+        let obj = match self.table {
+            Some(t) => to_table(&self.filter.resource, &[obj], ev.rv, t),
+            None => obj,
+        };
+        Some(json!({"type": kind, "object": obj}).to_string())
+    }
+
+    fn bookmark(&self, rv: u64) -> String {
+        json!({"type": "BOOKMARK", "object": {"kind": self.kind, "apiVersion": self.api_version,
+               "metadata": {"resourceVersion": rv.to_string()}}})
+        .to_string()
+    }
+}
+
+/// The apiserver's printer for a pod's STATUS column (pkg/printers/internalversion printPod):
+/// status.reason or the phase, overridden by a container's waiting/terminated reason, and
+/// "Terminating" once deletionTimestamp is set.
+fn pod_row(p: &Value) -> (Vec<Value>, Vec<Value>) {
+    let total = p["spec"]["containers"].as_array().map_or(0, Vec::len);
+    let mut reason = p["status"]["phase"].as_str().unwrap_or("").to_string();
+    if let Some(r) = p["status"]["reason"].as_str().filter(|r| !r.is_empty()) {
+        reason = r.to_string();
+    }
+    let (mut ready, mut restarts, mut running) = (0, 0i64, false);
+    let statuses = p["status"]["containerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for c in statuses.iter().rev() {
+        restarts += c["restartCount"].as_i64().unwrap_or(0);
+        let st = &c["state"];
+        if let Some(r) = st["waiting"]["reason"].as_str().filter(|r| !r.is_empty()) {
+            reason = r.to_string();
+        } else if let Some(r) = st["terminated"]["reason"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+        {
+            reason = r.to_string();
+        } else if st["terminated"].is_object() {
+            reason = match st["terminated"]["signal"].as_i64().unwrap_or(0) {
+                0 => format!(
+                    "ExitCode:{}",
+                    st["terminated"]["exitCode"].as_i64().unwrap_or(0)
+                ),
+                s => format!("Signal:{s}"),
+            };
+        } else if c["ready"].as_bool() == Some(true) && st["running"].is_object() {
+            running = true;
+            ready += 1;
+        }
+    }
+    if reason == "Completed" && running {
+        let pod_ready = p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        reason = if pod_ready { "Running" } else { "NotReady" }.into();
+    }
+    if p["metadata"]["deletionTimestamp"].is_string() {
+        reason = if p["status"]["reason"] == "NodeLost" {
+            "Unknown"
+        } else {
+            "Terminating"
+        }
+        .into();
+    }
+    let none = |v: &Value| json!(v.as_str().filter(|s| !s.is_empty()).unwrap_or("<none>"));
+    (
+        vec![
+            json!({"name": "Name", "type": "string", "format": "name", "priority": 0}),
+            json!({"name": "Ready", "type": "string", "format": "", "priority": 0}),
+            json!({"name": "Status", "type": "string", "format": "", "priority": 0}),
+            json!({"name": "Restarts", "type": "string", "format": "", "priority": 0}),
+            json!({"name": "Age", "type": "string", "format": "", "priority": 0}),
+            json!({"name": "IP", "type": "string", "format": "", "priority": 1}),
+            json!({"name": "Node", "type": "string", "format": "", "priority": 1}),
+            json!({"name": "Nominated Node", "type": "string", "format": "", "priority": 1}),
+            json!({"name": "Readiness Gates", "type": "string", "format": "", "priority": 1}),
+        ],
+        vec![
+            p["metadata"]["name"].clone(),
+            json!(format!("{ready}/{total}")),
+            json!(reason),
+            json!(restarts),
+            json!(age(p)),
+            none(&p["status"]["podIP"]),
+            none(&p["spec"]["nodeName"]),
+            none(&p["status"]["nominatedNodeName"]),
+            json!("<none>"),
+        ],
+    )
+}
+
+fn age(o: &Value) -> String {
+    match o["metadata"]["creationTimestamp"]
+        .as_str()
+        .and_then(parse_rfc3339)
+    {
+        Some(t) => human_duration(now_secs() - t),
+        None => "<unknown>".into(),
+    }
+}
+
+/// printNode: STATUS from the Ready condition (+ SchedulingDisabled), ROLES from the
+/// node-role.kubernetes.io/* and kubernetes.io/role labels.
+fn node_row(n: &Value) -> (Vec<Value>, Vec<Value>) {
+    let ready = n["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .map(|c| match c["status"].as_str() {
+            Some("True") => "Ready",
+            Some("False") => "NotReady",
+            _ => "Unknown",
+        })
+        .unwrap_or("Unknown");
+    let mut st = ready.to_string();
+    if n["spec"]["unschedulable"].as_bool() == Some(true) {
+        st.push_str(",SchedulingDisabled");
+    }
+    let mut roles: Vec<String> = n["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| {
+            if let Some(r) = k.strip_prefix("node-role.kubernetes.io/") {
+                Some(r.to_string())
+            } else if k == "kubernetes.io/role" {
+                v.as_str().map(String::from)
+            } else {
+                None
+            }
+        })
+        .filter(|r| !r.is_empty())
+        .collect();
+    roles.sort();
+    roles.dedup();
+    let roles = if roles.is_empty() {
+        "<none>".to_string()
+    } else {
+        roles.join(",")
+    };
+    let addr = |t: &str| {
+        n["status"]["addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["type"] == t)
+            .and_then(|a| a["address"].as_str())
+            .unwrap_or("<none>")
+            .to_string()
+    };
+    let info = &n["status"]["nodeInfo"];
+    let s = |v: &Value| json!(v.as_str().unwrap_or(""));
+    (
+        vec![
+            json!({"name": "Name", "type": "string", "format": "name", "priority": 0}),
+            json!({"name": "Status", "type": "string", "format": "", "priority": 0}),
+            json!({"name": "Roles", "type": "string", "format": "", "priority": 0}),
+            json!({"name": "Age", "type": "string", "format": "", "priority": 0}),
+            json!({"name": "Version", "type": "string", "format": "", "priority": 0}),
+            json!({"name": "Internal-IP", "type": "string", "format": "", "priority": 1}),
+            json!({"name": "External-IP", "type": "string", "format": "", "priority": 1}),
+            json!({"name": "OS-Image", "type": "string", "format": "", "priority": 1}),
+            json!({"name": "Kernel-Version", "type": "string", "format": "", "priority": 1}),
+            json!({"name": "Container-Runtime", "type": "string", "format": "", "priority": 1}),
+        ],
+        vec![
+            n["metadata"]["name"].clone(),
+            json!(st),
+            json!(roles),
+            json!(age(n)),
+            s(&info["kubeletVersion"]),
+            json!(addr("InternalIP")),
+            json!(addr("ExternalIP")),
+            s(&info["osImage"]),
+            s(&info["kernelVersion"]),
+            s(&info["containerRuntimeVersion"]),
+        ],
+    )
+}
+
+fn generic_row(resource: &str, o: &Value) -> (Vec<Value>, Vec<Value>) {
+    let mut cols = vec![json!({"name": "Name", "type": "string", "format": "name", "priority": 0})];
+    let mut cells = vec![o["metadata"]["name"].clone()];
+    match resource {
+        // printLease: NAME HOLDER AGE.
+        "leases" => {
+            cols.push(json!({"name": "Holder", "type": "string", "format": "", "priority": 0}));
+            cells.push(json!(o["spec"]["holderIdentity"].as_str().unwrap_or("")));
+        }
+        // printNamespace: NAME STATUS AGE.
+        "namespaces" => {
+            cols.push(json!({"name": "Status", "type": "string", "format": "", "priority": 0}));
+            cells.push(json!(o["status"]["phase"].as_str().unwrap_or("")));
+        }
+        _ => {}
+    }
+    cols.push(json!({"name": "Age", "type": "string", "format": "", "priority": 0}));
+    cells.push(json!(age(o)));
+    (cols, cells)
+}
+
+/// A meta.k8s.io/v1 Table of `objs`, as the apiserver answers
+/// `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`.
+fn to_table(resource: &str, objs: &[Value], rv: u64, opts: TableOpts) -> Value {
+    let mut cols = Vec::new();
+    let mut rows = Vec::new();
+    for o in objs {
+        let (c, cells) = match resource {
+            "pods" => pod_row(o),
+            "nodes" => node_row(o),
+            _ => generic_row(resource, o),
+        };
+        cols = c;
+        let mut row = json!({"cells": cells});
+        match opts.include {
+            Include::Object => row["object"] = o.clone(),
+            Include::Metadata => {
+                row["object"] = json!({"kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"].clone()});
+            }
+            Include::None => {}
+        }
+        rows.push(row);
+    }
+    if cols.is_empty() {
+        cols = match resource {
+            "pods" => pod_row(&json!({})).0,
+            "nodes" => node_row(&json!({})).0,
+            _ => generic_row(resource, &json!({})).0,
+        };
+    }
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1",
+           "metadata": {"resourceVersion": rv.to_string()},
+           "columnDefinitions": cols, "rows": rows})
+}
+
+fn wants_table(accept: &str, query: &str) -> Option<TableOpts> {
+    if !accept.split(',').next().unwrap_or("").contains("as=Table") {
+        return None;
+    }
+    let include = match query_param(query, "includeObject").as_deref() {
+        Some("None") => Include::None,
+        Some("Object") => Include::Object,
+        _ => Include::Metadata,
+    };
+    Some(TableOpts { include })
+}
+
+/// The pod defaults the apiserver sets on create (pkg/apis/core/v1/defaults.go).
+fn default_pod(pod: &mut Value) {
+    let spec = &mut pod["spec"];
+    for (k, v) in [
+        ("restartPolicy", json!("Always")),
+        ("terminationGracePeriodSeconds", json!(30)),
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("schedulerName", json!("default-scheduler")),
+        ("securityContext", json!({})),
+        ("enableServiceLinks", json!(true)),
+    ] {
+        if spec.get(k).is_none_or(Value::is_null) {
+            spec[k] = v;
+        }
+    }
+    for list in ["initContainers", "containers"] {
+        if let Some(cs) = spec[list].as_array_mut() {
+            for c in cs {
+                let image = c["image"].as_str().unwrap_or("").to_string();
+                let tag = image
+                    .rsplit('/')
+                    .next()
+                    .and_then(|last| last.split_once(':'))
+                    .map(|(_, t)| t.to_string());
+                let policy = if image.contains('@') || tag.as_deref().is_some_and(|t| t != "latest")
+                {
+                    "IfNotPresent"
+                } else {
+                    "Always"
+                };
+                for (k, v) in [
+                    ("imagePullPolicy", json!(policy)),
+                    ("terminationMessagePath", json!("/dev/termination-log")),
+                    ("terminationMessagePolicy", json!("File")),
+                    ("resources", json!({})),
+                ] {
+                    if c.get(k).is_none_or(Value::is_null) {
+                        c[k] = v;
+                    }
+                }
+            }
+        }
+    }
+    if pod["status"]["phase"].as_str().is_none() {
+        pod["status"] = json!({"phase": "Pending"});
+    }
+}
+
+/// ValidatePodUpdate: only `spec.containers[*].image` (and initContainers' images,
+/// activeDeadlineSeconds, tolerations additions) may change; here: images only.
+fn pod_spec_change_allowed(old: &Value, new: &Value) -> bool {
+    let blank = |s: &Value| {
+        let mut s = s.clone();
+        for list in ["containers", "initContainers"] {
+            if let Some(cs) = s[list].as_array_mut() {
+                for c in cs {
+                    c["image"] = json!("");
+                }
+            }
+        }
+        s
+    };
+    blank(&old["spec"]) == blank(&new["spec"])
+}
+
+struct State {
+    objects: BTreeMap<String, Value>,
+    rv: u64,
+    requests: Vec<SeenRequest>,
+    events: Vec<Event>,
+    /// The last compaction's resourceVersion: watches from below it get 410 Gone.
+    compacted: u64,
+    watchers: Vec<Watcher>,
+    bookmark_every: Duration,
+    seq: u64,
+}
+
 impl State {
+    fn new() -> State {
+        let mut st = State {
+            objects: BTreeMap::new(),
+            rv: 0,
+            requests: Vec::new(),
+            events: Vec::new(),
+            compacted: 0,
+            watchers: Vec::new(),
+            bookmark_every: Duration::from_secs(60),
+            seq: 0,
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            st.ensure_namespace(ns);
+        }
+        st
+    }
+
+    fn ensure_namespace(&mut self, ns: &str) {
+        let key = format!("/api/v1/namespaces/{ns}");
+        if !self.objects.contains_key(&key) {
+            let _ = self.create(
+                &format!("/api/v1/namespaces/{ns}"),
+                json!({"metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]},
+                       "status": {"phase": "Active"}}),
+                "namespaces",
+            );
+        }
+    }
+
     fn next_rv(&mut self) -> String {
         self.rv += 1;
         self.rv.to_string()
     }
 
-    /// Records a pod event and sends it to the open watches.
-    fn pod_event(&mut self, kind: &str, obj: &Value) {
-        let line = json!({"type": kind, "object": obj}).to_string();
-        self.events.push((self.rv, line.clone()));
-        self.watchers.retain(|w| w.send(line.clone()).is_ok());
+    fn uid(&mut self) -> String {
+        self.seq += 1;
+        // A v4-shaped UUID, unique per server and object.
+        let x = (now_secs() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (self.seq << 20);
+        format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            (x >> 32) as u32,
+            (x >> 16) as u16,
+            self.seq & 0xfff,
+            (x >> 4) & 0xfff,
+            self.seq
+        )
     }
 
-    fn pod_list(&self) -> Value {
+    /// Records an event and sends it to the watches that see it.
+    fn emit(&mut self, kind: &'static str, key: &str, prev: Option<Value>, obj: &Value) {
+        let ev = Event {
+            rv: self.rv,
+            kind,
+            key: key.to_string(),
+            prev,
+            obj: obj.clone(),
+        };
+        self.watchers.retain(|w| match w.line(&ev) {
+            Some(line) => w.tx.send(line).is_ok(),
+            None => true,
+        });
+        self.events.push(ev);
+    }
+
+    /// Stores `obj` under `key` (a write: new resourceVersion, event).
+    fn write(&mut self, key: &str, mut obj: Value) -> Value {
+        let prev = self.objects.get(key).cloned();
+        obj["metadata"]["resourceVersion"] = json!(self.next_rv());
+        self.objects.insert(key.to_string(), obj.clone());
+        let kind = if prev.is_some() { "MODIFIED" } else { "ADDED" };
+        self.emit(kind, key, prev, &obj);
+        obj
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Value> {
+        let mut obj = self.objects.remove(key)?;
+        obj["metadata"]["resourceVersion"] = json!(self.next_rv());
+        self.emit("DELETED", key, None, &obj);
+        Some(obj)
+    }
+
+    /// `collection`: the collection's path (for a namespace object: its own path).
+    fn create(&mut self, collection: &str, mut obj: Value, resource: &str) -> (u16, Value) {
+        let name = match (
+            obj["metadata"]["name"].as_str().filter(|n| !n.is_empty()),
+            obj["metadata"]["generateName"].as_str(),
+        ) {
+            (Some(n), _) => n.to_string(),
+            (None, Some(g)) => {
+                self.seq += 1;
+                const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+                let mut x = self.seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 7;
+                let mut s = g.to_string();
+                for _ in 0..5 {
+                    s.push(ALPHA[(x % ALPHA.len() as u64) as usize] as char);
+                    x /= ALPHA.len() as u64;
+                }
+                s
+            }
+            (None, None) => {
+                return status(
+                    422,
+                    "Invalid",
+                    "metadata.name: Required value: name or generateName is required",
+                );
+            }
+        };
+        let key = if resource == "namespaces" {
+            format!("/api/v1/namespaces/{name}")
+        } else {
+            format!("{collection}/{name}")
+        };
+        if self.objects.contains_key(&key) {
+            return status_for(
+                409,
+                "AlreadyExists",
+                &format!("{resource} \"{name}\" already exists"),
+                resource,
+                &name,
+            );
+        }
+        let Some(r) = Res::parse(&key) else {
+            return status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            );
+        };
+        let Some((kind, api_version, _)) = r.info() else {
+            return status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            );
+        };
+        if let Some(ns) = &r.ns {
+            if !self
+                .objects
+                .contains_key(&format!("/api/v1/namespaces/{ns}"))
+            {
+                return not_found("namespaces", ns);
+            }
+        }
+        obj["kind"] = json!(kind);
+        obj["apiVersion"] = json!(api_version);
+        obj["metadata"]["name"] = json!(name);
+        let uid = self.uid();
+        obj["metadata"]["uid"] = json!(uid);
+        obj["metadata"]["creationTimestamp"] = json!(rfc3339(now_secs()));
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            for k in ["deletionTimestamp", "deletionGracePeriodSeconds"] {
+                m.remove(k);
+            }
+        }
+        if resource == "pods" {
+            default_pod(&mut obj);
+        }
+        (201, self.write(&key, obj))
+    }
+
+    fn list(&self, filter: &Filter, table: Option<TableOpts>) -> Value {
         let items: Vec<Value> = self
             .objects
             .iter()
-            .filter(|(k, _)| is_pod_key(k))
-            .map(|(_, v)| v.clone())
+            .filter(|(k, v)| filter.matches(k, v))
+            .map(|(_, v)| {
+                // A list's items carry no kind/apiVersion on the wire.
+                let mut v = v.clone();
+                if let Some(m) = v.as_object_mut() {
+                    m.remove("kind");
+                    m.remove("apiVersion");
+                }
+                v
+            })
             .collect();
-        json!({"kind": "PodList", "apiVersion": "v1",
+        if let Some(t) = table {
+            return to_table(&filter.resource, &items, self.rv, t);
+        }
+        let (kind, api_version, _) =
+            resource_info(&filter.prefix, &filter.resource).unwrap_or(("", "v1", true));
+        json!({"kind": format!("{kind}List"), "apiVersion": api_version,
                "metadata": {"resourceVersion": self.rv.to_string()}, "items": items})
     }
 
-    /// Opens a watch from `from`: the events after it, then live ones; 410 when compacted.
-    fn watch(&mut self, from: u64) -> std::sync::mpsc::Receiver<String> {
+    /// Opens a watch; `from` is the resourceVersion asked for.
+    fn watch(
+        &mut self,
+        filter: Filter,
+        from: Option<u64>,
+        table: Option<TableOpts>,
+        bookmarks: bool,
+    ) -> Receiver<String> {
         let (tx, rx) = std::sync::mpsc::channel();
-        if from < self.compacted {
-            let _ = tx.send(
-                json!({"type": "ERROR", "object": status(410, "Expired", "too old resource version").1})
+        let (kind, api_version, _) =
+            resource_info(&filter.prefix, &filter.resource).unwrap_or(("", "v1", true));
+        let w = Watcher {
+            tx,
+            filter,
+            table,
+            bookmarks,
+            kind,
+            api_version,
+        };
+        match from {
+            Some(rv) if rv > 0 && rv < self.compacted => {
+                let _ = w.tx.send(
+                    json!({"type": "ERROR", "object": status(410, "Expired",
+                        &format!("too old resource version: {rv} ({})", self.compacted)).1})
                     .to_string(),
-            );
-            return rx;
-        }
-        for (rv, line) in &self.events {
-            if *rv > from {
-                let _ = tx.send(line.clone());
+                );
+                return rx;
+            }
+            Some(rv) if rv > 0 => {
+                for ev in self.events.iter().filter(|e| e.rv > rv) {
+                    if let Some(line) = w.line(ev) {
+                        let _ = w.tx.send(line);
+                    }
+                }
+            }
+            _ => {
+                // Unset or "0": synthetic ADDED events for the current state.
+                for (k, v) in &self.objects {
+                    if w.filter.matches(k, v) {
+                        let ev = Event {
+                            rv: self.rv,
+                            kind: "ADDED",
+                            key: k.clone(),
+                            prev: None,
+                            obj: v.clone(),
+                        };
+                        if let Some(line) = w.line(&ev) {
+                            let _ = w.tx.send(line);
+                        }
+                    }
+                }
             }
         }
-        self.watchers.push(tx);
+        self.watchers.push(w);
         rx
     }
 
-    fn create(&mut self, collection: &str, mut obj: Value) -> (u16, Value) {
-        let Some(name) = obj["metadata"]["name"].as_str().map(String::from) else {
-            return status(422, "Invalid", "metadata.name: Required value");
+    fn delete(&mut self, res: &Res, key: &str, query: &str, body: &Value) -> (u16, Value) {
+        let name = res.name.clone().unwrap_or_default();
+        let Some(cur) = self.objects.get(key).cloned() else {
+            return not_found(&res.resource, &name);
         };
-        let key = format!("{collection}/{name}");
-        if self.objects.contains_key(&key) {
-            return status(409, "AlreadyExists", &format!("\"{name}\" already exists"));
+        let pre = &body["preconditions"];
+        if let Some(uid) = pre["uid"]
+            .as_str()
+            .filter(|u| cur["metadata"]["uid"].as_str() != Some(u))
+        {
+            return conflict(
+                &res.resource,
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    cur["metadata"]["uid"].as_str().unwrap_or("")
+                ),
+            );
         }
-        let rv = self.next_rv();
-        obj["metadata"]["uid"] = json!(format!("{:08x}-0000-4000-8000-{:012x}", self.rv, self.rv));
-        obj["metadata"]["resourceVersion"] = json!(rv);
-        obj["metadata"]["creationTimestamp"] = json!("2026-11-22T00:00:00Z");
-        if is_pod_key(&key) {
-            self.objects.insert(key, obj.clone());
-            self.pod_event("ADDED", &obj);
-        } else {
-            self.objects.insert(key, obj.clone());
+        if let Some(rv) = pre["resourceVersion"]
+            .as_str()
+            .filter(|r| cur["metadata"]["resourceVersion"].as_str() != Some(r))
+        {
+            return conflict(
+                &res.resource,
+                &name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    cur["metadata"]["resourceVersion"].as_str().unwrap_or("")
+                ),
+            );
         }
-        (201, obj)
+        if res.resource != "pods" {
+            self.remove(key);
+            return (
+                200,
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                       "details": {"name": name, "kind": res.resource, "uid": cur["metadata"]["uid"]}}),
+            );
+        }
+        // The pod strategy's CheckGracefulDelete: the requested grace, else the pod's
+        // terminationGracePeriodSeconds; 0 for an unscheduled or terminated pod; negative -> 1.
+        let asked = body["gracePeriodSeconds"]
+            .as_i64()
+            .or_else(|| query_param(query, "gracePeriodSeconds").and_then(|g| g.parse().ok()));
+        let mut grace = asked
+            .or_else(|| cur["spec"]["terminationGracePeriodSeconds"].as_i64())
+            .unwrap_or(0);
+        let phase = cur["status"]["phase"].as_str().unwrap_or("");
+        if cur["spec"]["nodeName"].as_str().unwrap_or("").is_empty()
+            || phase == "Succeeded"
+            || phase == "Failed"
+        {
+            grace = 0;
+        }
+        if grace < 0 {
+            grace = 1;
+        }
+        if grace == 0 {
+            let obj = self.remove(key).unwrap_or(cur);
+            return (200, obj);
+        }
+        // Already terminating: a delete may only shorten the grace period.
+        if cur["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .is_some_and(|old| grace >= old)
+        {
+            return (200, cur);
+        }
+        let mut obj = cur;
+        obj["metadata"]["deletionTimestamp"] = json!(rfc3339(now_secs() + grace));
+        obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        (200, self.write(key, obj))
     }
 
-    fn handle(&mut self, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
-        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-        match (method, segs.as_slice()) {
-            ("POST", ["api", "v1", "nodes"]) => self.create("/api/v1/nodes", body),
-            ("POST", ["api", "v1", "namespaces", ns, "pods"]) => {
-                let mut body = body;
-                body["metadata"]["namespace"] = json!(ns);
-                self.create(&format!("/api/v1/namespaces/{ns}/pods"), body)
+    /// A new version of the object at `key` from an update or patch: server-set fields kept,
+    /// subresource rules applied, pod spec immutability checked; unchanged -> no write.
+    fn update(&mut self, res: &Res, key: &str, mut new: Value) -> (u16, Value) {
+        let name = res.name.clone().unwrap_or_default();
+        let Some(cur) = self.objects.get(key).cloned() else {
+            return not_found(&res.resource, &name);
+        };
+        if new["metadata"]["resourceVersion"]
+            .as_str()
+            .is_some_and(|r| {
+                !r.is_empty() && cur["metadata"]["resourceVersion"].as_str() != Some(r)
+            })
+        {
+            return conflict(&res.resource, &name, STALE);
+        }
+        if let Some(uid) = new["metadata"]["uid"]
+            .as_str()
+            .filter(|u| !u.is_empty() && cur["metadata"]["uid"].as_str() != Some(u))
+        {
+            return conflict(
+                &res.resource,
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    cur["metadata"]["uid"].as_str().unwrap_or("")
+                ),
+            );
+        }
+        if new["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+            return status(
+                400,
+                "BadRequest",
+                "the name of the object does not match the name on the URL",
+            );
+        }
+        if res.sub.as_deref() == Some("status") {
+            let mut obj = cur.clone();
+            obj["status"] = new["status"].take();
+            new = obj;
+        } else {
+            if cur.get("status").is_some() {
+                new["status"] = cur["status"].clone();
             }
-            ("GET", ["api", "v1", "pods"]) => (200, self.pod_list()),
-            ("DELETE", ["api", "v1", "namespaces", _, "pods", _]) => {
-                // Graceful deletion: the object stays with deletionTimestamp until the kubelet
-                // (here: nanolet) or the test removes it.
-                let Some(cur) = self.objects.get(path).cloned() else {
-                    return status(404, "NotFound", &format!("{path} not found"));
-                };
-                let mut obj = cur;
-                obj["metadata"]["deletionTimestamp"] = json!("2026-11-22T00:00:30Z");
-                obj["metadata"]["deletionGracePeriodSeconds"] = json!(30);
-                obj["metadata"]["resourceVersion"] = json!(self.next_rv());
-                self.objects.insert(path.to_string(), obj.clone());
-                self.pod_event("MODIFIED", &obj);
-                (200, obj)
+            for k in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "namespace",
+                "name",
+            ] {
+                match cur["metadata"].get(k) {
+                    Some(v) => new["metadata"][k] = v.clone(),
+                    None => {
+                        if let Some(m) = new["metadata"].as_object_mut() {
+                            m.remove(k);
+                        }
+                    }
+                }
             }
-            (
-                "POST",
-                [
-                    "apis",
-                    "coordination.k8s.io",
-                    "v1",
-                    "namespaces",
-                    ns,
-                    "leases",
-                ],
-            ) => self.create(
-                &format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"),
-                body,
-            ),
-            ("GET", _) => match self.objects.get(path) {
-                Some(o) => (200, o.clone()),
-                None => status(404, "NotFound", &format!("{path} not found")),
+            if res.resource == "pods" && !pod_spec_change_allowed(&cur, &new) {
+                let why = "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+                let (code, mut v) = status(
+                    422,
+                    "Invalid",
+                    &format!("Pod \"{name}\" is invalid: spec: {why}"),
+                );
+                // NewInvalid: details name the kind and carry one cause per field.
+                v["details"] = json!({"name": name, "kind": "Pod", "causes": [
+                    {"reason": "FieldValueForbidden", "message": why, "field": "spec"}]});
+                return (code, v);
+            }
+        }
+        if let Some((kind, api_version, _)) = res.info() {
+            new["kind"] = json!(kind);
+            new["apiVersion"] = json!(api_version);
+        }
+        new["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"].clone();
+        if new == cur {
+            return (200, cur);
+        }
+        (200, self.write(key, new))
+    }
+
+    fn handle(
+        &mut self,
+        method: &str,
+        path: &str,
+        query: &str,
+        ctype: &str,
+        accept: &str,
+        raw: &[u8],
+    ) -> (u16, Value) {
+        if let Some(v) = self.discovery(method, path) {
+            return v;
+        }
+        let body: Value = if raw.iter().all(u8::is_ascii_whitespace) {
+            Value::Null
+        } else {
+            match serde_json::from_slice(raw) {
+                Ok(v) => v,
+                Err(e) => return status(400, "BadRequest", &format!("error decoding body: {e}")),
+            }
+        };
+        let Some(res) = Res::parse(path) else {
+            return status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            );
+        };
+        // A namespace object's own path parses as a cluster-scoped "namespaces" + name.
+        let Some((_, _, namespaced)) = res.info() else {
+            return status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            );
+        };
+        if namespaced && res.ns.is_none() && res.name.is_some() {
+            return status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            );
+        }
+        if res
+            .sub
+            .as_deref()
+            .is_some_and(|s| s != "status" || !matches!(res.resource.as_str(), "pods" | "nodes"))
+        {
+            return status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            );
+        }
+        let table = wants_table(accept, query);
+        match (method, &res.name) {
+            ("GET", None) => match Filter::new(&res, query) {
+                Ok(f) => (200, self.list(&f, table)),
+                Err(e) => e,
             },
-            ("PUT", _) => {
-                let Some(cur) = self.objects.get(path) else {
-                    return status(404, "NotFound", &format!("{path} not found"));
-                };
-                if body["metadata"]["resourceVersion"] != cur["metadata"]["resourceVersion"] {
+            ("POST", None) => {
+                if let Some(ns) = &res.ns {
+                    match body["metadata"]["namespace"].as_str() {
+                        Some(b) if !b.is_empty() && b != ns => {
+                            return status(
+                                400,
+                                "BadRequest",
+                                "the namespace of the provided object does not match the namespace sent on the request",
+                            );
+                        }
+                        _ => {}
+                    }
+                }
+                let mut body = body;
+                if !body.is_object() {
                     return status(
-                        409,
-                        "Conflict",
-                        "the object has been modified; please apply your changes to the latest version and try again",
+                        400,
+                        "BadRequest",
+                        "the body of the request must be an object",
                     );
                 }
-                let mut obj = body;
-                obj["metadata"]["uid"] = cur["metadata"]["uid"].clone();
-                obj["metadata"]["creationTimestamp"] = cur["metadata"]["creationTimestamp"].clone();
-                obj["metadata"]["resourceVersion"] = json!(self.next_rv());
-                self.objects.insert(path.to_string(), obj.clone());
-                (200, obj)
-            }
-            ("PATCH", [.., "status"]) => {
-                let key = path.trim_end_matches("/status").to_string();
-                let Some(cur) = self.objects.get_mut(&key) else {
-                    return status(404, "NotFound", &format!("{key} not found"));
-                };
-                let patch = json!({"status": body["status"].clone()});
-                merge_patch(cur, &patch);
-                self.rv += 1;
-                cur["metadata"]["resourceVersion"] = json!(self.rv.to_string());
-                let obj = cur.clone();
-                if is_pod_key(&key) {
-                    self.pod_event("MODIFIED", &obj);
+                if let Some(ns) = &res.ns {
+                    body["metadata"]["namespace"] = json!(ns);
                 }
-                (200, obj)
+                for k in ["uid", "resourceVersion", "creationTimestamp"] {
+                    if let Some(m) = body["metadata"].as_object_mut() {
+                        m.remove(k);
+                    }
+                }
+                let coll = res.collection();
+                self.create(&coll, body, &res.resource)
             }
-            ("DELETE", _) => match self.objects.remove(path) {
-                Some(o) => (200, o),
-                None => status(404, "NotFound", &format!("{path} not found")),
-            },
-            _ => status(405, "MethodNotAllowed", &format!("{method} {path}")),
+            ("GET", Some(name)) => {
+                let key = res.key(name);
+                match self.objects.get(&key) {
+                    Some(o) => match table {
+                        Some(t) => (
+                            200,
+                            to_table(&res.resource, std::slice::from_ref(o), self.rv, t),
+                        ),
+                        None => (200, o.clone()),
+                    },
+                    None => not_found(&res.resource, name),
+                }
+            }
+            ("PUT", Some(name)) => {
+                if !body.is_object() {
+                    return status(
+                        400,
+                        "BadRequest",
+                        "the body of the request must be an object",
+                    );
+                }
+                let key = res.key(name);
+                self.update(&res, &key, body)
+            }
+            ("PATCH", Some(name)) => {
+                let key = res.key(name);
+                let Some(cur) = self.objects.get(&key).cloned() else {
+                    return not_found(&res.resource, name);
+                };
+                let mut new = cur;
+                match ctype.split(';').next().unwrap_or("").trim() {
+                    "application/merge-patch+json" => merge_patch(&mut new, &body),
+                    "application/strategic-merge-patch+json" => {
+                        strategic_merge_patch(&mut new, &body, "")
+                    }
+                    other => {
+                        return status(
+                            415,
+                            "UnsupportedMediaType",
+                            &format!(
+                                "the body of the request was in an unknown format - accepted media types include: application/merge-patch+json, application/strategic-merge-patch+json (got {other})"
+                            ),
+                        );
+                    }
+                }
+                // A patch without a resourceVersion is unconditional.
+                if body["metadata"]["resourceVersion"].is_null() {
+                    new["metadata"]["resourceVersion"] = json!("");
+                }
+                self.update(&res, &key, new)
+            }
+            ("DELETE", Some(_)) if res.sub.is_none() => {
+                let key = res.key(res.name.as_deref().unwrap_or(""));
+                self.delete(&res, &key, query, &body)
+            }
+            _ => status(
+                405,
+                "MethodNotAllowed",
+                &format!(
+                    "the server does not allow this method on the requested resource ({method} {path})"
+                ),
+            ),
         }
     }
+
+    /// /version and legacy discovery, as a kube-apiserver 1.32 with only these resources.
+    fn discovery(&self, method: &str, path: &str) -> Option<(u16, Value)> {
+        if method != "GET" {
+            return None;
+        }
+        let verbs = json!([
+            "create", "delete", "get", "list", "patch", "update", "watch"
+        ]);
+        let sub = json!(["get", "patch", "update"]);
+        let v = match path.trim_end_matches('/') {
+            "/version" => json!({"major": "1", "minor": "32", "gitVersion": "v1.32.0",
+                "gitCommit": "nanolet-test-double", "gitTreeState": "clean",
+                "buildDate": "2026-11-22T00:00:00Z", "goVersion": "go1.23.0",
+                "compiler": "gc", "platform": "linux/amd64"}),
+            "/api" => json!({"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+            "/api/v1" => json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                {"name": "events", "singularName": "event", "namespaced": true, "kind": "Event",
+                 "verbs": verbs, "shortNames": ["ev"]},
+                {"name": "namespaces", "singularName": "namespace", "namespaced": false,
+                 "kind": "Namespace", "verbs": verbs, "shortNames": ["ns"]},
+                {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node",
+                 "verbs": verbs, "shortNames": ["no"]},
+                {"name": "nodes/status", "singularName": "", "namespaced": false, "kind": "Node",
+                 "verbs": sub},
+                {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+                 "verbs": verbs, "shortNames": ["po"], "categories": ["all"]},
+                {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod",
+                 "verbs": sub}]}),
+            "/apis" => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                {"name": "coordination.k8s.io",
+                 "versions": [{"groupVersion": "coordination.k8s.io/v1", "version": "v1"}],
+                 "preferredVersion": {"groupVersion": "coordination.k8s.io/v1", "version": "v1"}}]}),
+            "/apis/coordination.k8s.io" => json!({"kind": "APIGroup", "apiVersion": "v1",
+                "name": "coordination.k8s.io",
+                "versions": [{"groupVersion": "coordination.k8s.io/v1", "version": "v1"}],
+                "preferredVersion": {"groupVersion": "coordination.k8s.io/v1", "version": "v1"}}),
+            "/apis/coordination.k8s.io/v1" => json!({"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": "coordination.k8s.io/v1", "resources": [
+                {"name": "leases", "singularName": "lease", "namespaced": true, "kind": "Lease",
+                 "verbs": verbs}]}),
+            "/openapi/v3" => json!({"paths": {
+                "api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=0"},
+                "apis/coordination.k8s.io/v1":
+                    {"serverRelativeURL": "/openapi/v3/apis/coordination.k8s.io/v1?hash=0"}}}),
+            "/openapi/v3/api/v1" => openapi_v3(
+                "/api/v1",
+                "",
+                "v1",
+                &[
+                    ("pods", "Pod", true),
+                    ("nodes", "Node", false),
+                    ("namespaces", "Namespace", false),
+                    ("events", "Event", true),
+                ],
+            ),
+            "/openapi/v3/apis/coordination.k8s.io/v1" => openapi_v3(
+                "/apis/coordination.k8s.io/v1",
+                "coordination.k8s.io",
+                "v1",
+                &[("leases", "Lease", true)],
+            ),
+            p if p.starts_with("/openapi/") => {
+                return Some(status(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                ));
+            }
+            _ => return None,
+        };
+        Some((200, v))
+    }
+}
+
+/// An OpenAPI v3 document for one group-version with only the operations and their
+/// `fieldValidation` query parameter (what kubectl's QueryParamVerifierV3 looks for before
+/// it relies on server-side field validation), no schemas: kubectl then computes apply
+/// patches from its compiled-in types.
+fn openapi_v3(prefix: &str, group: &str, version: &str, kinds: &[(&str, &str, bool)]) -> Value {
+    let mut paths = serde_json::Map::new();
+    for (resource, kind, namespaced) in kinds {
+        let gvk = json!({"group": group, "version": version, "kind": kind});
+        let op = |action: &str| {
+            json!({"operationId": format!("{action}{kind}"),
+                "parameters": [{"name": "fieldValidation", "in": "query",
+                    "schema": {"type": "string", "uniqueItems": true}}],
+                "responses": {"200": {"description": "OK"}},
+                "x-kubernetes-action": action,
+                "x-kubernetes-group-version-kind": gvk})
+        };
+        let coll = if *namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{resource}")
+        } else {
+            format!("{prefix}/{resource}")
+        };
+        paths.insert(coll.clone(), json!({"post": op("post")}));
+        paths.insert(
+            format!("{coll}/{{name}}"),
+            json!({"put": op("put"), "patch": op("patch")}),
+        );
+    }
+    json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.32.0"},
+           "paths": paths, "components": {"schemas": {}}})
+}
+
+/// Periodic bookmarks of a watch body: (state, next, interval, kind, apiVersion).
+type Bookmarks = (
+    Arc<Mutex<State>>,
+    Instant,
+    Duration,
+    &'static str,
+    &'static str,
+);
+
+/// A watch body: JSON lines from a channel until the deadline or the channel closes, with
+/// periodic bookmarks when asked for.
+struct WatchBody {
+    rx: Receiver<String>,
+    deadline: Instant,
+    buf: Vec<u8>,
+    /// Set when the watch allowed bookmarks.
+    bookmarks: Option<Bookmarks>,
+}
+
+impl std::io::Read for WatchBody {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.buf.is_empty() {
+            let now = Instant::now();
+            let mut until = self.deadline;
+            if let Some((_, next, ..)) = &self.bookmarks {
+                until = until.min(*next);
+            }
+            let left = until.saturating_duration_since(now);
+            if self.deadline <= now {
+                return Ok(0);
+            }
+            let line = match self.rx.recv_timeout(left) {
+                Ok(line) => line,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(0),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    let Some((state, next, every, kind, api_version)) = &mut self.bookmarks else {
+                        continue;
+                    };
+                    if Instant::now() < *next {
+                        continue;
+                    }
+                    *next = Instant::now() + *every;
+                    // Under the lock no event can be sent: an empty channel here means the
+                    // bookmark's resourceVersion covers everything this watch was sent.
+                    let st = state.lock().unwrap_or_else(|e| e.into_inner());
+                    match self.rx.try_recv() {
+                        Ok(line) => line,
+                        Err(_) => json!({"type": "BOOKMARK", "object": {"kind": *kind,
+                            "apiVersion": *api_version,
+                            "metadata": {"resourceVersion": st.rv.to_string()}}})
+                        .to_string(),
+                    }
+                }
+            };
+            // tiny_http's chunked encoder sends its 8 KiB buffer only when more data arrives:
+            // pad each event (line, newline, spaces) to k * 8192 + 1 bytes so the line goes
+            // out at once, as a real API server flushes per event. The one space left over
+            // leads the next line (JSON allows it).
+            self.buf = line.into_bytes();
+            self.buf.push(b'\n');
+            let k = self.buf.len().div_ceil(8192);
+            self.buf.resize(k * 8192 + 1, b' ');
+        }
+        let n = out.len().min(self.buf.len());
+        out[..n].copy_from_slice(&self.buf[..n]);
+        self.buf.drain(..n);
+        Ok(n)
+    }
+}
+
+fn header(k: &str, v: &str) -> tiny_http::Header {
+    tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).expect("header")
+}
+
+pub struct FakeApiServer {
+    server: Arc<tiny_http::Server>,
+    state: Arc<Mutex<State>>,
+    down: Arc<AtomicBool>,
+    anonymous: Arc<AtomicBool>,
+    pub port: u16,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn serve(
+    server: &tiny_http::Server,
+    state: &Arc<Mutex<State>>,
+    down: &AtomicBool,
+    anonymous: &AtomicBool,
+    want: &str,
+) {
+    for mut req in server.incoming_requests() {
+        let method = req.method().as_str().to_string();
+        let url = req.url().to_string();
+        let (path, query) = match url.split_once('?') {
+            Some((p, q)) => (p.to_string(), q.to_string()),
+            None => (url.clone(), String::new()),
+        };
+        let hdr = |name: &'static str| {
+            req.headers()
+                .iter()
+                .find(|h| h.field.equiv(name))
+                .map(|h| h.value.as_str().to_string())
+                .unwrap_or_default()
+        };
+        let (ctype, accept, auth) = (hdr("Content-Type"), hdr("Accept"), hdr("Authorization"));
+        let mut body = Vec::new();
+        let _ = std::io::Read::read_to_end(req.as_reader(), &mut body);
+        let seen = SeenRequest {
+            method: method.clone(),
+            path: path.clone(),
+            query: query.clone(),
+            body: String::from_utf8_lossy(&body).into_owned(),
+            content_type: ctype.clone(),
+            accept: accept.clone(),
+        };
+        let is_watch = method == "GET"
+            && matches!(query_param(&query, "watch").as_deref(), Some("true" | "1"));
+        let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+        st.requests.push(seen);
+        let answer = if down.load(Ordering::SeqCst) {
+            Answer::Json(status(
+                503,
+                "ServiceUnavailable",
+                "the server is down (test)",
+            ))
+        } else if auth != want && !(auth.is_empty() && anonymous.load(Ordering::SeqCst)) {
+            Answer::Json(status(401, "Unauthorized", "Unauthorized"))
+        } else if is_watch {
+            watch_request(&mut st, state, &path, &query, &accept)
+        } else {
+            Answer::Json(st.handle(&method, &path, &query, &ctype, &accept, &body))
+        };
+        drop(st);
+        match answer {
+            Answer::Json((code, v)) => {
+                let resp = tiny_http::Response::from_string(v.to_string())
+                    .with_status_code(code)
+                    .with_header(header("Content-Type", "application/json"));
+                let _ = req.respond(resp);
+            }
+            Answer::Watch(body) => {
+                std::thread::spawn(move || {
+                    let _ = req.respond(tiny_http::Response::new(
+                        200.into(),
+                        vec![header("Content-Type", "application/json")],
+                        *body,
+                        None,
+                        None,
+                    ));
+                });
+            }
+        }
+    }
+}
+
+enum Answer {
+    Json((u16, Value)),
+    Watch(Box<WatchBody>),
+}
+
+fn watch_request(
+    st: &mut State,
+    state: &Arc<Mutex<State>>,
+    path: &str,
+    query: &str,
+    accept: &str,
+) -> Answer {
+    let bad = Answer::Json;
+    let Some(res) = Res::parse(path).filter(|r| r.info().is_some() && r.sub.is_none()) else {
+        return bad(status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ));
+    };
+    // A watch on one object: the collection with metadata.name=<name>.
+    let mut q = query.to_string();
+    let coll = match &res.name {
+        Some(n) => {
+            q.push_str(&format!("&fieldSelector=metadata.name%3D{n}"));
+            Res {
+                name: None,
+                ..res.clone()
+            }
+        }
+        None => res.clone(),
+    };
+    let filter = match Filter::new(&coll, &q) {
+        Ok(f) => f,
+        Err(e) => return bad(e),
+    };
+    let from = match query_param(query, "resourceVersion").filter(|v| !v.is_empty()) {
+        None => None,
+        Some(v) => match v.parse::<u64>() {
+            Ok(v) => Some(v),
+            Err(_) => {
+                return bad(status(
+                    400,
+                    "BadRequest",
+                    &format!("invalid resource version: {v}"),
+                ));
+            }
+        },
+    };
+    let secs = query_param(query, "timeoutSeconds")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1800u64);
+    let bookmarks = query_param(query, "allowWatchBookmarks").as_deref() == Some("true");
+    let table = wants_table(accept, query);
+    let every = st.bookmark_every;
+    let (kind, api_version, _) = coll.info().unwrap_or(("", "v1", true));
+    let rx = st.watch(filter, from, table, bookmarks);
+    Answer::Watch(Box::new(WatchBody {
+        rx,
+        deadline: Instant::now() + Duration::from_secs(secs),
+        buf: vec![],
+        bookmarks: bookmarks.then(|| {
+            (
+                state.clone(),
+                Instant::now() + every,
+                every,
+                kind,
+                api_version,
+            )
+        }),
+    }))
 }
 
 impl FakeApiServer {
@@ -258,168 +1930,139 @@ impl FakeApiServer {
     pub fn start(token: &str) -> FakeApiServer {
         let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("fake apiserver"));
         let port = server.server_addr().to_ip().expect("addr").port();
-        let state = Arc::new(Mutex::new(State::default()));
+        let state = Arc::new(Mutex::new(State::new()));
         let down = Arc::new(AtomicBool::new(false));
+        let anonymous = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (server, state, down) = (server.clone(), state.clone(), down.clone());
+            let (server, state, down, anon) = (
+                server.clone(),
+                state.clone(),
+                down.clone(),
+                anonymous.clone(),
+            );
             let want = format!("Bearer {token}");
-            std::thread::spawn(move || {
-                for mut req in server.incoming_requests() {
-                    let method = req.method().as_str().to_string();
-                    let url = req.url().to_string();
-                    let path = url.split('?').next().unwrap_or_default().to_string();
-                    let query = url
-                        .split_once('?')
-                        .map(|(_, q)| q.to_string())
-                        .unwrap_or_default();
-                    let param = |k: &str| {
-                        query
-                            .split('&')
-                            .find_map(|kv| kv.strip_prefix(&format!("{k}=")).map(String::from))
-                    };
-                    if method == "GET" && param("watch").as_deref() == Some("1") {
-                        let from = param("resourceVersion")
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(0);
-                        let secs = param("timeoutSeconds")
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(60u64);
-                        let rx = {
-                            let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
-                            st.requests.push((method.clone(), path.clone()));
-                            if down.load(Ordering::SeqCst) {
-                                None
-                            } else {
-                                Some(st.watch(from))
-                            }
-                        };
-                        std::thread::spawn(move || {
-                            let _ = match rx {
-                                Some(rx) => req.respond(tiny_http::Response::new(
-                                    200.into(),
-                                    vec![
-                                        tiny_http::Header::from_bytes(
-                                            &b"Content-Type"[..],
-                                            &b"application/json"[..],
-                                        )
-                                        .expect("header"),
-                                    ],
-                                    WatchBody {
-                                        rx,
-                                        deadline: std::time::Instant::now()
-                                            + std::time::Duration::from_secs(secs),
-                                        buf: vec![],
-                                    },
-                                    None,
-                                    None,
-                                )),
-                                None => req.respond(
-                                    tiny_http::Response::from_string("down").with_status_code(503),
-                                ),
-                            };
-                        });
-                        continue;
-                    }
-                    let mut body = Vec::new();
-                    let _ = std::io::Read::read_to_end(req.as_reader(), &mut body);
-                    let authed = req
-                        .headers()
-                        .iter()
-                        .any(|h| h.field.equiv("Authorization") && h.value.as_str() == want);
-                    let (code, v) = {
-                        let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
-                        st.requests.push((method.clone(), path.clone()));
-                        if down.load(Ordering::SeqCst) {
-                            status(503, "ServiceUnavailable", "the server is down (test)")
-                        } else if !authed {
-                            status(401, "Unauthorized", "Unauthorized")
-                        } else {
-                            st.handle(&method, &path, &body)
-                        }
-                    };
-                    let resp = tiny_http::Response::from_string(v.to_string())
-                        .with_status_code(code)
-                        .with_header(
-                            tiny_http::Header::from_bytes(
-                                &b"Content-Type"[..],
-                                &b"application/json"[..],
-                            )
-                            .expect("header"),
-                        );
-                    let _ = req.respond(resp);
-                }
-            })
+            std::thread::spawn(move || serve(&server, &state, &down, &anon, &want))
         };
         FakeApiServer {
             server,
             state,
             down,
+            anonymous,
             port,
             thread: Some(thread),
         }
+    }
+
+    fn st(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The object stored at `path` (e.g. `/api/v1/namespaces/NS/pods/NAME`).
     pub fn get(&self, path: &str) -> Option<Value> {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .objects
-            .get(path)
-            .cloned()
+        self.st().objects.get(path).cloned()
     }
 
+    /// Removes the object at `path` at once (DELETED event), as an administrator's
+    /// `kubectl delete --grace-period=0 --force`.
     pub fn delete(&self, path: &str) {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .objects
-            .remove(path);
+        self.st().remove(path);
+    }
+
+    /// Changes the object at `path` server-side, as another client would (new resourceVersion,
+    /// MODIFIED event). Returns the new object.
+    pub fn modify(&self, path: &str, f: impl FnOnce(&mut Value)) -> Option<Value> {
+        let mut st = self.st();
+        let mut obj = st.objects.get(path)?.clone();
+        f(&mut obj);
+        Some(st.write(path, obj))
     }
 
     /// How many requests matched `method` and `path`.
     pub fn count(&self, method: &str, path: &str) -> usize {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.st()
             .requests
             .iter()
-            .filter(|(m, p)| m == method && p == path)
+            .filter(|r| r.method == method && r.path == path)
             .count()
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        self.st().requests.clone()
+    }
+
+    /// The current resourceVersion (the global counter).
+    pub fn resource_version(&self) -> u64 {
+        self.st().rv
     }
 
     /// Compacts: every open watch gets `ERROR 410 Gone` and ends; watches from an older
     /// resourceVersion are refused the same way (clients must relist).
     pub fn expire_watches(&self) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.compacted = st.rv + 1;
-        let line = json!({"type": "ERROR", "object": status(410, "Expired", "too old resource version").1})
-            .to_string();
+        let mut st = self.st();
+        // etcd compaction at the current revision: a watch from it (events after it) still
+        // works, one from any older resourceVersion is too old.
+        st.compacted = st.rv;
+        let line = json!({"type": "ERROR", "object": status(410, "Expired",
+            &format!("too old resource version: {} ({})", st.rv, st.compacted)).1})
+        .to_string();
         for w in st.watchers.drain(..) {
-            let _ = w.send(line.clone());
+            let _ = w.tx.send(line.clone());
         }
         st.events.clear();
     }
 
-    /// Creates a pod as `kubectl apply` would (POST to the namespace's pods).
-    pub fn create_pod(&self, ns: &str, pod: Value) -> Value {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut pod = pod;
-        pod["metadata"]["namespace"] = json!(ns);
-        st.create(&format!("/api/v1/namespaces/{ns}/pods"), pod).1
+    /// Sends a BOOKMARK (the current resourceVersion) to every watch that allowed bookmarks.
+    pub fn send_bookmarks(&self) {
+        let mut st = self.st();
+        let rv = st.rv;
+        st.watchers
+            .retain(|w| !w.bookmarks || w.tx.send(w.bookmark(rv)).is_ok());
     }
 
-    /// Deletes a pod gracefully (sets deletionTimestamp), as `kubectl delete pod` does.
-    pub fn delete_pod(&self, ns: &str, name: &str) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.handle(
-            "DELETE",
-            &format!("/api/v1/namespaces/{ns}/pods/{name}"),
-            b"",
-        );
+    /// How often watches with `allowWatchBookmarks=true` get a BOOKMARK (for watches opened
+    /// afterwards; default 60 s, the watch cache's frequency).
+    pub fn set_bookmark_interval(&self, every: Duration) {
+        self.st().bookmark_every = every;
+    }
+
+    /// Creates a pod as `kubectl apply` would (POST to the namespace's pods; the namespace is
+    /// created first if missing). Returns the created pod or the error `Status`.
+    pub fn create_pod(&self, ns: &str, pod: Value) -> Value {
+        let mut st = self.st();
+        st.ensure_namespace(ns);
+        let mut pod = pod;
+        pod["metadata"]["namespace"] = json!(ns);
+        st.create(&format!("/api/v1/namespaces/{ns}/pods"), pod, "pods")
+            .1
+    }
+
+    /// Deletes a pod as `kubectl delete pod` does: graceful (the pod's own grace period;
+    /// a bound pod gets deletionTimestamp and stays).
+    pub fn delete_pod(&self, ns: &str, name: &str) -> Value {
+        self.delete_pod_with(ns, name, &json!({}))
+    }
+
+    /// DELETE with a `DeleteOptions` body (gracePeriodSeconds, preconditions).
+    pub fn delete_pod_with(&self, ns: &str, name: &str, options: &Value) -> Value {
+        let path = format!("/api/v1/namespaces/{ns}/pods/{name}");
+        let mut st = self.st();
+        let Some(res) = Res::parse(&path) else {
+            return Value::Null;
+        };
+        st.delete(&res, &path, "", options).1
+    }
+
+    /// Serves requests without credentials too (a wrong token stays 401), as kube-apiserver
+    /// with `--anonymous-auth=true` and `system:anonymous` authorized. kubectl (client-go)
+    /// sends no credentials over plain HTTP (kubernetes/kubectl#744), so the kubectl tests
+    /// need it.
+    pub fn allow_anonymous(&self, allow: bool) {
+        self.anonymous.store(allow, Ordering::SeqCst);
     }
 
     pub fn set_down(&self, down: bool) {
@@ -431,7 +2074,7 @@ impl FakeApiServer {
         std::fs::write(
             path,
             format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: test\n  context: {{cluster: fake, user: node}}\nusers:\n- name: node\n  user:\n    token: {token}\n",
+                "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: test\n  context: {{cluster: fake, user: node, namespace: default}}\nusers:\n- name: node\n  user:\n    token: {token}\n",
                 self.url()
             ),
         )
@@ -441,6 +2084,8 @@ impl FakeApiServer {
 
 impl Drop for FakeApiServer {
     fn drop(&mut self) {
+        // Ends the open watches (their channels close), then the accept loop.
+        self.st().watchers.clear();
         self.server.unblock();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
