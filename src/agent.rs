@@ -12,6 +12,7 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use crate::kubeapi::NodeContext;
 use crate::pleg::Pleg;
+use crate::pod::naming::CONFIG_SOURCE_ANNOTATION;
 use crate::podconfig::PodConfig;
 use crate::runtime::Runtime;
 use crate::runtime::cri::CriRuntime;
@@ -231,11 +232,15 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     };
     let (api_stop_tx, api_stop_rx) = mpsc::channel::<()>();
     let (status_stop_tx, status_stop_rx) = mpsc::channel::<()>();
+    let api_view: Arc<std::sync::Mutex<crate::apiclient::podsource::ApiView>> = Arc::default();
+    let static_pods: Arc<std::sync::Mutex<crate::apiclient::mirror::StaticPods>> = Arc::default();
     if let Some(client) = &api_client {
         let source = crate::apiclient::podsource::ApiPodSource::new(
             client.clone(),
             &cfg.node_name,
             snap_tx.clone(),
+            api_view.clone(),
+            &cfg.root_dir,
         );
         std::thread::Builder::new()
             .name("api-pods".into())
@@ -245,7 +250,19 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                 what: "API pod source",
                 source,
             })?;
-        let writer = crate::apiclient::podsource::StatusWriter::new(client.clone(), store.clone());
+        let mirrors = crate::apiclient::mirror::MirrorManager::new(
+            client.clone(),
+            &cfg.node_name,
+            api_view.clone(),
+            static_pods.clone(),
+        );
+        let writer = crate::apiclient::podsource::StatusWriter::new(
+            client.clone(),
+            store.clone(),
+            runtime.clone(),
+            api_view.clone(),
+            Some(mirrors),
+        );
         std::thread::Builder::new()
             .name("api-status".into())
             .stack_size(1024 * 1024)
@@ -259,19 +276,59 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         let loop_tx = loop_tx.clone();
         let expected = expected.clone();
         let store = store.clone();
+        let api_mode = api_client.is_some();
+        let static_pods = static_pods.clone();
         std::thread::Builder::new()
             .name("podconfig".into())
             .spawn(move || {
                 let mut pc = PodConfig::new(&expected);
+                let mut flagged = std::collections::BTreeSet::new();
                 for snap in snap_rx.iter() {
                     for e in &snap.errors {
                         warn!(error = %e, "manifest rejected");
                         record_failed_validation(&store, e);
                     }
                     if let Some(d) = pc.update(snap) {
+                        let mut errors = d.errors;
+                        if api_mode {
+                            let mut statics = crate::apiclient::mirror::StaticPods {
+                                pods: vec![],
+                                all_sources_ready: d.all_sources_ready,
+                            };
+                            let mut now_flagged = std::collections::BTreeSet::new();
+                            for sp in d.pods.values() {
+                                if sp.pod.metadata.annotations.get(CONFIG_SOURCE_ANNOTATION).map(String::as_str)
+                                    == Some(SourceKind::Api.as_str())
+                                {
+                                    continue;
+                                }
+                                match no_mirror_reason(sp) {
+                                    Some(e) => {
+                                        if !flagged.contains(&sp.pod.metadata.uid) {
+                                            warn!(pod = %format!("{}/{}", sp.pod.metadata.namespace, sp.pod.metadata.name), error = %e, "no mirror pod for this static pod");
+                                            store.events().record(
+                                                &crate::events::PodRef::pod(
+                                                    &sp.pod.metadata.namespace,
+                                                    &sp.pod.metadata.name,
+                                                    &sp.pod.metadata.uid,
+                                                ),
+                                                crate::events::EventType::Warning,
+                                                "MirrorPodRefused",
+                                                &e.to_string(),
+                                            );
+                                        }
+                                        now_flagged.insert(sp.pod.metadata.uid.clone());
+                                        errors.push(e);
+                                    }
+                                    None => statics.pods.push(sp.pod.clone()),
+                                }
+                            }
+                            flagged = now_flagged;
+                            *static_pods.lock().unwrap_or_else(|e| e.into_inner()) = statics;
+                        }
                         let desired = DesiredPods {
                             pods: d.pods.into_iter().map(|(uid, sp)| (uid, sp.pod)).collect(),
-                            errors: d.errors,
+                            errors,
                             all_sources_ready: d.all_sources_ready,
                         };
                         if loop_tx.send(LoopMsg::Desired(Box::new(desired))).is_err() {
@@ -444,6 +501,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             store.clone(),
             crate::apiclient::node::NodeSettings {
                 labels: cfg.node_labels.clone(),
+                taints: cfg.register_with_taints.clone(),
                 status_update_frequency: cfg.node_status_update_frequency,
             },
         );
@@ -506,6 +564,21 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     crate::sdnotify::notify("STOPPING=1");
     info!("nanolet stopped; pods keep running");
     Ok(())
+}
+
+/// API-server mode: why a static pod gets no mirror pod (it references API objects, which the
+/// API server's NodeRestriction admission refuses in mirror pods and the kubelet rejects since
+/// PreventStaticPodAPIReferences). nanolet still runs the pod from the local configMap/secret
+/// store; the error is reported on `/manifests/errors` and as a `MirrorPodRefused` event.
+fn no_mirror_reason(sp: &crate::source::SourcePod) -> Option<crate::source::ManifestError> {
+    let (field, resource) = crate::apiclient::mirror::api_object_reference(&sp.pod)?;
+    Some(crate::source::ManifestError {
+        origin: sp.origin.clone(),
+        field,
+        reason: format!(
+            "static pods may not reference {resource}: no mirror pod is created in API-server mode (the pod runs from the local store)"
+        ),
+    })
 }
 
 /// A `FailedValidation` Warning event for a rejected manifest. The pod never existed, so the

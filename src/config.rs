@@ -149,6 +149,8 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     /// `--node-labels` added to the registered Node.
     pub node_labels: Vec<(String, String)>,
+    /// `--register-with-taints` / `registerWithTaints`: taints of the registered Node.
+    pub register_with_taints: Vec<Taint>,
     /// `nodeStatusUpdateFrequency` (10s).
     pub node_status_update_frequency: Duration,
     /// `cgroupDriver` (default cgroupfs).
@@ -221,6 +223,7 @@ impl Config {
             cgroup_driver: crate::sync::cgroups::CgroupDriver::Cgroupfs,
             kubeconfig: None,
             node_labels: Vec::new(),
+            register_with_taints: Vec::new(),
             node_status_update_frequency: Duration::from_secs(10),
             eviction: crate::eviction::EvictionConfig::default(),
             verbosity: 0,
@@ -307,6 +310,7 @@ impl Config {
         });
         if let Some(m) = doc.as_object_mut() {
             let extra = serde_json::json!({
+                "registerWithTaints": self.register_with_taints,
                 "staticPodURLCAFile": path_text(&self.manifest_url_ca_file),
                 "staticPodURLClientCertFile": path_text(&self.manifest_url_client_cert),
                 "staticPodURLClientKeyFile": path_text(&self.manifest_url_client_key),
@@ -378,6 +382,7 @@ impl fmt::Debug for Config {
             .field("cgroup_driver", &self.cgroup_driver)
             .field("kubeconfig", &self.kubeconfig)
             .field("node_labels", &self.node_labels)
+            .field("register_with_taints", &self.register_with_taints)
             .field(
                 "node_status_update_frequency",
                 &self.node_status_update_frequency,
@@ -766,6 +771,14 @@ const FLAGS: &[FlagSpec] = &[
         help: "Labels added to the registered Node, e.g. node-role.kubernetes.io/edge=,site=a (API-server mode)",
     },
     FlagSpec {
+        name: "register-with-taints",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "taints",
+        default: "",
+        help: "Taints of the registered Node, <key>=<value>:<effect> or <key>:<effect>, comma separated; effect NoSchedule, PreferNoSchedule or NoExecute (API-server mode; config: registerWithTaints)",
+    },
+    FlagSpec {
         name: "node-status-update-frequency",
         shorthand: None,
         kind: Kind::Value,
@@ -1086,6 +1099,9 @@ fn parse_run_args_with(
             "node-status-update-frequency" => {
                 cfg.node_status_update_frequency = parse_frequency(value).map_err(err)?
             }
+            "register-with-taints" => {
+                cfg.register_with_taints = parse_taints(value).map_err(err)?
+            }
             "cgroup-driver" => {
                 cfg.cgroup_driver = crate::sync::cgroups::CgroupDriver::parse(value).map_err(err)?
             }
@@ -1316,6 +1332,76 @@ fn parse_percent(s: &str) -> Result<u8, String> {
 // Value parsers shared by flags and the config file. They return the reason only; the caller
 // adds the flag name or the file and field.
 
+/// A Node taint (`--register-with-taints`, `registerWithTaints`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    pub effect: String,
+}
+
+impl Taint {
+    /// Validates key (a qualified name), value (a label value) and effect, as the kubelet's
+    /// `ParseTaints` / the API's taint validation.
+    pub fn validate(&self) -> Result<(), String> {
+        let spec = if self.value.is_empty() {
+            format!("{}:{}", self.key, self.effect)
+        } else {
+            format!("{}={}:{}", self.key, self.value, self.effect)
+        };
+        if self.key.is_empty() {
+            return Err(format!("invalid taint spec {spec:?}: the key is empty"));
+        }
+        if let Some(e) = crate::pod::validate::qualified_name_errors(&self.key).first() {
+            return Err(format!("invalid taint spec {spec:?}: key: {e}"));
+        }
+        if let Some(e) = crate::pod::validate::label_value_errors(&self.value).first() {
+            return Err(format!("invalid taint spec {spec:?}: value: {e}"));
+        }
+        if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&self.effect.as_str()) {
+            return Err(format!(
+                "invalid taint spec {spec:?}: invalid taint effect {:?}, unsupported taint effect (NoSchedule, PreferNoSchedule, NoExecute)",
+                self.effect
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `--register-with-taints`: `<key>=<value>:<effect>` or `<key>:<effect>`, comma separated; a
+/// key and effect given twice is an error (the kubelet's `ParseTaints`).
+pub fn parse_taints(s: &str) -> Result<Vec<Taint>, String> {
+    let mut out: Vec<Taint> = Vec::new();
+    for spec in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+        let Some((kv, effect)) = spec.rsplit_once(':') else {
+            return Err(format!(
+                "invalid taint spec {spec:?}: expected <key>=<value>:<effect> or <key>:<effect>"
+            ));
+        };
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        let t = Taint {
+            key: key.to_string(),
+            value: value.to_string(),
+            effect: effect.to_string(),
+        };
+        t.validate()?;
+        check_duplicate_taint(&out, &t)?;
+        out.push(t);
+    }
+    Ok(out)
+}
+
+fn check_duplicate_taint(seen: &[Taint], t: &Taint) -> Result<(), String> {
+    if seen.iter().any(|o| o.key == t.key && o.effect == t.effect) {
+        return Err(format!(
+            "duplicated taints with the same key and effect: {}:{}",
+            t.key, t.effect
+        ));
+    }
+    Ok(())
+}
+
 fn parse_frequency(s: &str) -> Result<Duration, String> {
     let d = parse_go_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))?;
     if d.is_zero() {
@@ -1507,6 +1593,7 @@ struct FileConfig {
     container_log_monitor_interval: Option<String>,
     cgroup_driver: Option<String>,
     node_status_update_frequency: Option<String>,
+    register_with_taints: Option<Vec<Taint>>,
     eviction_hard: Option<BTreeMap<String, serde_yaml::Value>>,
     eviction_soft: Option<BTreeMap<String, serde_yaml::Value>>,
     eviction_soft_grace_period: Option<BTreeMap<String, serde_yaml::Value>>,
@@ -1557,6 +1644,7 @@ const FILE_FIELDS: &[&str] = &[
     "containerLogMonitorInterval",
     "cgroupDriver",
     "nodeStatusUpdateFrequency",
+    "registerWithTaints",
     "evictionHard",
     "evictionSoft",
     "evictionSoftGracePeriod",
@@ -1798,6 +1886,16 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     if let Some(s) = &fc.node_status_update_frequency {
         cfg.node_status_update_frequency =
             parse_frequency(s).map_err(|r| field_err("nodeStatusUpdateFrequency", r))?;
+    }
+    if let Some(taints) = &fc.register_with_taints {
+        let mut out: Vec<Taint> = Vec::new();
+        for (i, t) in taints.iter().enumerate() {
+            let field = format!("registerWithTaints[{i}]");
+            t.validate().map_err(|r| field_err(&field, r))?;
+            check_duplicate_taint(&out, t).map_err(|r| field_err(&field, r))?;
+            out.push(t.clone());
+        }
+        cfg.register_with_taints = out;
     }
     if let Some(s) = &fc.cgroup_driver {
         cfg.cgroup_driver = crate::sync::cgroups::CgroupDriver::parse(s)
@@ -2287,6 +2385,68 @@ mod tests {
         assert_eq!(
             (c.pod_manifest_path, c.max_pods),
             (PathBuf::from("/srv/m"), 7)
+        );
+    }
+
+    /// The kubelet's `--register-with-taints` (`ParseTaints`: `key=value:Effect` or
+    /// `key:Effect`, the three effects, no duplicate key+effect) and `registerWithTaints`.
+    #[test]
+    fn register_with_taints_from_flag_and_file() {
+        let c =
+            parse(&["--register-with-taints=dedicated=edge:NoSchedule, gpu:NoExecute"]).unwrap();
+        assert_eq!(
+            c.register_with_taints,
+            vec![
+                Taint {
+                    key: "dedicated".into(),
+                    value: "edge".into(),
+                    effect: "NoSchedule".into()
+                },
+                Taint {
+                    key: "gpu".into(),
+                    value: String::new(),
+                    effect: "NoExecute".into()
+                },
+            ]
+        );
+        for (bad, why) in [
+            (
+                "--register-with-taints=dedicated=edge",
+                "expected <key>=<value>:<effect>",
+            ),
+            (
+                "--register-with-taints=a=b:Sometimes",
+                "unsupported taint effect",
+            ),
+            ("--register-with-taints=a b:NoSchedule", "key:"),
+            (
+                "--register-with-taints=a:NoSchedule,a=x:NoSchedule",
+                "duplicated taints",
+            ),
+        ] {
+            let e = parse(&[bad]).unwrap_err().to_string();
+            assert!(
+                e.contains("register-with-taints") && e.contains(why),
+                "{bad}: {e}"
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "taints.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nregisterWithTaints:\n- {key: edge, effect: PreferNoSchedule}\n",
+        );
+        let c = parse(&["--config", &path]).unwrap();
+        assert_eq!(c.register_with_taints[0].effect, "PreferNoSchedule");
+        let path = write(
+            &dir,
+            "bad-taints.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nregisterWithTaints:\n- {key: edge, effect: NoSchedule}\n- {key: x, effect: Never}\n",
+        );
+        let e = parse(&["--config", &path]).unwrap_err().to_string();
+        assert!(
+            e.contains("registerWithTaints[1]") && e.contains("Never"),
+            "{e}"
         );
     }
 

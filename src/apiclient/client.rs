@@ -248,4 +248,16 @@ impl ApiClient {
         let r = self.auth(self.agent.delete(&url)).call();
         self.finish("DELETE", path, r)
     }
+
+    /// DELETE with a body (`DeleteOptions`), as client-go sends it.
+    pub fn delete_with(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let r = self
+            .auth(self.agent.delete(&url))
+            .header("Content-Type", "application/json")
+            .force_send_body()
+            .send(&bytes[..]);
+        self.finish("DELETE", path, r)
+    }
 }

@@ -1,7 +1,8 @@
 //! The node's life in the cluster (API-server mode): registration, the node Lease heartbeat in
 //! `kube-node-lease` and node status updates, the kubelet's way:
 //! - register: POST the Node (labels `kubernetes.io/hostname`, `kubernetes.io/os`,
-//!   `kubernetes.io/arch`, plus `--node-labels`); AlreadyExists means it is ours already;
+//!   `kubernetes.io/arch`, plus `--node-labels`; `spec.taints` from `--register-with-taints`);
+//!   AlreadyExists means it is ours already;
 //!   retried with backoff (the kubelet: 100 ms doubling to 7 s);
 //! - Lease `kube-node-lease/<node>`: holderIdentity = node, leaseDurationSeconds 40, renewTime
 //!   renewed every 10 s (a quarter of the duration), owner reference to the Node; a 409 on
@@ -34,6 +35,9 @@ pub const LEASE_RENEW: Duration = Duration::from_secs(10);
 pub struct NodeSettings {
     /// `--node-labels`.
     pub labels: Vec<(String, String)>,
+    /// `--register-with-taints`: `spec.taints` of the registered Node (set at registration
+    /// only, as the kubelet does; later changes belong to the cluster).
+    pub taints: Vec<crate::config::Taint>,
     /// `nodeStatusUpdateFrequency` (10 s).
     pub status_update_frequency: Duration,
 }
@@ -62,6 +66,9 @@ pub fn node_for_registration(ctx: &NodeContext, store: &StatusStore, s: &NodeSet
     }
     for (k, v) in &s.labels {
         node["metadata"]["labels"][k] = json!(v);
+    }
+    if !s.taints.is_empty() {
+        node["spec"]["taints"] = json!(s.taints);
     }
     node
 }
@@ -273,8 +280,15 @@ mod tests {
             &store,
             &NodeSettings {
                 labels: vec![("node-role.kubernetes.io/edge".into(), "".into())],
+                taints: crate::config::parse_taints("dedicated=edge:NoSchedule,gpu:NoExecute")
+                    .expect("taints"),
                 status_update_frequency: Duration::from_secs(10),
             },
+        );
+        assert_eq!(
+            n["spec"]["taints"],
+            json!([{"key": "dedicated", "value": "edge", "effect": "NoSchedule"},
+                   {"key": "gpu", "effect": "NoExecute"}])
         );
         assert_eq!(n["metadata"]["labels"]["kubernetes.io/hostname"], "edge-1");
         assert_eq!(n["metadata"]["labels"]["kubernetes.io/os"], "linux");

@@ -9,12 +9,23 @@
 //! sync loop think this source has no pods.
 //!
 //! Pods being deleted (`deletionTimestamp` set) leave the desired set: the sync loop stops them
-//! with their grace period. (The final DELETE with a UID precondition is a later step.)
+//! with their grace period, and [`StatusWriter`] sends the final DELETE (grace 0, UID
+//! precondition) once their containers and sandbox have stopped, as the kubelet's status
+//! manager does.
+//!
+//! Mirror pods (annotation `kubernetes.io/config.mirror`) are never run: the kubelet filters them
+//! out of the API source too; they are published in [`ApiView`] for `mirror`.
+//!
+//! Offline autonomy: every change of the set is checkpointed atomically to
+//! `<root-dir>/api-pods.json` (see [`Checkpoint`]); when the first list fails at start, the
+//! checkpointed pods are sent as this source's snapshot, so they run (and are adopted, same UIDs)
+//! while the API server is unreachable; the first successful list replaces them.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -22,14 +33,87 @@ use tracing::{debug, info, warn};
 
 use super::client::{ApiClient, ApiError};
 use crate::pod::Pod;
-use crate::pod::naming::{CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+use crate::pod::naming::{
+    CONFIG_HASH_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
+};
 use crate::source::{ManifestError, Snapshot, SourceKind, SourcePod};
 
 /// The server-side timeout asked for on each watch (the kubelet's reflector uses 5-10 min).
 const WATCH_TIMEOUT_SECONDS: u64 = 300;
 
+/// The kubelet's `kubernetes.io/config.mirror` annotation: on a mirror pod, the config hash of
+/// the static pod it mirrors.
+pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// The checkpoint's file name under root-dir.
+pub const CHECKPOINT_FILE: &str = "api-pods.json";
+
+/// The offline checkpoint: this node's API pods as the API server last listed them (without
+/// status, resourceVersion and managedFields, which change on every status write).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    pub kind: String,
+    pub version: u32,
+    /// The node the pods were scheduled to; a checkpoint of another node name is ignored.
+    pub node_name: String,
+    pub pods: Vec<Value>,
+}
+
+const CHECKPOINT_KIND: &str = "NanoletApiPodCheckpoint";
+
+/// What the API pod source knows about the API server, for the status writer and the mirror
+/// manager (shared, updated with every snapshot).
+#[derive(Debug, Default)]
+pub struct ApiView {
+    /// A list succeeded since start: `mirrors` and `terminating` reflect the API server.
+    pub listed: bool,
+    /// Pods with `deletionTimestamp`: uid -> (namespace, name), waiting for the final DELETE.
+    pub terminating: BTreeMap<String, (String, String)>,
+    /// Mirror pods in the API by `namespace/name`.
+    pub mirrors: BTreeMap<String, MirrorPod>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MirrorPod {
+    pub uid: String,
+    /// Its `kubernetes.io/config.mirror` annotation.
+    pub hash: String,
+    /// `deletionTimestamp` is set (someone deleted it gracefully).
+    pub deleting: bool,
+}
+
+pub fn is_mirror(v: &Value) -> bool {
+    v["metadata"]["annotations"][CONFIG_MIRROR_ANNOTATION].is_string()
+}
+
+/// Drops what changes without the pod changing (status writes bump resourceVersion).
+fn strip_volatile(v: &mut Value) {
+    if let Some(m) = v.as_object_mut() {
+        m.remove("status");
+    }
+    if let Some(m) = v["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+        m.remove("managedFields");
+    }
+}
+
 fn selector(node: &str) -> String {
     format!("fieldSelector=spec.nodeName%3D{node}")
+}
+
+/// Removes object fields whose value is `null`, recursively: Go's encoding/json (the API
+/// server's and the kubelet's) treats `null` as the zero value, so `"initContainers": null`
+/// means no init containers, not a type error.
+fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
 }
 
 /// Decodes one API pod; `Err` names the pod and why.
@@ -39,7 +123,9 @@ pub fn decode_pod(v: &Value, seen: &str) -> Result<Pod, ManifestError> {
         v["metadata"]["namespace"].as_str().unwrap_or_default(),
         v["metadata"]["name"].as_str().unwrap_or_default()
     );
-    let mut pod: Pod = serde_path_to_error::deserialize(v).map_err(|e| ManifestError {
+    let mut v = v.clone();
+    drop_nulls(&mut v);
+    let mut pod: Pod = serde_path_to_error::deserialize(&v).map_err(|e| ManifestError {
         origin: origin.clone(),
         field: e.path().to_string(),
         reason: e.inner().to_string(),
@@ -52,6 +138,8 @@ pub fn decode_pod(v: &Value, seen: &str) -> Result<Pod, ManifestError> {
         });
     }
     pod.status = None;
+    pod.metadata.extra.remove("resourceVersion");
+    pod.metadata.extra.remove("managedFields");
     let ann = &mut pod.metadata.annotations;
     ann.insert(
         CONFIG_SOURCE_ANNOTATION.into(),
@@ -76,7 +164,7 @@ impl PodSet {
         let mut errors = vec![];
         let now = crate::source::now_rfc3339_nano();
         for (uid, v) in &self.pods {
-            if !v["metadata"]["deletionTimestamp"].is_null() {
+            if !v["metadata"]["deletionTimestamp"].is_null() || is_mirror(v) {
                 continue;
             }
             let seen = self.seen.entry(uid.clone()).or_insert_with(|| now.clone());
@@ -96,6 +184,51 @@ impl PodSet {
             ready: true,
         }
     }
+
+    /// The checkpoint body of the set (sorted by UID, so equal sets give equal bytes).
+    fn checkpoint(&self, node: &str) -> Checkpoint {
+        Checkpoint {
+            kind: CHECKPOINT_KIND.into(),
+            version: 1,
+            node_name: node.to_string(),
+            pods: self
+                .pods
+                .values()
+                .filter(|v| !is_mirror(v))
+                .map(|v| {
+                    let mut v = v.clone();
+                    strip_volatile(&mut v);
+                    v
+                })
+                .collect(),
+        }
+    }
+
+    fn update_view(&self, view: &mut ApiView) {
+        view.terminating.clear();
+        view.mirrors.clear();
+        for (uid, v) in &self.pods {
+            let meta = &v["metadata"];
+            let ns = meta["namespace"].as_str().unwrap_or_default().to_string();
+            let name = meta["name"].as_str().unwrap_or_default().to_string();
+            let deleting = !meta["deletionTimestamp"].is_null();
+            if is_mirror(v) {
+                view.mirrors.insert(
+                    format!("{ns}/{name}"),
+                    MirrorPod {
+                        uid: uid.clone(),
+                        hash: meta["annotations"][CONFIG_MIRROR_ANNOTATION]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                        deleting,
+                    },
+                );
+            } else if deleting {
+                view.terminating.insert(uid.clone(), (ns, name));
+            }
+        }
+    }
 }
 
 enum WatchEnd {
@@ -110,14 +243,79 @@ pub struct ApiPodSource {
     client: Arc<ApiClient>,
     node: String,
     tx: Sender<Snapshot>,
+    view: Arc<Mutex<ApiView>>,
+    /// `<root-dir>/api-pods.json`.
+    checkpoint_path: PathBuf,
+    /// The checkpoint bytes last written (or read), to write only on change.
+    written: Option<Vec<u8>>,
 }
 
 impl ApiPodSource {
-    pub fn new(client: Arc<ApiClient>, node: &str, tx: Sender<Snapshot>) -> ApiPodSource {
+    pub fn new(
+        client: Arc<ApiClient>,
+        node: &str,
+        tx: Sender<Snapshot>,
+        view: Arc<Mutex<ApiView>>,
+        root_dir: &std::path::Path,
+    ) -> ApiPodSource {
         ApiPodSource {
             client,
             node: node.to_string(),
             tx,
+            view,
+            checkpoint_path: root_dir.join(CHECKPOINT_FILE),
+            written: None,
+        }
+    }
+
+    /// The checkpointed pods, if a checkpoint for this node exists (a damaged one is
+    /// quarantined and treated as absent).
+    fn load_checkpoint(&mut self) -> Option<BTreeMap<String, Value>> {
+        let cp: Checkpoint = match crate::statefile::read_or_quarantine(&self.checkpoint_path) {
+            Ok(Some(cp)) => cp,
+            Ok(None) => return None,
+            Err(e) => {
+                warn!(path = %self.checkpoint_path.display(), error = %e, "cannot read the API pod checkpoint");
+                return None;
+            }
+        };
+        if cp.kind != CHECKPOINT_KIND || cp.version != 1 {
+            crate::statefile::quarantine(
+                &self.checkpoint_path,
+                &format!("unknown kind/version {}/{}", cp.kind, cp.version),
+            );
+            return None;
+        }
+        if cp.node_name != self.node {
+            warn!(path = %self.checkpoint_path.display(), checkpoint_node = %cp.node_name, node = %self.node,
+                "the API pod checkpoint belongs to another node name; ignoring it");
+            return None;
+        }
+        self.written = serde_json::to_vec(&cp).ok();
+        let mut pods = BTreeMap::new();
+        for v in cp.pods {
+            if let Some(uid) = v["metadata"]["uid"].as_str() {
+                pods.insert(uid.to_string(), v);
+            }
+        }
+        Some(pods)
+    }
+
+    fn write_checkpoint(&mut self, set: &PodSet) {
+        let Ok(body) = serde_json::to_vec(&set.checkpoint(&self.node)) else {
+            return;
+        };
+        if self.written.as_ref() == Some(&body) {
+            return;
+        }
+        match crate::statefile::write_atomic(&self.checkpoint_path, &body) {
+            Ok(()) => {
+                debug!(path = %self.checkpoint_path.display(), "API pod checkpoint written");
+                self.written = Some(body);
+            }
+            Err(e) => {
+                warn!(path = %self.checkpoint_path.display(), error = %e, "writing the API pod checkpoint failed; will retry on the next change");
+            }
         }
     }
 
@@ -141,11 +339,23 @@ impl ApiPodSource {
             .to_string())
     }
 
-    fn send(&self, set: &mut PodSet) -> bool {
+    /// Sends the set as a snapshot after checkpointing it and updating the shared view.
+    fn send(&mut self, set: &mut PodSet) -> bool {
+        self.write_checkpoint(set);
+        {
+            let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
+            view.listed = true;
+            set.update_view(&mut view);
+        }
         self.tx.send(set.snapshot()).is_ok()
     }
 
-    fn watch(&self, set: &mut PodSet, rv: &str, stop: &Receiver<()>) -> Result<WatchEnd, ApiError> {
+    fn watch(
+        &mut self,
+        set: &mut PodSet,
+        rv: &str,
+        stop: &Receiver<()>,
+    ) -> Result<WatchEnd, ApiError> {
         let path = format!(
             "/api/v1/pods?{}&watch=1&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_TIMEOUT_SECONDS}",
             selector(&self.node)
@@ -207,10 +417,14 @@ impl ApiPodSource {
     }
 
     /// The loop, until `stop` fires or the receiver of snapshots is gone.
-    pub fn run(self, stop: Receiver<()>) {
+    pub fn run(mut self, stop: Receiver<()>) {
         let mut set = PodSet::default();
         let mut backoff = Duration::from_secs(1);
         let mut rv: Option<String> = None;
+        // Used once, when the first list fails: the pods run from the checkpoint until the API
+        // server answers.
+        let mut checkpoint = self.load_checkpoint();
+        let mut answered = false;
         loop {
             if stop.try_recv().is_ok() {
                 return;
@@ -223,6 +437,8 @@ impl ApiPodSource {
                             pods = set.pods.len(),
                             "API pod source: listed this node's pods"
                         );
+                        answered = true;
+                        checkpoint = None;
                         if !self.send(&mut set) {
                             return;
                         }
@@ -231,6 +447,23 @@ impl ApiPodSource {
                     }
                     Err(e) => {
                         warn!(error = %e, "API pod source: list failed; keeping the pods as they are");
+                        if let (false, Some(pods)) = (answered, checkpoint.take()) {
+                            // Offline start: run what the API server last assigned to this
+                            // node. Nothing is written back and the view stays unlisted.
+                            warn!(
+                                pods = pods.len(),
+                                path = %self.checkpoint_path.display(),
+                                "API server unreachable at start: running the checkpointed API pods"
+                            );
+                            let mut offline = PodSet {
+                                pods,
+                                ..Default::default()
+                            };
+                            if self.tx.send(offline.snapshot()).is_err() {
+                                return;
+                            }
+                            set.seen = offline.seen;
+                        }
                         if stop.recv_timeout(backoff).is_ok() {
                             return;
                         }
@@ -257,43 +490,76 @@ impl ApiPodSource {
     }
 }
 
-/// Writes the status of API pods back to the API server: a merge patch of `status` whenever it
-/// changed, checked every second (the kubelet's status manager batches the same way).
+/// Writes the status of API pods (and of static pods to their mirror pods) back to the API
+/// server: a merge patch of `status` whenever it changed, checked every second (the kubelet's
+/// status manager batches the same way). It also sends the final DELETE of gracefully deleted
+/// pods once they stopped, and runs the mirror manager.
 pub struct StatusWriter {
     client: Arc<ApiClient>,
     store: Arc<crate::status::StatusStore>,
+    runtime: Arc<dyn crate::runtime::Runtime>,
+    view: Arc<Mutex<ApiView>>,
+    mirrors: Option<super::mirror::MirrorManager>,
+    /// Status key (pod UID, plus the mirror UID for static pods) -> the body last sent.
     sent: BTreeMap<String, String>,
+    /// Terminating UIDs whose final DELETE went out.
+    deleted: std::collections::BTreeSet<String>,
 }
 
 impl StatusWriter {
-    pub fn new(client: Arc<ApiClient>, store: Arc<crate::status::StatusStore>) -> StatusWriter {
+    pub fn new(
+        client: Arc<ApiClient>,
+        store: Arc<crate::status::StatusStore>,
+        runtime: Arc<dyn crate::runtime::Runtime>,
+        view: Arc<Mutex<ApiView>>,
+        mirrors: Option<super::mirror::MirrorManager>,
+    ) -> StatusWriter {
         StatusWriter {
             client,
             store,
+            runtime,
+            view,
+            mirrors,
             sent: BTreeMap::new(),
+            deleted: Default::default(),
         }
     }
 
     /// One pass; returns how many statuses were written.
     pub fn pass(&mut self) -> usize {
+        if let Some(m) = &mut self.mirrors {
+            m.pass();
+        }
+        let (listed, mirrors, terminating) = {
+            let v = self.view.lock().unwrap_or_else(|e| e.into_inner());
+            (v.listed, v.mirrors.clone(), v.terminating.clone())
+        };
+        if !listed {
+            // Offline start: nothing to write to until the API server answered.
+            return 0;
+        }
         let mut written = 0;
         let pods = self.store.pods();
         let mut live = std::collections::BTreeSet::new();
         for p in pods {
-            if p.metadata
-                .annotations
-                .get(CONFIG_SOURCE_ANNOTATION)
-                .map(String::as_str)
-                != Some(SourceKind::Api.as_str())
-            {
-                continue;
-            }
+            let full = format!("{}/{}", p.metadata.namespace, p.metadata.name);
+            let ann = &p.metadata.annotations;
+            let key = match ann.get(CONFIG_SOURCE_ANNOTATION).map(String::as_str) {
+                Some(s) if s == SourceKind::Api.as_str() => p.metadata.uid.clone(),
+                // A static pod: its status goes to its mirror pod, when one matches it.
+                Some(_) => match (mirrors.get(&full), ann.get(CONFIG_HASH_ANNOTATION)) {
+                    (Some(m), Some(hash)) if !m.deleting && m.hash == *hash => {
+                        format!("{}/{}", p.metadata.uid, m.uid)
+                    }
+                    _ => continue,
+                },
+                None => continue,
+            };
             let Some(status) = &p.status else { continue };
-            let uid = p.metadata.uid.clone();
-            live.insert(uid.clone());
+            live.insert(key.clone());
             let body = serde_json::json!({"status": status});
             let text = body.to_string();
-            if self.sent.get(&uid) == Some(&text) {
+            if self.sent.get(&key) == Some(&text) {
                 continue;
             }
             let path = format!(
@@ -305,19 +571,60 @@ impl StatusWriter {
                 .patch(&path, "application/merge-patch+json", &body)
             {
                 Ok(_) => {
-                    self.sent.insert(uid, text);
+                    self.sent.insert(key, text);
                     written += 1;
                 }
                 Err(e) if e.status() == Some(404) => {
-                    self.sent.insert(uid, text);
+                    self.sent.insert(key, text);
                 }
                 Err(e) => {
-                    debug!(pod = %format!("{}/{}", p.metadata.namespace, p.metadata.name), error = %e, "writing pod status failed; will retry");
+                    debug!(pod = %full, error = %e, "writing pod status failed; will retry");
                 }
             }
         }
         self.sent.retain(|u, _| live.contains(u));
+        self.finish_deletions(&terminating);
         written
+    }
+
+    /// Whether nothing of pod `uid` runs any more: no container that has not exited and no
+    /// ready sandbox (the kubelet's `podResourcesAreReclaimed`, minus volumes, which nanolet
+    /// keeps on the host). A runtime error means "not yet".
+    fn stopped(&self, uid: &str) -> bool {
+        use crate::runtime::{ContainerState, LABEL_POD_UID, SandboxState};
+        let (Ok(sandboxes), Ok(containers)) = (
+            self.runtime.list_pod_sandboxes(),
+            self.runtime.list_containers(),
+        ) else {
+            return false;
+        };
+        !sandboxes
+            .iter()
+            .any(|s| s.uid == uid && s.state == SandboxState::Ready)
+            && !containers.iter().any(|c| {
+                c.labels.get(LABEL_POD_UID).map(String::as_str) == Some(uid)
+                    && c.state != ContainerState::Exited
+            })
+    }
+
+    /// The final DELETE (grace 0, UID precondition) of pods being deleted whose containers and
+    /// sandbox have stopped: only then does the pod leave the API server, as with the kubelet.
+    fn finish_deletions(&mut self, terminating: &BTreeMap<String, (String, String)>) {
+        self.deleted.retain(|u| terminating.contains_key(u));
+        for (uid, (ns, name)) in terminating {
+            if self.deleted.contains(uid) || !self.stopped(uid) {
+                continue;
+            }
+            match super::mirror::delete_final(&self.client, ns, name, uid) {
+                Ok(_) => {
+                    info!(pod = %format!("{ns}/{name}"), uid, "pod terminated; deleted it from the API server");
+                    self.deleted.insert(uid.clone());
+                }
+                Err(e) => {
+                    warn!(pod = %format!("{ns}/{name}"), uid, error = %e, "final delete failed; will retry")
+                }
+            }
+        }
     }
 
     pub fn run(mut self, stop: Receiver<()>) {
@@ -365,6 +672,14 @@ mod tests {
             set.snapshot().pods[0].pod.metadata.annotations[CONFIG_SEEN_ANNOTATION],
             seen
         );
+        // Go's JSON: null is the zero value.
+        let nulls = decode_pod(
+            &json!({"metadata": {"name": "n", "namespace": "d", "uid": "u3", "labels": null},
+                    "spec": {"initContainers": null, "containers": [{"name": "c", "image": "i", "env": null}]}}),
+            "t",
+        )
+        .expect("nulls decode");
+        assert!(nulls.spec.init_containers.is_empty() && nulls.spec.containers[0].env.is_empty());
         let e = decode_pod(
             &json!({"metadata": {"name": "x", "namespace": "d"}, "spec": {"containers": 5}}),
             "t",

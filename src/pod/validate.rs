@@ -300,7 +300,7 @@ pub fn qualified_name_errors(s: &str) -> Vec<String> {
     out
 }
 
-fn label_value_errors(s: &str) -> Vec<String> {
+pub fn label_value_errors(s: &str) -> Vec<String> {
     let mut out = Vec::new();
     if s.len() > 63 {
         out.push("must be no more than 63 characters".to_string());
