@@ -2,7 +2,8 @@
 //! containerd: node registration (labels, taints), the Lease heartbeat, node status updates, an
 //! API outage that leaves pods alone, re-registration after the Node is deleted; API pods with
 //! status write-back, watch expiry and graceful deletion ending in the final DELETE; the offline
-//! checkpoint (restart while the API server is down, reconcile without restarts); mirror pods.
+//! checkpoint (restart while the API server is down, reconcile without restarts); mirror pods;
+//! the same driven by the real `kubectl` (tests/common/kubectl.rs).
 
 mod common;
 
@@ -612,4 +613,91 @@ fn double_watch_delivers_events_to_the_client() {
     let ev: Value = serde_json::from_str(&line).expect("json");
     assert_eq!(ev["type"], "ADDED");
     assert_eq!(ev["object"]["metadata"]["name"], "w");
+}
+
+/// Issue 10's end-to-end scenario driven by the real `kubectl` against the double: `kubectl
+/// get nodes` shows the joined node Ready; a pod created with `kubectl apply -f` (bound to the
+/// node, as the scheduler would) runs on containerd and `kubectl get pod` shows it Running with
+/// its container ready; a static pod shows up in `kubectl get pods` as its mirror pod;
+/// `kubectl delete pod` (which waits until the object is gone) returns only after nanolet
+/// stopped the container and sent the final DELETE.
+#[test]
+fn kubectl_apply_get_and_delete_drive_nanolet() {
+    let ctd = Containerd::start();
+    let api = FakeApiServer::start(TOKEN);
+    let k = common::kubectl::Kubectl::new(&api, TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    api.write_kubeconfig(&kc, TOKEN);
+    let n = Nanolet::start(&ctd, &[format!("--kubeconfig={}", kc.display())]);
+    n.write("web.yaml", &static_web("3600"));
+
+    let node = wait_for(Duration::from_secs(30), || {
+        let out = k.run(&["get", "nodes", "--no-headers"]).1;
+        let cols: Vec<String> = out.split_whitespace().map(String::from).collect();
+        (cols.len() >= 2 && cols[0] == "node1" && cols[1] == "Ready").then_some(cols)
+    });
+    assert!(
+        node.is_some(),
+        "kubectl get nodes: {:?}",
+        k.run(&["get", "nodes"])
+    );
+
+    let manifest = k.write(
+        "api-pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: fromkubectl\n  namespace: default\nspec:\n  nodeName: node1\n  terminationGracePeriodSeconds: 1\n  automountServiceAccountToken: false\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    imagePullPolicy: IfNotPresent\n    command: [sleep, '3600']\n",
+    );
+    let manifest = manifest.to_str().expect("utf-8 path");
+    assert_eq!(
+        k.ok(&["apply", "-f", manifest]).trim(),
+        "pod/fromkubectl created"
+    );
+    let rt = ctd.runtime();
+    let running = wait_for(Duration::from_secs(60), || {
+        let out = k.run(&["get", "pod", "fromkubectl", "--no-headers"]).1;
+        let cols: Vec<String> = out.split_whitespace().map(String::from).collect();
+        (cols.len() >= 3 && cols[1] == "1/1" && cols[2] == "Running").then_some(cols)
+    });
+    assert!(
+        running.is_some(),
+        "kubectl get pod: {:?}\n{}",
+        k.run(&["get", "pod", "fromkubectl", "-o", "yaml"]),
+        log_excerpt(&n)
+    );
+    assert_eq!(running_containers(&rt, "fromkubectl"), 1);
+
+    // The static pod, seen through its mirror pod.
+    let mirror = wait_for(Duration::from_secs(30), || {
+        let out = k.run(&["get", "pods", "--no-headers"]).1;
+        out.lines()
+            .any(|l| {
+                l.split_whitespace()
+                    .take(3)
+                    .eq(["web-node1", "1/1", "Running"])
+            })
+            .then_some(out)
+    });
+    assert!(mirror.is_some(), "{:?}", k.run(&["get", "pods"]));
+
+    // kubectl delete waits for the object to disappear, which only nanolet's final DELETE
+    // does; by then the container has stopped.
+    let (ok, out, err) = k.run(&["delete", "pod", "fromkubectl", "--timeout=60s"]);
+    assert!(ok, "kubectl delete: {out}{err}\n{}", log_excerpt(&n));
+    assert_eq!(out.trim(), "pod \"fromkubectl\" deleted");
+    assert_eq!(running_containers(&rt, "fromkubectl"), 0);
+    let (ok, _, err) = k.run(&["get", "pod", "fromkubectl"]);
+    assert!(!ok && err.contains("NotFound"), "gone from the API: {err}");
+    // Deleting the static pod's mirror does not stop the static pod (as with the kubelet);
+    // nanolet creates the mirror again.
+    let (ok, out, err) = k.run(&["delete", "pod", "web-node1", "--wait=false"]);
+    assert!(ok, "{out}{err}");
+    assert_eq!(running_containers(&rt, "web-node1"), 1);
+    let back = wait_for(Duration::from_secs(30), || {
+        api.get(MIRROR)
+            .filter(|m| m["metadata"]["deletionTimestamp"].is_null())
+    });
+    assert!(
+        back.is_some(),
+        "mirror pod recreated: {:?}",
+        api.get(MIRROR)
+    );
 }

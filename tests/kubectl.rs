@@ -7,12 +7,12 @@
 mod common;
 
 use std::io::{BufRead, Read, Write};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use common::apiserver::{FakeApiServer, parse_rfc3339};
+use common::kubectl::Kubectl;
 use common::wait_for;
 use serde_json::{Value, json};
 
@@ -623,62 +623,6 @@ fn watch_replays_filters_bookmarks_and_expires() {
 // ---------------------------------------------------------------------------------------------
 // The real kubectl against the double.
 
-struct Kubectl {
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Kubectl {
-    /// kubectl for `api`. client-go sends the bearer token only over TLS
-    /// (kubernetes/kubectl#744) and the double speaks plain HTTP, so the double serves
-    /// anonymous requests as kube-apiserver with `--anonymous-auth=true` would.
-    fn new(api: &FakeApiServer) -> Kubectl {
-        api.allow_anonymous(true);
-        let dir = tempfile::tempdir().expect("tmp");
-        let kubeconfig = dir.path().join("kubeconfig");
-        api.write_kubeconfig(&kubeconfig, TOKEN);
-        Kubectl {
-            kubeconfig,
-            cache: dir.path().join("cache"),
-            _dir: dir,
-        }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("kubectl");
-        c.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .arg(format!("--cache-dir={}", self.cache.display()))
-            .arg("--request-timeout=20s")
-            .args(args)
-            .env("HOME", self._dir.path())
-            .stdin(Stdio::null());
-        c
-    }
-
-    /// Runs kubectl to completion: (success, stdout, stderr).
-    fn run(&self, args: &[&str]) -> (bool, String, String) {
-        let out = self.cmd(args).output().expect("run kubectl");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.run(args);
-        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
-        out
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self._dir.path().join(name);
-        std::fs::write(&p, text).expect("write");
-        p
-    }
-}
-
 /// A running `kubectl ... -w`: stdout lines as they come; killed on drop.
 struct Streaming {
     child: std::process::Child,
@@ -743,7 +687,7 @@ fn kubectl_get_prints_what_a_cluster_prints() {
         "kubectl not installed (scripts/install-deps.sh)"
     );
     let api = FakeApiServer::start(TOKEN);
-    let k = Kubectl::new(&api);
+    let k = Kubectl::new(&api, TOKEN);
     assert_eq!(
         k.ok(&["get", "pods"]).trim(),
         "",
@@ -916,7 +860,7 @@ fn kubectl_apply_patches_and_delete_is_graceful() {
         "kubectl not installed (scripts/install-deps.sh)"
     );
     let api = FakeApiServer::start(TOKEN);
-    let k = Kubectl::new(&api);
+    let k = Kubectl::new(&api, TOKEN);
     let f = k.write("pod.yaml", POD_YAML);
     let f = f.to_str().unwrap_or_default();
     assert_eq!(k.ok(&["apply", "-f", f]).trim(), "pod/applied created");
@@ -1000,7 +944,7 @@ fn kubectl_get_watch_prints_changes_as_they_happen() {
         "kubectl not installed (scripts/install-deps.sh)"
     );
     let api = FakeApiServer::start(TOKEN);
-    let k = Kubectl::new(&api);
+    let k = Kubectl::new(&api, TOKEN);
     api.create_pod("default", pod("first", Some("node1")));
     let w = Streaming::start(&k, &["get", "pods", "-w"]);
     assert_eq!(cols(&w.next())[..2], ["NAME", "READY"]);

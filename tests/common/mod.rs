@@ -26,6 +26,7 @@ use nanolet::runtime::cri::CriRuntime;
 
 pub mod agent;
 pub mod apiserver;
+pub mod kubectl;
 
 pub const BUSYBOX_IMAGE: &str = "localhost/busybox:1.36";
 pub const PAUSE_IMAGE: &str = "localhost/pause:3.9";
