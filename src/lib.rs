@@ -10,6 +10,8 @@ pub mod cli;
 pub mod config;
 pub mod events;
 pub mod eviction;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod httpd;
 pub mod images;
 pub mod kubeapi;

@@ -2,8 +2,4 @@
 //! `nanolet validate` and the file source take. Must never panic, whatever the bytes.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let _ = nanolet::cli::validate_bytes(data, "/etc/kubernetes/manifests/fuzz.yaml", "node1");
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| nanolet::fuzzing::manifest(data));

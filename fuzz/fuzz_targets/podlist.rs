@@ -2,8 +2,4 @@
 //! a snapshot (`source::url::parse_body`).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let _ = nanolet::source::url::parse_body(data, "https://fuzz.example/pods", "node1", "t");
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| nanolet::fuzzing::podlist(data));
