@@ -229,6 +229,13 @@ impl NanoletProc {
             .arg(format!("--pod-logs-dir={}", dir.join("log/pods").display()))
             .arg(format!("--read-only-port={port}"))
             .arg(format!("--healthz-port={}", common::agent::free_port()))
+            // As in the tests: no eviction thresholds and no image GC. On a shared machine
+            // whose disk is past the default imagefs.available<15 % (86 % used on 2026-11-23),
+            // nanolet would reject every bench pod with DiskPressure and garbage-collect the
+            // busybox image. The eviction manager still runs its 10 s passes (stats and usage).
+            .arg("--eviction-hard=memory.available<0%")
+            .arg("--image-gc-high-threshold=100")
+            .arg("--image-gc-low-threshold=99")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
             .stderr(log)
