@@ -162,7 +162,7 @@ impl Pleg {
         // us as an event and the periodic relist is only the safety net (EVENTED_RELIST_PERIOD).
         let mut live = false;
         // containerd publishes a task event before its CRI plugin has handled it (for an exit,
-        // the CRI state changes after the shim's task delete, typically 1-40 ms later): while
+        // the CRI state changes after the shim's task delete): while
         // the relist does not show what an event announced, look again at RECHECK_DELAYS
         // instead of waiting for the next periodic relist.
         let mut recheck: Option<usize> = None;
@@ -229,8 +229,8 @@ fn schedule(recheck: Option<usize>, shown: bool, live: bool) -> (Duration, Optio
     }
 }
 
-/// Delays of the follow-up relists after an event that showed no change yet (5 ms doubling,
-/// 315 ms in all): containerd's CRI state lags its task events by a few ms.
+/// Delays of the follow-up relists after an event the relist does not show yet (5 ms
+/// doubling, 315 ms in all): containerd's CRI state lags its task events.
 pub const RECHECK_DELAYS: [Duration; 6] = [
     Duration::from_millis(5),
     Duration::from_millis(10),
@@ -325,7 +325,7 @@ mod tests {
         }
         assert_eq!(waits[0], Duration::from_millis(5), "first recheck");
         assert_eq!(waits.len(), RECHECK_DELAYS.len());
-        // Rechecks cover the 50-300 ms the CRI plugin can take under load, then stop.
+        // Rechecks cover 300 ms (the old single recheck waited 50 ms), then stop.
         assert!(at >= Duration::from_millis(300), "{at:?}");
         assert_eq!(
             schedule(recheck, false, true),
