@@ -229,6 +229,13 @@ impl NanoletProc {
             .arg(format!("--pod-logs-dir={}", dir.join("log/pods").display()))
             .arg(format!("--read-only-port={port}"))
             .arg(format!("--healthz-port={}", common::agent::free_port()))
+            // As in the tests: no eviction thresholds and no image GC. On a shared machine
+            // whose disk is past the default imagefs.available<15 % (86 % used on 2026-11-23),
+            // nanolet would reject every bench pod with DiskPressure and garbage-collect the
+            // busybox image. The eviction manager still runs its 10 s passes (stats and usage).
+            .arg("--eviction-hard=memory.available<0%")
+            .arg("--image-gc-high-threshold=100")
+            .arg("--image-gc-low-threshold=99")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
             .stderr(log)
@@ -782,6 +789,60 @@ struct FloorPod {
     container: String,
 }
 
+/// The floor's three calls for one hostNetwork pod (RunPodSandbox + CreateContainer +
+/// StartContainer), without waiting for Running: for k pods at once, one thread each.
+fn floor_issue(rt: &CriRuntime, tmp: &Path, name: &str, cmd: &[&str]) -> Result<FloorPod, String> {
+    let uid = format!("floor-{name}-{}", std::process::id());
+    let logdir = tmp.join("floor").join(&uid);
+    let mut labels = BTreeMap::new();
+    labels.insert(LABEL_POD_NAME.to_string(), format!("floor-{name}"));
+    let sb = PodSandboxConfig {
+        name: format!("floor-{name}"),
+        namespace: "bench".into(),
+        uid,
+        log_directory: logdir.display().to_string(),
+        host_network: true,
+        labels: labels.clone(),
+        ..Default::default()
+    };
+    let cc = ContainerConfig {
+        name: "c".into(),
+        image: BUSYBOX_IMAGE.into(),
+        command: cmd.iter().map(|s| s.to_string()).collect(),
+        log_path: "c/0.log".into(),
+        labels,
+        ..Default::default()
+    };
+    let _ = fs::create_dir_all(&logdir);
+    let sandbox = rt.run_pod_sandbox(&sb).map_err(|e| e.to_string())?;
+    let mut pod = FloorPod {
+        sandbox,
+        container: String::new(),
+    };
+    match rt.create_container(&pod.sandbox, &cc, &sb) {
+        Ok(c) => pod.container = c,
+        Err(e) => {
+            floor_remove(rt, &pod);
+            return Err(e.to_string());
+        }
+    }
+    if let Err(e) = rt.start_container(&pod.container) {
+        floor_remove(rt, &pod);
+        return Err(e.to_string());
+    }
+    Ok(pod)
+}
+
+/// Stop and remove a floor pod at once (grace 0).
+fn floor_remove(rt: &CriRuntime, pod: &FloorPod) {
+    if !pod.container.is_empty() {
+        let _ = rt.stop_container(&pod.container, Duration::ZERO);
+        let _ = rt.remove_container(&pod.container);
+    }
+    let _ = rt.stop_pod_sandbox(&pod.sandbox);
+    let _ = rt.remove_pod_sandbox(&pod.sandbox);
+}
+
 impl Bench<'_> {
     /// The raw floor: RunPodSandbox + CreateContainer + StartContainer, until CRI lists the
     /// container Running.
@@ -1249,24 +1310,78 @@ impl Bench<'_> {
             });
             let secs = d.map(|d| d.as_secs_f64());
             let _ = self.nanolet_delete(&names, Duration::from_secs(120));
+            std::thread::sleep(Duration::from_secs(2));
+            // The raw floor for the same k pods at once: k threads issue the three calls
+            // concurrently over one CRI connection; one poller waits for all Running.
+            let (rt, tmp) = (self.rt, self.ctd.tmp());
+            let t0 = Instant::now();
+            let pods: Vec<Result<FloorPod, String>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..k)
+                    .map(|i| {
+                        let name = format!("cold{k}f{i}");
+                        s.spawn(move || floor_issue(rt, tmp, &name, SLEEP))
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+                    .collect()
+            });
+            let ids: Vec<String> = pods
+                .iter()
+                .filter_map(|p| p.as_ref().ok().map(|p| p.container.clone()))
+                .collect();
+            let fd = if ids.len() == k {
+                poll_until(self.rt, t0, Duration::from_secs(60 + 2 * k as u64), |l| {
+                    ids.iter().all(|id| {
+                        l.iter()
+                            .any(|c| &c.id == id && c.state == ContainerState::Running)
+                    })
+                })
+            } else {
+                for p in &pods {
+                    if let Err(e) = p {
+                        eprintln!("footprint: cold floor: {e}");
+                    }
+                }
+                None
+            };
+            std::thread::scope(|s| {
+                for p in pods.iter().flatten() {
+                    s.spawn(move || floor_remove(rt, p));
+                }
+            });
+            let fsecs = fd.map(|d| d.as_secs_f64());
             rows.push(vec![
                 k.to_string(),
                 secs.map(|s| format!("{s:.2}"))
                     .unwrap_or_else(|| "n/a (timeout)".into()),
                 secs.map(|s| format!("{:.0}", s * 1000.0 / k as f64))
                     .unwrap_or_default(),
+                fsecs
+                    .map(|s| format!("{s:.2}"))
+                    .unwrap_or_else(|| "n/a".into()),
+                match (secs, fsecs) {
+                    (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+                    _ => String::new(),
+                },
             ]);
             if let Some(s) = secs {
                 let _ = writeln!(dat, "{k} {s:.3}");
             }
-            j.push(json!({"pods": k, "seconds": secs}));
+            j.push(json!({"pods": k, "seconds": secs, "floor_seconds": fsecs}));
             std::thread::sleep(Duration::from_secs(2));
         }
         self.report.dat.insert("bench-cold".into(), dat);
         self.report.json.insert("cold_start".into(), json!(j));
         self.report.table(
             "Cold start (no pod running; k manifests written at once -> all Running; hostNetwork)",
-            &["pods", "seconds", "ms per pod"],
+            &[
+                "pods",
+                "seconds",
+                "ms per pod",
+                "raw CRI floor, k at once, s",
+                "nanolet/floor",
+            ],
             rows,
         );
     }

@@ -1,9 +1,11 @@
 //! PLEG, the pod lifecycle event generator: relists the runtime (ListPodSandbox +
-//! ListContainers) every second, and at once when containerd reports a task exit or start,
-//! and tells the sync loop which pods changed. containerd's events are only a wake-up: state
-//! always comes from the relist, so a lost event costs at most one relist period.
+//! ListContainers) at once when containerd reports a task exit or start, and periodically as
+//! the safety net (every second while the event stream is down, every
+//! [`EVENTED_RELIST_PERIOD`] while it is live), and tells the sync loop which pods changed.
+//! containerd's events are only a wake-up: state always comes from the relist, so a lost
+//! event costs at most one relist period.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
@@ -29,6 +31,8 @@ pub struct Pleg {
     first: bool,
     /// Relists that found at least one changed pod (monotonic counter).
     changes: u64,
+    /// State of every sandbox and container (id → `Debug` of the state) at the last relist.
+    states: HashMap<String, String>,
 }
 
 impl Pleg {
@@ -41,6 +45,7 @@ impl Pleg {
             last_refs: BTreeMap::new(),
             first: true,
             changes: 0,
+            states: HashMap::new(),
         }
     }
 
@@ -61,6 +66,13 @@ impl Pleg {
         };
         let mut now: Fingerprints = BTreeMap::new();
         let mut refs: BTreeMap<String, RuntimePodRef> = BTreeMap::new();
+        self.states.clear();
+        for s in &sandboxes {
+            self.states.insert(s.id.clone(), format!("{:?}", s.state));
+        }
+        for c in &containers {
+            self.states.insert(c.id.clone(), format!("{:?}", c.state));
+        }
         for s in &sandboxes {
             if !s.labels.contains_key(LABEL_MANAGED_BY) {
                 continue;
@@ -127,46 +139,136 @@ impl Pleg {
         true
     }
 
+    /// Whether the last relist shows what `ev` announced: an exited task no longer
+    /// running/ready, a started one past Created. A task the relist does not know is not ours
+    /// (or already removed): nothing to wait for.
+    fn shows(&self, ev: &RuntimeEvent) -> bool {
+        match ev {
+            RuntimeEvent::TaskExit { id, .. } => self
+                .states
+                .get(id)
+                .is_none_or(|s| s != "Running" && s != "Ready"),
+            RuntimeEvent::TaskStart { id } => self.states.get(id).is_none_or(|s| s != "Created"),
+            RuntimeEvent::StreamLost => true,
+        }
+    }
+
     /// Run until the sync loop goes away or `stop` receives a message.
     pub fn run(mut self, stop: Receiver<()>) {
-        let (wake_tx, wake_rx) = mpsc::channel::<()>();
+        let (wake_tx, wake_rx) = mpsc::channel::<Wake>();
         spawn_event_watcher(self.runtime.clone(), wake_tx);
         let mut next = Instant::now();
-        // containerd can publish a task exit a moment before CRI reports the container as
-        // exited; after an event that showed no change, look again shortly (50, 100, 200 ms)
+        // Whether containerd's event stream is live: then every state change of a task reaches
+        // us as an event and the periodic relist is only the safety net (EVENTED_RELIST_PERIOD).
+        let mut live = false;
+        // containerd publishes a task event before its CRI plugin has handled it (for an exit,
+        // the CRI state changes after the shim's task delete): while
+        // the relist does not show what an event announced, look again at RECHECK_DELAYS
         // instead of waiting for the next periodic relist.
-        let mut recheck: u32 = 0;
+        let mut recheck: Option<usize> = None;
+        let mut pending: Vec<RuntimeEvent> = vec![];
         loop {
             if stop.try_recv().is_ok() {
                 return;
             }
             let timeout = next.saturating_duration_since(Instant::now());
+            let mut event = false;
+            let mut apply = |w: Wake, live: &mut bool| match w {
+                Wake::Event(ev) => {
+                    event = true;
+                    if pending.len() < MAX_PENDING {
+                        pending.push(ev);
+                    }
+                }
+                Wake::Subscribed => *live = true,
+                Wake::Lost => {
+                    *live = false;
+                    event = true;
+                }
+            };
             match wake_rx.recv_timeout(timeout) {
-                Ok(()) => {
-                    while wake_rx.try_recv().is_ok() {}
-                    recheck = 3;
+                Ok(w) => {
+                    apply(w, &mut live);
+                    while let Ok(w) = wake_rx.try_recv() {
+                        apply(w, &mut live);
+                    }
+                    if !event {
+                        // Only the subscription state changed: keep the schedule.
+                        next = next.min(Instant::now() + period(live));
+                        continue;
+                    }
+                    recheck = Some(0);
                 }
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {}
             }
-            let before = self.changes;
             if !self.relist() {
                 return;
             }
-            let changed = self.changes != before;
-            if recheck > 0 && !changed {
-                next = Instant::now() + Duration::from_millis(50 << (3 - recheck));
-                recheck -= 1;
-            } else {
-                recheck = 0;
-                next = Instant::now() + RELIST_PERIOD;
+            pending.retain(|ev| !self.shows(ev));
+            let (wait, again) = schedule(recheck, pending.is_empty(), live);
+            next = Instant::now() + wait;
+            recheck = again;
+            if recheck.is_none() {
+                pending.clear();
             }
         }
     }
 }
 
+/// At most this many announced-but-not-yet-visible events are tracked (a burst beyond is
+/// covered by the rechecks of the others and the periodic relist).
+const MAX_PENDING: usize = 256;
+
+/// When to relist next, after a relist that was the `recheck`-th follow-up of an event (None:
+/// periodic) and showed everything the events announced (`shown`), with the event stream
+/// `live` or not. Returns the wait and the follow-up index of that next relist.
+fn schedule(recheck: Option<usize>, shown: bool, live: bool) -> (Duration, Option<usize>) {
+    match recheck {
+        Some(i) if !shown && i < RECHECK_DELAYS.len() => (RECHECK_DELAYS[i], Some(i + 1)),
+        _ => (period(live), None),
+    }
+}
+
+/// Delays of the follow-up relists after an event the relist does not show yet (5 ms
+/// doubling, 315 ms in all): containerd's CRI state lags its task events.
+pub const RECHECK_DELAYS: [Duration; 6] = [
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(20),
+    Duration::from_millis(40),
+    Duration::from_millis(80),
+    Duration::from_millis(160),
+];
+
+/// The periodic relist while containerd's event stream is live. Like the kubelet's evented
+/// PLEG (KEP-3386: with `EventedPLEG` the generic relist runs every 300 s as a safety net,
+/// `eventedPlegRelistPeriod`), nanolet relies on task events then, but keeps a shorter net:
+/// events do not cover containers created or removed behind its back (only task exits and
+/// starts are subscribed).
+pub const EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(10);
+
+fn period(live: bool) -> Duration {
+    if live {
+        EVENTED_RELIST_PERIOD
+    } else {
+        RELIST_PERIOD
+    }
+}
+
+/// What the event watcher tells the relist loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Wake {
+    /// A task event: relist now.
+    Event(RuntimeEvent),
+    /// The subscription is live: events will come.
+    Subscribed,
+    /// The stream broke (or subscribing failed): relist now and every RELIST_PERIOD.
+    Lost,
+}
+
 /// Subscribe to containerd's task events and poke the relist loop on each; resubscribe with a
 /// capped backoff when the stream breaks (containerd restarted).
-fn spawn_event_watcher(runtime: Arc<dyn Runtime>, wake: Sender<()>) {
+fn spawn_event_watcher(runtime: Arc<dyn Runtime>, wake: Sender<Wake>) {
     let spawned = std::thread::Builder::new()
         .name("pleg-events".into())
         .stack_size(256 * 1024)
@@ -177,28 +279,69 @@ fn spawn_event_watcher(runtime: Arc<dyn Runtime>, wake: Sender<()>) {
                     Ok(rx) => {
                         info!("subscribed to containerd task events");
                         delay = Duration::from_millis(500);
+                        if wake.send(Wake::Subscribed).is_err() {
+                            return;
+                        }
                         for ev in rx.iter() {
-                            let lost = ev == RuntimeEvent::StreamLost;
-                            if wake.send(()).is_err() {
-                                return;
-                            }
-                            if lost {
+                            if ev == RuntimeEvent::StreamLost {
                                 break;
+                            }
+                            if wake.send(Wake::Event(ev)).is_err() {
+                                return;
                             }
                         }
                         warn!("containerd event stream lost; resubscribing");
                     }
                     Err(e) => debug!(error = %e, "subscribing to containerd events failed"),
                 }
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_secs(30));
-                // Stop when the relist loop is gone.
-                if wake.send(()).is_err() {
+                // Relist at once (whatever happened meanwhile) and every RELIST_PERIOD until
+                // the stream is back; stop when the relist loop is gone.
+                if wake.send(Wake::Lost).is_err() {
                     return;
                 }
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(30));
             }
         });
     if let Err(e) = spawned {
         warn!(error = %e, "cannot start the event watcher; relying on relist only");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_the_relist_does_not_show_yet_is_rechecked_within_milliseconds() {
+        // The relist right after an event found nothing: the CRI state lags the event.
+        let mut at = Duration::ZERO;
+        let mut recheck = Some(0);
+        let mut waits = vec![];
+        while let (wait, Some(i)) = schedule(recheck, false, true) {
+            waits.push(wait);
+            at += wait;
+            recheck = Some(i);
+        }
+        assert_eq!(waits[0], Duration::from_millis(5), "first recheck");
+        assert_eq!(waits.len(), RECHECK_DELAYS.len());
+        // Rechecks cover 300 ms (the old single recheck waited 50 ms), then stop.
+        assert!(at >= Duration::from_millis(300), "{at:?}");
+        assert_eq!(
+            schedule(recheck, false, true),
+            (EVENTED_RELIST_PERIOD, None)
+        );
+        // A relist that saw the change ends the rechecks.
+        assert_eq!(schedule(Some(0), true, true), (EVENTED_RELIST_PERIOD, None));
+    }
+
+    #[test]
+    fn the_periodic_relist_is_the_kubelets_1s_without_events_and_a_safety_net_with() {
+        assert_eq!(schedule(None, false, false), (RELIST_PERIOD, None));
+        assert_eq!(schedule(None, true, false), (RELIST_PERIOD, None));
+        assert_eq!(schedule(None, false, true), (EVENTED_RELIST_PERIOD, None));
+        assert!(EVENTED_RELIST_PERIOD > RELIST_PERIOD);
+        // A lost stream relists at the generic period again.
+        assert_eq!(schedule(Some(9), false, false), (RELIST_PERIOD, None));
     }
 }

@@ -279,6 +279,69 @@ impl CriRuntime {
     }
 
     /// ReopenContainerLog: ask the runtime to reopen the container's log file (after rotation).
+    fn list_sandboxes_filtered(
+        &self,
+        filter: Option<pb::PodSandboxFilter>,
+    ) -> Result<Vec<SandboxInfo>> {
+        let mut c = self.runtime_client();
+        let req = with_deadline(pb::ListPodSandboxRequest { filter }, self.default_timeout);
+        let resp = self.run(
+            "ListPodSandbox",
+            "sandboxes",
+            self.default_timeout,
+            false,
+            async move { c.list_pod_sandbox(req).await.map(|r| r.into_inner()) },
+        )?;
+        Ok(resp
+            .items
+            .into_iter()
+            .map(|s| {
+                sandbox_info(
+                    s.id,
+                    s.metadata,
+                    s.state,
+                    s.created_at,
+                    s.labels,
+                    s.annotations,
+                )
+            })
+            .collect())
+    }
+
+    fn list_containers_filtered(
+        &self,
+        filter: Option<pb::ContainerFilter>,
+    ) -> Result<Vec<ContainerInfo>> {
+        let mut c = self.runtime_client();
+        let req = with_deadline(pb::ListContainersRequest { filter }, self.default_timeout);
+        let resp = self.run(
+            "ListContainers",
+            "containers",
+            self.default_timeout,
+            false,
+            async move { c.list_containers(req).await.map(|r| r.into_inner()) },
+        )?;
+        Ok(resp
+            .containers
+            .into_iter()
+            .map(|c| {
+                let md = c.metadata.unwrap_or_default();
+                ContainerInfo {
+                    id: c.id,
+                    sandbox_id: c.pod_sandbox_id,
+                    name: md.name,
+                    attempt: md.attempt,
+                    image: image_name(c.image),
+                    image_ref: c.image_ref,
+                    state: container_state(c.state),
+                    created_at: c.created_at,
+                    labels: c.labels,
+                    annotations: c.annotations,
+                }
+            })
+            .collect())
+    }
+
     pub fn reopen_container_log(&self, container_id: &str) -> Result<()> {
         let mut c = self.runtime_client();
         let req = with_deadline(
@@ -509,6 +572,12 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
 }
 
 // ---- conversions: CRI -> domain ----
+
+/// A CRI label selector for one pod's sandboxes or containers (containerd filters server-side,
+/// so a pod worker's observation does not decode every pod's objects).
+fn pod_uid_selector(uid: &str) -> std::collections::BTreeMap<String, String> {
+    std::collections::BTreeMap::from([(super::LABEL_POD_UID.to_string(), uid.to_string())])
+}
 
 fn sandbox_state(s: i32) -> SandboxState {
     if s == pb::PodSandboxState::SandboxReady as i32 {
@@ -748,32 +817,21 @@ impl Runtime for CriRuntime {
     }
 
     fn list_pod_sandboxes(&self) -> Result<Vec<SandboxInfo>> {
-        let mut c = self.runtime_client();
-        let req = with_deadline(
-            pb::ListPodSandboxRequest { filter: None },
-            self.default_timeout,
-        );
-        let resp = self.run(
-            "ListPodSandbox",
-            "sandboxes",
-            self.default_timeout,
-            false,
-            async move { c.list_pod_sandbox(req).await.map(|r| r.into_inner()) },
-        )?;
-        Ok(resp
-            .items
-            .into_iter()
-            .map(|s| {
-                sandbox_info(
-                    s.id,
-                    s.metadata,
-                    s.state,
-                    s.created_at,
-                    s.labels,
-                    s.annotations,
-                )
-            })
-            .collect())
+        self.list_sandboxes_filtered(None)
+    }
+
+    fn list_pod_sandboxes_of_pod(&self, uid: &str) -> Result<Vec<SandboxInfo>> {
+        self.list_sandboxes_filtered(Some(pb::PodSandboxFilter {
+            label_selector: pod_uid_selector(uid),
+            ..Default::default()
+        }))
+    }
+
+    fn list_containers_of_pod(&self, uid: &str) -> Result<Vec<ContainerInfo>> {
+        self.list_containers_filtered(Some(pb::ContainerFilter {
+            label_selector: pod_uid_selector(uid),
+            ..Default::default()
+        }))
     }
 
     fn create_container(
@@ -862,37 +920,7 @@ impl Runtime for CriRuntime {
     }
 
     fn list_containers(&self) -> Result<Vec<ContainerInfo>> {
-        let mut c = self.runtime_client();
-        let req = with_deadline(
-            pb::ListContainersRequest { filter: None },
-            self.default_timeout,
-        );
-        let resp = self.run(
-            "ListContainers",
-            "containers",
-            self.default_timeout,
-            false,
-            async move { c.list_containers(req).await.map(|r| r.into_inner()) },
-        )?;
-        Ok(resp
-            .containers
-            .into_iter()
-            .map(|c| {
-                let md = c.metadata.unwrap_or_default();
-                ContainerInfo {
-                    id: c.id,
-                    sandbox_id: c.pod_sandbox_id,
-                    name: md.name,
-                    attempt: md.attempt,
-                    image: image_name(c.image),
-                    image_ref: c.image_ref,
-                    state: container_state(c.state),
-                    created_at: c.created_at,
-                    labels: c.labels,
-                    annotations: c.annotations,
-                }
-            })
-            .collect())
+        self.list_containers_filtered(None)
     }
 
     fn list_container_stats(&self) -> Result<Vec<super::ContainerStats>> {

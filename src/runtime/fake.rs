@@ -119,6 +119,23 @@ impl FakeRuntime {
 
     /// Simulate a running container exiting with `code`.
     pub fn exit_container(&self, id: &str, code: i32) {
+        self.exit_container_quietly(id, code);
+        self.publish(RuntimeEvent::TaskExit {
+            id: id.to_string(),
+            exit_code: code as u32,
+        });
+    }
+
+    /// Deliver `ev` to every subscriber (containerd publishing an event).
+    pub fn publish(&self, ev: RuntimeEvent) {
+        self.lock()
+            .subscribers
+            .retain(|s| s.send(ev.clone()).is_ok());
+    }
+
+    /// The state change of [`FakeRuntime::exit_container`] without its event: with
+    /// [`FakeRuntime::publish`] first, containerd's CRI state lagging its task exit event.
+    pub fn exit_container_quietly(&self, id: &str, code: i32) {
         let mut g = self.lock();
         if let Some(c) = g.containers.get_mut(id) {
             c.state = ContainerState::Exited;
@@ -130,18 +147,20 @@ impl FakeRuntime {
                 "Error".into()
             };
         }
-        let ev = RuntimeEvent::TaskExit {
-            id: id.to_string(),
-            exit_code: code as u32,
-        };
-        g.subscribers.retain(|s| s.send(ev.clone()).is_ok());
     }
 
-    /// Simulate the sandbox dying (pause container killed).
+    /// Simulate the sandbox dying (pause container killed): like containerd, publishes the
+    /// pause task's exit.
     pub fn kill_sandbox(&self, id: &str) {
-        if let Some(s) = self.lock().sandboxes.get_mut(id) {
+        let mut g = self.lock();
+        if let Some(s) = g.sandboxes.get_mut(id) {
             s.state = SandboxState::NotReady;
         }
+        let ev = RuntimeEvent::TaskExit {
+            id: id.to_string(),
+            exit_code: 137,
+        };
+        g.subscribers.retain(|s| s.send(ev.clone()).is_ok());
     }
 
     /// All calls so far, as "verb target" strings.
@@ -232,26 +251,42 @@ impl Runtime for FakeRuntime {
                 ip,
             },
         );
+        let ev = RuntimeEvent::TaskStart { id: id.clone() };
+        g.subscribers.retain(|s| s.send(ev.clone()).is_ok());
         Ok(id)
     }
 
     fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
         let mut g = self.enter("stop_pod_sandbox", sandbox_id)?;
         let now = now_nanos();
+        let mut events = vec![];
         if let Some(s) = g.sandboxes.get_mut(sandbox_id) {
+            if s.state == SandboxState::Ready {
+                events.push(RuntimeEvent::TaskExit {
+                    id: sandbox_id.to_string(),
+                    exit_code: 137,
+                });
+            }
             s.state = SandboxState::NotReady;
         }
-        for c in g
+        for (id, c) in g
             .containers
-            .values_mut()
-            .filter(|c| c.sandbox_id == sandbox_id)
+            .iter_mut()
+            .filter(|(_, c)| c.sandbox_id == sandbox_id)
         {
             if c.state == ContainerState::Running {
                 c.state = ContainerState::Exited;
                 c.exit_code = 137;
                 c.finished_at = now;
                 c.reason = "Error".into();
+                events.push(RuntimeEvent::TaskExit {
+                    id: id.clone(),
+                    exit_code: 137,
+                });
             }
+        }
+        for ev in events {
+            g.subscribers.retain(|s| s.send(ev.clone()).is_ok());
         }
         Ok(())
     }
@@ -345,6 +380,19 @@ impl Runtime for FakeRuntime {
                 None => c.state = ContainerState::Running,
             }
         }
+        // As containerd: the task's start, and its exit when it died at once.
+        let mut events = vec![RuntimeEvent::TaskStart {
+            id: container_id.to_string(),
+        }];
+        if let Some(code) = exit {
+            events.push(RuntimeEvent::TaskExit {
+                id: container_id.to_string(),
+                exit_code: code as u32,
+            });
+        }
+        for ev in events {
+            g.subscribers.retain(|s| s.send(ev.clone()).is_ok());
+        }
         Ok(())
     }
 
@@ -360,6 +408,11 @@ impl Runtime for FakeRuntime {
             c.exit_code = 143;
             c.finished_at = now;
             c.reason = "Error".into();
+            let ev = RuntimeEvent::TaskExit {
+                id: container_id.to_string(),
+                exit_code: 143,
+            };
+            g.subscribers.retain(|s| s.send(ev.clone()).is_ok());
         }
         Ok(())
     }

@@ -84,6 +84,12 @@ impl Runtime for InstrumentedRuntime {
     fn list_containers(&self) -> Result<Vec<ContainerInfo>> {
         self.count("list_containers", self.inner.list_containers())
     }
+    fn list_pod_sandboxes_of_pod(&self, uid: &str) -> Result<Vec<SandboxInfo>> {
+        self.count("list_podsandbox", self.inner.list_pod_sandboxes_of_pod(uid))
+    }
+    fn list_containers_of_pod(&self, uid: &str) -> Result<Vec<ContainerInfo>> {
+        self.count("list_containers", self.inner.list_containers_of_pod(uid))
+    }
     fn container_status(&self, container_id: &str) -> Result<ContainerStatus> {
         self.count(
             "container_status",

@@ -379,6 +379,20 @@ pub trait Runtime: Send + Sync {
     fn stop_container(&self, container_id: &str, timeout: Duration) -> Result<()>;
     fn remove_container(&self, container_id: &str) -> Result<()>;
     fn list_containers(&self) -> Result<Vec<ContainerInfo>>;
+    /// The sandboxes labelled with pod `uid` ([`LABEL_POD_UID`]). The CRI implementation asks
+    /// the runtime to filter (a label selector), so a pod worker's observation costs the same
+    /// at 1 and at 100 pods; the default filters the full list.
+    fn list_pod_sandboxes_of_pod(&self, uid: &str) -> Result<Vec<SandboxInfo>> {
+        let mut all = self.list_pod_sandboxes()?;
+        all.retain(|s| s.labels.get(LABEL_POD_UID).map(String::as_str) == Some(uid));
+        Ok(all)
+    }
+    /// The containers labelled with pod `uid`; see [`Runtime::list_pod_sandboxes_of_pod`].
+    fn list_containers_of_pod(&self, uid: &str) -> Result<Vec<ContainerInfo>> {
+        let mut all = self.list_containers()?;
+        all.retain(|c| c.labels.get(LABEL_POD_UID).map(String::as_str) == Some(uid));
+        Ok(all)
+    }
     fn container_status(&self, container_id: &str) -> Result<ContainerStatus>;
 
     /// Ok(None) when the image is not present locally.

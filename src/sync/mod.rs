@@ -754,6 +754,34 @@ mod tests {
         assert_eq!(h.rt.running("a").len(), 0);
     }
 
+    /// containerd publishes a task exit before its CRI plugin reports the container exited.
+    /// The PLEG's follow-up relists (5 ms doubling) see the exit long before the periodic
+    /// relist (10 s while events flow), so the first restart stays immediate, as in the
+    /// kubelet (no backoff entry yet).
+    #[test]
+    fn a_crash_whose_cri_state_lags_the_event_is_restarted_without_a_relist_delay() {
+        let h = Harness::start(fake());
+        h.desire(&[pod("u1", "web", "Always", &["a"])], true);
+        h.wait("running", |h| h.rt.running("a").len() == 1);
+        let id = h.rt.running("a")[0].clone();
+        h.rt.publish(crate::runtime::RuntimeEvent::TaskExit {
+            id: id.clone(),
+            exit_code: 1,
+        });
+        // The lag being simulated (not a synchronisation).
+        std::thread::sleep(Duration::from_millis(30));
+        let exited = Instant::now();
+        h.rt.exit_container_quietly(&id, 1);
+        h.wait("restart count 1 and running", |h| {
+            restarts(h, "u1", "a") == 1 && h.rt.running("a").len() == 1
+        });
+        assert!(
+            exited.elapsed() < crate::pleg::RELIST_PERIOD,
+            "restart took {:?}: waited for a periodic relist",
+            exited.elapsed()
+        );
+    }
+
     #[test]
     fn restart_policy_final_phases() {
         // kubelet getPhase: Never + failure -> Failed; OnFailure + success -> Succeeded;

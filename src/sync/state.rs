@@ -89,7 +89,7 @@ pub fn observe_pod(rt: &dyn Runtime, uid: &str) -> Result<PodRuntimeState, Runti
     };
     let mut state = PodRuntimeState::default();
     for sb in rt
-        .list_pod_sandboxes()?
+        .list_pod_sandboxes_of_pod(uid)?
         .into_iter()
         .filter(|s| ours(&s.labels))
     {
@@ -112,7 +112,7 @@ pub fn observe_pod(rt: &dyn Runtime, uid: &str) -> Result<PodRuntimeState, Runti
         });
     }
     for c in rt
-        .list_containers()?
+        .list_containers_of_pod(uid)?
         .into_iter()
         .filter(|c| ours(&c.labels))
     {

@@ -329,6 +329,9 @@ impl PodWorker {
         }
 
         let terminal = self.failed_reason.is_some() || self.is_terminal();
+        // Whether this pass changed anything in the runtime (else the observation above is
+        // still the truth: a periodic resync of a steady pod costs one observation, not two).
+        let mut acted = false;
         let probes = if terminal {
             self.ctx.prober.remove_pod(self.uid());
             BTreeMap::new()
@@ -352,6 +355,7 @@ impl PodWorker {
             let grace = self.evicted.map(|(g, _)| g);
             if state.running().next().is_some() || state.sandboxes.iter().any(|s| s.ready) {
                 self.kill_pod(&state, grace);
+                acted = true;
             }
             // An evicted pod gives back what it holds on the node: its volumes (emptyDir
             // data, tmpfs memory) and its dead containers' writable layers.
@@ -376,12 +380,17 @@ impl PodWorker {
                     .latest(name)
                     .is_none_or(|c| c.state != ContainerState::Running)
             });
+            acted = !acts.is_noop();
             if let Some(d) = self.execute(&acts, &state, n)? {
                 next = next.min(d);
             }
         }
 
-        let mut state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        let mut state = if acted {
+            observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?
+        } else {
+            state
+        };
         if !terminal && state.running().next().is_some() {
             self.refresh_volumes();
         }
