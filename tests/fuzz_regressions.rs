@@ -24,7 +24,10 @@ fn every_seed_and_past_crash_input_runs_without_a_panic() {
                 inputs += 1;
             }
         }
-        assert!(inputs > 0, "{name}: no committed seeds in fuzz/seeds/{name}");
+        assert!(
+            inputs > 0,
+            "{name}: no committed seeds in fuzz/seeds/{name}"
+        );
         total += inputs;
     }
     println!("{total} fuzz inputs replayed");
