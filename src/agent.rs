@@ -561,7 +561,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     let _ = api_stop_tx.send(());
     let _ = status_stop_tx.send(());
     drop(servers);
-    crate::sdnotify::notify("STOPPING=1");
+    let _ = crate::sdnotify::notify("STOPPING=1");
     info!("nanolet stopped; pods keep running");
     Ok(())
 }

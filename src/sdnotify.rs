@@ -24,19 +24,35 @@ fn socket_addr(path: &str) -> std::io::Result<std::os::unix::net::SocketAddr> {
     }
 }
 
-/// Sends one notification (`READY=1`, `STATUS=...`). Errors are logged at debug level only:
-/// a missing or broken notify socket must never disturb the agent.
-pub fn notify(message: &str) {
+/// How long a notification may wait for room in the receiver's queue. A datagram socket
+/// whose reader stalls fills after `net.unix.max_dgram_qlen` (10 by default) messages, and a
+/// plain blocking send would then hang the sender (at shutdown: nanolet itself) for good.
+const SEND_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Sends one notification (`READY=1`, `STATUS=...`); false when it could not be sent. Errors
+/// are logged at debug level only: a missing, broken or stalled notify socket must never
+/// disturb the agent.
+pub fn notify(message: &str) -> bool {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
-        return;
+        return false;
     };
-    let path = path.to_string_lossy().into_owned();
+    notify_to(&path.to_string_lossy(), message)
+}
+
+/// [`notify`] to the socket `path` (a path or an abstract `@name`), waiting at most
+/// [`SEND_TIMEOUT`].
+pub fn notify_to(path: &str, message: &str) -> bool {
     let sent = UnixDatagram::unbound().and_then(|s| {
-        let addr = socket_addr(&path)?;
+        s.set_write_timeout(Some(SEND_TIMEOUT))?;
+        let addr = socket_addr(path)?;
         s.send_to_addr(message.as_bytes(), &addr)
     });
-    if let Err(e) = sent {
-        tracing::debug!(socket = %path, error = %e, "sd_notify failed");
+    match sent {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::debug!(socket = %path, error = %e, "sd_notify failed");
+            false
+        }
     }
 }
 
@@ -83,14 +99,16 @@ pub fn spawn(store: Arc<StatusStore>) {
             loop {
                 let health = store.health();
                 if !ready && health.iter().any(|c| c.name == "syncloop" && c.ok) {
-                    last_status = status_line(&store);
-                    notify(&format!("READY=1\nSTATUS={last_status}"));
-                    tracing::info!("notified systemd: ready");
-                    ready = true;
+                    let status = status_line(&store);
+                    // Not sent (the receiver's queue stayed full): tried again next tick.
+                    if notify(&format!("READY=1\nSTATUS={status}")) {
+                        tracing::info!("notified systemd: ready");
+                        last_status = status;
+                        ready = true;
+                    }
                 } else if ready {
                     let s = status_line(&store);
-                    if s != last_status {
-                        notify(&format!("STATUS={s}"));
+                    if s != last_status && notify(&format!("STATUS={s}")) {
                         last_status = s;
                     }
                 }
@@ -114,5 +132,47 @@ pub fn spawn(store: Arc<StatusStore>) {
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "cannot start the sd_notify thread");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A receiver that stops reading (a wedged supervisor, or a test that reads the socket
+    /// only now and then) fills its queue; a notification then gives up after SEND_TIMEOUT
+    /// instead of blocking the sender forever (at shutdown, nanolet's main thread).
+    #[test]
+    fn a_stalled_receiver_never_blocks_the_sender_for_long() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("notify.sock");
+        let receiver = UnixDatagram::bind(&path).expect("bind");
+        let path = path.to_string_lossy().into_owned();
+        assert!(notify_to(&path, "READY=1"));
+        let mut buf = [0u8; 64];
+        let n = receiver.recv(&mut buf).expect("recv");
+        assert_eq!(&buf[..n], b"READY=1");
+        // Fill the receiver's queue (net.unix.max_dgram_qlen datagrams) without blocking.
+        let filler = UnixDatagram::unbound().expect("socket");
+        filler.set_nonblocking(true).expect("nonblocking");
+        let mut queued = 0;
+        while filler.send_to(b"WATCHDOG=1", &path).is_ok() {
+            queued += 1;
+            assert!(queued < 100_000, "the queue never filled");
+        }
+        let started = Instant::now();
+        assert!(
+            !notify_to(&path, "STOPPING=1"),
+            "a full queue cannot take more"
+        );
+        let took = started.elapsed();
+        assert!(
+            took >= SEND_TIMEOUT - Duration::from_millis(100) && took < SEND_TIMEOUT * 2,
+            "gave up after {took:?}"
+        );
+        // Once the receiver reads again, notifications go through.
+        let _ = receiver.recv(&mut buf).expect("recv");
+        assert!(notify_to(&path, "STATUS=ok"));
     }
 }

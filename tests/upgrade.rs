@@ -118,21 +118,34 @@ impl DpkgRoot {
     }
 }
 
-/// The `$NOTIFY_SOCKET` systemd would listen on.
+/// The `$NOTIFY_SOCKET` systemd would listen on. Like systemd, it reads all the time (a
+/// thread drains the socket into a channel): a reader that stops reading fills the socket's
+/// queue after `net.unix.max_dgram_qlen` (10) datagrams, after which nanolet's notifications
+/// are dropped (src/sdnotify.rs gives up after 2 s rather than hang).
 struct NotifySocket {
-    sock: UnixDatagram,
     path: PathBuf,
+    rx: std::sync::mpsc::Receiver<String>,
     seen: Vec<String>,
 }
 
 impl NotifySocket {
     fn bind(path: PathBuf) -> NotifySocket {
         let sock = UnixDatagram::bind(&path).expect("bind notify socket");
-        sock.set_read_timeout(Some(Duration::from_millis(200)))
-            .expect("notify socket timeout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = sock.recv(&mut buf) {
+                if tx
+                    .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
         NotifySocket {
-            sock,
             path,
+            rx,
             seen: vec![],
         }
     }
@@ -140,15 +153,15 @@ impl NotifySocket {
     /// Waits until a datagram has a line equal to `line`; returns every datagram received
     /// since the last call.
     fn wait_line(&mut self, line: &str, timeout: Duration) -> Vec<String> {
-        let mut buf = [0u8; 4096];
         let found = wait_for(timeout, || {
-            if let Ok(n) = self.sock.recv(&mut buf) {
-                let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
-                let hit = msg.lines().any(|l| l == line);
+            // Everything queued since the last look, or the next datagram within 200 ms.
+            let first = self.rx.recv_timeout(Duration::from_millis(200)).ok()?;
+            let mut hit = false;
+            for msg in std::iter::once(first).chain(self.rx.try_iter()) {
+                hit |= msg.lines().any(|l| l == line);
                 self.seen.push(msg);
-                return hit.then_some(());
             }
-            None
+            hit.then_some(())
         });
         assert!(
             found.is_some(),
