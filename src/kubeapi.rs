@@ -177,7 +177,8 @@ fn query_params(query: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn percent_decode(s: &str) -> String {
+/// Decodes a URL query component (`+` is a space, `%XX` a byte; a malformed `%` stays).
+pub fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -278,7 +278,7 @@ impl CriRuntime {
         }
     }
 
-    /// ReopenContainerLog: ask the runtime to reopen the container's log file (after rotation).
+    /// ListPodSandbox with an optional filter (None: every sandbox).
     fn list_sandboxes_filtered(
         &self,
         filter: Option<pb::PodSandboxFilter>,
@@ -308,6 +308,7 @@ impl CriRuntime {
             .collect())
     }
 
+    /// ListContainers with an optional filter (None: every container).
     fn list_containers_filtered(
         &self,
         filter: Option<pb::ContainerFilter>,
@@ -342,6 +343,7 @@ impl CriRuntime {
             .collect())
     }
 
+    /// ReopenContainerLog: ask the runtime to reopen the container's log file (after rotation).
     pub fn reopen_container_log(&self, container_id: &str) -> Result<()> {
         let mut c = self.runtime_client();
         let req = with_deadline(

@@ -349,16 +349,21 @@ impl Worker {
         }
     }
 
-    /// The listing, sent only when it has no manifest error that the last sent snapshot did
-    /// not have (a decode error may be a partial write caught mid-way).
-    fn relist_if_complete(&mut self) -> Eager {
-        let snap = match list_dir_cached(
+    /// The directory listed now (through the decode cache).
+    fn list(&mut self) -> Result<Snapshot, FileSourceError> {
+        list_dir_cached(
             &self.cfg.dir,
             &self.cfg.node_name,
             &now_rfc3339_nano(),
             self.cfg.allow_insecure,
             &mut self.decoded,
-        ) {
+        )
+    }
+
+    /// The listing, sent only when it has no manifest error that the last sent snapshot did
+    /// not have (a decode error may be a partial write caught mid-way).
+    fn relist_if_complete(&mut self) -> Eager {
+        let snap = match self.list() {
             Ok(s) => s,
             Err(_) => return Eager::Deferred,
         };
@@ -411,13 +416,7 @@ impl Worker {
 
     /// Returns false when the receiving side is gone.
     fn relist(&mut self) -> bool {
-        let snap = match list_dir_cached(
-            &self.cfg.dir,
-            &self.cfg.node_name,
-            &now_rfc3339_nano(),
-            self.cfg.allow_insecure,
-            &mut self.decoded,
-        ) {
+        let snap = match self.list() {
             Ok(s) => s,
             Err(e) => {
                 // Not sending: the last snapshot stays in force (or none, which blocks cleanup).

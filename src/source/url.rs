@@ -120,9 +120,9 @@ pub fn tls_config(files: &UrlTlsFiles) -> Result<Option<ureq::tls::TlsConfig>, U
             .collect::<Result<Vec<_>, _>>()
             .map_err(|_| invalid(what, path, "not valid PEM"))
     };
-    let mut builder = TlsConfig::builder();
-    if let Some(path) = &files.ca_file {
-        let certs: Vec<_> = pem_items("manifest URL CA file", path)?
+    // The certificates of a PEM file; at least one.
+    let certs = |what: &'static str, path: &Path| {
+        let certs: Vec<_> = pem_items(what, path)?
             .into_iter()
             .filter_map(|i| match i {
                 PemItem::Certificate(c) => Some(c),
@@ -130,29 +130,17 @@ pub fn tls_config(files: &UrlTlsFiles) -> Result<Option<ureq::tls::TlsConfig>, U
             })
             .collect();
         if certs.is_empty() {
-            return Err(invalid(
-                "manifest URL CA file",
-                path,
-                "no PEM certificate in it",
-            ));
+            return Err(invalid(what, path, "no PEM certificate in it"));
         }
-        builder = builder.root_certs(RootCerts::new_with_certs(&certs));
+        Ok(certs)
+    };
+    let mut builder = TlsConfig::builder();
+    if let Some(path) = &files.ca_file {
+        let roots = certs("manifest URL CA file", path)?;
+        builder = builder.root_certs(RootCerts::new_with_certs(&roots));
     }
     if let (Some(cert), Some(key)) = (&files.client_cert, &files.client_key) {
-        let chain: Vec<_> = pem_items("manifest URL client certificate", cert)?
-            .into_iter()
-            .filter_map(|i| match i {
-                PemItem::Certificate(c) => Some(c),
-                _ => None,
-            })
-            .collect();
-        if chain.is_empty() {
-            return Err(invalid(
-                "manifest URL client certificate",
-                cert,
-                "no PEM certificate in it",
-            ));
-        }
+        let chain = certs("manifest URL client certificate", cert)?;
         let key_item = pem_items("manifest URL client key", key)?
             .into_iter()
             .find_map(|i| match i {
