@@ -995,7 +995,15 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
     });
     let started = rfc3339(ctx.started);
     let now = rfc3339(SystemTime::now());
-    let healthy = store.health().iter().all(|c| c.ok);
+    // The kubelet's Ready=False message names what is not ready ("container runtime status
+    // check may not have completed yet", "PLEG is not healthy: ..."); so does ours.
+    let failing: Vec<String> = store
+        .health()
+        .into_iter()
+        .filter(|c| !c.ok)
+        .map(|c| format!("{}: {}", c.name, c.message))
+        .collect();
+    let healthy = failing.is_empty();
     // Pressure conditions as the eviction manager holds them (transition period included).
     let pressure = store.node_conditions();
     let cond = |type_: &str, status: &str, reason: &str, message: &str| {
@@ -1025,7 +1033,7 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
             "Ready",
             "False",
             "KubeletNotReady",
-            "nanolet health checks are failing (see /healthz?verbose)",
+            &format!("nanolet is not ready: {}", failing.join("; ")),
         )
     };
     let arch = match std::env::consts::ARCH {

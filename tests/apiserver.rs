@@ -52,8 +52,40 @@ fn joins_the_cluster_and_keeps_lease_and_status_fresh() {
     let web = n.wait_phase("web", "Running");
     let cid = web["status"]["containerStatuses"][0]["containerID"].clone();
 
-    let node = wait_for(Duration::from_secs(30), || api.get(NODE_PATH))
+    // The kubelet registers its Node as soon as it can reach the API server, before its runtime
+    // and PLEG checks have passed (Ready=False, reason KubeletNotReady); the next status update
+    // turns Ready=True. So poll for Ready=True rather than reading the first registration.
+    let node_conditions = |node: &serde_json::Value| -> Vec<String> {
+        node["status"]["conditions"]
+            .as_array()
+            .map(|c| {
+                c.iter()
+                    .map(|c| {
+                        format!(
+                            "{}={}",
+                            c["type"].as_str().unwrap_or(""),
+                            c["status"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    wait_for(Duration::from_secs(30), || api.get(NODE_PATH))
         .unwrap_or_else(|| panic!("node never registered\n{}", n.log_tail()));
+    let node = wait_for(Duration::from_secs(30), || {
+        api.get(NODE_PATH)
+            .filter(|node| node_conditions(node).iter().any(|c| c == "Ready=True"))
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "node never Ready=True: {}\n{}",
+            api.get(NODE_PATH)
+                .map(|n| n["status"]["conditions"].to_string())
+                .unwrap_or_default(),
+            n.log_tail()
+        )
+    });
     let labels = &node["metadata"]["labels"];
     assert_eq!(labels["kubernetes.io/hostname"], "node1");
     assert_eq!(labels["kubernetes.io/os"], "linux");
@@ -73,20 +105,7 @@ fn joins_the_cluster_and_keeps_lease_and_status_fresh() {
             .as_str()
             .is_some_and(|v| !v.is_empty())
     );
-    let conds: Vec<String> = st["conditions"]
-        .as_array()
-        .map(|c| {
-            c.iter()
-                .map(|c| {
-                    format!(
-                        "{}={}",
-                        c["type"].as_str().unwrap_or(""),
-                        c["status"].as_str().unwrap_or("")
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let conds = node_conditions(&node);
     for want in [
         "Ready=True",
         "MemoryPressure=False",

@@ -476,3 +476,30 @@ fn survives_containerd_restart() {
     assert_eq!(wait_exited(&rt, &cid, Duration::from_secs(5)).exit_code, 1);
     cleanup(&rt, &sid);
 }
+
+/// The orphan-task cleanup (containerd's tasks API, not a CRI verb): for a started container
+/// it kills the task (SIGKILL to all, exit 137 as the CRI then reports) and deletes it, so
+/// RemoveContainer succeeds; with no task (a Created container, a second call, an unknown id)
+/// it reports that nothing was there.
+#[test]
+fn remove_orphan_task_kills_and_deletes_the_task() {
+    let ctd = Containerd::start();
+    let rt = ctd.runtime();
+    let sb = sandbox_config(&ctd, "orphans", true);
+    let (sid, cid) = run_one(&rt, &sb, &container_config("sleeper", "sleep 3600"));
+    let created = rt
+        .create_container(&sid, &container_config("idle", "sleep 3600"), &sb)
+        .expect("create");
+
+    assert!(!rt.remove_orphan_task(&created).expect("no task"));
+    assert!(!rt.remove_orphan_task("no-such-container").expect("unknown"));
+
+    assert!(rt.remove_orphan_task(&cid).expect("kill + delete"));
+    let st = wait_exited(&rt, &cid, Duration::from_secs(10));
+    assert_eq!(st.exit_code, 137, "{st:?}");
+    assert!(!rt.remove_orphan_task(&cid).expect("second call"));
+    rt.remove_container(&cid)
+        .expect("removable once the task is gone");
+    rt.remove_container(&created).expect("remove created");
+    cleanup(&rt, &sid);
+}

@@ -36,7 +36,10 @@ mod pb {
 }
 
 use containerd_client::services::v1::events_client::EventsClient;
-use containerd_client::services::v1::{PublishRequest, SubscribeRequest};
+use containerd_client::services::v1::tasks_client::TasksClient;
+use containerd_client::services::v1::{
+    DeleteTaskRequest, GetRequest, KillRequest, PublishRequest, SubscribeRequest, WaitRequest,
+};
 use pb::image_service_client::ImageServiceClient;
 use pb::runtime_service_client::RuntimeServiceClient;
 
@@ -164,6 +167,12 @@ fn with_namespace<T>(msg: T) -> tonic::Request<T> {
         "containerd-namespace",
         tonic::metadata::MetadataValue::from_static(K8S_NAMESPACE),
     );
+    req
+}
+
+fn with_namespace_deadline<T>(msg: T, deadline: Duration) -> tonic::Request<T> {
+    let mut req = with_namespace(msg);
+    req.set_timeout(deadline);
     req
 }
 
@@ -918,6 +927,86 @@ impl Runtime for CriRuntime {
             self.default_timeout,
             true,
             async move { c.remove_container(req).await.map(|_| ()) },
+        )
+    }
+
+    /// containerd's tasks API in namespace k8s.io (the CRI has no verb for this): Get, and if the
+    /// task exists, Kill(SIGKILL, all) unless it is already stopped, Wait for its exit, Delete.
+    fn remove_orphan_task(&self, container_id: &str) -> Result<bool> {
+        let tasks = TasksClient::new(self.channel.clone());
+        let deadline = self.default_timeout;
+        let id = container_id.to_string();
+        self.run(
+            "RemoveOrphanTask",
+            &format!("container {container_id}"),
+            // Get + Kill + Wait + Delete, each bounded by the deadline.
+            deadline * 4,
+            true,
+            async move {
+                let mut tasks = tasks;
+                let got = match tasks
+                    .get(with_namespace_deadline(
+                        GetRequest {
+                            container_id: id.clone(),
+                            exec_id: String::new(),
+                        },
+                        deadline,
+                    ))
+                    .await
+                {
+                    Ok(r) => r.into_inner(),
+                    Err(s) if s.code() == tonic::Code::NotFound => return Ok(false),
+                    Err(s) => return Err(s),
+                };
+                let stopped = got.process.is_some_and(|p| {
+                    p.status == containerd_client::types::v1::Status::Stopped as i32
+                });
+                if !stopped {
+                    match tasks
+                        .kill(with_namespace_deadline(
+                            KillRequest {
+                                container_id: id.clone(),
+                                exec_id: String::new(),
+                                signal: 9,
+                                all: true,
+                            },
+                            deadline,
+                        ))
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(s) if s.code() == tonic::Code::NotFound => {}
+                        Err(s) => return Err(s),
+                    }
+                    match tasks
+                        .wait(with_namespace_deadline(
+                            WaitRequest {
+                                container_id: id.clone(),
+                                exec_id: String::new(),
+                            },
+                            deadline,
+                        ))
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(s) if s.code() == tonic::Code::NotFound => {}
+                        Err(s) => return Err(s),
+                    }
+                }
+                match tasks
+                    .delete(with_namespace_deadline(
+                        DeleteTaskRequest {
+                            container_id: id.clone(),
+                        },
+                        deadline,
+                    ))
+                    .await
+                {
+                    Ok(_) => Ok(true),
+                    Err(s) if s.code() == tonic::Code::NotFound => Ok(true),
+                    Err(s) => Err(s),
+                }
+            },
         )
     }
 

@@ -26,6 +26,8 @@ struct FakeContainer {
     finished_at: i64,
     exit_code: i32,
     reason: String,
+    /// Exited in CRI while its task still runs (see [`Runtime::remove_orphan_task`]).
+    orphan_task: bool,
 }
 
 #[derive(Default)]
@@ -146,6 +148,20 @@ impl FakeRuntime {
             } else {
                 "Error".into()
             };
+        }
+    }
+
+    /// Simulate containerd 1.6 after an interrupted StartContainer: the container reads
+    /// Exited (StartError) in CRI while its task still runs, so RemoveContainer fails with
+    /// "cannot delete running task" until the task is removed.
+    pub fn orphan_task(&self, id: &str) {
+        let mut g = self.lock();
+        if let Some(c) = g.containers.get_mut(id) {
+            c.state = ContainerState::Exited;
+            c.exit_code = 128;
+            c.finished_at = now_nanos();
+            c.reason = "StartError".into();
+            c.orphan_task = true;
         }
     }
 
@@ -349,6 +365,7 @@ impl Runtime for FakeRuntime {
                 finished_at: 0,
                 exit_code: 0,
                 reason: String::new(),
+                orphan_task: false,
             },
         );
         Ok(id)
@@ -419,8 +436,26 @@ impl Runtime for FakeRuntime {
 
     fn remove_container(&self, container_id: &str) -> Result<()> {
         let mut g = self.enter("remove_container", container_id)?;
+        if g.containers
+            .get(container_id)
+            .is_some_and(|c| c.orphan_task)
+        {
+            return Err(RuntimeError::new(
+                "remove_container",
+                container_id,
+                ErrorKind::Other,
+                format!("cannot delete running task {container_id}: failed precondition"),
+            ));
+        }
         g.containers.remove(container_id);
         Ok(())
+    }
+
+    fn remove_orphan_task(&self, container_id: &str) -> Result<bool> {
+        let mut g = self.enter("remove_orphan_task", container_id)?;
+        Ok(g.containers
+            .get_mut(container_id)
+            .is_some_and(|c| std::mem::replace(&mut c.orphan_task, false)))
     }
 
     fn list_containers(&self) -> Result<Vec<ContainerInfo>> {

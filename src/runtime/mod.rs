@@ -378,6 +378,14 @@ pub trait Runtime: Send + Sync {
     /// Stop with a grace period: SIGTERM (or STOPSIGNAL), SIGKILL after `timeout`.
     fn stop_container(&self, container_id: &str, timeout: Duration) -> Result<()>;
     fn remove_container(&self, container_id: &str) -> Result<()>;
+    /// Kill (SIGKILL to every process) and delete the runtime task of a container that the
+    /// CRI no longer reports as running while its task still exists. containerd 1.6 leaves
+    /// this behind when StartContainer is interrupted (the caller killed mid-call): the CRI
+    /// marks the container Exited (StartError), its failed cleanup leaves the task running,
+    /// CRI StopContainer is a no-op for an Exited container, and RemoveContainer fails with
+    /// "cannot delete running task" forever. Returns whether such a task was found and removed;
+    /// `Ok(false)` when there is none (or the runtime has no native task API).
+    fn remove_orphan_task(&self, container_id: &str) -> Result<bool>;
     fn list_containers(&self) -> Result<Vec<ContainerInfo>>;
     /// The sandboxes labelled with pod `uid` ([`LABEL_POD_UID`]). The CRI implementation asks
     /// the runtime to filter (a label selector), so a pod worker's observation costs the same

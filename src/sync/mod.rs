@@ -865,6 +865,35 @@ mod tests {
     }
 
     #[test]
+    fn exited_container_with_a_live_task_is_killed_and_removed() {
+        // containerd 1.6 after StartContainer was interrupted: CRI says Exited (StartError),
+        // the task runs, StopContainer is a no-op and RemoveContainer fails with "cannot delete
+        // running task". Termination must still converge: kill the task, then remove.
+        let h = Harness::start(fake());
+        h.desire(&[pod("u1", "web", "Always", &["a"])], true);
+        h.wait("running", |h| phase(h, "u1") == "Running");
+        let id = h.rt.running("a")[0].clone();
+        h.rt.orphan_task(&id);
+        h.desire(&[], true);
+        h.wait("gone", |h| {
+            h.store.get("u1").is_none() && h.rt.sandbox_count() == 0 && h.rt.container_count() == 0
+        });
+        let calls = h.rt.calls();
+        let orphan = calls
+            .iter()
+            .position(|c| *c == format!("remove_orphan_task {id}"))
+            .unwrap_or_else(|| panic!("task removed through the tasks API: {calls:?}"));
+        let last_rm = calls
+            .iter()
+            .rposition(|c| *c == format!("remove_container {id}"))
+            .expect("removed");
+        assert!(
+            orphan < last_rm,
+            "removal retried after the task is gone: {calls:?}"
+        );
+    }
+
+    #[test]
     fn edited_manifest_terminates_old_uid_before_starting_new() {
         let h = Harness::start(fake());
         h.desire(&[pod("u1", "web", "Always", &["a"])], true);

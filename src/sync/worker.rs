@@ -20,8 +20,9 @@ use crate::prober::spec::{Handler, lifecycle_of};
 use crate::runtime::{
     ANN_CONTAINER_HASH, ANN_CONTAINER_TYPE, ANN_POD_TERMINATION_GRACE, ANN_RESTART_COUNT,
     ANN_TERMINATION_MESSAGE_PATH, ANN_TERMINATION_MESSAGE_POLICY, ContainerConfig, ContainerState,
-    LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
-    LinuxResources, Mount, PodSandboxConfig, PortMapping, Protocol, Runtime, RuntimeError,
+    ErrorKind, LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE,
+    LABEL_POD_UID, LinuxResources, Mount, PodSandboxConfig, PortMapping, Protocol, Runtime,
+    RuntimeError,
 };
 use crate::status::StatusStore;
 
@@ -1263,6 +1264,27 @@ impl PodWorker {
             match self.rt().remove_container(&c.id) {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
+                Err(e) if e.kind == ErrorKind::Other => {
+                    // An Exited container whose task still runs (StartContainer interrupted
+                    // in containerd 1.6): CRI StopContainer will not touch it, so kill and
+                    // delete the task through containerd's tasks API, then remove again.
+                    match self.rt().remove_orphan_task(&c.id) {
+                        Ok(true) => {
+                            warn!(pod = %self.full_name, container = %c.name, id = %c.id, error = %e,
+                                "killed a task the runtime reported as exited, to remove its container");
+                            match self.rt().remove_container(&c.id) {
+                                Ok(()) => {}
+                                Err(e) if e.is_not_found() => {}
+                                Err(e) => return Err(self.wrap(e)),
+                            }
+                        }
+                        Ok(false) => return Err(self.wrap(e)),
+                        Err(e2) => {
+                            debug!(pod = %self.full_name, container = %c.name, error = %e2, "removing orphan task");
+                            return Err(self.wrap(e));
+                        }
+                    }
+                }
                 Err(e) => return Err(self.wrap(e)),
             }
         }
