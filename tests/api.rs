@@ -3,11 +3,12 @@
 
 mod common;
 
-use common::Containerd;
 use common::agent::{NODE, Nanolet};
+use common::{Containerd, wait_for};
 use serde_json::Value;
 use std::fs;
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 fn node() -> String {
     NODE.to_lowercase()
@@ -211,14 +212,31 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         "logs -c main",
     );
     assert_eq!(logs, "main up\n");
-    let now_line = ok(
-        kubectl(&n, &["logs", &crashy, "-c", "crash"]),
-        "logs -c crash",
-    );
-    let prev_line = ok(
-        kubectl(&n, &["logs", &crashy, "-c", "crash", "--previous"]),
-        "logs --previous",
-    );
+    // The crash container restarts every 10, 20, 40 s: a pair of reads that straddles a
+    // restart would see the old current log as the new previous one. Take a pair during
+    // which the restart count did not move.
+    let restarts = || {
+        n.pod("crashy").and_then(|p| {
+            p["status"]["containerStatuses"]
+                .as_array()?
+                .iter()
+                .find(|c| c["name"] == "crash")
+                .map(|c| c["restartCount"].clone())
+        })
+    };
+    let (now_line, prev_line) = wait_for(Duration::from_secs(90), || {
+        let before = restarts();
+        let now_line = ok(
+            kubectl(&n, &["logs", &crashy, "-c", "crash"]),
+            "logs -c crash",
+        );
+        let prev_line = ok(
+            kubectl(&n, &["logs", &crashy, "-c", "crash", "--previous"]),
+            "logs --previous",
+        );
+        (before.is_some() && restarts() == before).then_some((now_line, prev_line))
+    })
+    .expect("two log reads between restarts");
     assert!(prev_line.starts_with("run at "), "{prev_line}");
     assert!(
         now_line.starts_with("run at ") || now_line.is_empty(),

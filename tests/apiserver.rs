@@ -240,8 +240,9 @@ fn api_pods_run_report_status_survive_watch_expiry_and_stop_on_delete() {
     let rt = ctd.runtime();
     let web_path = "/api/v1/namespaces/prod/pods/web";
     wait_for(Duration::from_secs(60), || {
-        let running = running_containers(&rt, "web");
+        // The API first: a DELETE landing between the two reads must not look like an early one.
         let in_api = api.get(web_path).is_some();
+        let running = running_containers(&rt, "web");
         assert!(
             in_api || running == 0,
             "the pod left the API server while its container still ran\n{}",

@@ -310,7 +310,9 @@ fn exit_code_and_events() {
     let mut saw_start = false;
     let mut exit = None;
     while exit.is_none() {
-        let left = Duration::from_secs(1)
+        // Generous: the point is the exit code and the order, not the latency (other tests of
+        // this binary start their own containerd in parallel on the same cores).
+        let left = Duration::from_secs(10)
             .checked_sub(started.elapsed())
             .unwrap_or_default();
         match events.recv_timeout(left) {
@@ -318,7 +320,7 @@ fn exit_code_and_events() {
             Ok(RuntimeEvent::TaskExit { id, exit_code }) if id == cid => exit = Some(exit_code),
             Ok(RuntimeEvent::StreamLost) => panic!("event stream lost"),
             Ok(_) => {} // the sandbox's own task events
-            Err(e) => panic!("no TaskExit for {cid} within 1s of start: {e:?}"),
+            Err(e) => panic!("no TaskExit for {cid} within 10s of start: {e:?}"),
         }
     }
     assert_eq!(exit, Some(3));
@@ -466,7 +468,7 @@ fn survives_containerd_restart() {
     let sb = sandbox_config(&ctd, "after", true);
     let events = rt.subscribe_events().expect("resubscribe");
     let (sid, cid) = run_one(&rt, &sb, &container_config("one", "exit 1"));
-    let got = wait_for(Duration::from_secs(2), || match events.try_recv() {
+    let got = wait_for(Duration::from_secs(10), || match events.try_recv() {
         Ok(RuntimeEvent::TaskExit { id, exit_code }) if id == cid => Some(exit_code),
         _ => None,
     });

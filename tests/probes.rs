@@ -475,7 +475,9 @@ fn http_and_tcp_liveness() {
     };
     let probe = |kind: &str, handler: &str| {
         format!(
-            "    {kind}:\n{handler}      initialDelaySeconds: 1\n      periodSeconds: 1\n      failureThreshold: 1\n"
+            // timeoutSeconds 5: the failing pods here fail by status or refusal at once, and a
+            // passing probe slowed past the default 1 s by a loaded machine must not count.
+            "    {kind}:\n{handler}      initialDelaySeconds: 1\n      periodSeconds: 1\n      failureThreshold: 1\n      timeoutSeconds: 5\n"
         )
     };
     let http = "      httpGet:\n        path: /cgi-bin/healthz\n        port: http\n";
@@ -1248,7 +1250,7 @@ fn grpc_probes() {
         pod_yaml(
             name,
             &format!(
-                "spec:\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: bin\n    hostPath: {{path: {bin_dir}, type: Directory}}\n  - name: lib\n    hostPath: {{path: /lib, type: Directory}}\n  - name: lib64\n    hostPath: {{path: /lib64, type: Directory}}\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [/probe-bin/grpc_health_server, '50051']\n    ports:\n    - name: grpc\n      containerPort: 50051\n    volumeMounts:\n    - {{name: bin, mountPath: /probe-bin, readOnly: true}}\n    - {{name: lib, mountPath: /lib, readOnly: true}}\n    - {{name: lib64, mountPath: /lib64, readOnly: true}}\n    {kind}:\n      grpc:\n        port: 50051\n        service: {service}\n      periodSeconds: 1\n      failureThreshold: 1\n"
+                "spec:\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: bin\n    hostPath: {{path: {bin_dir}, type: Directory}}\n  - name: lib\n    hostPath: {{path: /lib, type: Directory}}\n  - name: lib64\n    hostPath: {{path: /lib64, type: Directory}}\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [/probe-bin/grpc_health_server, '50051']\n    ports:\n    - name: grpc\n      containerPort: 50051\n    volumeMounts:\n    - {{name: bin, mountPath: /probe-bin, readOnly: true}}\n    - {{name: lib, mountPath: /lib, readOnly: true}}\n    - {{name: lib64, mountPath: /lib64, readOnly: true}}\n    {kind}:\n      grpc:\n        port: 50051\n        service: {service}\n      periodSeconds: 1\n      failureThreshold: 1\n      timeoutSeconds: 5\n"
             ),
         )
     };
@@ -1316,7 +1318,7 @@ fn terminating_pod_is_unready_and_not_liveness_probed() {
         "term.yaml",
         &pod_yaml(
             "term",
-            "spec:\n  terminationGracePeriodSeconds: 20\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c]\n    args:\n    - |\n      trap 'rm -f /tmp/ready /tmp/liveness; sleep 6; exit 0' TERM\n      touch /tmp/ready /tmp/liveness\n      while true; do sleep 1; done\n    readinessProbe:\n      exec:\n        command: [cat, /tmp/ready]\n      periodSeconds: 1\n    livenessProbe:\n      exec:\n        command: [cat, /tmp/liveness]\n      periodSeconds: 1\n      failureThreshold: 1\n",
+            "spec:\n  terminationGracePeriodSeconds: 20\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c]\n    args:\n    - |\n      trap 'rm -f /tmp/ready /tmp/liveness; sleep 6; exit 0' TERM\n      touch /tmp/ready /tmp/liveness\n      while true; do sleep 1; done\n    readinessProbe:\n      exec:\n        command: [cat, /tmp/ready]\n      periodSeconds: 1\n    livenessProbe:\n      exec:\n        command: [cat, /tmp/liveness]\n      periodSeconds: 1\n      failureThreshold: 1\n      timeoutSeconds: 5\n",
         ),
     );
     wait_pod(&n, "term", "Ready", |p| {

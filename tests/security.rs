@@ -115,9 +115,12 @@ fn servers_survive_a_thousand_idle_and_slow_connections() {
         "flood: threads {threads0} -> max {max_threads}, VmRSS {rss0} KiB -> max {max_rss} KiB, \
          slowest answer {worst:?}"
     );
-    assert!(worst < Duration::from_secs(1), "slowest answer {worst:?}");
+    // Bounds with room for a loaded CI machine, far below what a blocked server shows (an
+    // answer stuck behind a slow head waits out the 10 s head timeout; a thread per
+    // connection is 1000 threads).
+    assert!(worst < Duration::from_secs(3), "slowest answer {worst:?}");
     assert!(
-        max_threads <= threads0 + 2,
+        max_threads <= threads0 + 4,
         "threads grew from {threads0} to {max_threads}"
     );
     assert!(
@@ -370,12 +373,17 @@ fn insecure_manifest_dirs_and_files_are_refused() {
     );
     chmod(&cm_dir, 0o755);
     n.wait_phase("usescm", "Running");
-    n.write(
-        "open.yaml",
-        &pod_yaml("open", &format!("  containers:\n  - name: c\n{SLEEP}")),
-    );
+    // Publish the file already world-writable (temp + chmod + rename): a chmod after the
+    // rename would race nanolet's immediate read of the new file.
     let file = n.manifests().join("open.yaml");
-    chmod(&file, 0o666);
+    let tmp = n.manifests().join(".open.yaml.tmp");
+    std::fs::write(
+        &tmp,
+        pod_yaml("open", &format!("  containers:\n  - name: c\n{SLEEP}")),
+    )
+    .expect("write manifest");
+    chmod(&tmp, 0o666);
+    std::fs::rename(&tmp, &file).expect("rename manifest");
     let errors = common::wait_for(Duration::from_secs(15), || {
         n.get("/manifests/errors")
             .filter(|b| b.contains("open.yaml") && b.contains("world-writable"))

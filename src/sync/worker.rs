@@ -789,7 +789,10 @@ impl PodWorker {
                 Ok(())
             }
             Err(e) => {
-                self.image_backoff.next(&key, n.instant);
+                // The kubelet's image manager stamps the back-off when the pull fails
+                // (backOff.Next(key, Clock.Now())), not when the sync began: a slow sandbox
+                // start before the pull must not shorten the 10 s.
+                self.image_backoff.next(&key, Instant::now());
                 let delay = self
                     .image_backoff
                     .delay(&key)

@@ -1059,7 +1059,14 @@ impl State {
     fn uid(&mut self) -> String {
         self.seq += 1;
         // A v4-shaped UUID, unique per server and object.
-        let x = (now_secs() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (self.seq << 20);
+        // A process-wide counter as well: servers of parallel tests must not hand out the same
+        // UID in the same second (pod cgroups are host-wide).
+        static GLOBAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let g = GLOBAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let x = (now_secs() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ (self.seq << 20)
+            ^ (g << 40)
+            ^ u64::from(std::process::id());
         format!(
             "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
             (x >> 32) as u32,
