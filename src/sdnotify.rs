@@ -153,13 +153,23 @@ mod tests {
         let mut buf = [0u8; 64];
         let n = receiver.recv(&mut buf).expect("recv");
         assert_eq!(&buf[..n], b"READY=1");
-        // Fill the receiver's queue (net.unix.max_dgram_qlen datagrams) without blocking.
-        let filler = UnixDatagram::unbound().expect("socket");
-        filler.set_nonblocking(true).expect("nonblocking");
-        let mut queued = 0;
-        while filler.send_to(b"WATCHDOG=1", &path).is_ok() {
-            queued += 1;
-            assert!(queued < 100_000, "the queue never filled");
+        // Fill the receiver's queue (net.unix.max_dgram_qlen datagrams: 10 by the kernel's
+        // default, 512 under systemd's sysctl defaults) without blocking. One sender can also
+        // stop on its own send buffer first, so add senders until a fresh one cannot queue
+        // a single datagram.
+        let mut fillers = Vec::new();
+        loop {
+            let filler = UnixDatagram::unbound().expect("socket");
+            filler.set_nonblocking(true).expect("nonblocking");
+            let mut queued = 0;
+            while filler.send_to(b"WATCHDOG=1", &path).is_ok() {
+                queued += 1;
+            }
+            fillers.push(filler);
+            if queued == 0 {
+                break;
+            }
+            assert!(fillers.len() < 1000, "the queue never filled");
         }
         let started = Instant::now();
         assert!(

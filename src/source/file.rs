@@ -689,6 +689,11 @@ mod tests {
         if let Err(e) = fs::write(path, text) {
             panic!("write {}: {e}", path.display());
         }
+        // Explicit mode: world-writable manifests are refused, whatever the umask.
+        use std::os::unix::fs::PermissionsExt;
+        if let Err(e) = fs::set_permissions(path, fs::Permissions::from_mode(0o644)) {
+            panic!("chmod {}: {e}", path.display());
+        }
     }
 
     #[test]
@@ -911,7 +916,13 @@ mod tests {
             &dir.join("bad.json"),
             "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"bad\"},\"spec\":{\"containers\":[{\"name\":\"c\"}]}}",
         );
-        let s = recv_until(&rx, |s| !s.errors.is_empty());
+        // (A listing between the file's creation and its write sees it empty: wait for the
+        // error about its content.)
+        let s = recv_until(&rx, |s| {
+            s.errors
+                .iter()
+                .any(|e| e.field == "spec.containers[0].image")
+        });
         assert_eq!(s.pods.len(), 1);
         assert!(s.errors[0].origin.ends_with("bad.json"));
         assert_eq!(s.errors[0].field, "spec.containers[0].image");

@@ -763,6 +763,10 @@ mod tests {
         let h = Harness::start(fake());
         h.desire(&[pod("u1", "web", "Always", &["a"])], true);
         h.wait("running", |h| h.rt.running("a").len() == 1);
+        // PLEG's event thread subscribes on its own; an event published before that is lost.
+        h.wait("PLEG subscribed", |h| {
+            h.rt.count_calls("subscribe_events") >= 1
+        });
         let id = h.rt.running("a")[0].clone();
         h.rt.publish(crate::runtime::RuntimeEvent::TaskExit {
             id: id.clone(),
@@ -775,8 +779,9 @@ mod tests {
         h.wait("restart count 1 and running", |h| {
             restarts(h, "u1", "a") == 1 && h.rt.running("a").len() == 1
         });
+        // Without the follow-up relists the exit would wait for the evented relist (10 s).
         assert!(
-            exited.elapsed() < crate::pleg::RELIST_PERIOD,
+            exited.elapsed() < crate::pleg::EVENTED_RELIST_PERIOD / 2,
             "restart took {:?}: waited for a periodic relist",
             exited.elapsed()
         );
@@ -1126,7 +1131,8 @@ mod tests {
         let mut p = pod("u1", "job", "Always", &["a"]);
         p.spec.active_deadline_seconds = Some(1);
         h.desire(&[p], true);
-        h.wait("Running", |h| phase(h, "u1") == "Running");
+        // (Running lasts one second: a poller that is off the CPU then may never see it.)
+        h.wait("started", |h| h.rt.count_calls("start_container") >= 1);
         h.wait("Failed", |h| phase(h, "u1") == "Failed");
         let st = h.status("u1").expect("status");
         assert_eq!(st.reason, "DeadlineExceeded");
@@ -1165,12 +1171,14 @@ mod tests {
             pod("u1", "live", "Always", &["a"]),
             0,
             "livenessProbe",
-            serde_json::json!({"exec": {"command": ["check"]}, "periodSeconds": 1, "failureThreshold": 2}),
+            serde_json::json!({"exec": {"command": ["check"]}, "periodSeconds": 1, "failureThreshold": 3}),
         );
         h.desire(&[p], true);
         h.wait("running", |h| {
             phase(h, "u1") == "Running" && h.rt.running("a").len() == 1
         });
+        // failureThreshold 3: the restarted container's probes keep failing until the test
+        // flips the exit code below, which leaves 2 s for that instead of 1.
         rt.set_exec_exit("a", 1);
         h.wait("restarted by liveness", |h| {
             restarts(h, "u1", "a") == 1 && h.rt.running("a").len() == 1

@@ -3,6 +3,7 @@
 //! (The helper tests/e2e.rs, tests/api.rs and tests/probes.rs share.)
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -56,6 +57,9 @@ impl Nanolet {
     ) -> Nanolet {
         let dir = ctd.tmp().join("nanolet");
         fs::create_dir_all(dir.join("manifests")).expect("manifest dir");
+        // Explicit modes: nanolet refuses world-writable manifests, whatever the umask.
+        fs::set_permissions(dir.join("manifests"), fs::Permissions::from_mode(0o755))
+            .expect("manifest dir mode");
         let port = free_port();
         let healthz_port = free_port();
         let mut args: Vec<String> = vec![
@@ -137,6 +141,7 @@ impl Nanolet {
         // Write then rename, as an editor or config management tool would.
         let tmp = self.manifests().join(format!(".{file}.tmp"));
         fs::write(&tmp, body).expect("write manifest");
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644)).expect("manifest mode");
         fs::rename(&tmp, self.manifests().join(file)).expect("rename manifest");
     }
 
