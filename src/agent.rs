@@ -24,23 +24,22 @@ use crate::sync::{DesiredPods, LoopMsg, SyncLoop, SyncSettings, WorkerContext};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("container runtime {endpoint}: {source}")]
+    // `source` fields are the error's source: main prints the chain with `{:#}`, so the
+    // messages do not repeat them.
+    #[error("container runtime {endpoint}")]
     Runtime {
         endpoint: String,
-        #[source]
         source: crate::runtime::RuntimeError,
     },
-    #[error("{what} on {addr}: {source}")]
+    #[error("{what} on {addr}")]
     Bind {
         what: &'static str,
         addr: SocketAddr,
-        #[source]
         source: std::io::Error,
     },
-    #[error("starting {what}: {source}")]
+    #[error("starting {what}")]
     Start {
         what: &'static str,
-        #[source]
         source: std::io::Error,
     },
     #[error("blocking signals: {0}")]

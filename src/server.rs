@@ -150,7 +150,7 @@ fn spawn(
         })
     };
     let server = httpd::Server::start(kind, addr, limits, stopping, handler)
-        .map_err(|e| io::Error::other(format!("{kind} server: binding {addr}: {e}")))?;
+        .map_err(|e| io::Error::other(format!("binding: {e}")))?;
     let local_addr = server.local_addr();
     tracing::info!(addr = %local_addr, "{kind} server listening");
     Ok(ServerHandle {

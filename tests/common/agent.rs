@@ -121,12 +121,38 @@ impl Nanolet {
             .spawn()
             .expect("start nanolet");
         self.child = Some(child);
-        let ok = wait_for(TIMEOUT, || self.get("/healthz").filter(|b| b == "ok"));
-        assert!(
-            ok.is_some(),
-            "nanolet healthz never became ok:\n{}",
-            self.log_tail()
-        );
+        // Healthy, and it is our process answering: free_port() only found ports that were
+        // free a moment ago, so another test may have taken one since.
+        let dir = self.dir.display().to_string();
+        let ok = wait_for(TIMEOUT, || {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                return Some(Err(status));
+            }
+            let ours = self.get("/healthz").is_some_and(|b| b == "ok")
+                && self.get("/configz").is_some_and(|b| b.contains(&dir));
+            ours.then_some(Ok(()))
+        });
+        match ok {
+            Some(Ok(())) => {}
+            Some(Err(status))
+                if self.starts < 5 && self.log_tail().contains("Address already in use") =>
+            {
+                eprintln!("nanolet exited ({status}): a port was taken; retrying on new ports");
+                self.port = free_port();
+                let healthz_port = free_port();
+                for a in &mut self.args {
+                    if a.starts_with("--read-only-port=") {
+                        *a = format!("--read-only-port={}", self.port);
+                    } else if a.starts_with("--healthz-port=") {
+                        *a = format!("--healthz-port={healthz_port}");
+                    }
+                }
+                self.child = None;
+                self.spawn();
+            }
+            Some(Err(status)) => panic!("nanolet exited ({status}):\n{}", self.log_tail()),
+            None => panic!("nanolet healthz never became ok:\n{}", self.log_tail()),
+        }
     }
 
     pub fn manifests(&self) -> PathBuf {
