@@ -225,9 +225,18 @@ const MAX_PENDING: usize = 256;
 fn schedule(recheck: Option<usize>, shown: bool, live: bool) -> (Duration, Option<usize>) {
     match recheck {
         Some(i) if !shown && i < RECHECK_DELAYS.len() => (RECHECK_DELAYS[i], Some(i + 1)),
+        // Still not shown after the quick rechecks (a loaded machine: the shim's task delete,
+        // after which the CRI state changes, can take longer): the generic PLEG's 1 s, for at
+        // most SLOW_RECHECKS more relists, rather than the 10 s evented period.
+        Some(i) if !shown && live && i < RECHECK_DELAYS.len() + SLOW_RECHECKS => {
+            (RELIST_PERIOD, Some(i + 1))
+        }
         _ => (period(live), None),
     }
 }
+
+/// Follow-up relists at [`RELIST_PERIOD`] after the quick ones, while an event is not shown yet.
+pub const SLOW_RECHECKS: usize = 10;
 
 /// Delays of the follow-up relists after an event the relist does not show yet (5 ms
 /// doubling, 315 ms in all): containerd's CRI state lags its task events.
@@ -324,9 +333,19 @@ mod tests {
             recheck = Some(i);
         }
         assert_eq!(waits[0], Duration::from_millis(5), "first recheck");
-        assert_eq!(waits.len(), RECHECK_DELAYS.len());
-        // Rechecks cover 300 ms (the old single recheck waited 50 ms), then stop.
-        assert!(at >= Duration::from_millis(300), "{at:?}");
+        assert_eq!(waits.len(), RECHECK_DELAYS.len() + SLOW_RECHECKS);
+        // Quick rechecks cover 300 ms (the old single recheck waited 50 ms), then the generic
+        // PLEG's 1 s for 10 s, never the evented 10 s gap while an event is unexplained; then
+        // they stop.
+        let quick: Duration = waits[..RECHECK_DELAYS.len()].iter().sum();
+        assert!(quick >= Duration::from_millis(300), "{quick:?}");
+        assert!(
+            waits[RECHECK_DELAYS.len()..]
+                .iter()
+                .all(|w| *w == RELIST_PERIOD),
+            "{waits:?}"
+        );
+        assert!(at >= Duration::from_secs(10), "{at:?}");
         assert_eq!(
             schedule(recheck, false, true),
             (EVENTED_RELIST_PERIOD, None)
