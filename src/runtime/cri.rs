@@ -939,8 +939,8 @@ impl Runtime for CriRuntime {
         self.run(
             "RemoveOrphanTask",
             &format!("container {container_id}"),
-            // Get + Kill + Wait + Delete, each bounded by the deadline.
-            deadline * 4,
+            // Get + Kill + Wait + Delete (+ Get), each bounded by the deadline.
+            deadline * 5,
             true,
             async move {
                 let mut tasks = tasks;
@@ -1004,7 +1004,23 @@ impl Runtime for CriRuntime {
                 {
                     Ok(_) => Ok(true),
                     Err(s) if s.code() == tonic::Code::NotFound => Ok(true),
-                    Err(s) => Err(s),
+                    Err(s) => {
+                        // The CRI plugin handles the same exit and deletes the task too; losing
+                        // that race can fail ours ("ttrpc: closed"). Gone is gone.
+                        let gone = matches!(
+                            tasks
+                                .get(with_namespace_deadline(
+                                    GetRequest {
+                                        container_id: id.clone(),
+                                        exec_id: String::new(),
+                                    },
+                                    deadline,
+                                ))
+                                .await,
+                            Err(g) if g.code() == tonic::Code::NotFound
+                        );
+                        if gone { Ok(true) } else { Err(s) }
+                    }
                 }
             },
         )

@@ -164,12 +164,13 @@ fn pid_alive(pid: i32) -> bool {
 
 /// Claims a 10.X.0.0/16 subnet no other harness instance (in any process) holds and no route
 /// on this machine overlaps. The claim is a lock file holding our pid; stale ones are reclaimed.
-fn claim_subnet() -> (u8, PathBuf) {
+fn claim_subnet(instance: usize) -> (u8, PathBuf) {
     fs::create_dir_all(NET_LOCK_DIR).unwrap_or_else(|e| panic!("creating {NET_LOCK_DIR}: {e}"));
     let routes = run_ok(Command::new("ip").args(["-o", "-4", "route", "show", "table", "all"]))
         .unwrap_or_default();
-    let start = (std::process::id() as usize + INSTANCE.load(Ordering::SeqCst) * 7)
-        % SUBNET_OCTETS.clone().count();
+    // Each instance starts from its own octet (its own number, not a re-read of the shared
+    // counter: two tests starting together read the same value and raced for one subnet).
+    let start = (std::process::id() as usize + instance * 7) % SUBNET_OCTETS.clone().count();
     let octets: Vec<u8> = SUBNET_OCTETS.collect();
     for i in 0..octets.len() {
         let x = octets[(start + i) % octets.len()];
@@ -191,8 +192,16 @@ fn claim_subnet() -> (u8, PathBuf) {
                     let holder = fs::read_to_string(&lock)
                         .ok()
                         .and_then(|s| s.trim().parse::<i32>().ok());
+                    // An empty file is a claim being written (create_new, then the pid): it
+                    // is held unless it stayed empty for long (its writer died in between).
+                    let fresh = fs::metadata(&lock)
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age < Duration::from_secs(30));
                     match holder {
                         Some(pid) if pid_alive(pid) => break,
+                        None if fresh => break,
                         _ => {
                             let _ = fs::remove_file(&lock);
                         }
@@ -231,7 +240,7 @@ impl Containerd {
         reap_stale_instances();
         let images = test_images();
         let n = INSTANCE.fetch_add(1, Ordering::SeqCst);
-        let (octet, net_lock) = claim_subnet();
+        let (octet, net_lock) = claim_subnet(n);
         let tmp = PathBuf::from(format!("/tmp/nanolet-ctd-{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&tmp);
         fs::create_dir_all(tmp.join("cni"))
