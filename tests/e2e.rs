@@ -1375,18 +1375,25 @@ fn container_logs_are_rotated_at_max_size_keeping_max_files() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // `nanolet logs` reads the current file.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
-        .args(["logs", "chatty-node1", "--tail", "1", "--server", &n.url()])
-        .output()
-        .expect("nanolet logs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.trim_end() == "0123456789abcdef",
-        "nanolet logs --tail 1: {:?} {text:?} {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // `nanolet logs` reads the current file. It is rotated about every second here, and right
+    // after a rotation it is empty (the kubelet's reader shows the same), so ask until a read
+    // lands between rotations; every answer must be a success.
+    let mut last = String::new();
+    let line = wait_for(TIMEOUT, || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+            .args(["logs", "chatty-node1", "--tail", "1", "--server", &n.url()])
+            .output()
+            .expect("nanolet logs");
+        assert!(
+            out.status.success(),
+            "nanolet logs --tail 1: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last = String::from_utf8_lossy(&out.stdout).into_owned();
+        (last.trim_end() == "0123456789abcdef").then_some(())
+    });
+    assert!(line.is_some(), "nanolet logs --tail 1: {last:?}");
 }
 
 #[test]
