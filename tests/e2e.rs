@@ -1360,8 +1360,10 @@ fn container_logs_are_rotated_at_max_size_keeping_max_files() {
         "rotated files keep the CRI format"
     );
     // Bounded while it keeps writing: over several seconds, never more than 3 files and no
-    // plain file much over the limit (1Mi + ~250 ms of output, well under 2Mi; with the
-    // kubelet's 10 s check alone they grow to ~10 MB).
+    // plain file much over the limit (1Mi + ~250 ms of output between hot ticks; the full pass
+    // every 10 s also gzips the previous rotation, which in this debug build under the load of
+    // the parallel tests took up to ~1 s: 2.1 MB seen once in 7 runs; so 3Mi. With the
+    // kubelet's 10 s check alone they grow to ~11 MB at this rate).
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
         let now = files();
@@ -1371,7 +1373,7 @@ fn container_logs_are_rotated_at_max_size_keeping_max_files() {
         );
         for f in now.iter().filter(|f| !f.ends_with(".gz")) {
             let sz = size(f);
-            assert!(sz < 2 << 20, "{f} is {sz} bytes, limit 1Mi");
+            assert!(sz < 3 << 20, "{f} is {sz} bytes, limit 1Mi");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
