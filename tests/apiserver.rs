@@ -606,12 +606,7 @@ fn mirror_pods_follow_static_pods() {
 fn double_watch_delivers_events_to_the_client() {
     use std::io::BufRead;
     let api = FakeApiServer::start(TOKEN);
-    let dir = tempfile::tempdir().expect("tmp");
-    let kc = dir.path().join("kc");
-    api.write_kubeconfig(&kc, TOKEN);
-    let kc = nanolet::apiclient::kubeconfig::Kubeconfig::load(&kc).expect("kubeconfig");
-    let client =
-        nanolet::apiclient::client::ApiClient::new(&kc, Duration::from_secs(10)).expect("client");
+    let client = api.client(TOKEN);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let r = client

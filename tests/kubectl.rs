@@ -426,12 +426,7 @@ fn status_patches_merge_like_the_apiserver() {
 
 /// Watch lines from nanolet's API client (the consumer the double serves), as a channel.
 fn watch(api: &FakeApiServer, query: &str) -> Receiver<Value> {
-    let dir = tempfile::tempdir().expect("tmp");
-    let kc = dir.path().join("kc");
-    api.write_kubeconfig(&kc, TOKEN);
-    let kc = nanolet::apiclient::kubeconfig::Kubeconfig::load(&kc).expect("kubeconfig");
-    let client =
-        nanolet::apiclient::client::ApiClient::new(&kc, Duration::from_secs(10)).expect("client");
+    let client = api.client(TOKEN);
     let (tx, rx) = std::sync::mpsc::channel();
     let before = api.requests().len();
     let path = format!("/api/v1/pods?{query}");

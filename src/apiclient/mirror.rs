@@ -191,12 +191,7 @@ pub fn mirror_body(pod: &Pod, node: &str, node_uid: &str) -> Value {
         m.remove("creationTimestamp");
         m.remove("resourceVersion");
     }
-    let hash = pod
-        .metadata
-        .annotations
-        .get(CONFIG_HASH_ANNOTATION)
-        .cloned()
-        .unwrap_or_default();
+    let hash = config_hash(pod);
     v["metadata"]["annotations"][CONFIG_MIRROR_ANNOTATION] = json!(hash);
     v["metadata"]["ownerReferences"] = json!([{
         "apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": true
@@ -280,12 +275,7 @@ impl MirrorManager {
         let mut node_uid: Option<String> = None;
         let mut created = 0;
         for (full, pod) in &want {
-            let hash = pod
-                .metadata
-                .annotations
-                .get(CONFIG_HASH_ANNOTATION)
-                .cloned()
-                .unwrap_or_default();
+            let hash = config_hash(pod);
             if let Some(m) = mirrors.get(full) {
                 if !m.deleting && m.hash == hash {
                     self.created.remove(full);
@@ -349,6 +339,16 @@ impl MirrorManager {
         self.created.retain(|full, _| want.contains_key(full));
         created
     }
+}
+
+/// The static pod's `kubernetes.io/config.hash`, which its mirror pod carries as
+/// `kubernetes.io/config.mirror`.
+fn config_hash(pod: &Pod) -> String {
+    pod.metadata
+        .annotations
+        .get(CONFIG_HASH_ANNOTATION)
+        .cloned()
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

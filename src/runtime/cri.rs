@@ -170,6 +170,17 @@ fn with_namespace<T>(msg: T) -> tonic::Request<T> {
     req
 }
 
+/// A call whose target may be gone: NotFound is `Ok(None)`.
+fn not_found_ok<T>(
+    r: std::result::Result<T, tonic::Status>,
+) -> std::result::Result<Option<T>, tonic::Status> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+        Err(s) => Err(s),
+    }
+}
+
 fn with_namespace_deadline<T>(msg: T, deadline: Duration) -> tonic::Request<T> {
     let mut req = with_namespace(msg);
     req.set_timeout(deadline);
@@ -933,7 +944,7 @@ impl Runtime for CriRuntime {
     /// containerd's tasks API in namespace k8s.io (the CRI has no verb for this): Get, and if the
     /// task exists, Kill(SIGKILL, all) unless it is already stopped, Wait for its exit, Delete.
     fn remove_orphan_task(&self, container_id: &str) -> Result<bool> {
-        let tasks = TasksClient::new(self.channel.clone());
+        let mut tasks = TasksClient::new(self.channel.clone());
         let deadline = self.default_timeout;
         let id = container_id.to_string();
         self.run(
@@ -943,84 +954,49 @@ impl Runtime for CriRuntime {
             deadline * 5,
             true,
             async move {
-                let mut tasks = tasks;
-                let got = match tasks
-                    .get(with_namespace_deadline(
-                        GetRequest {
-                            container_id: id.clone(),
-                            exec_id: String::new(),
-                        },
-                        deadline,
-                    ))
-                    .await
-                {
-                    Ok(r) => r.into_inner(),
-                    Err(s) if s.code() == tonic::Code::NotFound => return Ok(false),
-                    Err(s) => return Err(s),
+                let get = || GetRequest {
+                    container_id: id.clone(),
+                    exec_id: String::new(),
                 };
-                let stopped = got.process.is_some_and(|p| {
+                let Some(got) =
+                    not_found_ok(tasks.get(with_namespace_deadline(get(), deadline)).await)?
+                else {
+                    return Ok(false);
+                };
+                let stopped = got.into_inner().process.is_some_and(|p| {
                     p.status == containerd_client::types::v1::Status::Stopped as i32
                 });
                 if !stopped {
-                    match tasks
-                        .kill(with_namespace_deadline(
-                            KillRequest {
-                                container_id: id.clone(),
-                                exec_id: String::new(),
-                                signal: 9,
-                                all: true,
-                            },
-                            deadline,
-                        ))
-                        .await
-                    {
-                        Ok(_) => {}
-                        Err(s) if s.code() == tonic::Code::NotFound => {}
-                        Err(s) => return Err(s),
-                    }
-                    match tasks
-                        .wait(with_namespace_deadline(
-                            WaitRequest {
-                                container_id: id.clone(),
-                                exec_id: String::new(),
-                            },
-                            deadline,
-                        ))
-                        .await
-                    {
-                        Ok(_) => {}
-                        Err(s) if s.code() == tonic::Code::NotFound => {}
-                        Err(s) => return Err(s),
-                    }
+                    let kill = KillRequest {
+                        container_id: id.clone(),
+                        exec_id: String::new(),
+                        signal: 9,
+                        all: true,
+                    };
+                    not_found_ok(tasks.kill(with_namespace_deadline(kill, deadline)).await)?;
+                    let wait = WaitRequest {
+                        container_id: id.clone(),
+                        exec_id: String::new(),
+                    };
+                    not_found_ok(tasks.wait(with_namespace_deadline(wait, deadline)).await)?;
                 }
+                let delete = DeleteTaskRequest {
+                    container_id: id.clone(),
+                };
                 match tasks
-                    .delete(with_namespace_deadline(
-                        DeleteTaskRequest {
-                            container_id: id.clone(),
-                        },
-                        deadline,
-                    ))
+                    .delete(with_namespace_deadline(delete, deadline))
                     .await
                 {
                     Ok(_) => Ok(true),
-                    Err(s) if s.code() == tonic::Code::NotFound => Ok(true),
-                    Err(s) => {
-                        // The CRI plugin handles the same exit and deletes the task too; losing
-                        // that race can fail ours ("ttrpc: closed"). Gone is gone.
-                        let gone = matches!(
-                            tasks
-                                .get(with_namespace_deadline(
-                                    GetRequest {
-                                        container_id: id.clone(),
-                                        exec_id: String::new(),
-                                    },
-                                    deadline,
-                                ))
-                                .await,
-                            Err(g) if g.code() == tonic::Code::NotFound
-                        );
-                        if gone { Ok(true) } else { Err(s) }
-                    }
+                    // The CRI plugin handles the same exit and deletes the task too; losing
+                    // that race can fail ours ("ttrpc: closed"). Gone is gone.
+                    Err(s) => match not_found_ok(
+                        tasks.get(with_namespace_deadline(get(), deadline)).await,
+                    ) {
+                        Ok(None) => Ok(true),
+                        _ if s.code() == tonic::Code::NotFound => Ok(true),
+                        _ => Err(s),
+                    },
                 }
             },
         )

@@ -302,6 +302,25 @@ impl Poller {
             })
     }
 
+    /// `errors` beside the pods still in force (the last good snapshot); before any good
+    /// snapshot, the errors alone and the source not ready.
+    fn with_errors(&self, errors: Vec<ManifestError>) -> Snapshot {
+        match &self.last_good {
+            Some(good) => Snapshot {
+                source: SourceKind::Http,
+                pods: good.pods.clone(),
+                errors,
+                ready: true,
+            },
+            None => Snapshot {
+                source: SourceKind::Http,
+                pods: Vec::new(),
+                errors,
+                ready: false,
+            },
+        }
+    }
+
     /// Returns false when the receiving side is gone.
     fn poll_once(&mut self) -> bool {
         let body = match self.fetch() {
@@ -318,20 +337,7 @@ impl Poller {
                     field: String::new(),
                     reason: fetch_reason(&e),
                 }];
-                let snap = match &self.last_good {
-                    Some(good) => Snapshot {
-                        source: SourceKind::Http,
-                        pods: good.pods.clone(),
-                        errors,
-                        ready: true,
-                    },
-                    None => Snapshot {
-                        source: SourceKind::Http,
-                        pods: Vec::new(),
-                        errors,
-                        ready: false,
-                    },
-                };
+                let snap = self.with_errors(errors);
                 if self
                     .last_sent
                     .as_ref()
@@ -367,22 +373,7 @@ impl Poller {
                     tracing::warn!(url = %e.origin, field = %e.field, reason = %e.reason,
                         "url source: manifest rejected, keeping the previous pods");
                 }
-                match &self.last_good {
-                    // Report the errors beside the pods still in force.
-                    Some(good) => Snapshot {
-                        source: SourceKind::Http,
-                        pods: good.pods.clone(),
-                        errors,
-                        ready: true,
-                    },
-                    // Never answered: the errors alone, the source stays not ready.
-                    None => Snapshot {
-                        source: SourceKind::Http,
-                        pods: Vec::new(),
-                        errors,
-                        ready: false,
-                    },
-                }
+                self.with_errors(errors)
             }
         };
         if self

@@ -1264,30 +1264,26 @@ impl PodWorker {
                     debug!(pod = %self.full_name, container = %c.name, error = %e, "stopping before removal");
                 }
             }
-            match self.rt().remove_container(&c.id) {
+            let gone = |r: Result<(), RuntimeError>| {
+                r.or_else(|e| if e.is_not_found() { Ok(()) } else { Err(e) })
+            };
+            match gone(self.rt().remove_container(&c.id)) {
                 Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) if e.kind == ErrorKind::Other => {
-                    // An Exited container whose task still runs (StartContainer interrupted
-                    // in containerd 1.6): CRI StopContainer will not touch it, so kill and
-                    // delete the task through containerd's tasks API, then remove again.
-                    match self.rt().remove_orphan_task(&c.id) {
-                        Ok(true) => {
-                            warn!(pod = %self.full_name, container = %c.name, id = %c.id, error = %e,
-                                "killed a task the runtime reported as exited, to remove its container");
-                            match self.rt().remove_container(&c.id) {
-                                Ok(()) => {}
-                                Err(e) if e.is_not_found() => {}
-                                Err(e) => return Err(self.wrap(e)),
-                            }
-                        }
-                        Ok(false) => return Err(self.wrap(e)),
-                        Err(e2) => {
-                            debug!(pod = %self.full_name, container = %c.name, error = %e2, "removing orphan task");
-                            return Err(self.wrap(e));
-                        }
+                // An Exited container whose task still runs (StartContainer interrupted in
+                // containerd 1.6): CRI StopContainer will not touch it, so kill and delete the
+                // task through containerd's tasks API, then remove again.
+                Err(e) if e.kind == ErrorKind::Other => match self.rt().remove_orphan_task(&c.id) {
+                    Ok(true) => {
+                        warn!(pod = %self.full_name, container = %c.name, id = %c.id, error = %e,
+                            "killed a task the runtime reported as exited, to remove its container");
+                        gone(self.rt().remove_container(&c.id)).map_err(|e| self.wrap(e))?;
                     }
-                }
+                    Ok(false) => return Err(self.wrap(e)),
+                    Err(e2) => {
+                        debug!(pod = %self.full_name, container = %c.name, error = %e2, "removing orphan task");
+                        return Err(self.wrap(e));
+                    }
+                },
                 Err(e) => return Err(self.wrap(e)),
             }
         }

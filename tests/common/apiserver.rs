@@ -2066,6 +2066,17 @@ impl FakeApiServer {
     }
 
     /// A kubeconfig for this server with `token`, written to `path`.
+    /// nanolet's own API client, configured for this server through a kubeconfig as nanolet
+    /// itself is.
+    pub fn client(&self, token: &str) -> nanolet::apiclient::client::ApiClient {
+        let dir = tempfile::tempdir().expect("tmp");
+        let kc = dir.path().join("kc");
+        self.write_kubeconfig(&kc, token);
+        let kc = nanolet::apiclient::kubeconfig::Kubeconfig::load(&kc).expect("kubeconfig");
+        nanolet::apiclient::client::ApiClient::new(&kc, std::time::Duration::from_secs(10))
+            .expect("client")
+    }
+
     pub fn write_kubeconfig(&self, path: &std::path::Path, token: &str) {
         std::fs::write(
             path,
