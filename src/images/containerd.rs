@@ -1,5 +1,5 @@
 //! The gRPC side of image import: containerd's native content, images, snapshots, diff and
-//! leases services (the `containerd-client` crate), all in namespace `k8s.io`.
+//! leases services (our subset of containerd's API in proto/containerd/, `runtime::containerd_api`), all in namespace `k8s.io`.
 //!
 //! Like `runtime::cri`, a dedicated thread drives a current-thread tokio runtime and every
 //! call blocks the caller on a std channel; the Unix-socket channel comes from
@@ -13,13 +13,12 @@ use std::io::Read;
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, SystemTime};
 
-use containerd_client::services::v1::content_client::ContentClient;
-use containerd_client::services::v1::diff_client::DiffClient;
-use containerd_client::services::v1::images_client::ImagesClient;
-use containerd_client::services::v1::leases_client::LeasesClient;
-use containerd_client::services::v1::snapshots::snapshots_client::SnapshotsClient;
-use containerd_client::services::v1::{self as api, snapshots as snap};
-use containerd_client::types::{Descriptor, Mount};
+use crate::runtime::containerd_api::services::content::v1::{self as content, content_client::ContentClient};
+use crate::runtime::containerd_api::services::diff::v1::{self as diff, diff_client::DiffClient};
+use crate::runtime::containerd_api::services::images::v1::{self as images, images_client::ImagesClient};
+use crate::runtime::containerd_api::services::leases::v1::{self as leases, leases_client::LeasesClient};
+use crate::runtime::containerd_api::services::snapshots::v1::{self as snap, snapshots_client::SnapshotsClient};
+use crate::runtime::containerd_api::types::{Descriptor, Mount};
 use tonic::transport::Channel;
 
 use crate::runtime::cri::K8S_NAMESPACE;
@@ -214,7 +213,7 @@ impl Client {
         let mut labels = HashMap::new();
         labels.insert("containerd.io/gc.expire".to_string(), until);
         let req = self.req(
-            api::CreateRequest {
+            leases::CreateRequest {
                 id: id.to_string(),
                 labels,
             },
@@ -235,7 +234,7 @@ impl Client {
         let Some(id) = id else { return Ok(()) };
         let mut c = LeasesClient::new(self.channel.clone());
         let req = self.req(
-            api::DeleteRequest {
+            leases::DeleteRequest {
                 id: id.clone(),
                 sync: false,
             },
@@ -255,7 +254,7 @@ impl Client {
     pub fn content_info(&self, digest: &str) -> Result<Option<ContentInfo>> {
         let mut c = ContentClient::new(self.channel.clone());
         let req = self.req(
-            api::InfoRequest {
+            content::InfoRequest {
                 digest: digest.to_string(),
             },
             CALL_TIMEOUT,
@@ -284,8 +283,8 @@ impl Client {
         }
         let mut c = ContentClient::new(self.channel.clone());
         let req = self.req(
-            api::UpdateRequest {
-                info: Some(api::Info {
+            content::UpdateRequest {
+                info: Some(content::Info {
                     digest: digest.to_string(),
                     labels: labels.clone().into_iter().collect(),
                     ..Default::default()
@@ -319,7 +318,7 @@ impl Client {
             .map(|d| d.as_nanos())
             .unwrap_or(0);
         let wref = format!("nanolet-{}-{nanos}-{digest}", std::process::id());
-        let (tx, rx) = tokio::sync::mpsc::channel::<api::WriteContentRequest>(4);
+        let (tx, rx) = tokio::sync::mpsc::channel::<content::WriteContentRequest>(4);
         let req = self.req(
             tokio_stream::wrappers::ReceiverStream::new(rx),
             LONG_TIMEOUT,
@@ -352,8 +351,8 @@ impl Client {
             if n == 0 {
                 break;
             }
-            let msg = api::WriteContentRequest {
-                action: api::WriteAction::Write as i32,
+            let msg = content::WriteContentRequest {
+                action: content::WriteAction::Write as i32,
                 r#ref: wref.clone(),
                 total,
                 expected: digest.to_string(),
@@ -378,8 +377,8 @@ impl Client {
                     format!("got {offset} bytes, expected {size}"),
                 ));
             }
-            let commit = api::WriteContentRequest {
-                action: api::WriteAction::Commit as i32,
+            let commit = content::WriteContentRequest {
+                action: content::WriteAction::Commit as i32,
                 r#ref: wref.clone(),
                 total,
                 expected: digest.to_string(),
@@ -490,7 +489,7 @@ impl Client {
     ) -> Result<()> {
         let mut dc = DiffClient::new(self.channel.clone());
         let req = self.req(
-            api::ApplyRequest {
+            diff::ApplyRequest {
                 diff: Some(Descriptor {
                     media_type: layer.media_type.clone(),
                     digest: layer.digest.clone(),
@@ -539,7 +538,7 @@ impl Client {
     pub fn get_image(&self, name: &str) -> Result<Option<ImageRecord>> {
         let mut c = ImagesClient::new(self.channel.clone());
         let req = self.req(
-            api::GetImageRequest {
+            images::GetImageRequest {
                 name: name.to_string(),
             },
             CALL_TIMEOUT,
@@ -557,7 +556,7 @@ impl Client {
     pub fn list_images(&self) -> Result<Vec<ImageRecord>> {
         let mut c = ImagesClient::new(self.channel.clone());
         let req = self.req(
-            api::ListImagesRequest {
+            images::ListImagesRequest {
                 filters: Vec::new(),
             },
             CALL_TIMEOUT,
@@ -570,7 +569,7 @@ impl Client {
 
     /// Images.Create, or Images.Update (target and labels) when the name exists.
     pub fn put_image(&self, img: &ImageRecord) -> Result<()> {
-        let image = api::Image {
+        let image = images::Image {
             name: img.name.clone(),
             labels: img.labels.clone(),
             target: Some(Descriptor {
@@ -584,7 +583,7 @@ impl Client {
         };
         let mut c = ImagesClient::new(self.channel.clone());
         let req = self.req(
-            api::CreateImageRequest {
+            images::CreateImageRequest {
                 image: Some(image.clone()),
                 source_date_epoch: None,
             },
@@ -600,7 +599,7 @@ impl Client {
         let mut paths = vec!["target".to_string()];
         paths.extend(img.labels.keys().map(|k| format!("labels.{k}")));
         let req = self.req(
-            api::UpdateImageRequest {
+            images::UpdateImageRequest {
                 image: Some(image),
                 update_mask: Some(prost_types::FieldMask { paths }),
                 source_date_epoch: None,
@@ -613,7 +612,7 @@ impl Client {
     }
 }
 
-fn record(i: api::Image) -> ImageRecord {
+fn record(i: images::Image) -> ImageRecord {
     let t = i.target.unwrap_or_default();
     ImageRecord {
         name: i.name,

@@ -35,11 +35,11 @@ mod pb {
     tonic::include_proto!("runtime.v1");
 }
 
-use containerd_client::services::v1::events_client::EventsClient;
-use containerd_client::services::v1::tasks_client::TasksClient;
-use containerd_client::services::v1::{
-    DeleteTaskRequest, GetRequest, KillRequest, PublishRequest, SubscribeRequest, WaitRequest,
-};
+use super::containerd_api as ctrd;
+use ctrd::services::events::v1::events_client::EventsClient;
+use ctrd::services::events::v1::{PublishRequest, SubscribeRequest};
+use ctrd::services::tasks::v1::tasks_client::TasksClient;
+use ctrd::services::tasks::v1::{DeleteTaskRequest, GetRequest, KillRequest, WaitRequest};
 use pb::image_service_client::ImageServiceClient;
 use pb::runtime_service_client::RuntimeServiceClient;
 
@@ -676,13 +676,13 @@ fn image_name(spec: Option<pb::ImageSpec>) -> String {
 
 // ---- events ----
 
-fn decode_event(env: &containerd_client::types::Envelope) -> Option<RuntimeEvent> {
+fn decode_event(env: &ctrd::types::Envelope) -> Option<RuntimeEvent> {
     if env.namespace != K8S_NAMESPACE {
         return None;
     }
     let any = env.event.as_ref()?;
     match env.topic.as_str() {
-        "/tasks/exit" => match containerd_client::events::TaskExit::decode(any.value.as_slice()) {
+        "/tasks/exit" => match ctrd::events::TaskExit::decode(any.value.as_slice()) {
             // Exec processes exit too (id = exec id); only the init process ends the container.
             Ok(ev) if ev.id.is_empty() || ev.id == ev.container_id => {
                 Some(RuntimeEvent::TaskExit {
@@ -697,7 +697,7 @@ fn decode_event(env: &containerd_client::types::Envelope) -> Option<RuntimeEvent
             }
         },
         "/tasks/start" => {
-            match containerd_client::events::TaskStart::decode(any.value.as_slice()) {
+            match ctrd::events::TaskStart::decode(any.value.as_slice()) {
                 Ok(ev) => Some(RuntimeEvent::TaskStart {
                     id: ev.container_id,
                 }),
@@ -964,7 +964,7 @@ impl Runtime for CriRuntime {
                     return Ok(false);
                 };
                 let stopped = got.into_inner().process.is_some_and(|p| {
-                    p.status == containerd_client::types::v1::Status::Stopped as i32
+                    p.status == ctrd::v1::types::Status::Stopped as i32
                 });
                 if !stopped {
                     let kill = KillRequest {
@@ -1437,13 +1437,13 @@ mod tests {
 
     #[test]
     fn exec_exit_events_are_ignored() {
-        let exit = |cid: &str, id: &str| containerd_client::types::Envelope {
+        let exit = |cid: &str, id: &str| ctrd::types::Envelope {
             timestamp: None,
             namespace: K8S_NAMESPACE.into(),
             topic: "/tasks/exit".into(),
             event: Some(prost_types::Any {
                 type_url: "containerd.events.TaskExit".into(),
-                value: containerd_client::events::TaskExit {
+                value: ctrd::events::TaskExit {
                     container_id: cid.into(),
                     id: id.into(),
                     pid: 1,

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Duration;
 
+pub(crate) mod containerd_api;
 pub mod cri;
 pub mod fake;
 pub mod grpc_health;
