@@ -51,12 +51,18 @@ qemu_of() {
 }
 
 # Installs the pinned toolchain if anything is missing. Idempotent; apt-get runs only when needed.
+# With --native-only: just Debian's Rust 1.85 for the build machine's own architecture (and gcc
+# to link), what scripts/msrv-check needs; without: also the ARM std libraries, cross gcc, qemu.
 install_toolchain() {
-  local v=$DEB_RUST_VERSION missing=() p
-  local pkgs=(
-    "rustc-web=$v" "cargo-web=$v" "libstd-rust-web-dev=$v"
-    "libstd-rust-web-dev:arm64=$v" "libstd-rust-web-dev:armhf=$v"
-  )
+  local v=$DEB_RUST_VERSION missing=() p native_only=0
+  [ "${1:-}" = --native-only ] && native_only=1
+  local pkgs=("rustc-web=$v" "cargo-web=$v" "libstd-rust-web-dev=$v")
+  local tools=(gcc libc6-dev)
+  if [ "$native_only" -eq 0 ]; then
+    pkgs+=("libstd-rust-web-dev:arm64=$v" "libstd-rust-web-dev:armhf=$v")
+    tools+=(gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross
+      libc6-dev-armhf-cross qemu-user-static)
+  fi
   local native name
   native=$(dpkg --print-architecture)
   for p in "${pkgs[@]}"; do
@@ -64,8 +70,7 @@ install_toolchain() {
     [[ $name == *:* ]] || name="$name:$native"
     [ "$(dpkg-query -W -f='${Version}' "$name" 2>/dev/null || true)" = "$v" ] || missing+=("$p")
   done
-  for p in gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross \
-    libc6-dev-armhf-cross qemu-user-static; do
+  for p in "${tools[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
   done
   if [ ${#missing[@]} -eq 0 ]; then
@@ -73,10 +78,12 @@ install_toolchain() {
   fi
   [ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}) and not root: run as root once"
   say "installing: ${missing[*]}"
-  local archs
-  archs=$(dpkg --print-foreign-architectures)
-  grep -qx arm64 <<<"$archs" || dpkg --add-architecture arm64
-  grep -qx armhf <<<"$archs" || dpkg --add-architecture armhf
+  if [ "$native_only" -eq 0 ]; then
+    local archs
+    archs=$(dpkg --print-foreign-architectures)
+    grep -qx arm64 <<<"$archs" || dpkg --add-architecture arm64
+    grep -qx armhf <<<"$archs" || dpkg --add-architecture armhf
+  fi
   # A mirror in the middle of a sync can fail one index; the pinned packages come from the
   # bookworm release itself, so go on and let apt-get install decide.
   apt-get update -q || say "warning: apt-get update reported errors; trying the install anyway"
