@@ -1,7 +1,8 @@
 //! Images against a real containerd: `nanolet images import` of generated OCI-layout and
-//! docker-archive tarballs (plain and gzip), the images directory, pods with
-//! `imagePullPolicy: Never` running the imported images, idempotent re-import, corrupt
-//! archives, ErrImagePull/ImagePullBackOff with the kubelet's backoff, and registry
+//! docker-archive tarballs (plain and gzip) and of the archives real tools write (`ctr images
+//! export`, skopeo's oci-archive with gzip and zstd layers and docker-archive, `podman save`
+//! in both formats), the images directory, pods with `imagePullPolicy: Never` running the
+//! imported images, idempotent re-import, corrupt archives, ErrImagePull/ImagePullBackOff with the kubelet's backoff, and registry
 //! credentials (node config.json and imagePullSecrets from the local store) against a tiny
 //! fake registry.
 
@@ -591,4 +592,599 @@ fn registry_credentials_from_config_json_and_pull_secrets() {
             "credentials in {what}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Archives that real tools write (issue 16): built at test time by ctr, skopeo and podman
+// from the harness's busybox test image, imported with `nanolet images import` into the
+// harness's containerd, checked there (containerd's image record and CRI's view) and run.
+// `docker save` is not among them: it needs a Docker engine, which these machines do not run.
+
+/// The containerd namespace the ctr tests prepare their images in: k8s.io, where nanolet
+/// imports, never sees them.
+const TOOLS_NS: &str = "nanolet-tools";
+
+fn sh_out(cmd: &str) -> String {
+    let out = Command::new("sh").args(["-ec", cmd]).output().expect("sh");
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `ctr` against the test's containerd, in namespace `ns`.
+fn ctr(ctd: &Containerd, ns: &str, args: &str) -> String {
+    sh_out(&format!(
+        "ctr --address {} --namespace {ns} {args}",
+        ctd.socket_path().display()
+    ))
+}
+
+/// Panics, pointing at scripts/install-deps.sh, when `bin` is not installed.
+fn require(bin: &str) {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()));
+    assert!(
+        found,
+        "this test needs {bin}: run scripts/install-deps.sh (as root) first"
+    );
+}
+
+/// Runs `cmd` (skopeo, podman) so that it leaves nothing on this machine outside `tmp`: in a
+/// private mount namespace whose /var/lib is an empty tmpfs (containers/image, the library of
+/// both, writes its blob-info cache to /var/lib/containers/cache when run as root, whatever
+/// the flags say), with TMPDIR below `tmp` (their big temporary files). The namespace dies
+/// with the command.
+fn tool(tmp: &Path, cmd: &str) -> String {
+    require("unshare");
+    let tmpdir = tmp.join("tool-tmp");
+    fs::create_dir_all(&tmpdir).unwrap();
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-ec"])
+        .arg("mount -t tmpfs nanolet-test-tools /var/lib; eval \"$1\"")
+        .args(["sh", cmd])
+        .env("TMPDIR", &tmpdir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("unshare");
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// podman with all its state below `dir` (vfs storage: no mounts; no systemd, no events file).
+fn podman(dir: &Path) -> String {
+    format!(
+        "podman --root {d}/storage --runroot {d}/run --tmpdir {d}/tmp --storage-driver vfs --cgroup-manager cgroupfs --events-backend none",
+        d = dir.display()
+    )
+}
+
+fn write_json(p: &Path, v: &Value) {
+    fs::write(p, serde_json::to_vec(v).unwrap()).unwrap();
+}
+
+/// Writes `bytes` as a blob of `layout`; returns its descriptor fields (digest, size).
+fn put_blob(layout: &Path, bytes: &[u8]) -> (String, usize) {
+    let d = nanolet::images::archive::sha256_digest(bytes);
+    fs::write(blob(layout, &d), bytes).unwrap();
+    (d, bytes.len())
+}
+
+/// The busybox OCI layout in `dir` with one more gzip layer holding `/etc/marker` (content
+/// `marker`): a layer no other image has, so importing it really unpacks something.
+fn busybox_with_marker(work: &Path, dir: &str, marker: &str) -> PathBuf {
+    let d = work.join(dir);
+    extract_busybox(&d);
+    let files = work.join(format!("{dir}-layer"));
+    fs::create_dir_all(files.join("etc")).unwrap();
+    fs::write(files.join("etc/marker"), format!("{marker}\n")).unwrap();
+    let layer_tar = work.join(format!("{dir}-layer.tar"));
+    sh(&format!(
+        "tar -C {} --owner=0 --group=0 -cf {} etc",
+        files.display(),
+        layer_tar.display()
+    ));
+    let diff_id = nanolet::images::archive::sha256_digest(&fs::read(&layer_tar).unwrap());
+    sh(&format!("gzip -n -k {}", layer_tar.display()));
+    let gz = fs::read(work.join(format!("{dir}-layer.tar.gz"))).unwrap();
+    let (ldigest, lsize) = put_blob(&d, &gz);
+    let mut index = read_json(&d.join("index.json"));
+    let mdigest = index["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut manifest = read_json(&blob(&d, &mdigest));
+    let cdigest = manifest["config"]["digest"].as_str().unwrap().to_string();
+    let mut config = read_json(&blob(&d, &cdigest));
+    config["rootfs"]["diff_ids"]
+        .as_array_mut()
+        .unwrap()
+        .push(Value::from(diff_id));
+    let (cdigest, csize) = put_blob(&d, &serde_json::to_vec(&config).unwrap());
+    manifest["config"]["digest"] = Value::from(cdigest);
+    manifest["config"]["size"] = Value::from(csize);
+    manifest["layers"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+            "digest": ldigest,
+            "size": lsize,
+        }));
+    let (mdigest, msize) = put_blob(&d, &serde_json::to_vec(&manifest).unwrap());
+    index["manifests"][0]["digest"] = Value::from(mdigest);
+    index["manifests"][0]["size"] = Value::from(msize);
+    write_json(&d.join("index.json"), &index);
+    d
+}
+
+/// What `archive`, as the tool wrote it, says image `name` is, read with tar and not with
+/// nanolet: the target digest containerd's image record must have (`None` for a docker
+/// archive, whose manifest the importer writes) and the config digest (CRI's image ID). From
+/// an index it follows the host's platform, else a child without platform (containerd's
+/// rule), never an attestation.
+fn expected_ids(work: &Path, archive: &Path, name: &str) -> (Option<String>, String) {
+    let d = work.join(format!(
+        "x-{}",
+        archive.file_name().unwrap().to_string_lossy()
+    ));
+    if !d.is_dir() {
+        fs::create_dir_all(&d).unwrap();
+        sh(&format!("tar -C {} -xf {}", d.display(), archive.display()));
+    }
+    let host = nanolet::images::archive::Platform::host();
+    if d.join("index.json").is_file() {
+        let index = read_json(&d.join("index.json"));
+        let entries = index["manifests"].as_array().cloned().unwrap_or_default();
+        let top = entries
+            .iter()
+            .find(|m| {
+                let a = &m["annotations"];
+                a["io.containerd.image.name"] == name
+                    || a["org.opencontainers.image.ref.name"] == name
+            })
+            .unwrap_or_else(|| panic!("{}: no entry for {name}", archive.display()))
+            .clone();
+        let target = top["digest"].as_str().unwrap().to_string();
+        let mut desc = top;
+        loop {
+            let v = read_json(&blob(&d, desc["digest"].as_str().unwrap()));
+            let Some(children) = v["manifests"].as_array() else {
+                let config = v["config"]["digest"].as_str().unwrap().to_string();
+                return (Some(target), config);
+            };
+            let usable = |c: &&Value| {
+                c["platform"]["os"] != "unknown"
+                    && c["annotations"]["vnd.docker.reference.type"] != "attestation-manifest"
+            };
+            desc = children
+                .iter()
+                .filter(usable)
+                .find(|c| c["platform"]["architecture"] == host.architecture.as_str())
+                .or_else(|| {
+                    children
+                        .iter()
+                        .filter(usable)
+                        .find(|c| c.get("platform").is_none())
+                })
+                .unwrap_or_else(|| panic!("{}: nothing for {host} in {v}", archive.display()))
+                .clone();
+        }
+    }
+    let m = read_json(&d.join("manifest.json"));
+    let entry = m
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| {
+            e["RepoTags"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t == name))
+        })
+        .unwrap_or_else(|| panic!("{}: no RepoTags {name} in {m}", archive.display()))
+        .clone();
+    let config = fs::read(d.join(entry["Config"].as_str().unwrap())).unwrap();
+    (None, nanolet::images::archive::sha256_digest(&config))
+}
+
+/// After `out` (a `nanolet images import` of all of `archives`): each `(archive, name)` was
+/// imported, containerd's image record in k8s.io has the target digest the archive names,
+/// and CRI sees the image with the archive's config digest as its ID.
+fn assert_imported(ctd: &Containerd, work: &Path, out: &Output, archives: &[(&Path, &str)]) {
+    assert!(out.status.success(), "{}", text(out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rt = ctd.runtime();
+    for (archive, name) in archives {
+        let (target, config) = expected_ids(work, archive, name);
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("imported {name} (")))
+            .unwrap_or_else(|| panic!("{name} not imported\n{}", text(out)));
+        let listed = ctr(ctd, "k8s.io", &format!("images ls name=={name}"));
+        if let Some(t) = &target {
+            assert!(
+                line.contains(&format!("({t}, ")),
+                "{name}: want {t}: {line}"
+            );
+            assert!(
+                listed.contains(t.as_str()),
+                "{name}: containerd lists {listed}"
+            );
+        } else {
+            assert!(listed.contains(*name), "{name}: containerd lists {listed}");
+        }
+        let st = rt
+            .image_status(name)
+            .expect("ImageStatus")
+            .unwrap_or_else(|| panic!("CRI does not see {name}"));
+        assert_eq!(st.id, config, "{name}: CRI image ID: {st:?}");
+        assert!(st.repo_tags.iter().any(|t| t == name), "{name}: {st:?}");
+    }
+}
+
+/// Runs one pod per `(pod, image, marker)` at once, `imagePullPolicy: Never`, and checks that
+/// each ran to completion and logged its greeting and, when given, the content of its image's
+/// `/etc/marker` (the layer only that image has).
+fn assert_pods_run(n: &Nanolet, pods: &[(&str, &str, Option<&str>)]) {
+    for (pod, image, _) in pods {
+        n.write(
+            &format!("{pod}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {pod}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: {image}\n    imagePullPolicy: Never\n    command: [sh, -c, 'echo hello from {pod}; cat /etc/marker 2>/dev/null || true']\n"
+            ),
+        );
+    }
+    for (pod, _, marker) in pods {
+        let p = n.wait_phase(pod, "Succeeded");
+        let mut want = vec![format!("hello from {pod}")];
+        want.extend(marker.map(str::to_string));
+        let log = wait_for(Duration::from_secs(10), || {
+            Some(container_log(n, &p, pod)).filter(|l| want.iter().all(|w| l.contains(w.as_str())))
+        });
+        assert!(
+            log.is_some(),
+            "{pod}: {want:?} not in its log: {:?}",
+            container_log(n, &p, pod)
+        );
+    }
+}
+
+/// `ctr images export` (containerd's own client; Debian's containerd 1.6) as nanolet must
+/// take it: a plain image; an image whose index has a child without `platform` (issue 16: it
+/// was refused, "no manifest for platform ... (it has: none)", where containerd takes such a
+/// child for any platform); and a two-platform index exported with `--platform <host>` (the
+/// other platform's blobs left out) and with `--all-platforms`. The source images are made
+/// with `ctr images import` (`--index-name` keeps an archive's index.json as the image's
+/// index) in a namespace of their own, so k8s.io, where nanolet imports, starts without them.
+#[test]
+fn ctr_export_archives_import_and_pods_run_them() {
+    let ctd = Containerd::start();
+    let work = ctd.tmp().join("img-work");
+    fs::create_dir_all(&work).unwrap();
+    let root = ctd.tmp().join("nanolet/root");
+    let host = nanolet::images::archive::Platform::host();
+    let tools = |args: &str| ctr(&ctd, TOOLS_NS, args);
+    let w = |f: &str| work.join(f);
+    tools(&format!(
+        "images import {}",
+        test_images().join("busybox.tar").display()
+    ));
+
+    // A plain image.
+    tools("images tag localhost/busybox:1.36 localhost/ctr-plain:1");
+    tools(&format!(
+        "images export {} localhost/ctr-plain:1",
+        w("ctr-plain.tar").display()
+    ));
+
+    // An index whose only child has no platform: busybox's index.json without the platform
+    // (and without names) becomes the index of localhost/ctr-noplat:1.
+    let src = w("noplat-src");
+    extract_busybox(&src);
+    let mut index = read_json(&src.join("index.json"));
+    let entry = index["manifests"][0].as_object_mut().unwrap();
+    entry.remove("platform");
+    entry.remove("annotations");
+    write_json(&src.join("index.json"), &index);
+    sh(&format!(
+        "tar -C {} -cf {} .",
+        src.display(),
+        w("noplat-src.tar").display()
+    ));
+    tools(&format!(
+        "images import --index-name localhost/ctr-noplat:1 {}",
+        w("noplat-src.tar").display()
+    ));
+    tools(&format!(
+        "images export {} localhost/ctr-noplat:1",
+        w("ctr-noplat.tar").display()
+    ));
+    // The archive is the case of the issue: index.json -> an index -> a child without platform.
+    let x = w("x-check-noplat");
+    fs::create_dir_all(&x).unwrap();
+    sh(&format!(
+        "tar -C {} -xf {}",
+        x.display(),
+        w("ctr-noplat.tar").display()
+    ));
+    let top = read_json(&x.join("index.json"));
+    assert_eq!(
+        top["manifests"][0]["mediaType"], "application/vnd.oci.image.index.v1+json",
+        "{top}"
+    );
+    let inner = read_json(&blob(&x, top["manifests"][0]["digest"].as_str().unwrap()));
+    assert!(inner["manifests"][0].get("platform").is_none(), "{inner}");
+
+    // A two-platform index: the host's busybox and the same layer under a config for another
+    // architecture.
+    let other = if host.architecture == "s390x" {
+        "ppc64le"
+    } else {
+        "s390x"
+    };
+    let src = w("multi-src");
+    extract_busybox(&src);
+    let mut index = read_json(&src.join("index.json"));
+    let host_entry = index["manifests"][0].clone();
+    let mut manifest = read_json(&blob(&src, host_entry["digest"].as_str().unwrap()));
+    let mut config = read_json(&blob(&src, manifest["config"]["digest"].as_str().unwrap()));
+    config["architecture"] = Value::from(other);
+    config.as_object_mut().unwrap().remove("variant");
+    let (cdigest, csize) = put_blob(&src, &serde_json::to_vec(&config).unwrap());
+    manifest["config"]["digest"] = Value::from(cdigest);
+    manifest["config"]["size"] = Value::from(csize);
+    let (odigest, osize) = put_blob(&src, &serde_json::to_vec(&manifest).unwrap());
+    let mut host_entry = host_entry;
+    host_entry.as_object_mut().unwrap().remove("annotations");
+    index["manifests"] = serde_json::json!([
+        {
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": odigest,
+            "size": osize,
+            "platform": {"os": "linux", "architecture": other},
+        },
+        host_entry,
+    ]);
+    write_json(&src.join("index.json"), &index);
+    sh(&format!(
+        "tar -C {} -cf {} .",
+        src.display(),
+        w("multi-src.tar").display()
+    ));
+    tools(&format!(
+        "images import --all-platforms --index-name localhost/ctr-multi:1 {}",
+        w("multi-src.tar").display()
+    ));
+    tools("images tag localhost/ctr-multi:1 localhost/ctr-platform:1");
+    tools(&format!(
+        "images export --platform {host} {} localhost/ctr-platform:1",
+        w("ctr-platform.tar").display()
+    ));
+    let members = sh_out(&format!("tar -tf {}", w("ctr-platform.tar").display()));
+    assert!(
+        !members.contains(&odigest[7..]),
+        "--platform {host} exported the {other} manifest too:\n{members}"
+    );
+    tools("images tag localhost/ctr-multi:1 localhost/ctr-all:1");
+    tools(&format!(
+        "images export --all-platforms {} localhost/ctr-all:1",
+        w("ctr-all.tar").display()
+    ));
+    assert!(sh_out(&format!("tar -tf {}", w("ctr-all.tar").display())).contains(&odigest[7..]));
+
+    let archives = [
+        (w("ctr-plain.tar"), "localhost/ctr-plain:1"),
+        (w("ctr-noplat.tar"), "localhost/ctr-noplat:1"),
+        (w("ctr-platform.tar"), "localhost/ctr-platform:1"),
+        (w("ctr-all.tar"), "localhost/ctr-all:1"),
+    ];
+    let rt = ctd.runtime();
+    for (_, name) in &archives {
+        assert!(
+            rt.image_status(name).unwrap().is_none(),
+            "{name} in k8s.io already"
+        );
+    }
+    let files: Vec<&Path> = archives.iter().map(|(f, _)| f.as_path()).collect();
+    let out = import(&ctd, &root, &files);
+    let pairs: Vec<(&Path, &str)> = archives.iter().map(|(f, n)| (f.as_path(), *n)).collect();
+    assert_imported(&ctd, &work, &out, &pairs);
+
+    let n = Nanolet::start(&ctd, &[]);
+    assert_pods_run(
+        &n,
+        &[
+            ("ctr-plain", "localhost/ctr-plain:1", None),
+            ("ctr-noplat", "localhost/ctr-noplat:1", None),
+            ("ctr-platform", "localhost/ctr-platform:1", None),
+            ("ctr-all", "localhost/ctr-all:1", None),
+        ],
+    );
+}
+
+/// skopeo (Debian's package) copies an OCI layout into the archives it writes: `oci-archive:`
+/// with gzip layers, `oci-archive:` with `--dest-compress-format zstd` (every layer zstd),
+/// and `docker-archive:` (uncompressed layers, symlinked `<id>/layer.tar`, `repositories`).
+/// Each source has a layer of its own, so each import unpacks a layer from that format.
+#[test]
+fn skopeo_oci_zstd_and_docker_archives_import_and_pods_run_them() {
+    require("skopeo");
+    let ctd = Containerd::start();
+    let work = ctd.tmp().join("img-work");
+    fs::create_dir_all(&work).unwrap();
+    let root = ctd.tmp().join("nanolet/root");
+    let w = |f: &str| work.join(f);
+    let cases = [
+        ("skopeo-oci", "oci-archive", "", "skopeo oci-archive layer"),
+        (
+            "skopeo-zstd",
+            "oci-archive",
+            "--dest-compress-format zstd",
+            "skopeo zstd layer",
+        ),
+        (
+            "skopeo-docker",
+            "docker-archive",
+            "",
+            "skopeo docker-archive layer",
+        ),
+    ];
+    let mut archives = Vec::new();
+    for (name, transport, flags, marker) in cases {
+        let layout = busybox_with_marker(&work, &format!("{name}-src"), marker);
+        let out = w(&format!("{name}.tar"));
+        tool(
+            ctd.tmp(),
+            &format!(
+                "skopeo copy --quiet {flags} oci:{}:1.36 {transport}:{}:localhost/{name}:1",
+                layout.display(),
+                out.display()
+            ),
+        );
+        archives.push((out, format!("localhost/{name}:1")));
+    }
+    // skopeo really wrote zstd layers (containerd 1.6 unpacks them).
+    let x = w("x-check-zstd");
+    fs::create_dir_all(&x).unwrap();
+    sh(&format!(
+        "tar -C {} -xf {}",
+        x.display(),
+        w("skopeo-zstd.tar").display()
+    ));
+    let top = read_json(&x.join("index.json"));
+    let m = read_json(&blob(&x, top["manifests"][0]["digest"].as_str().unwrap()));
+    let types: Vec<&str> = m["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["mediaType"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types, ["application/vnd.oci.image.layer.v1.tar+zstd"; 2],
+        "{m}"
+    );
+
+    let files: Vec<&Path> = archives.iter().map(|(f, _)| f.as_path()).collect();
+    let out = import(&ctd, &root, &files);
+    let pairs: Vec<(&Path, &str)> = archives
+        .iter()
+        .map(|(f, n)| (f.as_path(), n.as_str()))
+        .collect();
+    assert_imported(&ctd, &work, &out, &pairs);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.matches(", 1 layers unpacked,").count(),
+        3,
+        "each archive's own layer unpacked: {}",
+        text(&out)
+    );
+
+    let n = Nanolet::start(&ctd, &[]);
+    assert_pods_run(
+        &n,
+        &[
+            ("skopeo-oci", "localhost/skopeo-oci:1", Some(cases[0].3)),
+            ("skopeo-zstd", "localhost/skopeo-zstd:1", Some(cases[1].3)),
+            (
+                "skopeo-docker",
+                "localhost/skopeo-docker:1",
+                Some(cases[2].3),
+            ),
+        ],
+    );
+}
+
+/// podman (Debian's package; vfs storage, root, run and tmp dirs in the test's directory)
+/// loads the busybox test archive, builds two images on it (`COPY` only: no container runs),
+/// and writes them with `podman save --format docker-archive`, `--format oci-archive`, and a
+/// two-image docker archive (`podman save -m`).
+#[test]
+fn podman_save_docker_and_oci_archives_import_and_pods_run_them() {
+    require("podman");
+    let ctd = Containerd::start();
+    let work = ctd.tmp().join("img-work");
+    fs::create_dir_all(&work).unwrap();
+    let root = ctd.tmp().join("nanolet/root");
+    let w = |f: &str| work.join(f);
+    let p = podman(&ctd.tmp().join("podman"));
+    tool(
+        ctd.tmp(),
+        &format!(
+            "{p} load -q -i {}",
+            test_images().join("busybox.tar").display()
+        ),
+    );
+    for (name, marker) in [
+        ("podman-docker", "podman docker-archive layer"),
+        ("podman-oci", "podman oci-archive layer"),
+    ] {
+        let ctx = w(&format!("{name}-build"));
+        fs::create_dir_all(&ctx).unwrap();
+        fs::write(ctx.join("marker"), format!("{marker}\n")).unwrap();
+        fs::write(
+            ctx.join("Containerfile"),
+            "FROM localhost/busybox:1.36\nCOPY marker /etc/marker\n",
+        )
+        .unwrap();
+        tool(
+            ctd.tmp(),
+            &format!(
+                "{p} build -q --pull=never --isolation chroot -t localhost/{name}:1 {}",
+                ctx.display()
+            ),
+        );
+    }
+    tool(
+        ctd.tmp(),
+        &format!(
+            "{p} save -q --format docker-archive -o {} localhost/podman-docker:1
+             {p} save -q --format oci-archive -o {} localhost/podman-oci:1
+             {p} tag localhost/podman-docker:1 localhost/podman-multi-a:1
+             {p} tag localhost/busybox:1.36 localhost/podman-multi-b:1
+             {p} save -q -m --format docker-archive -o {} localhost/podman-multi-a:1 localhost/podman-multi-b:1",
+            w("podman-docker.tar").display(),
+            w("podman-oci.tar").display(),
+            w("podman-multi.tar").display(),
+        ),
+    );
+
+    let archives = [
+        (w("podman-docker.tar"), "localhost/podman-docker:1"),
+        (w("podman-oci.tar"), "localhost/podman-oci:1"),
+        (w("podman-multi.tar"), "localhost/podman-multi-a:1"),
+        (w("podman-multi.tar"), "localhost/podman-multi-b:1"),
+    ];
+    let files: Vec<&Path> = archives[..3].iter().map(|(f, _)| f.as_path()).collect();
+    let out = import(&ctd, &root, &files);
+    let pairs: Vec<(&Path, &str)> = archives.iter().map(|(f, n)| (f.as_path(), *n)).collect();
+    assert_imported(&ctd, &work, &out, &pairs);
+
+    let n = Nanolet::start(&ctd, &[]);
+    assert_pods_run(
+        &n,
+        &[
+            (
+                "podman-docker",
+                "localhost/podman-docker:1",
+                Some("podman docker-archive layer"),
+            ),
+            (
+                "podman-oci",
+                "localhost/podman-oci:1",
+                Some("podman oci-archive layer"),
+            ),
+            (
+                "podman-multi-a",
+                "localhost/podman-multi-a:1",
+                Some("podman docker-archive layer"),
+            ),
+            ("podman-multi-b", "localhost/podman-multi-b:1", None),
+        ],
+    );
 }

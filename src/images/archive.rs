@@ -86,19 +86,27 @@ pub fn open(path: &Path) -> Result<(Box<dyn Read>, Compression)> {
     let comp = Compression::detect(&head[..n]);
     let f = File::open(path).map_err(io_err)?;
     let r = BufReader::with_capacity(256 << 10, f);
-    let reader: Box<dyn Read> = match comp {
+    Ok((decoder(path, r, comp)?, comp))
+}
+
+/// The decompressed stream of `r` (the content of `file`, compressed as `comp` says).
+pub fn decoder<'a>(
+    file: &Path,
+    r: impl Read + 'a,
+    comp: Compression,
+) -> Result<Box<dyn Read + 'a>> {
+    Ok(match comp {
         Compression::None => Box::new(r),
         Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(r)),
         Compression::Zstd => {
             Box::new(
                 ruzstd::decoding::StreamingDecoder::new(r).map_err(|e| ArchiveError::Tar {
-                    file: path.to_path_buf(),
+                    file: file.to_path_buf(),
                     reason: format!("zstd: {e}"),
                 })?,
             )
         }
-    };
-    Ok((reader, comp))
+    })
 }
 
 fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
@@ -494,6 +502,17 @@ fn keep_in_memory(path: &str, size: u64, head: &[u8]) -> bool {
 /// of member bytes read so far.
 pub fn scan(file: &Path, progress: &mut dyn FnMut(u64)) -> Result<Scan> {
     let (reader, comp) = open(file)?;
+    scan_reader(file, reader, comp, progress)
+}
+
+/// [`scan`] of an opened, decompressed tar stream (`reader`) of `file`, compressed as `comp`
+/// says. Pure: `file` only names the archive in errors.
+pub fn scan_reader(
+    file: &Path,
+    reader: impl Read,
+    comp: Compression,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Scan> {
     let mut tar = TarReader::new(reader);
     let tar_err = |e: io::Error| ArchiveError::Tar {
         file: file.to_path_buf(),
@@ -905,6 +924,22 @@ impl Ctx<'_> {
     }
 }
 
+/// The rank of an index child without a `platform`: it matches, after every child that
+/// matches by its platform (see [`Platform::rank`]).
+const NO_PLATFORM_RANK: usize = usize::MAX;
+
+/// An attestation manifest (provenance, SBOM) of buildx / BuildKit: never an image to run.
+fn is_attestation(d: &Value) -> bool {
+    let annotated = d
+        .pointer("/annotations/vnd.docker.reference.type")
+        .and_then(Value::as_str)
+        == Some("attestation-manifest");
+    let unknown = d.get("platform").is_some_and(|p| {
+        str_field(p, "os") == "unknown" && str_field(p, "architecture") == "unknown"
+    });
+    annotated || unknown
+}
+
 fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
     v.get(k).and_then(Value::as_str).unwrap_or("")
 }
@@ -1008,44 +1043,67 @@ fn plan_descriptor(
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
+        // containerd's platform rule (images.Manifest, and the exporter behind `ctr images
+        // export`): a child without a `platform` matches every platform, but sorts after each
+        // child whose platform does match (the matcher's order: the host's exact platform
+        // first, then compatible ARM variants; ties keep the index's order), and containerd
+        // takes the first. Attestation manifests (buildx: annotation
+        // `vnd.docker.reference.type: attestation-manifest`, platform unknown/unknown) are
+        // never chosen.
         let mut best: Option<(usize, usize)> = None;
         let mut labels = BTreeMap::new();
         let mut seen = Vec::new();
+        let mut attestations = 0usize;
         for (i, c) in children.iter().enumerate() {
             labels.insert(
                 format!("containerd.io/gc.ref.content.m.{i}"),
                 str_field(c, "digest").to_string(),
             );
-            let p = c.get("platform");
-            let os = p.map(|p| str_field(p, "os")).unwrap_or("");
-            let arch = p.map(|p| str_field(p, "architecture")).unwrap_or("");
-            let variant = p.map(|p| str_field(p, "variant")).unwrap_or("");
-            if arch.is_empty() {
-                // attestation manifests (buildx) have platform unknown/unknown or none
+            if is_attestation(c) {
+                attestations += 1;
                 continue;
             }
-            seen.push(Platform {
-                os: os.into(),
-                architecture: arch.into(),
-                variant: variant.into(),
-            });
-            if let Some(r) = ctx.platform.rank(os, arch, variant) {
+            let rank = match c.get("platform") {
+                None | Some(Value::Null) => Some(NO_PLATFORM_RANK),
+                Some(p) => {
+                    let (os, arch, variant) = (
+                        str_field(p, "os"),
+                        str_field(p, "architecture"),
+                        str_field(p, "variant"),
+                    );
+                    seen.push(
+                        Platform {
+                            os: os.into(),
+                            architecture: arch.into(),
+                            variant: variant.into(),
+                        }
+                        .to_string(),
+                    );
+                    ctx.platform.rank(os, arch, variant)
+                }
+            };
+            if let Some(r) = rank {
                 if best.is_none_or(|(br, _)| r < br) {
                     best = Some((r, i));
                 }
             }
         }
         let Some((_, i)) = best else {
-            let list: Vec<String> = seen.iter().map(ToString::to_string).collect();
+            if attestations > 0 {
+                seen.push(format!(
+                    "{attestations} attestation manifest{}, never imported",
+                    if attestations == 1 { "" } else { "s" }
+                ));
+            }
             return Err(ctx.err(
                 at,
                 format!(
                     "no manifest for platform {} in index {digest} (it has: {})",
                     ctx.platform,
-                    if list.is_empty() {
+                    if seen.is_empty() {
                         "none".to_string()
                     } else {
-                        list.join(", ")
+                        seen.join(", ")
                     }
                 ),
             ));
@@ -1655,6 +1713,125 @@ pub(crate) mod tests {
         assert!(
             e.contains("no manifest for platform linux/arm64")
                 && e.contains("linux/arm/v6, linux/amd64"),
+            "{e}"
+        );
+    }
+
+    /// An OCI layout whose index.json names one image index, `localhost/idx:1`, with one
+    /// child per `(config architecture, descriptor extra JSON)`: the extra is spliced into the
+    /// child's descriptor (`"platform":{...}`, `"annotations":{...}` or nothing). Returns the
+    /// archive and, per child, its config digest.
+    fn index_archive(children: &[(&str, &str)]) -> (Vec<u8>, Vec<String>) {
+        let blob = |d: &str| format!("blobs/sha256/{}", &d[7..]);
+        let mut tar = TarBuilder::new();
+        let mut descs = Vec::new();
+        let mut configs = Vec::new();
+        for (i, (arch, extra)) in children.iter().enumerate() {
+            // distinct configs (and so manifests) per child
+            let config = format!(
+                r#"{{"architecture":"{arch}","os":"linux","config":{{"Labels":{{"child":"{i}"}}}},"rootfs":{{"diff_ids":[]}}}}"#
+            );
+            let cd = sha256_digest(config.as_bytes());
+            let m = format!(
+                r#"{{"schemaVersion":2,"mediaType":"{MT_OCI_MANIFEST}","config":{{"digest":"{cd}","size":{}}},"layers":[]}}"#,
+                config.len()
+            );
+            let md = sha256_digest(m.as_bytes());
+            tar.file(&blob(&cd), config.as_bytes())
+                .file(&blob(&md), m.as_bytes());
+            let extra = if extra.is_empty() {
+                String::new()
+            } else {
+                format!(",{extra}")
+            };
+            descs.push(format!(
+                r#"{{"mediaType":"{MT_OCI_MANIFEST}","digest":"{md}","size":{}{extra}}}"#,
+                m.len()
+            ));
+            configs.push(cd);
+        }
+        // As skopeo writes an index: no mediaType field in the document itself.
+        let idx = format!(r#"{{"schemaVersion":2,"manifests":[{}]}}"#, descs.join(","));
+        let id = sha256_digest(idx.as_bytes());
+        let top = format!(
+            r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"{MT_OCI_INDEX}","digest":"{id}","size":{},"annotations":{{"io.containerd.image.name":"localhost/idx:1"}}}}]}}"#,
+            idx.len()
+        );
+        tar.file(&blob(&id), idx.as_bytes())
+            .file("index.json", top.as_bytes());
+        (tar.finish(), configs)
+    }
+
+    /// containerd's platform matcher as images.Manifest applies it to an index (and
+    /// `ctr images export` writes such indexes, e.g. of an image imported with
+    /// `ctr images import --index-name`): a descriptor without `platform` matches any
+    /// platform; descriptors whose platform matches the host are preferred to it; attestation
+    /// manifests are never chosen.
+    #[test]
+    fn containerd_rule_a_child_without_platform_matches_any_platform() {
+        let d = tempfile::tempdir().unwrap();
+        let attestation = r#""platform":{"os":"unknown","architecture":"unknown"},"annotations":{"vnd.docker.reference.type":"attestation-manifest"}"#;
+        let amd64 = r#""platform":{"os":"linux","architecture":"amd64"}"#;
+        let pick = |children: &[(&str, &str)], host: &str| {
+            let (tar, configs) = index_archive(children);
+            let f = write_tmp(d.path(), "idx.tar", &tar);
+            let s = scan(&f, &mut |_| {}).unwrap();
+            plan(&f, &s, &Platform::parse(host).unwrap(), false)
+                .map(|p| configs.iter().position(|c| *c == p.images[0].config_digest))
+                .map_err(|e| e.to_string())
+        };
+        // The only child has no platform (what the issue's `ctr images export` archive had).
+        assert_eq!(pick(&[("amd64", "")], "linux/amd64"), Ok(Some(0)));
+        // An attestation manifest first: never chosen.
+        assert_eq!(
+            pick(&[("amd64", attestation), ("amd64", "")], "linux/amd64"),
+            Ok(Some(1))
+        );
+        // A child that matches by its platform wins over an earlier one without platform.
+        assert_eq!(
+            pick(&[("amd64", ""), ("amd64", amd64)], "linux/amd64"),
+            Ok(Some(1))
+        );
+        // ... and over a compatible variant only when it is the exact one (ARM v7 host).
+        assert_eq!(
+            pick(
+                &[
+                    ("arm", ""),
+                    (
+                        "arm",
+                        r#""platform":{"os":"linux","architecture":"arm","variant":"v6"}"#
+                    ),
+                    (
+                        "arm",
+                        r#""platform":{"os":"linux","architecture":"arm","variant":"v7"}"#
+                    ),
+                ],
+                "arm/v7"
+            ),
+            Ok(Some(2))
+        );
+        // A child without platform is still checked against its config (containerd reads
+        // the config's os/architecture for it): an arm64 image is refused on amd64.
+        let e = pick(&[("arm64", "")], "linux/amd64").unwrap_err();
+        assert!(
+            e.contains("image is for linux/arm64") && e.contains("--arch"),
+            "{e}"
+        );
+        // Only an attestation and another platform: nothing to import, and the error says so.
+        let e = pick(
+            &[
+                (
+                    "arm64",
+                    r#""platform":{"os":"linux","architecture":"arm64"}"#,
+                ),
+                ("amd64", attestation),
+            ],
+            "linux/amd64",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("no manifest for platform linux/amd64")
+                && e.contains("linux/arm64, 1 attestation manifest, never imported"),
             "{e}"
         );
     }
