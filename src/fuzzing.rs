@@ -12,12 +12,13 @@ use crate::status::StatusStore;
 pub type Target = fn(&[u8]);
 
 /// The targets, by the names of `fuzz/fuzz_targets/<name>.rs`.
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 6] = [
     ("manifest", manifest),
     ("podlist", podlist),
     ("config", config),
     ("cri_log", cri_log),
     ("http_request", http_request),
+    ("image_archive", image_archive),
 ];
 
 /// A static pod manifest file: decode (YAML/JSON), default, validate, name and hash: the path
@@ -81,5 +82,64 @@ pub fn http_request(data: &[u8]) {
             !String::from_utf8_lossy(&body).contains("s3cr3t"),
             "the token leaked into a body"
         );
+    }
+}
+
+/// An image archive as `nanolet images import` and the images directory read it: the outer
+/// compression told by magic bytes (plain, gzip, zstd), pass 1 over the tar stream (ustar, GNU
+/// long names, pax records, links; `images::archive::scan_reader`), then the import plan of the
+/// OCI layout or docker archive (`images::archive::plan`) for an amd64 host, an ARM v7 host
+/// and a forced `--arch arm64`. Every error names the archive; a plan only refers to files the
+/// scan found.
+pub fn image_archive(data: &[u8]) {
+    use crate::images::archive::{self, ArchiveError, Compression, Platform, Source};
+    use std::io::Read as _;
+
+    const FILE: &str = "/var/lib/nanolet/images/fuzz.tar";
+    let file = std::path::Path::new(FILE);
+    let named = |e: &ArchiveError| {
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(&format!("{FILE}: ")),
+            "error without the file: {msg}"
+        );
+    };
+    let comp = Compression::detect(data);
+    let reader = match archive::decoder(file, data, comp) {
+        Ok(r) => r,
+        Err(e) => return named(&e),
+    };
+    // A few KiB of gzip or zstd can inflate to gigabytes: that costs an import time, not
+    // correctness, so the fuzzer reads at most 16 MiB of tar stream (a cut stream is an error
+    // like any truncated archive).
+    let scan = match archive::scan_reader(file, reader.take(16 << 20), comp, &mut |_| {}) {
+        Ok(s) => s,
+        Err(e) => return named(&e),
+    };
+    for (platform, forced) in [("linux/amd64", false), ("arm/v7", false), ("arm64", true)] {
+        let Ok(platform) = Platform::parse(platform) else {
+            continue;
+        };
+        match archive::plan(file, &scan, &platform, forced) {
+            Ok(plan) => {
+                assert!(!plan.images.is_empty(), "a plan without images");
+                for b in &plan.blobs {
+                    if let Source::Archive(path) = &b.source {
+                        assert!(
+                            scan.files.contains_key(path),
+                            "the plan streams {path}, which the scan did not find"
+                        );
+                    }
+                }
+                for img in &plan.images {
+                    assert!(!img.names.is_empty(), "an image without a name");
+                    assert!(
+                        plan.blobs.iter().any(|b| b.digest == img.target_digest),
+                        "an image whose target is not among the blobs"
+                    );
+                }
+            }
+            Err(e) => named(&e),
+        }
     }
 }
