@@ -43,6 +43,11 @@ need gnuplot-nox have gnuplot
 # tests/security.rs: the HTTPS manifest-URL test makes its PKI with openssl and serves with python3.
 need openssl have openssl
 need python3 have python3
+# tests/images.rs (archives that real tools write): skopeo writes oci-archive (gzip and zstd
+# layers) and docker-archive tarballs, podman builds and saves images (`podman save`, both
+# formats); the `ctr images export` archives need only containerd's ctr, above.
+need skopeo have skopeo
+need podman have podman
 # kubectl (tests/api.rs, tests/kubectl.rs): the `kubectl` package where a Kubernetes apt
 # repository provides it (pkgs.k8s.io), else Debian's `kubernetes-client`; chosen after
 # `apt-get update` (a fresh machine has no package lists yet).
