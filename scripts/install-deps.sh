@@ -5,7 +5,8 @@
 # mount (umount for tear-down), tar/gzip/coreutils (image build), prometheus (only for
 # promtool: tests/api.rs checks /metrics with `promtool check metrics`), and the packaging
 # tools (binutils, systemd for systemd-analyze, lintian, init-system-helpers), gnuplot-nox
-# (the benchmark's PNG charts), and kubectl (tests/api.rs, tests/kubectl.rs).
+# (the benchmark's PNG charts), and kubectl (tests/api.rs, tests/kubectl.rs); and the C
+# toolchain the build needs (gcc, libc6-dev: see below).
 #
 # Idempotent and non-interactive; runs `apt-get update` only when something is missing.
 # Needs root (or sudo) when it has to install anything.
@@ -18,8 +19,16 @@ need() { # package test...
   if ! "$@" >/dev/null 2>&1; then missing+=("$pkg"); fi
 }
 have() { command -v "$1"; }
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'ok installed'; }
 static_busybox() { [ -x /bin/busybox ] && dpkg -s busybox-static 2>/dev/null | grep -q '^Status: install ok installed'; }
 
+# The build (cargo build, scripts/demo, scripts/test) needs a C compiler and linker that a fresh
+# Debian does not have: rustc links through `cc`, and the ring crate (rustls) compiles C and
+# assembly with it. gcc brings cc and binutils (ld, as, ar); libc6-dev the C headers and the
+# crt*.o/libc.so that linking needs (gcc only recommends it). No protoc: build.rs uses the
+# vendored one.
+need gcc have cc
+need libc6-dev installed libc6-dev
 need containerd have containerd
 need containerd have ctr
 need runc have runc
