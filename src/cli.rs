@@ -755,19 +755,23 @@ fn exec(o: &Opts) -> anyhow::Result<()> {
 // validate
 
 /// Errors of one manifest file, as `nanolet run` would report them (`field: reason`, field may
-/// be empty for whole-document problems).
+/// be empty for whole-document problems). The file is read as the file source reads it
+/// ([`crate::source::file::read_manifest`]): a regular file (or a symbolic link to one) of at
+/// most 10 MiB; a FIFO, device, directory or socket is refused without being opened for long
+/// or read, a larger file without being read.
 pub fn validate_file(path: &Path, node_name: &str) -> Vec<(String, String)> {
     let origin = path.to_string_lossy().into_owned();
-    let bytes = match std::fs::read(path) {
+    let bytes = match crate::source::file::read_manifest(path) {
         Ok(b) => b,
-        Err(e) => return vec![(String::new(), format!("reading: {e}"))],
+        Err(e) => return vec![(String::new(), e.to_string())],
     };
     validate_bytes(&bytes, &origin, node_name)
 }
 
 /// [`validate_file`] for a manifest already read (the fuzz target `manifest` drives it).
+/// Messages are bounded as `run` bounds them ([`crate::source::bounded`]).
 pub fn validate_bytes(bytes: &[u8], origin: &str, node_name: &str) -> Vec<(String, String)> {
-    match decode_manifest(bytes, origin) {
+    match decode_manifest(bytes, origin).map_err(crate::source::bounded) {
         Err(e) => vec![(e.field, e.reason)],
         Ok(DecodedDoc::PodList(_)) => vec![(
             "kind".into(),
@@ -797,12 +801,17 @@ fn validate(o: &Opts) -> anyhow::Result<()> {
     let mut failed = 0;
     for f in &o.positional {
         let errs = validate_file(Path::new(f), &node);
+        // File names and manifest text may hold control characters: shown escaped, as `run`
+        // logs them.
+        let esc = crate::source::escape_text;
+        let f = esc(f);
         if errs.is_empty() {
             println!("{f}: valid");
             continue;
         }
         failed += 1;
         for (field, reason) in errs {
+            let (field, reason) = (esc(&field), esc(&reason));
             if field.is_empty() {
                 eprintln!("{f}: {reason}");
             } else {
@@ -886,6 +895,78 @@ mod tests {
         std::fs::write(&p, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: c\n    image: busybox\n").unwrap();
         assert_eq!(validate_file(&p, "node1"), vec![]);
         assert_eq!(validate_file(&dir.path().join("nope.yaml"), "n").len(), 1);
+    }
+
+    /// `VmHWM` (peak resident memory, KiB) of this process.
+    fn peak_rss_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.split_whitespace().next())
+                    .and_then(|v| v.parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// [`validate_file`] on another thread; fails the test instead of hanging it.
+    fn validate_within(path: &Path, limit: std::time::Duration) -> Vec<(String, String)> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(validate_file(&p, "n"));
+        });
+        rx.recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("validate {} did not return in {limit:?}", path.display()))
+    }
+
+    #[test]
+    fn validate_reads_like_the_file_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let limit = std::time::Duration::from_secs(10);
+        let only = |errs: Vec<(String, String)>| {
+            assert_eq!(errs.len(), 1, "{errs:?}");
+            errs[0].1.clone()
+        };
+        // A FIFO is refused without blocking (no writer will ever come).
+        let fifo = dir.path().join("fifo.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        let r = only(validate_within(&fifo, limit));
+        assert!(
+            r.contains("not a regular file but a FIFO (named pipe)"),
+            "{r}"
+        );
+        // A symbolic link to /dev/zero is refused without reading (it never ends).
+        let zero = dir.path().join("zero.yaml");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let r = only(validate_within(&zero, limit));
+        assert!(
+            r.contains("not a regular file but a character device"),
+            "{r}"
+        );
+        let r = only(validate_within(dir.path(), limit));
+        assert!(r.contains("not a regular file but a directory"), "{r}");
+        // A sparse 1 GiB file: refused by its size, quickly, without allocating it.
+        let huge = dir.path().join("huge.yaml");
+        std::fs::File::create(&huge)
+            .and_then(|f| f.set_len(1 << 30))
+            .unwrap();
+        let (peak, started) = (peak_rss_kib(), std::time::Instant::now());
+        let r = only(validate_within(&huge, limit));
+        let (took, grew) = (started.elapsed(), peak_rss_kib().saturating_sub(peak));
+        assert!(
+            r.contains("larger than 10485760 bytes (the manifest size limit): 1073741824 bytes"),
+            "{r}"
+        );
+        assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+        assert!(grew < 256 * 1024, "peak RSS grew by {grew} KiB");
+        // A symbolic link to a valid manifest is read, as the kubelet follows it.
+        let real = dir.path().join("real.yaml");
+        std::fs::write(&real, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: c\n    image: busybox\n").unwrap();
+        let link = dir.path().join("link.yaml");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(validate_within(&link, limit), vec![]);
     }
 
     #[test]

@@ -97,6 +97,7 @@ fn run(args: &[String]) -> ExitCode {
     tracing_subscriber::registry()
         .with(journal.then(|| {
             tracing_subscriber::fmt::layer()
+                .fmt_fields(EscapedFields)
                 .with_writer(std::io::stderr)
                 .with_ansi(false)
                 .with_target(false)
@@ -104,6 +105,7 @@ fn run(args: &[String]) -> ExitCode {
         }))
         .with((!journal).then(|| {
             tracing_subscriber::fmt::layer()
+                .fmt_fields(EscapedFields)
                 .with_writer(std::io::stderr)
                 .with_ansi(ansi)
                 .with_target(false)
@@ -121,5 +123,92 @@ fn run(args: &[String]) -> ExitCode {
             tracing::error!("nanolet: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// How every log line's fields (the message included, and span fields) are written:
+/// tracing-subscriber's default `name=value` format with each control character escaped by
+/// `nanolet::source::write_escaped` (`\n`, `\0`, `\u{1b}`). This is the one place that escapes
+/// logs: manifest names, file names, URLs and error texts reach many log statements, as
+/// `%Display` fields (which tracing writes raw) or inside messages, and an escape here covers
+/// them all, so a NUL or ESC in a manifest never reaches the terminal or journal raw and a
+/// newline in a file name never splits a line. (Field names lose their italics on a terminal:
+/// the default format writes no styling to this escaping writer.)
+struct EscapedFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for EscapedFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut escaping = Escaping(&mut writer);
+        tracing_subscriber::fmt::format::DefaultFields::new().format_fields(
+            tracing_subscriber::fmt::format::Writer::new(&mut escaping),
+            fields,
+        )
+    }
+}
+
+/// A `fmt::Write` that escapes control characters on the way to the log line.
+struct Escaping<'a, 'w>(&'a mut tracing_subscriber::fmt::format::Writer<'w>);
+
+impl std::fmt::Write for Escaping<'_, '_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        nanolet::source::write_escaped(&mut *self.0, s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn control_characters_in_any_field_are_escaped_and_a_line_stays_one_line() {
+        use tracing_subscriber::prelude::*;
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let sub = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .fmt_fields(EscapedFields)
+                .with_ansi(false)
+                .without_time()
+                .with_writer(move || writer.clone()),
+        );
+        let file = std::path::PathBuf::from("/m/a\nb.yaml");
+        let name = "web\0\x1b[31mred";
+        tracing::subscriber::with_default(sub, || {
+            let span = tracing::info_span!("pod", origin = %file.display());
+            let _in = span.enter();
+            tracing::warn!(file = %file.display(), pod = %name, debug = ?name, "rejected {name}");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .unwrap_or_default();
+        assert_eq!(out.lines().count(), 1, "{out:?}");
+        assert!(
+            !out.trim_end_matches('\n').contains(['\n', '\0', '\x1b']),
+            "{out:?}"
+        );
+        assert!(out.contains("file=/m/a\\nb.yaml"), "{out}");
+        assert!(out.contains("pod{origin=/m/a\\nb.yaml}"), "{out}");
+        assert!(out.contains("pod=web\\0\\u{1b}[31mred"), "{out}");
+        assert!(out.contains("rejected web\\0"), "{out}");
     }
 }

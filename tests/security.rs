@@ -604,3 +604,362 @@ fn manifest_url_over_https_with_a_private_ca_and_a_client_certificate() {
         assert!(!text.contains(&key_line), "{what} shows the client key");
     }
 }
+
+/// A child process killed (by its id) and reaped when the test ends, passed or not.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// GET /manifests/errors on the read-only port `addr`; `None` while nothing answers.
+fn manifest_errors(addr: SocketAddr) -> Option<Vec<serde_json::Value>> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET /manifests/errors HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200")
+        .then(|| serde_json::from_str(body).ok())
+        .flatten()
+}
+
+/// Makes a FIFO at `path`.
+fn mkfifo(path: &std::path::Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+}
+
+/// `nanolet validate` reads files as `nanolet run` does: a FIFO (no writer will ever come), a
+/// symbolic link to /dev/zero (never ends) and a sparse 1 GiB file are refused at once, each
+/// with a message naming the file and what it is, and nothing of them is read. The binary runs
+/// with 1 GiB of address space (`ulimit -v`): a regression fails here instead of eating the
+/// machine's memory.
+#[test]
+fn validate_refuses_a_fifo_dev_zero_and_a_huge_file_without_blocking_or_reading() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo.yaml");
+    mkfifo(&fifo);
+    let zero = dir.path().join("zero.yaml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
+    let huge = dir.path().join("huge.yaml");
+    std::fs::File::create(&huge)
+        .and_then(|f| f.set_len(1 << 30))
+        .expect("sparse file");
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        pod_yaml("good", "  containers:\n  - name: c\n    image: busybox\n"),
+    )
+    .expect("manifest");
+    let started = Instant::now();
+    let child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1048576 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_nanolet"))
+        .arg("validate")
+        .args([&fifo, &zero, &huge, &good])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run nanolet validate");
+    let mut child = KillOnDrop(child);
+    let exited = common::wait_for(Duration::from_secs(20), || {
+        child.0.try_wait().ok().flatten()
+    });
+    assert!(
+        exited.is_some(),
+        "nanolet validate still runs after 20 s (blocked on the FIFO or reading /dev/zero?)"
+    );
+    let took = started.elapsed();
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    if let Some(o) = child.0.stdout.as_mut() {
+        let _ = o.read_to_string(&mut stdout);
+    }
+    if let Some(e) = child.0.stderr.as_mut() {
+        let _ = e.read_to_string(&mut stderr);
+    }
+    assert_eq!(exited.and_then(|s| s.code()), Some(1), "{stdout}{stderr}");
+    for (file, what) in [
+        (&fifo, "not a regular file but a FIFO (named pipe)"),
+        (&zero, "not a regular file but a character device"),
+        (
+            &huge,
+            "larger than 10485760 bytes (the manifest size limit): 1073741824 bytes",
+        ),
+    ] {
+        let line = format!("{}: {what}", file.display());
+        assert!(stderr.contains(&line), "no {line:?} in {stderr}");
+    }
+    assert!(
+        stdout.contains(&format!("{}: valid", good.display())),
+        "{stdout}"
+    );
+    assert!(stderr.contains("3 of 4 manifests are invalid"), "{stderr}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
+/// `nanolet run` (no containerd needed: the manifest directory is read all the same) with
+/// hostile entries named like manifests: a FIFO, a symbolic link to /dev/zero, a directory, a
+/// dangling symbolic link, a symbolic link loop, a name that is not UTF-8, and a manifest named
+/// `new<LF>line.yaml` whose pod name holds a NUL and an ESC, in a directory whose name holds a
+/// newline and an ESC. Each is on /manifests/errors with
+/// its name escaped; the log has no raw control character, no split line, and the one
+/// rejection is logged once however often the directory is re-listed.
+#[test]
+fn hostile_manifest_directory_entries_are_reported_and_logged_escaped_once() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // The directory's own name holds a newline and an ESC: it is in many log lines.
+    let dir = tmp.path().join("mani\x1bfe\nsts");
+    std::fs::create_dir(&dir).expect("mkdir");
+    mkfifo(&dir.join("fifo.yaml"));
+    std::os::unix::fs::symlink("/dev/zero", dir.join("zero.yaml")).expect("symlink");
+    std::fs::create_dir(dir.join("dir.yaml")).expect("mkdir");
+    std::os::unix::fs::symlink(dir.join("gone.yaml"), dir.join("dangling.yaml")).expect("link");
+    std::os::unix::fs::symlink(dir.join("loop.yaml"), dir.join("loop.yaml")).expect("link");
+    mkfifo(&dir.join(".hidden.yaml"));
+    let mut latin1 = dir.as_os_str().as_bytes().to_vec();
+    latin1.extend_from_slice(b"/caf\xe9.yaml");
+    std::fs::write(std::ffi::OsStr::from_bytes(&latin1), "x: 1\n").expect("write");
+    std::fs::write(
+        dir.join("new\nline.yaml"),
+        pod_yaml(
+            "\"bad\\0\\e[31mname\"",
+            "  containers:\n  - name: c\n    image: busybox\n",
+        ),
+    )
+    .expect("write");
+    for p in [tmp.path(), &dir] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let log_path = tmp.path().join("nanolet.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let port = common::agent::free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args([
+            "run".to_string(),
+            format!("--pod-manifest-path={}", dir.display()),
+            format!(
+                "--container-runtime-endpoint=unix://{}",
+                tmp.path().join("no-containerd.sock").display()
+            ),
+            format!("--root-dir={}", tmp.path().join("root").display()),
+            format!("--pod-logs-dir={}", tmp.path().join("log/pods").display()),
+            format!("--read-only-port={port}"),
+            "--healthz-port=0".into(),
+            "--hostname-override=node1".into(),
+            "--file-check-frequency=1s".into(),
+            "--v=2".into(),
+            "--eviction-hard=memory.available<0%".into(),
+            "--image-gc-high-threshold=100".into(),
+            "--image-gc-low-threshold=99".into(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start nanolet");
+    let mut child = KillOnDrop(child);
+    let ro: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let d = dir
+        .display()
+        .to_string()
+        .replace('\n', "\\n")
+        .replace('\x1b', "\\u{1b}");
+    let expected = [
+        (
+            format!("{d}/fifo.yaml"),
+            "not a regular file but a FIFO (named pipe)",
+        ),
+        (
+            format!("{d}/zero.yaml"),
+            "not a regular file but a character device",
+        ),
+        (
+            format!("{d}/dir.yaml"),
+            "not a regular file but a directory",
+        ),
+        (format!("{d}/dangling.yaml"), "a dangling symbolic link"),
+        (
+            format!("{d}/loop.yaml"),
+            "Too many levels of symbolic links",
+        ),
+        (
+            format!("{d}/caf\\xe9.yaml"),
+            "the file name is not valid UTF-8",
+        ),
+        (format!("{d}/new\\nline.yaml"), "Invalid value"),
+    ];
+    let errors = common::wait_for(Duration::from_secs(30), || {
+        if let Ok(Some(status)) = child.0.try_wait() {
+            panic!(
+                "nanolet exited ({status}): {}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
+        }
+        let errors = manifest_errors(ro)?;
+        (errors.len() >= expected.len()).then_some(errors)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "not all entries reported: {:?}\n{}",
+            manifest_errors(ro),
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        )
+    });
+    assert_eq!(
+        errors.len(),
+        expected.len(),
+        "hidden files stay ignored: {errors:?}"
+    );
+    for (origin, what) in &expected {
+        let found = errors.iter().find(|e| e["origin"] == origin.as_str());
+        let reason = found.and_then(|e| e["reason"].as_str()).unwrap_or_default();
+        assert!(reason.contains(what), "{origin}: {what} not in {errors:?}");
+    }
+    // An observation window, not a synchronisation: three more re-lists (1 s apart) happen
+    // in it, and none may log the rejection again.
+    std::thread::sleep(Duration::from_millis(3500));
+    let log = std::fs::read(&log_path).expect("log");
+    assert!(
+        !log.iter().any(|&b| b == 0 || b == 0x1b),
+        "raw NUL or ESC in the log: {}",
+        String::from_utf8_lossy(&log)
+    );
+    let log = String::from_utf8_lossy(&log);
+    for line in log.lines() {
+        assert!(
+            line.starts_with("20") && line.get(10..11) == Some("T"),
+            "a log line that does not start with a timestamp (a split line?): {line:?}"
+        );
+    }
+    let rejections: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("new\\nline.yaml"))
+        .collect();
+    assert_eq!(
+        rejections.len(),
+        1,
+        "logged more than once: {rejections:#?}"
+    );
+    assert!(
+        rejections[0].contains(r#"Invalid value: "bad\u0000\u001b[31mname-node1""#),
+        "{}",
+        rejections[0]
+    );
+}
+
+/// `nanolet run` (no containerd needed) polling a manifest URL with credentials in its query:
+/// the URL is never shown with them (log, /manifests/errors), requests are conditional (one
+/// full body, then `304 Not Modified` only) and the rejected body is logged once, not on
+/// every poll.
+#[test]
+fn manifest_url_query_credentials_are_redacted_and_unchanged_bodies_not_downloaded() {
+    use std::sync::Mutex;
+    let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("server"));
+    let port = server
+        .server_addr()
+        .to_ip()
+        .map(|a| a.port())
+        .expect("port");
+    // (full bodies, 304s)
+    let counts = Arc::new(Mutex::new((0usize, 0usize)));
+    let serving = {
+        let (server, counts) = (server.clone(), counts.clone());
+        std::thread::spawn(move || {
+            for req in server.incoming_requests() {
+                let fresh = req
+                    .headers()
+                    .iter()
+                    .any(|h| h.field.equiv("If-None-Match") && h.value == "\"v1\"");
+                let mut c = counts.lock().unwrap_or_else(|e| e.into_inner());
+                let resp = if fresh {
+                    c.1 += 1;
+                    tiny_http::Response::from_string("").with_status_code(304)
+                } else {
+                    c.0 += 1;
+                    let body = pod_yaml("Bad_Name", "  containers:\n  - name: c\n    image: x\n");
+                    let etag = tiny_http::Header::from_bytes("ETag", "\"v1\"").expect("header");
+                    tiny_http::Response::from_string(body).with_header(etag)
+                };
+                drop(c);
+                let _ = req.respond(resp);
+            }
+        })
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let log_path = tmp.path().join("nanolet.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let ro_port = common::agent::free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args([
+            "run".to_string(),
+            "--pod-manifest-path=".into(),
+            format!("--manifest-url=http://127.0.0.1:{port}/pods?access_token=s3cret&sig=s3cret2"),
+            format!(
+                "--container-runtime-endpoint=unix://{}",
+                tmp.path().join("no-containerd.sock").display()
+            ),
+            format!("--root-dir={}", tmp.path().join("root").display()),
+            format!("--pod-logs-dir={}", tmp.path().join("log/pods").display()),
+            format!("--read-only-port={ro_port}"),
+            "--healthz-port=0".into(),
+            "--hostname-override=node1".into(),
+            "--http-check-frequency=1s".into(),
+            "--v=4".into(),
+            "--eviction-hard=memory.available<0%".into(),
+            "--image-gc-high-threshold=100".into(),
+            "--image-gc-low-threshold=99".into(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start nanolet");
+    let mut child = KillOnDrop(child);
+    let ro: SocketAddr = format!("127.0.0.1:{ro_port}").parse().expect("addr");
+    let shown = format!("http://127.0.0.1:{port}/pods?access_token=<redacted>&sig=<redacted>");
+    let errors = common::wait_for(Duration::from_secs(30), || {
+        if let Ok(Some(status)) = child.0.try_wait() {
+            panic!(
+                "nanolet exited ({status}): {}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
+        }
+        manifest_errors(ro).filter(|e| !e.is_empty())
+    })
+    .expect("the rejected body on /manifests/errors");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["origin"], shown.as_str(), "{errors:?}");
+    assert_eq!(errors[0]["field"], "metadata.name", "{errors:?}");
+    // Three more polls: each a 304.
+    let polled = common::wait_for(Duration::from_secs(30), || {
+        let c = *counts.lock().unwrap_or_else(|e| e.into_inner());
+        (c.1 >= 3).then_some(c)
+    });
+    assert_eq!(
+        polled.map(|c| c.0),
+        Some(1),
+        "the unchanged body was downloaded again: {polled:?}"
+    );
+    let text = std::fs::read_to_string(&log_path).expect("log");
+    assert!(
+        !text.contains("s3cret") && text.contains(&shown),
+        "the log shows the query credentials or not the redacted URL:\n{text}"
+    );
+    let rejected = text
+        .lines()
+        .filter(|l| l.contains("manifest rejected"))
+        .count();
+    assert_eq!(rejected, 1, "the rejection is logged once:\n{text}");
+    drop(child);
+    server.unblock();
+    serving.join().expect("server thread");
+}

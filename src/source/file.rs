@@ -5,6 +5,12 @@
 //!
 //! Unlike the kubelet, `x.yaml.bak`, `x~` and other extensions are ignored (see
 //! kubernetes/kubernetes#136962).
+//!
+//! Hostile entries (issue 16): only regular files (or symbolic links to them, as the kubelet
+//! follows them) of at most [`MAX_MANIFEST_BYTES`] are read, through [`read_limited`] (which
+//! `nanolet validate` shares). A FIFO, device, socket or directory with a manifest name, a
+//! dangling symbolic link, a symbolic link loop and a name that is not UTF-8 are manifest
+//! errors naming the file (escaped: [`super::escape_path`]); hidden files stay ignored.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -15,8 +21,8 @@ use std::time::{Duration, Instant};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
 use super::{
-    ManifestError, SeenCache, Snapshot, SourceKind, SourcePod, build_pods, dedupe_by_name,
-    now_rfc3339_nano,
+    ManifestError, SeenCache, Snapshot, SourceKind, SourcePod, bounded, build_pods, dedupe_by_name,
+    escape_path, escape_text, now_rfc3339_nano,
 };
 use crate::pod::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
 
@@ -32,11 +38,8 @@ pub enum FileSourceError {
         dir: PathBuf,
         source: std::io::Error,
     },
-    #[error("reading manifest {path}: {source}")]
-    ReadFile {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("manifest file {}: {source}", escape_path(path))]
+    ReadFile { path: PathBuf, source: ReadError },
     #[error("watching {path}: {source}")]
     Watch {
         path: PathBuf,
@@ -45,6 +48,113 @@ pub enum FileSourceError {
     /// The directory (or one of its parents) is writable by others: see [`check_secure`].
     #[error("{0}")]
     Insecure(String),
+}
+
+/// Why a manifest file was not read (the caller's error names the file).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(
+        "not a regular file but {0}; only regular files (or symbolic links to them) are read \
+         as manifests"
+    )]
+    NotRegular(&'static str),
+    #[error("a dangling symbolic link: its target {0} does not exist")]
+    Dangling(String),
+    #[error("larger than {MAX_MANIFEST_BYTES} bytes (the manifest size limit): {0} bytes")]
+    TooLarge(u64),
+    #[error(
+        "larger than {MAX_MANIFEST_BYTES} bytes (the manifest size limit): it grew while being \
+         read"
+    )]
+    Grew,
+    #[error("cannot be read: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl ReadError {
+    /// The file is not there (any more): a listing skips it.
+    fn is_not_found(&self) -> bool {
+        matches!(self, ReadError::Io(e) if e.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
+/// What a file that is not a regular file is, for [`ReadError::NotRegular`].
+fn file_kind(ft: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a special file"
+    }
+}
+
+fn check_regular(meta: &std::fs::Metadata) -> Result<(), ReadError> {
+    if meta.is_file() {
+        Ok(())
+    } else {
+        Err(ReadError::NotRegular(file_kind(&meta.file_type())))
+    }
+}
+
+/// A `stat` of `path` (following symbolic links) that failed with `e`: a dangling symbolic
+/// link says so (and where it points), anything else is `e`.
+fn stat_error(path: &Path, e: std::io::Error) -> ReadError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        if let Ok(target) = std::fs::read_link(path) {
+            return ReadError::Dangling(escape_path(&target));
+        }
+    }
+    ReadError::Io(e)
+}
+
+/// Reads one manifest file as `nanolet run` does (the file source and `nanolet validate`):
+/// - only a regular file, or a symbolic link to one: the type is checked with `stat` before
+///   opening (a FIFO would block the open until a writer comes, a device may act on open or
+///   never end: a symbolic link to /dev/zero), the file is opened with `O_NONBLOCK` (a path
+///   swapped for a FIFO in between does not block) and checked again with `fstat` on the
+///   opened descriptor;
+/// - at most [`MAX_MANIFEST_BYTES`] (the kubelet's maxConfigLength): a larger size from
+///   `fstat` is refused before reading anything (a sparse 1 GiB file costs nothing), and the
+///   read itself is bounded too (a file that grows while being read).
+pub fn read_limited(path: &Path) -> Result<Vec<u8>, FileSourceError> {
+    read_manifest(path).map_err(|source| FileSourceError::ReadFile {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// [`read_limited`] without the path in the error.
+pub fn read_manifest(path: &Path) -> Result<Vec<u8>, ReadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| stat_error(path, e))?;
+    check_regular(&meta)?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path)?;
+    let meta = f.metadata()?;
+    check_regular(&meta)?;
+    if meta.len() > MAX_MANIFEST_BYTES as u64 {
+        return Err(ReadError::TooLarge(meta.len()));
+    }
+    // The size is at most MAX_MANIFEST_BYTES here.
+    let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    f.take(MAX_MANIFEST_BYTES as u64 + 1)
+        .read_to_end(&mut buf)?;
+    if buf.len() > MAX_MANIFEST_BYTES {
+        return Err(ReadError::Grew);
+    }
+    Ok(buf)
 }
 
 /// Whether a manifest directory, its parents or a manifest file can be changed by someone other
@@ -438,9 +548,8 @@ impl Worker {
         {
             return true;
         }
-        for e in &snap.errors {
-            tracing::warn!(file = %e.origin, field = %e.field, reason = %e.reason, "static pod manifest rejected");
-        }
+        // The rejections themselves are logged once by the receiver of the snapshot (the
+        // podconfig thread: `manifest rejected`), not here as well.
         tracing::info!(dir = %self.cfg.dir.display(), pods = snap.pods.len(), errors = snap.errors.len(),
             "file source: sending snapshot");
         if self.tx.send(snap.clone()).is_err() {
@@ -486,30 +595,76 @@ pub fn list_dir_with(
     )
 }
 
-/// Each manifest's bytes and what they decoded to at the last listing: a periodic re-list of
-/// unchanged files (every `fileCheckFrequency`) reads them but does not parse the YAML again
-/// (issue 8: at 100 pods the parse was ~11 ms of CPU per re-list, the file source's whole
-/// idle cost).
+/// What each manifest decoded to at the last listing, keyed by the length and SHA-256 of its
+/// bytes: a periodic re-list of unchanged files (every `fileCheckFrequency`) reads them but
+/// does not parse the YAML again (issue 8: at 100 pods the parse was ~11 ms of CPU per
+/// re-list, the file source's whole idle cost).
+///
+/// The bytes themselves are not kept (issue 16: fifteen invalid 9.5 MB files kept 152 MB
+/// alive), and an error's field and reason are bounded ([`bounded`]), so a file that does not
+/// decode costs its path, the digest and at most ~2 KiB of error text whatever its size
+/// (tested: 15 such files of 9.5 MB, 5.5 KB in all); a decoded pod is kept as the snapshot
+/// keeps it.
 #[derive(Default)]
 pub struct DecodeCache {
-    files: std::collections::HashMap<PathBuf, (Vec<u8>, Result<DecodedDoc, ManifestError>)>,
+    files: std::collections::HashMap<PathBuf, CachedDecode>,
+}
+
+struct CachedDecode {
+    len: usize,
+    sha256: [u8; 32],
+    result: Result<DecodedDoc, ManifestError>,
 }
 
 impl DecodeCache {
     fn decode(
         &mut self,
         path: &Path,
-        bytes: Vec<u8>,
+        bytes: &[u8],
         origin: &str,
     ) -> Result<DecodedDoc, ManifestError> {
-        if let Some((b, r)) = self.files.get(path) {
-            if *b == bytes {
-                return r.clone();
+        use sha2::{Digest, Sha256};
+        let sha256: [u8; 32] = Sha256::digest(bytes).into();
+        if let Some(c) = self.files.get(path) {
+            if c.len == bytes.len() && c.sha256 == sha256 {
+                return c.result.clone();
             }
         }
-        let r = decode_manifest(&bytes, origin);
-        self.files.insert(path.to_path_buf(), (bytes, r.clone()));
-        r
+        let result = decode_manifest(bytes, origin).map_err(bounded);
+        self.files.insert(
+            path.to_path_buf(),
+            CachedDecode {
+                len: bytes.len(),
+                sha256,
+                result: result.clone(),
+            },
+        );
+        result
+    }
+
+    /// Heap bytes the cache holds on to: its keys, entries and error texts, and a decoded
+    /// pod's size as JSON (an estimate of its heap). For tests.
+    #[cfg(test)]
+    fn retained_bytes(&self) -> usize {
+        self.files
+            .iter()
+            .map(|(path, c)| {
+                path.as_os_str().len()
+                    + std::mem::size_of::<CachedDecode>()
+                    + match &c.result {
+                        Ok(doc) => serde_json::to_vec(&doc_pods(doc)).map_or(0, |v| v.len()),
+                        Err(e) => e.origin.len() + e.field.len() + e.reason.len(),
+                    }
+            })
+            .sum()
+    }
+}
+
+#[cfg(test)]
+fn doc_pods(doc: &DecodedDoc) -> Vec<&crate::pod::Pod> {
+    match doc {
+        DecodedDoc::Pod(p) => vec![p],
+        DecodedDoc::PodList(items) => items.iter().collect(),
     }
 }
 
@@ -554,54 +709,80 @@ fn list_dir_cached(
             }
         };
         let name = entry.file_name();
+        let path = entry.path();
         let Some(name) = name.to_str() else {
-            tracing::debug!(dir = %dir.display(), "skipping non-UTF-8 file name");
+            // The name is the pod's origin (its UID hashes it): one that is not UTF-8 would be
+            // shown and hashed lossily, so such a file is reported instead of read. Hidden and
+            // non-manifest names stay ignored.
+            if is_manifest_name(&name.to_string_lossy()) {
+                errors.push(ManifestError {
+                    origin: escape_path(&path),
+                    field: String::new(),
+                    reason: format!(
+                        "manifest file {}: the file name is not valid UTF-8 (the bytes that are \
+                         not are shown as \\xNN); rename the file",
+                        escape_path(&path)
+                    ),
+                });
+            }
             continue;
         };
         if !is_manifest_name(name) {
             continue;
         }
-        let path = entry.path();
-        // Follows symlinks; directories (even named x.yaml) are not manifests.
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => match check_secure(&path, &m, "manifest file") {
+        // Follows symlinks (as the kubelet does). Anything but a regular file with a manifest
+        // name (a directory, FIFO, device, socket, a dangling link or a link loop) is an error
+        // naming it; a file gone since the directory was read is skipped.
+        let checked = std::fs::metadata(&path)
+            .map_err(|e| stat_error(&path, e))
+            .and_then(|m| check_regular(&m).map(|()| m));
+        match checked {
+            Ok(m) => match check_secure(&path, &m, "manifest file") {
                 Err(reason) if !allow_insecure => errors.push(ManifestError {
-                    origin: path.to_string_lossy().into_owned(),
+                    origin: escape_path(&path),
                     field: String::new(),
-                    reason,
+                    reason: escape_text(&reason),
                 }),
                 _ => paths.push(path),
             },
-            Ok(_) => {}
-            Err(e) => tracing::debug!(file = %path.display(), error = %e, "skipping vanished file"),
+            Err(e) if e.is_not_found() => {
+                tracing::debug!(file = %path.display(), error = %e, "skipping vanished file");
+            }
+            Err(source) => errors.push(ManifestError {
+                origin: escape_path(&path),
+                field: String::new(),
+                reason: FileSourceError::ReadFile { path, source }.to_string(),
+            }),
         }
     }
     paths.sort();
     cache.files.retain(|p, _| paths.contains(p));
 
     let mut raws = Vec::new();
+    // Pods and errors name the file escaped; the UID keeps hashing the (lossy) path as before.
+    let mut shown_origins = std::collections::HashMap::new();
     for path in paths {
         let origin = path.to_string_lossy().into_owned();
+        let shown = escape_path(&path);
         let bytes = match read_limited(&path) {
             Ok(b) => b,
-            Err(FileSourceError::ReadFile { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                continue;
-            }
+            Err(FileSourceError::ReadFile { source, .. }) if source.is_not_found() => continue,
             Err(e) => {
                 errors.push(ManifestError {
-                    origin,
+                    origin: shown,
                     field: String::new(),
                     reason: e.to_string(),
                 });
                 continue;
             }
         };
-        match cache.decode(&path, bytes, &origin) {
-            Ok(DecodedDoc::Pod(pod)) => raws.push((*pod, origin, String::new())),
+        match cache.decode(&path, &bytes, &shown) {
+            Ok(DecodedDoc::Pod(pod)) => {
+                shown_origins.insert(origin.clone(), shown);
+                raws.push((*pod, origin, String::new()));
+            }
             Ok(DecodedDoc::PodList(_)) => errors.push(ManifestError {
-                origin,
+                origin: shown,
                 field: "kind".into(),
                 reason: "Unsupported value: \"PodList\": a manifest file holds exactly one Pod"
                     .into(),
@@ -609,7 +790,19 @@ fn list_dir_cached(
             Err(e) => errors.push(e),
         }
     }
-    let pods: Vec<SourcePod> = build_pods(raws, node_name, SourceKind::File, seen, &mut errors);
+    let pods: Vec<SourcePod> = build_pods(
+        raws,
+        node_name,
+        SourceKind::File,
+        seen,
+        |origin| {
+            shown_origins
+                .get(origin)
+                .cloned()
+                .unwrap_or_else(|| escape_text(origin))
+        },
+        &mut errors,
+    );
     let pods = dedupe_by_name(pods, &mut errors);
     Ok(Snapshot {
         source: SourceKind::File,
@@ -617,28 +810,6 @@ fn list_dir_cached(
         errors,
         ready: true,
     })
-}
-
-fn read_limited(path: &Path) -> Result<Vec<u8>, FileSourceError> {
-    let wrap = |source| FileSourceError::ReadFile {
-        path: path.to_path_buf(),
-        source,
-    };
-    let f = std::fs::File::open(path).map_err(wrap)?;
-    let mut buf = Vec::new();
-    f.take(MAX_MANIFEST_BYTES as u64 + 1)
-        .read_to_end(&mut buf)
-        .map_err(wrap)?;
-    if buf.len() > MAX_MANIFEST_BYTES {
-        return Err(FileSourceError::ReadFile {
-            path: path.to_path_buf(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("larger than {MAX_MANIFEST_BYTES} bytes"),
-            ),
-        });
-    }
-    Ok(buf)
 }
 
 #[cfg(test)]
@@ -835,7 +1006,7 @@ mod tests {
         // not return it.
         let planted = decode_manifest(manifest("planted", "busybox:1").as_bytes(), "x");
         if let Some(entry) = cache.files.get_mut(&a) {
-            entry.1 = planted;
+            entry.result = planted;
         }
         let snap = list_dir_cached(d.path(), "n", "t", false, &mut cache).expect("listing");
         assert_eq!(
@@ -852,6 +1023,208 @@ mod tests {
         let snap = list_dir_cached(d.path(), "n", "t", false, &mut cache).expect("listing");
         assert!(snap.pods.is_empty());
         assert!(cache.files.is_empty());
+    }
+
+    /// `f` on another thread, failing the test (instead of hanging it) after 10 s.
+    fn within_timeout<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        match rx.recv_timeout(TIMEOUT) {
+            Ok(v) => v,
+            Err(_) => panic!("{what} did not return within {TIMEOUT:?} (blocked?)"),
+        }
+    }
+
+    #[test]
+    fn hostile_directory_entries_are_manifest_errors_naming_them() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let d = tmp();
+        let dir = d.path();
+        let elsewhere = tmp();
+        let mode = nix::sys::stat::Mode::from_bits_truncate(0o644);
+        write(&dir.join("good.yaml"), &manifest("good", "busybox:1"));
+        nix::unistd::mkfifo(&dir.join("fifo.yaml"), mode).expect("mkfifo");
+        nix::unistd::mkfifo(&dir.join(".hidden.yaml"), mode).expect("mkfifo");
+        nix::unistd::mkfifo(&dir.join("pipe.txt"), mode).expect("mkfifo");
+        fs::create_dir(dir.join("dir.yaml")).expect("mkdir");
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero.yaml")).expect("symlink");
+        std::os::unix::fs::symlink(dir.join("gone.yaml"), dir.join("dangling.json"))
+            .expect("symlink");
+        std::os::unix::fs::symlink(dir.join("loop.yml"), dir.join("loop.yml")).expect("symlink");
+        let _sock = std::os::unix::net::UnixListener::bind(dir.join("sock.yaml")).expect("bind");
+        let mut latin1 = dir.as_os_str().as_bytes().to_vec();
+        latin1.extend_from_slice(b"/caf\xe9.yaml");
+        write(
+            Path::new(OsStr::from_bytes(&latin1)),
+            &manifest("latin1", "busybox:1"),
+        );
+        // A symbolic link to a regular file is read, as by the kubelet.
+        write(
+            &elsewhere.path().join("real.yaml"),
+            &manifest("linked", "busybox:1"),
+        );
+        std::os::unix::fs::symlink(elsewhere.path().join("real.yaml"), dir.join("link.yaml"))
+            .expect("symlink");
+        // A newline in a valid manifest's name: it runs; it is shown escaped.
+        write(
+            &dir.join("new\nline.yaml"),
+            &manifest("newline", "busybox:1"),
+        );
+
+        let listed = dir.to_path_buf();
+        let snap = within_timeout("listing", move || list_dir(&listed, "n", "t")).expect("listing");
+        assert_eq!(
+            names(&snap),
+            vec!["good-n", "linked-n", "newline-n"],
+            "{:?}",
+            snap.errors
+        );
+        let newline = snap
+            .pods
+            .iter()
+            .find(|p| p.pod.metadata.name == "newline-n");
+        assert_eq!(
+            newline.map(|p| p.origin.clone()),
+            Some(format!("{}/new\\nline.yaml", dir.display()))
+        );
+        let reason = |file: &str| {
+            let origin = format!("{}/{file}", dir.display());
+            let found: Vec<&ManifestError> =
+                snap.errors.iter().filter(|e| e.origin == origin).collect();
+            assert_eq!(found.len(), 1, "{file}: {:?}", snap.errors);
+            found[0].reason.clone()
+        };
+        for (file, what) in [
+            ("fifo.yaml", "not a regular file but a FIFO (named pipe)"),
+            ("dir.yaml", "not a regular file but a directory"),
+            ("zero.yaml", "not a regular file but a character device"),
+            ("sock.yaml", "not a regular file but a socket"),
+            ("dangling.json", "a dangling symbolic link: its target"),
+            (
+                "loop.yml",
+                "cannot be read: Too many levels of symbolic links",
+            ),
+            ("caf\\xe9.yaml", "the file name is not valid UTF-8"),
+        ] {
+            let r = reason(file);
+            assert!(r.contains(what), "{file}: {r}");
+            assert!(
+                r.contains(&format!("manifest file {}/{file}", dir.display())),
+                "{r}"
+            );
+        }
+        assert!(reason("dangling.json").contains("gone.yaml does not exist"));
+        assert_eq!(
+            snap.errors.len(),
+            7,
+            "hidden and non-manifest names stay ignored: {:?}",
+            snap.errors
+        );
+        for e in &snap.errors {
+            assert!(
+                !e.origin.contains(char::is_control) && !e.reason.contains(char::is_control),
+                "{e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn read_limited_reads_only_small_regular_files_and_never_blocks() {
+        let d = tmp();
+        let fifo = d.path().join("fifo.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644))
+            .expect("mkfifo");
+        let e = within_timeout("reading a FIFO", move || read_limited(&fifo))
+            .expect_err("a FIFO is refused");
+        assert!(
+            e.to_string()
+                .contains("not a regular file but a FIFO (named pipe)"),
+            "{e}"
+        );
+
+        let zero = d.path().join("zero.yaml");
+        std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
+        let e = within_timeout("reading /dev/zero", move || read_limited(&zero))
+            .expect_err("a device is refused");
+        assert!(e.to_string().contains("a character device"), "{e}");
+
+        // 1 GiB, sparse: refused by its size, nothing read.
+        let huge = d.path().join("huge.yaml");
+        fs::File::create(&huge)
+            .and_then(|f| f.set_len(1 << 30))
+            .expect("sparse file");
+        let started = Instant::now();
+        let e = read_limited(&huge).expect_err("too large");
+        assert!(
+            matches!(e, FileSourceError::ReadFile { source: ReadError::TooLarge(n), .. } if n == 1 << 30),
+            "{e}"
+        );
+        assert!(e.to_string().contains("larger than 10485760 bytes"), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+
+        // Exactly the limit is fine; a symbolic link to a regular file is followed.
+        let max = d.path().join("max.yaml");
+        fs::File::create(&max)
+            .and_then(|f| f.set_len(MAX_MANIFEST_BYTES as u64))
+            .expect("file");
+        let link = d.path().join("link.yaml");
+        std::os::unix::fs::symlink(&max, &link).expect("symlink");
+        assert_eq!(
+            read_limited(&link).map(|b| b.len()).ok(),
+            Some(MAX_MANIFEST_BYTES)
+        );
+    }
+
+    #[test]
+    fn the_cache_keeps_no_bytes_of_large_invalid_files() {
+        let d = tmp();
+        let size = 9_500_000;
+        // Fifteen 9.5 MB files that do not decode: not UTF-8 (sparse after the first byte) and
+        // one whose YAML error quotes a 9.5 MB string.
+        for i in 0..14 {
+            let p = d.path().join(format!("bad{i:02}.yaml"));
+            write(&p, "-");
+            fs::write(&p, [0xffu8])
+                .and_then(|()| fs::OpenOptions::new().write(true).open(&p))
+                .and_then(|f| f.set_len(size))
+                .expect("a sparse file that is not UTF-8");
+        }
+        let head = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec: \"";
+        let body = format!("{head}{}\"\n", "a".repeat(size as usize - head.len() - 2));
+        write(&d.path().join("quote.yaml"), &body);
+        let mut cache = DecodeCache::default();
+        let snap = list_dir_cached(d.path(), "n", "t", false, &mut cache).expect("listing");
+        assert_eq!(
+            snap.errors.len(),
+            15,
+            "{:?}",
+            snap.errors.iter().map(|e| &e.origin).collect::<Vec<_>>()
+        );
+        assert_eq!(cache.files.len(), 15);
+        let retained = cache.retained_bytes();
+        println!("decode cache after 15 invalid 9.5 MB files: {retained} bytes");
+        assert!(retained < 15 * 2048, "the cache keeps {retained} bytes");
+        let quoted = snap
+            .errors
+            .iter()
+            .find(|e| e.origin.ends_with("quote.yaml"))
+            .expect("quote.yaml");
+        assert!(
+            quoted.reason.len() < 2 * crate::source::MAX_ERROR_TEXT,
+            "{}",
+            quoted.reason.len()
+        );
+        // A relist of the unchanged files is served from the cache and keeps the bound.
+        let again = list_dir_cached(d.path(), "n", "t", false, &mut cache).expect("listing");
+        assert_eq!(again.errors, snap.errors);
+        assert!(cache.retained_bytes() < 15 * 2048);
     }
 
     #[test]

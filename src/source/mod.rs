@@ -138,30 +138,101 @@ impl SeenCache {
 }
 
 /// Turn decoded manifest pods into named, validated source pods; rejected ones become errors.
+///
+/// `raws` are (pod, origin used in the UID, field prefix for errors); `shown` turns that origin
+/// into the one pods and errors carry (escaped file name, redacted URL): the UID keeps hashing
+/// the exact origin. Nothing is logged here: this runs on every listing, and the rejections are
+/// logged where a snapshot is received (once per snapshot that carries them).
 pub fn build_pods(
     raws: Vec<(crate::pod::Pod, String, String)>,
     node_name: &str,
     source: SourceKind,
     seen: &str,
+    shown: impl Fn(&str) -> String,
     errors: &mut Vec<ManifestError>,
 ) -> Vec<SourcePod> {
-    // raws: (pod, origin used in the UID, field prefix for errors)
     let mut out = Vec::new();
     for (raw, origin, prefix) in raws {
-        let raw_name = raw.metadata.name.clone();
         match make_static_pod(raw, node_name, source, &origin, seen) {
-            Ok(pod) => out.push(SourcePod { pod, origin }),
+            Ok(pod) => out.push(SourcePod {
+                pod,
+                origin: shown(&origin),
+            }),
             Err(errs) => {
                 for e in errs {
-                    tracing::warn!(source = source.as_str(), origin = %origin, pod = %raw_name,
-                        field = %format!("{prefix}{}", e.field), reason = %e.reason, "rejected static pod manifest");
-                    errors.push(ManifestError {
-                        origin: origin.clone(),
+                    errors.push(bounded(ManifestError {
+                        origin: shown(&origin),
                         field: format!("{prefix}{}", e.field),
                         reason: e.reason,
-                    });
+                    }));
                 }
             }
+        }
+    }
+    out
+}
+
+/// Longest field path or reason a [`ManifestError`] keeps, in bytes. A decode error may quote
+/// the offending value (serde writes `invalid type: string "..."` with the whole string): a
+/// 10 MiB scalar must not become a 10 MiB error held in the source's cache, the status store
+/// and every log line.
+pub const MAX_ERROR_TEXT: usize = 1024;
+
+/// `e` with its field and reason cut to [`MAX_ERROR_TEXT`] bytes (on a character boundary,
+/// saying how much was cut).
+pub fn bounded(mut e: ManifestError) -> ManifestError {
+    fn cut(s: &mut String) {
+        if s.len() <= MAX_ERROR_TEXT {
+            return;
+        }
+        let mut end = MAX_ERROR_TEXT;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        let dropped = s.len() - end;
+        s.truncate(end);
+        s.push_str(&format!("... ({dropped} more bytes)"));
+        s.shrink_to_fit();
+    }
+    cut(&mut e.field);
+    cut(&mut e.reason);
+    e
+}
+
+/// Writes `s` with every control character (`char::is_control`: C0 including newline and NUL,
+/// DEL, C1) escaped as Rust's `escape_debug` writes it (`\n`, `\0`, `\u{1b}`), so text from a
+/// manifest or a file name can neither split a line nor reach a terminal as an escape
+/// sequence. The one escaping rule of nanolet: manifest errors ([`escape_text`],
+/// [`escape_path`]) and every log field (the binary's log formatter) use it.
+pub fn write_escaped(out: &mut impl std::fmt::Write, s: &str) -> std::fmt::Result {
+    let mut rest = s;
+    while let Some(i) = rest.find(char::is_control) {
+        out.write_str(&rest[..i])?;
+        let c = rest[i..].chars().next().unwrap_or_default();
+        for e in c.escape_debug() {
+            out.write_char(e)?;
+        }
+        rest = &rest[i + c.len_utf8()..];
+    }
+    out.write_str(rest)
+}
+
+/// `s` escaped by [`write_escaped`].
+pub fn escape_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let _ = write_escaped(&mut out, s);
+    out
+}
+
+/// A path as manifest errors and messages name it: [`write_escaped`] on its UTF-8 parts,
+/// `\xNN` for each byte that is not UTF-8.
+pub fn escape_path(p: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for chunk in p.as_os_str().as_bytes().utf8_chunks() {
+        let _ = write_escaped(&mut out, chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
         }
     }
     out

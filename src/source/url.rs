@@ -6,8 +6,11 @@
 //!   podconfig keeps blocking cleanup of pods this source might own.
 //! - As in the kubelet, a body with any invalid pod is rejected whole. Once a good snapshot
 //!   exists, the rejection is reported as a snapshot holding the last good pods plus the errors.
-//! - Unchanged bytes skip all work.
-//! - Header values are secrets: never logged (the `Debug` impl redacts them).
+//! - Unchanged bytes skip all work. Requests are conditional: `If-None-Match` with the last
+//!   `ETag`, `If-Modified-Since` with the last `Last-Modified`; a `304 Not Modified` keeps the
+//!   previous outcome without transferring the body.
+//! - Header values are secrets: never logged (the `Debug` impl redacts them). The URL is shown
+//!   (logs, errors, `/manifests/errors`) only through [`redact`]: no userinfo, no query values.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -17,8 +20,10 @@ use std::time::Duration;
 use md5::{Digest, Md5};
 
 use super::{
-    ManifestError, SeenCache, Snapshot, SourceKind, build_pods, dedupe_by_name, now_rfc3339_nano,
+    ManifestError, SeenCache, Snapshot, SourceKind, bounded, build_pods, dedupe_by_name,
+    now_rfc3339_nano,
 };
+use crate::config::REDACTED;
 use crate::pod::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
 
 /// Default request timeout (the kubelet's).
@@ -32,6 +37,68 @@ pub enum UrlSourceError {
     Status { url: String, status: u16 },
     #[error("reading body of {url}: {message}")]
     Body { url: String, message: String },
+}
+
+/// `url` as logs, errors and `/manifests/errors` show it: the userinfo
+/// ([`crate::config::redact_url`]), every query value and the fragment replaced by
+/// `<redacted>`; query parameter names stay (`?token=<redacted>&page=<redacted>`).
+///
+/// Every value, not only those whose names look secret: presigned and signed URLs carry
+/// credentials under many names (`token`, `access_token`, `key`, `sig`, `signature`,
+/// `X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token`, `X-Goog-Signature`, Azure's
+/// `sig`/`se`/`sv`, ...) and a list of names would miss the next service's; a name without a
+/// value (`?s3cret`) is redacted whole.
+pub fn redact(url: &str) -> String {
+    let url = crate::config::redact_url(url);
+    let (rest, fragment) = match url.split_once('#') {
+        Some((rest, _)) => (rest, true),
+        None => (url.as_str(), false),
+    };
+    let mut out = match rest.split_once('?') {
+        Some((base, query)) => {
+            let items: Vec<String> = query
+                .split('&')
+                .map(|item| match item.split_once('=') {
+                    Some((name, _)) => format!("{name}={REDACTED}"),
+                    None if item.is_empty() => String::new(),
+                    None => REDACTED.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", items.join("&"))
+        }
+        None => rest.to_string(),
+    };
+    if fragment {
+        out.push('#');
+        out.push_str(REDACTED);
+    }
+    out
+}
+
+/// A transport error's text with no URL credentials in it: ureq names URIs in some errors
+/// (`bad uri: ...`). The configured URL and its query/fragment are replaced by their redacted
+/// forms, and any other word that holds a URL (a redirect target, a normalised form) is
+/// redacted as one.
+fn scrub(message: &str, url: &str) -> String {
+    let mut message = message.replace(url, &redact(url));
+    if let Some(i) = url.find(['?', '#']) {
+        let shown = redact(url);
+        let shown_tail = shown.find(['?', '#']).map_or("", |j| &shown[j..]);
+        if url.len() - i > 1 {
+            message = message.replace(&url[i..], shown_tail);
+        }
+    }
+    message
+        .split(' ')
+        .map(|word| {
+            if word.contains("://") {
+                redact(word)
+            } else {
+                word.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Why a fetch failed, without the URL (which may carry credentials; the error's origin names
@@ -188,7 +255,7 @@ impl std::fmt::Debug for UrlSourceConfig {
             .map(|(k, _)| format!("{k}: <redacted>"))
             .collect();
         f.debug_struct("UrlSourceConfig")
-            .field("url", &self.url)
+            .field("url", &redact(&self.url))
             .field("headers", &headers)
             .field("node_name", &self.node_name)
             .field("check_frequency", &self.check_frequency)
@@ -239,11 +306,55 @@ impl UrlSource {
     }
 }
 
+/// What a GET brought.
+enum Fetched {
+    /// A 200 with its body and the validators to send next time.
+    Body {
+        body: Vec<u8>,
+        validators: Validators,
+    },
+    /// A 304 to our conditional request: the body is the one we had.
+    NotModified,
+}
+
+/// The cache validators of the last 200 answer, sent back as `If-None-Match` and
+/// `If-Modified-Since`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Validators {
+    etag: Option<String>,
+    last_modified: Option<String>,
+}
+
+impl Validators {
+    fn from_response(resp: &ureq::http::Response<ureq::Body>) -> Self {
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        Validators {
+            etag: header("etag"),
+            last_modified: header("last-modified"),
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.etag.is_some() || self.last_modified.is_some()
+    }
+}
+
 struct Poller {
     cfg: UrlSourceConfig,
+    /// The URL as logs and errors show it ([`redact`]).
+    shown_url: String,
     tx: Sender<Snapshot>,
     agent: ureq::Agent,
     last_body: Option<[u8; 16]>,
+    /// Validators of the last body (kept across failures: a 304 then means that body).
+    validators: Validators,
+    /// The errors of the last body (empty when it was good): what a 304 repeats.
+    body_errors: Vec<ManifestError>,
     last_good: Option<Snapshot>,
     last_sent: Option<Snapshot>,
     seen: SeenCache,
@@ -252,10 +363,13 @@ struct Poller {
 impl Poller {
     fn new(cfg: UrlSourceConfig, tx: Sender<Snapshot>, agent: ureq::Agent) -> Self {
         Poller {
+            shown_url: redact(&cfg.url),
             cfg,
             tx,
             agent,
             last_body: None,
+            validators: Validators::default(),
+            body_errors: Vec::new(),
             last_good: None,
             last_sent: None,
             seen: SeenCache::default(),
@@ -263,7 +377,7 @@ impl Poller {
     }
 
     fn run(mut self, rx: Receiver<()>) {
-        tracing::info!(url = %self.cfg.url, every = ?self.cfg.check_frequency, "url source started");
+        tracing::info!(url = %self.shown_url, every = ?self.cfg.check_frequency, "url source started");
         loop {
             if !self.poll_once() {
                 return;
@@ -275,31 +389,44 @@ impl Poller {
         }
     }
 
-    fn fetch(&self) -> Result<Vec<u8>, UrlSourceError> {
+    fn fetch(&self) -> Result<Fetched, UrlSourceError> {
         let url = &self.cfg.url;
         let mut req = self.agent.get(url);
         for (k, v) in &self.cfg.headers {
             req = req.header(k.as_str(), v.as_str());
         }
+        if let Some(etag) = &self.validators.etag {
+            req = req.header("If-None-Match", etag.as_str());
+        }
+        if let Some(date) = &self.validators.last_modified {
+            req = req.header("If-Modified-Since", date.as_str());
+        }
         let mut resp = req.call().map_err(|e| UrlSourceError::Transport {
-            url: url.clone(),
-            message: e.to_string(),
+            url: self.shown_url.clone(),
+            message: scrub(&e.to_string(), url),
         })?;
         let status = resp.status().as_u16();
+        // A 304 only answers a conditional request; to any other it is just a bad status.
+        if status == 304 && self.validators.any() {
+            return Ok(Fetched::NotModified);
+        }
         if status != 200 {
             return Err(UrlSourceError::Status {
-                url: url.clone(),
+                url: self.shown_url.clone(),
                 status,
             });
         }
-        resp.body_mut()
+        let validators = Validators::from_response(&resp);
+        let body = resp
+            .body_mut()
             .with_config()
             .limit(MAX_MANIFEST_BYTES as u64)
             .read_to_vec()
             .map_err(|e| UrlSourceError::Body {
-                url: url.clone(),
-                message: e.to_string(),
-            })
+                url: self.shown_url.clone(),
+                message: scrub(&e.to_string(), url),
+            })?;
+        Ok(Fetched::Body { body, validators })
     }
 
     /// `errors` beside the pods still in force (the last good snapshot); before any good
@@ -323,57 +450,50 @@ impl Poller {
 
     /// Returns false when the receiving side is gone.
     fn poll_once(&mut self) -> bool {
-        let body = match self.fetch() {
-            Ok(b) => b,
+        let snap = match self.fetch() {
             Err(e) => {
-                tracing::warn!(error = %e, "url source: keeping the previous snapshot");
+                // Logged once, by the receiver of the snapshot below (sent only when the
+                // failure changes), not on every poll.
+                tracing::debug!(error = %e, "url source: keeping the previous snapshot");
                 // The next good body is processed again even if unchanged (it clears this).
                 self.last_body = None;
                 // Report the failure beside the pods still in force; before the first good
                 // snapshot as a not-ready snapshot (an empty ready one would let orphan cleanup
                 // kill pods this source started before a restart).
-                let errors = vec![ManifestError {
-                    origin: crate::config::redact_url(&self.cfg.url),
+                self.with_errors(vec![ManifestError {
+                    origin: self.shown_url.clone(),
                     field: String::new(),
                     reason: fetch_reason(&e),
-                }];
-                let snap = self.with_errors(errors);
-                if self
-                    .last_sent
-                    .as_ref()
-                    .is_some_and(|l| l.same_content(&snap))
-                {
+                }])
+            }
+            // The server still has the body we decoded last: its outcome stands (after a
+            // failure this clears the failure).
+            Ok(Fetched::NotModified) => self.with_errors(self.body_errors.clone()),
+            Ok(Fetched::Body { body, validators }) => {
+                self.validators = validators;
+                let digest: [u8; 16] = Md5::digest(&body).into();
+                if self.last_body == Some(digest) {
                     return true;
                 }
-                if self.tx.send(snap.clone()).is_err() {
-                    return false;
+                self.last_body = Some(digest);
+                match parse_body(
+                    &body,
+                    &self.cfg.url,
+                    &self.cfg.node_name,
+                    &now_rfc3339_nano(),
+                ) {
+                    Ok(mut snap) => {
+                        self.seen.stabilize(&mut snap.pods);
+                        self.last_good = Some(snap.clone());
+                        self.body_errors.clear();
+                        snap
+                    }
+                    Err(errors) => {
+                        // Logged by the receiver of the snapshot (once per change).
+                        self.body_errors = errors.clone();
+                        self.with_errors(errors)
+                    }
                 }
-                self.last_sent = Some(snap);
-                return true;
-            }
-        };
-        let digest: [u8; 16] = Md5::digest(&body).into();
-        if self.last_body == Some(digest) {
-            return true;
-        }
-        self.last_body = Some(digest);
-        let snap = match parse_body(
-            &body,
-            &self.cfg.url,
-            &self.cfg.node_name,
-            &now_rfc3339_nano(),
-        ) {
-            Ok(mut snap) => {
-                self.seen.stabilize(&mut snap.pods);
-                self.last_good = Some(snap.clone());
-                snap
-            }
-            Err(errors) => {
-                for e in &errors {
-                    tracing::warn!(url = %e.origin, field = %e.field, reason = %e.reason,
-                        "url source: manifest rejected, keeping the previous pods");
-                }
-                self.with_errors(errors)
             }
         };
         if self
@@ -383,7 +503,7 @@ impl Poller {
         {
             return true;
         }
-        tracing::info!(url = %self.cfg.url, pods = snap.pods.len(), errors = snap.errors.len(),
+        tracing::info!(url = %self.shown_url, pods = snap.pods.len(), errors = snap.errors.len(),
             "url source: sending snapshot");
         if self.tx.send(snap.clone()).is_err() {
             return false;
@@ -400,7 +520,9 @@ pub fn parse_body(
     node_name: &str,
     seen: &str,
 ) -> Result<Snapshot, Vec<ManifestError>> {
-    let raws = match decode_manifest(body, url).map_err(|e| vec![e])? {
+    // Pods and errors name the URL redacted; the UID hashes the exact URL (as before).
+    let shown = redact(url);
+    let raws = match decode_manifest(body, &shown).map_err(|e| vec![bounded(e)])? {
         DecodedDoc::Pod(p) => vec![(*p, url.to_string(), String::new())],
         DecodedDoc::PodList(items) => items
             .into_iter()
@@ -409,7 +531,14 @@ pub fn parse_body(
             .collect(),
     };
     let mut errors = Vec::new();
-    let pods = build_pods(raws, node_name, SourceKind::Http, seen, &mut errors);
+    let pods = build_pods(
+        raws,
+        node_name,
+        SourceKind::Http,
+        seen,
+        |_| shown.clone(),
+        &mut errors,
+    );
     let pods = dedupe_by_name(pods, &mut errors);
     if errors.is_empty() {
         Ok(Snapshot {
@@ -503,6 +632,234 @@ mod tests {
             );
             std::thread::yield_now();
         }
+    }
+
+    /// What the conditional server answered.
+    #[derive(Default)]
+    struct Conditional {
+        status: u16,
+        body: String,
+        etag: Option<String>,
+        last_modified: Option<String>,
+        /// 200s with the body, and 304s.
+        full: usize,
+        not_modified: usize,
+        /// Every request, answered or not (the poller had its chance).
+        requests: usize,
+    }
+
+    /// A server honouring `If-None-Match` / `If-Modified-Since` as a file server does.
+    fn serve_conditional() -> (String, Arc<Mutex<Conditional>>, Arc<tiny_http::Server>) {
+        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("server"));
+        let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
+        let state = Arc::new(Mutex::new(Conditional {
+            status: 200,
+            ..Default::default()
+        }));
+        let (s2, st2) = (server.clone(), state.clone());
+        std::thread::spawn(move || {
+            for req in s2.incoming_requests() {
+                let header = |name: &'static str| {
+                    req.headers()
+                        .iter()
+                        .find(|h| h.field.equiv(name))
+                        .map(|h| h.value.to_string())
+                };
+                let (inm, ims) = (header("If-None-Match"), header("If-Modified-Since"));
+                let resp = {
+                    let Ok(mut st) = st2.lock() else { return };
+                    st.requests += 1;
+                    let fresh = match (&inm, &st.etag, &ims, &st.last_modified) {
+                        (Some(a), Some(b), _, _) => a == b,
+                        (None, _, Some(a), Some(b)) => a == b,
+                        _ => false,
+                    };
+                    if st.status != 200 {
+                        tiny_http::Response::from_string("oops").with_status_code(st.status)
+                    } else if fresh {
+                        st.not_modified += 1;
+                        tiny_http::Response::from_string("").with_status_code(304)
+                    } else {
+                        st.full += 1;
+                        let mut r = tiny_http::Response::from_string(st.body.clone());
+                        for (name, value) in
+                            [("ETag", &st.etag), ("Last-Modified", &st.last_modified)]
+                        {
+                            if let Some(v) = value {
+                                if let Ok(h) = tiny_http::Header::from_bytes(name, v.as_bytes()) {
+                                    r.add_header(h);
+                                }
+                            }
+                        }
+                        r
+                    }
+                };
+                let _ = req.respond(resp);
+            }
+        });
+        (format!("http://127.0.0.1:{port}/pods"), state, server)
+    }
+
+    /// Waits until the conditional server has seen `n` more requests.
+    fn wait_conditional(state: &Arc<Mutex<Conditional>>, n: usize) {
+        let count = || state.lock().map(|s| s.requests).unwrap_or(0);
+        let target = count() + n;
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while count() < target {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server got no requests"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    fn counts(state: &Arc<Mutex<Conditional>>) -> (usize, usize) {
+        state
+            .lock()
+            .map(|s| (s.full, s.not_modified))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn unchanged_bodies_are_not_downloaded_again() {
+        let (url, state, server) = serve_conditional();
+        if let Ok(mut st) = state.lock() {
+            st.body = list(&[pod_json("a", "x:1")]);
+            st.etag = Some("\"v1\"".into());
+        }
+        let (tx, rx) = mpsc::channel();
+        let mut cfg = UrlSourceConfig::new(url, "n");
+        cfg.check_frequency = Duration::from_millis(20);
+        let handle = UrlSource::spawn(cfg, tx).expect("spawn");
+        let snap = rx.recv_timeout(TIMEOUT).expect("first snapshot");
+        assert_eq!(snap.pods.len(), 1);
+        // Polls with the ETag: 304s, no body, nothing sent.
+        wait_conditional(&state, 5);
+        let (full, not_modified) = counts(&state);
+        assert_eq!(full, 1, "the unchanged body was downloaded again");
+        assert!(not_modified >= 4, "{not_modified}");
+        assert!(rx.try_recv().is_err());
+
+        // A new version (new ETag) is downloaded once and sent.
+        if let Ok(mut st) = state.lock() {
+            st.body = list(&[pod_json("a", "x:2")]);
+            st.etag = Some("\"v2\"".into());
+        }
+        let snap = rx.recv_timeout(TIMEOUT).expect("new version");
+        assert_eq!(snap.pods[0].pod.spec.containers[0].image, "x:2");
+        wait_conditional(&state, 3);
+        assert_eq!(counts(&state).0, 2);
+
+        // A failure is reported; the 304 after it (same body) clears it without a download.
+        if let Ok(mut st) = state.lock() {
+            st.status = 503;
+        }
+        let snap = rx.recv_timeout(TIMEOUT).expect("failure");
+        assert!(snap.errors[0].reason.contains("503"), "{:?}", snap.errors);
+        assert_eq!(snap.pods.len(), 1);
+        if let Ok(mut st) = state.lock() {
+            st.status = 200;
+        }
+        let snap = rx.recv_timeout(TIMEOUT).expect("recovered");
+        assert!(
+            snap.errors.is_empty() && snap.pods.len() == 1,
+            "{:?}",
+            snap.errors
+        );
+        assert_eq!(
+            counts(&state).0,
+            2,
+            "recovery downloaded the unchanged body"
+        );
+
+        // A server with Last-Modified only: If-Modified-Since.
+        if let Ok(mut st) = state.lock() {
+            st.body = list(&[pod_json("a", "x:3")]);
+            st.etag = None;
+            st.last_modified = Some("Wed, 21 Oct 2026 07:28:00 GMT".into());
+        }
+        let snap = rx.recv_timeout(TIMEOUT).expect("third version");
+        assert_eq!(snap.pods[0].pod.spec.containers[0].image, "x:3");
+        wait_conditional(&state, 3);
+        assert_eq!(counts(&state).0, 3, "If-Modified-Since was not honoured");
+        assert!(rx.try_recv().is_err());
+        handle.stop();
+        server.unblock();
+    }
+
+    #[test]
+    fn query_credentials_are_redacted_everywhere_but_the_request() {
+        assert_eq!(
+            redact("https://u:pw@h:8443/p?token=abc&X-Amz-Signature=def&page=2&bare#frag"),
+            "https://<redacted>@h:8443/p?token=<redacted>&X-Amz-Signature=<redacted>\
+             &page=<redacted>&<redacted>#<redacted>"
+        );
+        assert_eq!(redact("http://h/p"), "http://h/p");
+        assert_eq!(
+            scrub(
+                "bad uri: http://h/p?sig=s3cret#x and ?sig=s3cret#x, to https://u:pw@o/x?k=v",
+                "http://h/p?sig=s3cret#x"
+            ),
+            "bad uri: http://h/p?sig=<redacted>#<redacted> and ?sig=<redacted>#<redacted>, \
+             to https://<redacted>@o/x?k=<redacted>"
+        );
+
+        // Against a server: errors and pods name the URL without the token (the log lines use
+        // the same redacted form: tests/security.rs checks a real nanolet's log).
+        let (url, state, server) = serve_conditional();
+        let url = format!("{url}?access_token=s3cret");
+        let mut cfg = UrlSourceConfig::new(url.clone(), "n");
+        cfg.check_frequency = Duration::from_millis(20);
+        assert!(!format!("{cfg:?}").contains("s3cret"));
+        let (tx, rx) = mpsc::channel();
+        let agent = build_agent(&cfg).expect("agent");
+        let mut poller = Poller::new(cfg, tx, agent);
+        let shown = redact(&url);
+        assert!(shown.ends_with("?access_token=<redacted>"), "{shown}");
+        assert_eq!(poller.shown_url, shown);
+        if let Ok(mut st) = state.lock() {
+            st.status = 500;
+        }
+        assert!(poller.poll_once());
+        if let Ok(mut st) = state.lock() {
+            st.status = 200;
+            st.body = list(&[pod_json("a", "x:1"), pod_json("Bad", "x:1")]);
+        }
+        assert!(poller.poll_once());
+        if let Ok(mut st) = state.lock() {
+            st.body = list(&[pod_json("a", "x:1")]);
+        }
+        assert!(poller.poll_once());
+        let snaps: Vec<Snapshot> = rx.try_iter().collect();
+        assert_eq!(snaps.len(), 3);
+        for e in snaps.iter().flat_map(|s| &s.errors) {
+            assert_eq!(e.origin, shown);
+            assert!(!e.reason.contains("s3cret"), "{e}");
+        }
+        assert_eq!(snaps[2].pods[0].origin, shown);
+        // The UID still hashes the exact URL (pods keep their identity across this change).
+        let other = parse_body(
+            list(&[pod_json("a", "x:1")]).as_bytes(),
+            &url.replace("s3cret", "other"),
+            "n",
+            "t",
+        )
+        .expect("parse");
+        assert_ne!(
+            other.pods[0].pod.metadata.uid,
+            snaps[2].pods[0].pod.metadata.uid
+        );
+        // A transport error names the URL redacted too.
+        let e = UrlSourceError::Transport {
+            url: redact("http://127.0.0.1:1/p?token=s3cret"),
+            message: scrub(
+                "bad uri: http://127.0.0.1:1/p?token=s3cret",
+                "http://127.0.0.1:1/p?token=s3cret",
+            ),
+        };
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        server.unblock();
     }
 
     #[test]
