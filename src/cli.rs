@@ -341,7 +341,8 @@ fn get(o: &Opts) -> anyhow::Result<()> {
         }
         "yaml" => {
             let v = client.get_json(&path, false)?;
-            write!(stdout, "{}", serde_yaml::to_string(&v)?)?;
+            // Quoted wherever a YAML 1.1 reader (kubectl, the kubelet) would misread a string.
+            write!(stdout, "{}", crate::yaml::to_yaml_string(&v))?;
         }
         "name" => {
             let v = client.get_json(&path, false)?;

@@ -1594,15 +1594,15 @@ struct FileConfig {
     cgroup_driver: Option<String>,
     node_status_update_frequency: Option<String>,
     register_with_taints: Option<Vec<Taint>>,
-    eviction_hard: Option<BTreeMap<String, serde_yaml::Value>>,
-    eviction_soft: Option<BTreeMap<String, serde_yaml::Value>>,
-    eviction_soft_grace_period: Option<BTreeMap<String, serde_yaml::Value>>,
-    eviction_minimum_reclaim: Option<BTreeMap<String, serde_yaml::Value>>,
+    eviction_hard: Option<BTreeMap<String, serde_json::Value>>,
+    eviction_soft: Option<BTreeMap<String, serde_json::Value>>,
+    eviction_soft_grace_period: Option<BTreeMap<String, serde_json::Value>>,
+    eviction_minimum_reclaim: Option<BTreeMap<String, serde_json::Value>>,
     eviction_max_pod_grace_period: Option<i64>,
     eviction_pressure_transition_period: Option<String>,
     eviction_monitoring_period: Option<String>,
-    system_reserved: Option<BTreeMap<String, serde_yaml::Value>>,
-    kube_reserved: Option<BTreeMap<String, serde_yaml::Value>>,
+    system_reserved: Option<BTreeMap<String, serde_json::Value>>,
+    kube_reserved: Option<BTreeMap<String, serde_json::Value>>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     image_gc_high_threshold_percent: Option<i64>,
     #[serde(rename = "imageGCLowThresholdPercent")]
@@ -1662,13 +1662,13 @@ const FILE_FIELDS: &[&str] = &[
 /// A map of strings from the file; numbers and booleans are taken as their text.
 fn string_map(
     field: &str,
-    m: &BTreeMap<String, serde_yaml::Value>,
+    m: &BTreeMap<String, serde_json::Value>,
 ) -> Result<BTreeMap<String, String>, (String, String)> {
     m.iter()
         .map(|(k, v)| {
             let text = match v {
-                serde_yaml::Value::String(s) => s.clone(),
-                serde_yaml::Value::Number(n) => n.to_string(),
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Number(n) => n.to_string(),
                 other => {
                     return Err((
                         format!("{field}.{k}"),
@@ -1681,19 +1681,15 @@ fn string_map(
         .collect()
 }
 
-/// Parses the file text (YAML, or JSON when it starts with `{`) into a YAML value.
-fn parse_document(path: &Path, text: &str) -> Result<serde_yaml::Value, ConfigError> {
-    let invalid = |reason: String| ConfigError::InvalidFile {
+/// Parses the file text as the kubelet does (JSON when it starts with `{`, else the first YAML
+/// document with YAML 1.1 rules: `crate::yaml`) into a JSON value. Further YAML documents are
+/// ignored, as by the kubelet, with a warning.
+fn parse_document(path: &Path, text: &str) -> Result<(serde_json::Value, usize), ConfigError> {
+    let d = crate::yaml::to_json(text).map_err(|e| ConfigError::InvalidFile {
         path: path.to_path_buf(),
-        reason,
-    };
-    if text.trim_start().starts_with('{') {
-        let json: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| invalid(format!("invalid JSON: {e}")))?;
-        serde_yaml::to_value(json).map_err(|e| invalid(format!("invalid JSON: {e}")))
-    } else {
-        serde_yaml::from_str(text).map_err(|e| invalid(format!("invalid YAML: {e}")))
-    }
+        reason: e.to_string(),
+    })?;
+    Ok((d.value, d.more_documents))
 }
 
 /// Loads the config file text onto `cfg` (fields present in the file replace the defaults).
@@ -1712,8 +1708,14 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
         field: field.to_string(),
         reason,
     };
-    let doc = parse_document(path, text)?;
-    let serde_yaml::Value::Mapping(map) = &doc else {
+    let (doc, more_documents) = parse_document(path, text)?;
+    if more_documents > 0 {
+        cfg.warnings.push(format!(
+            "{}: ignoring {more_documents} YAML document(s) after the first (the kubelet reads only the first)",
+            path.display()
+        ));
+    }
+    let serde_json::Value::Object(map) = &doc else {
         return Err(ConfigError::InvalidFile {
             path: path.to_path_buf(),
             reason: format!(
@@ -1726,8 +1728,8 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     // apiVersion and kind are required, as in the kubelet.
     for (field, want) in [("apiVersion", CONFIG_API_VERSION), ("kind", CONFIG_KIND)] {
         match map.get(field) {
-            Some(serde_yaml::Value::String(s)) if s == want => {}
-            Some(serde_yaml::Value::String(s)) => {
+            Some(serde_json::Value::String(s)) if s == want => {}
+            Some(serde_json::Value::String(s)) => {
                 return Err(field_err(field, format!("expected {want:?}, found {s:?}")));
             }
             Some(other) => {
@@ -1740,17 +1742,12 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
         }
     }
 
-    for key in map.keys() {
-        match key.as_str() {
-            Some(k) if FILE_FIELDS.contains(&k) => {}
-            Some(k) => cfg.warnings.push(format!(
+    for k in map.keys() {
+        if !FILE_FIELDS.contains(&k.as_str()) {
+            cfg.warnings.push(format!(
                 "{}: ignoring field {k:?}: unknown or not supported by nanolet",
                 path.display()
-            )),
-            None => cfg.warnings.push(format!(
-                "{}: ignoring non-string key {key:?}",
-                path.display()
-            )),
+            ));
         }
     }
 
@@ -1982,11 +1979,11 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
 }
 
 /// `staticPodURLHeader: {Name: [value, ...]}`. Errors name the field path but never a value.
-fn file_headers(v: &serde_yaml::Value) -> Result<Vec<(String, String)>, (String, String)> {
+fn file_headers(v: &serde_json::Value) -> Result<Vec<(String, String)>, (String, String)> {
     const FIELD: &str = "staticPodURLHeader";
     let map = match v {
-        serde_yaml::Value::Null => return Ok(Vec::new()),
-        serde_yaml::Value::Mapping(m) => m,
+        serde_json::Value::Null => return Ok(Vec::new()),
+        serde_json::Value::Object(m) => m,
         other => {
             return Err((
                 FIELD.into(),
@@ -1998,20 +1995,11 @@ fn file_headers(v: &serde_yaml::Value) -> Result<Vec<(String, String)>, (String,
         }
     };
     // Sorted by name for a deterministic order (the kubelet's map has none).
-    let mut sorted: BTreeMap<String, &serde_yaml::Value> = BTreeMap::new();
-    for (k, vals) in map {
-        let Some(name) = k.as_str() else {
-            return Err((
-                FIELD.into(),
-                format!("header names must be strings, found {}", yaml_kind(k)),
-            ));
-        };
-        sorted.insert(name.to_string(), vals);
-    }
+    let sorted: BTreeMap<&String, &serde_json::Value> = map.iter().collect();
     let mut out = Vec::new();
     for (name, vals) in sorted {
         let field = format!("{FIELD}.{name}");
-        let serde_yaml::Value::Sequence(list) = vals else {
+        let serde_json::Value::Array(list) = vals else {
             return Err((
                 field,
                 format!(
@@ -2030,22 +2018,21 @@ fn file_headers(v: &serde_yaml::Value) -> Result<Vec<(String, String)>, (String,
                     ),
                 ));
             };
-            check_header(&name, value).map_err(|r| (field.clone(), r))?;
+            check_header(name, value).map_err(|r| (field.clone(), r))?;
             out.push((name.clone(), value.to_string()));
         }
     }
     Ok(out)
 }
 
-fn yaml_kind(v: &serde_yaml::Value) -> &'static str {
+fn yaml_kind(v: &serde_json::Value) -> &'static str {
     match v {
-        serde_yaml::Value::Null => "null",
-        serde_yaml::Value::Bool(_) => "a boolean",
-        serde_yaml::Value::Number(_) => "a number",
-        serde_yaml::Value::String(_) => "a string",
-        serde_yaml::Value::Sequence(_) => "a list",
-        serde_yaml::Value::Mapping(_) => "a map",
-        serde_yaml::Value::Tagged(_) => "a tagged value",
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "a map",
     }
 }
 

@@ -34,6 +34,7 @@ pub mod status;
 pub mod sync;
 pub mod timeutil;
 pub mod volumes;
+pub mod yaml;
 
 /// nanolet's version: `NANOLET_VERSION` at build time (packagers stamp a package version in,
 /// e.g. `0.1.0-2`), else Cargo.toml's. `nanolet version` and the start-up log line show it.

@@ -169,7 +169,12 @@ impl LocalStore {
             let Ok(bytes) = std::fs::read(&f) else {
                 continue;
             };
-            let obj: RawObject = match serde_yaml::from_slice(&bytes) {
+            // Read as the kubelet reads manifests (YAML 1.1, first document, Go's nulls).
+            let obj: RawObject = match std::str::from_utf8(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|t| crate::yaml::to_json(t).map_err(|e| e.to_string()))
+                .and_then(|d| serde_json::from_value(d.value).map_err(|e| e.to_string()))
+            {
                 Ok(o) => o,
                 Err(e) => {
                     tracing::warn!(file = %f.display(), error = %e, "skipping unreadable {kind} manifest");

@@ -130,16 +130,29 @@ impl Kubeconfig {
             field: field.to_string(),
             reason,
         };
-        // serde_yaml errors may quote the offending value (a token): report the position only.
-        let file: File = serde_yaml::from_str(text).map_err(|e| KubeconfigError::Invalid {
+        // Read as client-go reads it (sigs.k8s.io/yaml: YAML 1.1, first document). Errors may
+        // quote the offending value (a token): report the position only.
+        let invalid = |reason: String| KubeconfigError::Invalid {
             path: path.to_path_buf(),
-            reason: format!(
-                "invalid YAML{}",
-                e.location()
-                    .map(|l| format!(" at line {} column {}", l.line(), l.column()))
-                    .unwrap_or_default()
-            ),
+            reason,
+        };
+        let doc = crate::yaml::to_json(text).map_err(|e| {
+            invalid(match e {
+                crate::yaml::DecodeError::Yaml(crate::yaml::YamlError::Syntax {
+                    line,
+                    column,
+                    ..
+                }) => {
+                    format!("invalid YAML at line {line} column {column}")
+                }
+                crate::yaml::DecodeError::Json(j) => {
+                    format!("invalid JSON at line {} column {}", j.line(), j.column())
+                }
+                crate::yaml::DecodeError::Yaml(_) => "invalid YAML".to_string(),
+            })
         })?;
+        let file: File = serde_path_to_error::deserialize(&doc.value)
+            .map_err(|e| invalid(format!("invalid kubeconfig at {}", e.path())))?;
         let base = path.parent().unwrap_or_else(|| Path::new(""));
         let ctx_name = if file.current_context.is_empty() {
             file.contexts

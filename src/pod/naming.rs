@@ -51,8 +51,31 @@ struct RawPodList {
     items: Vec<Pod>,
 }
 
-/// Decode one YAML or JSON document holding a `v1` Pod or PodList. Never panics.
+/// Decode one YAML or JSON document holding a `v1` Pod or PodList. Never panics. Notes about
+/// what was read but ignored (further YAML documents) are logged as warnings naming `origin`.
 pub fn decode_manifest(bytes: &[u8], origin: &str) -> Result<DecodedDoc, ManifestError> {
+    let (doc, notes) = decode_manifest_with_notes(bytes, origin)?;
+    for note in notes {
+        tracing::warn!(manifest = %origin.escape_debug(), "{note}");
+    }
+    Ok(doc)
+}
+
+/// [`decode_manifest`], handing back the notes instead of logging them (for `nanolet validate`).
+pub fn decode_manifest_with_notes(
+    bytes: &[u8],
+    origin: &str,
+) -> Result<(DecodedDoc, Vec<String>), ManifestError> {
+    let mut notes = Vec::new();
+    let doc = decode_document(bytes, origin, &mut notes)?;
+    Ok((doc, notes))
+}
+
+fn decode_document(
+    bytes: &[u8],
+    origin: &str,
+    notes: &mut Vec<String>,
+) -> Result<DecodedDoc, ManifestError> {
     if bytes.len() > MAX_MANIFEST_BYTES {
         return Err(merr(
             origin,
@@ -77,12 +100,23 @@ pub fn decode_manifest(bytes: &[u8], origin: &str) -> Result<DecodedDoc, Manifes
             format!("manifest nests more than {MAX_FLOW_NESTING} levels of [ or {{"),
         ));
     }
-    // JSON is YAML, but parse JSON directly when it looks like JSON: clearer errors.
-    let value: Value = if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).map_err(|e| merr(origin, "", format!("invalid JSON: {e}")))?
-    } else {
-        serde_yaml::from_str(text).map_err(|e| merr(origin, "", format!("invalid YAML: {e}")))?
-    };
+    // As the kubelet: JSON when it starts with `{`, else the first YAML document read with
+    // go-yaml v2's YAML 1.1 rules, then Go's null rules (crate::yaml).
+    let decoded = crate::yaml::to_json(text).map_err(|e| merr(origin, "", e.to_string()))?;
+    let value = decoded.value;
+    if value.is_null() {
+        return Err(merr(
+            origin,
+            "",
+            "the first YAML document is empty (the kubelet reads only the first document of a file)",
+        ));
+    }
+    if decoded.more_documents > 0 {
+        notes.push(format!(
+            "holds {} more YAML document(s) after the first; like the kubelet, only the first is read: put each Pod in its own file",
+            decoded.more_documents
+        ));
+    }
     let Value::Object(obj) = &value else {
         return Err(merr(
             origin,
@@ -581,8 +615,21 @@ mod tests {
                 let _ = make_static_pod(*p, "n", SourceKind::File, "o", "t");
             }
         }
-        // Multiple YAML documents are refused.
-        assert!(decode_manifest(format!("{POD}---\n{POD}").as_bytes(), "o").is_err());
+        // Several YAML documents: like the kubelet (go-yaml v2's Unmarshal), the first one is
+        // read and the rest ignored, with a note telling the user to split the file.
+        let other = POD.replace("name: web", "name: other");
+        let (doc, notes) =
+            decode_manifest_with_notes(format!("{POD}---\n{other}").as_bytes(), "o").unwrap();
+        assert!(matches!(doc, DecodedDoc::Pod(p) if p.metadata.name == "web"));
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].contains("1 more YAML document") && notes[0].contains("own file"),
+            "{notes:?}"
+        );
+        // A lone `---` after the Pod is no further document, and a BOM is skipped.
+        let (_, notes) =
+            decode_manifest_with_notes(format!("\u{FEFF}{POD}---\n").as_bytes(), "o").unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
         assert!(decode_manifest(b"", "o").is_err());
     }
 
