@@ -13,11 +13,19 @@ use std::io::Read;
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, SystemTime};
 
-use crate::runtime::containerd_api::services::content::v1::{self as content, content_client::ContentClient};
+use crate::runtime::containerd_api::services::content::v1::{
+    self as content, content_client::ContentClient,
+};
 use crate::runtime::containerd_api::services::diff::v1::{self as diff, diff_client::DiffClient};
-use crate::runtime::containerd_api::services::images::v1::{self as images, images_client::ImagesClient};
-use crate::runtime::containerd_api::services::leases::v1::{self as leases, leases_client::LeasesClient};
-use crate::runtime::containerd_api::services::snapshots::v1::{self as snap, snapshots_client::SnapshotsClient};
+use crate::runtime::containerd_api::services::images::v1::{
+    self as images, images_client::ImagesClient,
+};
+use crate::runtime::containerd_api::services::leases::v1::{
+    self as leases, leases_client::LeasesClient,
+};
+use crate::runtime::containerd_api::services::snapshots::v1::{
+    self as snap, snapshots_client::SnapshotsClient,
+};
 use crate::runtime::containerd_api::types::{Descriptor, Mount};
 use tonic::transport::Channel;
 

@@ -696,17 +696,15 @@ fn decode_event(env: &ctrd::types::Envelope) -> Option<RuntimeEvent> {
                 None
             }
         },
-        "/tasks/start" => {
-            match ctrd::events::TaskStart::decode(any.value.as_slice()) {
-                Ok(ev) => Some(RuntimeEvent::TaskStart {
-                    id: ev.container_id,
-                }),
-                Err(e) => {
-                    tracing::warn!(topic = %env.topic, error = %e, "undecodable containerd event");
-                    None
-                }
+        "/tasks/start" => match ctrd::events::TaskStart::decode(any.value.as_slice()) {
+            Ok(ev) => Some(RuntimeEvent::TaskStart {
+                id: ev.container_id,
+            }),
+            Err(e) => {
+                tracing::warn!(topic = %env.topic, error = %e, "undecodable containerd event");
+                None
             }
-        }
+        },
         _ => None,
     }
 }
@@ -963,9 +961,10 @@ impl Runtime for CriRuntime {
                 else {
                     return Ok(false);
                 };
-                let stopped = got.into_inner().process.is_some_and(|p| {
-                    p.status == ctrd::v1::types::Status::Stopped as i32
-                });
+                let stopped = got
+                    .into_inner()
+                    .process
+                    .is_some_and(|p| p.status == ctrd::v1::types::Status::Stopped as i32);
                 if !stopped {
                     let kill = KillRequest {
                         container_id: id.clone(),
