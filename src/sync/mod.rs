@@ -964,11 +964,22 @@ mod tests {
             h.desire(&[pod("u1", "web", "Always", &["a"])], true);
             h.wait("running", |h| phase(h, "u1") == "Running");
         }
+        // Counted from before the start. While the event stream is live the periodic relist
+        // comes only every 10 s (the wait's limit: this test flaked on a loaded machine), so
+        // the second relist is made at once by a runtime event.
+        let before = rt.count_calls("list_pod_sandboxes");
         let h = Harness::start(rt.clone());
         // A source (say the manifest URL) has not answered yet: nothing may be killed.
         h.desire(&[], false);
+        h.wait("the start-up relist", |h| {
+            h.rt.count_calls("list_pod_sandboxes") > before
+        });
+        let running = rt.running("a");
+        let Some(id) = running.first() else {
+            panic!("container a is not running");
+        };
+        rt.publish(crate::runtime::RuntimeEvent::TaskStart { id: id.clone() });
         // Wait for at least two PLEG relists so the sync loop has seen the runtime pods.
-        let before = rt.count_calls("list_pod_sandboxes");
         h.wait("two relists", |h| {
             h.rt.count_calls("list_pod_sandboxes") >= before + 2
         });
