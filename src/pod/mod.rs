@@ -5,6 +5,7 @@ pub mod dns;
 pub mod env;
 pub mod naming;
 pub mod quantity;
+pub mod schema;
 pub mod security;
 pub mod types;
 pub mod validate;

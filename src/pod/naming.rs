@@ -163,6 +163,28 @@ fn decode_document(
             ),
         ));
     }
+    // Go's JSON type rules for every v1 Pod field (pod::schema), before anything reads them.
+    let type_error = match kind {
+        "Pod" => super::schema::type_errors(&value, &super::schema::POD)
+            .into_iter()
+            .next(),
+        "PodList" => value
+            .get("items")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .find_map(|(i, item)| {
+                super::schema::type_errors(item, &super::schema::POD)
+                    .into_iter()
+                    .next()
+                    .map(|(p, r)| (format!("items[{i}].{p}"), r))
+            }),
+        _ => None,
+    };
+    if let Some((field, reason)) = type_error {
+        return Err(merr(origin, field, reason));
+    }
     match kind {
         "Pod" => {
             let pod: Pod =
@@ -515,10 +537,11 @@ mod tests {
             .unwrap_or_else(|| panic!("accepted"));
         assert_eq!(e.origin, "/m/a.yaml");
         assert_eq!(e.field, "spec.containers[0].ports[0].containerPort");
-        assert_eq!(e.reason, "invalid type: string \"x\", expected i32");
+        let reason = "Invalid value: \"x\": must be an integer (int32); the kubelet cannot decode a string into this field (write it unquoted; a leading 0 is octal)";
+        assert_eq!(e.reason, reason);
         assert_eq!(
             e.to_string(),
-            "/m/a.yaml: spec.containers[0].ports[0].containerPort: invalid type: string \"x\", expected i32"
+            format!("/m/a.yaml: spec.containers[0].ports[0].containerPort: {reason}")
         );
     }
 
