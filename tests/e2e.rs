@@ -1229,6 +1229,88 @@ fn security_context_is_applied_like_the_kubelet() {
 }
 
 #[test]
+fn yaml_1_1_values_reach_the_runtime_as_the_kubelet_reads_them() {
+    // go-yaml v2 (the kubelet's YAML reader) resolves plain `0400` as octal 256, `yes`/`on` as
+    // true: a Secret file mode, a read-only mount and runAsNonRoot written that way must take
+    // effect on the real runtime, not fall back to 0644, read-write and root.
+    let ctd = Containerd::start();
+    let sec_dir = ctd.tmp().join("secrets");
+    fs::create_dir_all(&sec_dir).expect("secret dir");
+    fs::write(
+        sec_dir.join("creds.yaml"),
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\ndata:\n  password: czNjcmV0\n",
+    )
+    .expect("secret");
+    let n = Nanolet::start(&ctd, &[format!("--secret-dir={}", sec_dir.display())]);
+    n.write(
+        "modes.yaml",
+        &pod_yaml(
+            "modes",
+            r#"spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: sec
+    secret:
+      secretName: creds
+      defaultMode: 0400
+  - name: scratch
+    emptyDir: {}
+  containers:
+  - name: c
+    image: localhost/busybox:1.36
+    command: [sh, -c]
+    args:
+    - |
+      echo "mode: $(stat -L -c %a /etc/sec/password)"
+      touch /scratch/f 2>/dev/null && echo "scratch writable" || echo "scratch read-only"
+      sleep 3600
+    volumeMounts:
+    - name: sec
+      mountPath: /etc/sec
+    - name: scratch
+      mountPath: /scratch
+      readOnly: yes
+"#,
+        ),
+    );
+    n.write(
+        "nonroot.yaml",
+        &pod_yaml(
+            "nonroot",
+            "spec:\n  securityContext:\n    runAsNonRoot: on\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n",
+        ),
+    );
+    let p = n.wait_phase("modes", "Running");
+    let uid = uid_of(&p);
+    let log = n
+        .pod_logs()
+        .join(format!("default_modes-node1_{uid}/c/0.log"));
+    let text = wait_for(TIMEOUT, || {
+        fs::read_to_string(&log)
+            .ok()
+            .filter(|s| s.contains("scratch "))
+    })
+    .unwrap_or_else(|| panic!("no output:\n{}", n.log_tail()));
+    assert!(text.contains("mode: 400"), "defaultMode: 0400 is octal: {text}");
+    assert!(
+        text.contains("scratch read-only"),
+        "readOnly: yes is true: {text}"
+    );
+    let p = n.wait_pod("nonroot", "CreateContainerConfigError", |p| {
+        container_status(p, "c")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+    });
+    let msg = container_status(&p, "c")["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.starts_with("container has runAsNonRoot and image will run as root"),
+        "runAsNonRoot: on is true: {msg}"
+    );
+    assert!(cri_containers(&ctd.runtime(), "nonroot").is_empty());
+}
+
+#[test]
 fn dns_config_and_host_aliases_reach_the_container() {
     // dnsPolicy None + dnsConfig gives exactly the configured resolv.conf; hostAliases and the
     // pod's own hostname land in the kubelet-managed /etc/hosts.
