@@ -550,6 +550,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             eviction_transition: cfg.eviction.pressure_transition_period,
             cgroup_driver: cfg.cgroup_driver,
             security: cfg.security.clone(),
+            host_security: crate::pod::security::HostSecurity::detect(),
         },
     });
     SyncLoop::new(ctx, loop_tx).run(loop_rx);

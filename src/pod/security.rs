@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::{Container, Pod};
-use crate::runtime::{ContainerSecurity, Seccomp};
+use crate::runtime::{ContainerSecurity, SecurityProfile};
 
 fn obj(v: Option<&Value>) -> Option<&serde_json::Map<String, Value>> {
     v.and_then(Value::as_object)
@@ -29,17 +29,17 @@ fn effective<'a>(pod: &'a Pod, c: &'a Container, key: &str) -> Option<&'a Value>
         .filter(|v| !v.is_null())
 }
 
-fn seccomp_of(v: Option<&Value>, root_dir: &Path) -> Option<Seccomp> {
+fn seccomp_of(v: Option<&Value>, root_dir: &Path) -> Option<SecurityProfile> {
     let v = v?;
     match v.get("type").and_then(Value::as_str)? {
-        "RuntimeDefault" => Some(Seccomp::RuntimeDefault),
-        "Unconfined" => Some(Seccomp::Unconfined),
+        "RuntimeDefault" => Some(SecurityProfile::RuntimeDefault),
+        "Unconfined" => Some(SecurityProfile::Unconfined),
         "Localhost" => {
             let rel = v
                 .get("localhostProfile")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            Some(Seccomp::Localhost(
+            Some(SecurityProfile::Localhost(
                 root_dir
                     .join("seccomp")
                     .join(rel)
@@ -86,7 +86,7 @@ pub fn fs_group(pod: &Pod) -> Option<u32> {
         .and_then(|g| u32::try_from(g).ok())
 }
 
-/// The container's effective security settings. Seccomp `Localhost` profiles are looked up
+/// The container's effective security settings. SecurityProfile `Localhost` profiles are looked up
 /// below `<root-dir>/seccomp`, as the kubelet does below its root directory.
 pub fn container_security(pod: &Pod, c: &Container, root_dir: &Path) -> ContainerSecurity {
     let csc = container_sc(c);
@@ -115,7 +115,174 @@ pub fn container_security(pod: &Pod, c: &Container, root_dir: &Path) -> Containe
             .unwrap_or(false),
         no_new_privs,
         seccomp: seccomp_of(effective(pod, c, "seccompProfile"), root_dir),
+        apparmor: apparmor_profile(pod, c).and_then(|p| p.ok()),
+        selinux: selinux_of(effective(pod, c, "seLinuxOptions")),
     }
+}
+
+/// The legacy per-container AppArmor annotation (values `runtime/default`, `unconfined`,
+/// `localhost/<profile>`).
+pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+
+/// The container's AppArmor profile as the kubelet picks it for a static pod: the container's
+/// `securityContext.appArmorProfile`, else the legacy annotation (static pods never had their
+/// annotations synced to fields by an API server), else the pod's `appArmorProfile`.
+/// `Some(Err(reason))` for a value that names no profile.
+pub fn apparmor_profile(pod: &Pod, c: &Container) -> Option<Result<SecurityProfile, String>> {
+    let field = |v: &Value| -> Result<SecurityProfile, String> {
+        match v.get("type").and_then(Value::as_str).unwrap_or_default() {
+            "RuntimeDefault" => Ok(SecurityProfile::RuntimeDefault),
+            "Unconfined" => Ok(SecurityProfile::Unconfined),
+            "Localhost" => match v.get("localhostProfile").and_then(Value::as_str) {
+                Some(p) if !p.is_empty() => Ok(SecurityProfile::Localhost(p.to_string())),
+                _ => Err("appArmorProfile type Localhost needs a localhostProfile".into()),
+            },
+            other => Err(format!(
+                "unsupported appArmorProfile type {other:?}: supported values: \"Localhost\", \"RuntimeDefault\", \"Unconfined\""
+            )),
+        }
+    };
+    if let Some(v) = container_sc(c).and_then(|m| m.get("appArmorProfile")) {
+        return Some(field(v));
+    }
+    let key = format!("{APPARMOR_ANNOTATION_PREFIX}{}", c.name);
+    if let Some(a) = pod.metadata.annotations.get(&key) {
+        return Some(match a.as_str() {
+            "runtime/default" => Ok(SecurityProfile::RuntimeDefault),
+            "unconfined" => Ok(SecurityProfile::Unconfined),
+            other => match other.strip_prefix("localhost/") {
+                Some(p) if !p.is_empty() => Ok(SecurityProfile::Localhost(p.to_string())),
+                _ => Err(format!(
+                    "invalid AppArmor annotation {key}: {other:?}: must be runtime/default, unconfined or localhost/<profile>"
+                )),
+            },
+        });
+    }
+    pod_sc(pod)
+        .and_then(|m| m.get("appArmorProfile"))
+        .map(field)
+}
+
+fn selinux_of(v: Option<&Value>) -> Option<[String; 4]> {
+    let m = v?.as_object()?;
+    let f = |k: &str| {
+        m.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let o = [f("user"), f("role"), f("type"), f("level")];
+    if o.iter().all(String::is_empty) {
+        None
+    } else {
+        Some(o)
+    }
+}
+
+/// What the host's kernel enforces (read once from /sys by the caller).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HostSecurity {
+    /// `/sys/module/apparmor/parameters/enabled` is `Y`.
+    pub apparmor: bool,
+    /// `/sys/fs/selinux/enforce` exists.
+    pub selinux: bool,
+}
+
+impl HostSecurity {
+    pub fn detect() -> HostSecurity {
+        HostSecurity {
+            apparmor: std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+                .is_ok_and(|s| s.trim() == "Y"),
+            selinux: Path::new("/sys/fs/selinux/enforce").exists(),
+        }
+    }
+}
+
+/// Isolation the pod asks for that this node cannot give: the pod is refused (reason,
+/// message), as the kubelet refuses a pod whose security features the node lacks, instead of
+/// running it weaker than its manifest says.
+/// - AppArmor (any profile but Unconfined) on a host without AppArmor: the kubelet's AppArmor
+///   admission handler, reason `AppArmor`.
+/// - `hostUsers: false`: user namespaces need containerd 2 and a recent kernel; nanolet's CRI
+///   client does not set them up, so the pod is refused (`UserNamespacesNotSupported`).
+/// - `supplementalGroupsPolicy: Strict`: needs a runtime that reports the feature (containerd
+///   2); refused as the kubelet does (`SupplementalGroupsPolicyNotSupported`).
+/// - `procMount: Unmasked`: needs user namespaces (refused with them, `ProcMountNotSupported`).
+pub fn unsupported_isolation(pod: &Pod, host: HostSecurity) -> Option<(&'static str, String)> {
+    let containers = || pod.spec.init_containers.iter().chain(&pod.spec.containers);
+    for c in containers() {
+        match apparmor_profile(pod, c) {
+            Some(Err(reason)) => return Some(("AppArmor", reason)),
+            Some(Ok(p)) if p != SecurityProfile::Unconfined && !host.apparmor => {
+                return Some((
+                    "AppArmor",
+                    format!(
+                        "Cannot enforce AppArmor: AppArmor is not enabled on the host (container {:?} asks for a profile)",
+                        c.name
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+    if pod.spec.extra.get("hostUsers").and_then(Value::as_bool) == Some(false) {
+        return Some((
+            "UserNamespacesNotSupported",
+            "the pod sets hostUsers: false, but nanolet cannot run it in a user namespace on this runtime; remove hostUsers or set it to true".into(),
+        ));
+    }
+    if pod_sc(pod)
+        .and_then(|m| m.get("supplementalGroupsPolicy"))
+        .and_then(Value::as_str)
+        == Some("Strict")
+    {
+        return Some((
+            "SupplementalGroupsPolicyNotSupported",
+            "Pod requires SupplementalGroupsPolicy=Strict, but the node's runtime does not support it".into(),
+        ));
+    }
+    for c in containers() {
+        if container_sc(c)
+            .and_then(|m| m.get("procMount"))
+            .and_then(Value::as_str)
+            == Some("Unmasked")
+        {
+            return Some((
+                "ProcMountNotSupported",
+                format!(
+                    "container {:?} sets procMount: Unmasked, which needs a user namespace (hostUsers: false) that this node cannot give",
+                    c.name
+                ),
+            ));
+        }
+    }
+    None
+}
+
+/// Isolation the pod asks for that the runtime is told about but this host does not enforce:
+/// the pod runs (as on a kubelet, whose runtime ignores them too), and nanolet says so.
+pub fn unenforced_isolation(pod: &Pod, host: HostSecurity) -> Vec<String> {
+    let mut out = Vec::new();
+    if !host.selinux {
+        let pod_level = pod_sc(pod).and_then(|m| m.get("seLinuxOptions")).is_some();
+        let containers = pod
+            .spec
+            .init_containers
+            .iter()
+            .chain(&pod.spec.containers)
+            .filter(|c| {
+                container_sc(c)
+                    .and_then(|m| m.get("seLinuxOptions"))
+                    .is_some()
+            })
+            .count();
+        if pod_level || containers > 0 {
+            out.push(
+                "seLinuxOptions are passed to the runtime, but SELinux is not enabled on this host: they are not enforced".into(),
+            );
+        }
+    }
+    out
 }
 
 /// The sandbox's security: the pod-level user and groups and seccomp; privileged when any
@@ -139,6 +306,7 @@ pub fn sandbox_security(pod: &Pod, root_dir: &Path) -> ContainerSecurity {
         supplemental_groups: groups(pod),
         privileged: any_privileged,
         seccomp: seccomp_of(sc.and_then(|m| m.get("seccompProfile")), root_dir),
+        selinux: selinux_of(sc.and_then(|m| m.get("seLinuxOptions"))),
         ..Default::default()
     }
 }
@@ -252,7 +420,7 @@ mod tests {
         assert!(s.no_new_privs && s.readonly_rootfs && !s.privileged);
         assert_eq!(s.add_capabilities, vec!["NET_ADMIN"]);
         assert_eq!(s.drop_capabilities, vec!["ALL"]);
-        assert_eq!(s.seccomp, Some(Seccomp::RuntimeDefault));
+        assert_eq!(s.seccomp, Some(SecurityProfile::RuntimeDefault));
         assert_eq!(fs_group(&p), Some(2000));
         assert_eq!(
             sysctls(&p)
@@ -275,7 +443,9 @@ mod tests {
         assert!(s.privileged && !s.no_new_privs);
         assert_eq!(
             s.seccomp,
-            Some(Seccomp::Localhost("/r/seccomp/profiles/audit.json".into()))
+            Some(SecurityProfile::Localhost(
+                "/r/seccomp/profiles/audit.json".into()
+            ))
         );
         assert!(sandbox_security(&p, Path::new("/r")).privileged);
         assert_eq!(
@@ -323,6 +493,136 @@ mod tests {
         assert!(
             verify_run_as_non_root(&p4, &p4.spec.containers[0], Some(0), "").is_ok(),
             "no policy, no check"
+        );
+    }
+
+    #[test]
+    fn apparmor_profile_precedence_is_the_kubelets_for_static_pods() {
+        // GetProfile: the container's field, else the legacy annotation (static pods never had
+        // annotations synced to fields), else the pod's field.
+        let mut p = pod(
+            json!({"appArmorProfile": {"type": "Unconfined"}}),
+            json!({}),
+        );
+        assert_eq!(
+            apparmor_profile(&p, &p.spec.containers[0]),
+            Some(Ok(SecurityProfile::Unconfined))
+        );
+        p.metadata.annotations.insert(
+            format!("{APPARMOR_ANNOTATION_PREFIX}c"),
+            "localhost/k8s-deny-write".into(),
+        );
+        assert_eq!(
+            apparmor_profile(&p, &p.spec.containers[0]),
+            Some(Ok(SecurityProfile::Localhost("k8s-deny-write".into())))
+        );
+        p.spec.containers[0].extra.insert(
+            "securityContext".into(),
+            json!({"appArmorProfile": {"type": "RuntimeDefault"}}),
+        );
+        let c = &p.spec.containers[0];
+        assert_eq!(
+            apparmor_profile(&p, c),
+            Some(Ok(SecurityProfile::RuntimeDefault))
+        );
+        let sec = container_security(&p, c, Path::new("/var/lib/nanolet"));
+        assert_eq!(sec.apparmor, Some(SecurityProfile::RuntimeDefault));
+        let bad = pod(json!({}), json!({"appArmorProfile": {"type": "Localhost"}}));
+        assert!(matches!(
+            apparmor_profile(&bad, &bad.spec.containers[0]),
+            Some(Err(_))
+        ));
+    }
+
+    #[test]
+    fn isolation_the_node_cannot_give_refuses_the_pod() {
+        let none = HostSecurity::default();
+        let both = HostSecurity {
+            apparmor: true,
+            selinux: true,
+        };
+        // AppArmor: the kubelet's admit handler, only when a profile other than Unconfined.
+        let aa = pod(
+            json!({}),
+            json!({"appArmorProfile": {"type": "RuntimeDefault"}}),
+        );
+        let (reason, msg) = unsupported_isolation(&aa, none).expect("refused");
+        assert_eq!(reason, "AppArmor");
+        assert!(
+            msg.starts_with("Cannot enforce AppArmor: AppArmor is not enabled on the host"),
+            "{msg}"
+        );
+        assert_eq!(unsupported_isolation(&aa, both), None);
+        let unconfined = pod(
+            json!({"appArmorProfile": {"type": "Unconfined"}}),
+            json!({}),
+        );
+        assert_eq!(unsupported_isolation(&unconfined, none), None);
+        let mut annotated = pod(json!({}), json!({}));
+        annotated.metadata.annotations.insert(
+            format!("{APPARMOR_ANNOTATION_PREFIX}c"),
+            "runtime/default".into(),
+        );
+        assert_eq!(
+            unsupported_isolation(&annotated, none).map(|r| r.0),
+            Some("AppArmor")
+        );
+        // User namespaces, Strict supplemental groups, unmasked /proc: refused everywhere.
+        let mut userns = pod(json!({}), json!({}));
+        userns.spec.extra.insert("hostUsers".into(), json!(false));
+        assert_eq!(
+            unsupported_isolation(&userns, both).map(|r| r.0),
+            Some("UserNamespacesNotSupported")
+        );
+        userns.spec.extra.insert("hostUsers".into(), json!(true));
+        assert_eq!(unsupported_isolation(&userns, both), None);
+        let strict = pod(json!({"supplementalGroupsPolicy": "Strict"}), json!({}));
+        assert_eq!(
+            unsupported_isolation(&strict, both).map(|r| r.0),
+            Some("SupplementalGroupsPolicyNotSupported")
+        );
+        let merge = pod(json!({"supplementalGroupsPolicy": "Merge"}), json!({}));
+        assert_eq!(unsupported_isolation(&merge, both), None);
+        let unmasked = pod(json!({}), json!({"procMount": "Unmasked"}));
+        assert_eq!(
+            unsupported_isolation(&unmasked, both).map(|r| r.0),
+            Some("ProcMountNotSupported")
+        );
+        let default_mount = pod(json!({}), json!({"procMount": "Default"}));
+        assert_eq!(unsupported_isolation(&default_mount, both), None);
+    }
+
+    #[test]
+    fn selinux_options_go_to_the_runtime_and_are_said_when_not_enforced() {
+        let p = pod(
+            json!({"seLinuxOptions": {"level": "s0:c123,c456"}}),
+            json!({"seLinuxOptions": {"type": "spc_t"}}),
+        );
+        let c = &p.spec.containers[0];
+        let sec = container_security(&p, c, Path::new("/r"));
+        // The container's options replace the pod's as a whole (the kubelet's effective context).
+        assert_eq!(
+            sec.selinux,
+            Some(["".into(), "".into(), "spc_t".into(), "".into()])
+        );
+        let sb = sandbox_security(&p, Path::new("/r"));
+        assert_eq!(
+            sb.selinux,
+            Some(["".into(), "".into(), "".into(), "s0:c123,c456".into()])
+        );
+        assert_eq!(unenforced_isolation(&p, HostSecurity::default()).len(), 1);
+        assert!(
+            unenforced_isolation(
+                &p,
+                HostSecurity {
+                    apparmor: false,
+                    selinux: true
+                }
+            )
+            .is_empty()
+        );
+        assert!(
+            unenforced_isolation(&pod(json!({}), json!({})), HostSecurity::default()).is_empty()
         );
     }
 }

@@ -493,6 +493,8 @@ fn sandbox_config_pb(c: &PodSandboxConfig) -> pb::PodSandboxConfig {
                 supplemental_groups: c.security.supplemental_groups.clone(),
                 privileged: c.security.privileged,
                 seccomp: c.security.seccomp.as_ref().map(seccomp_pb),
+                apparmor: c.security.apparmor.as_ref().map(seccomp_pb),
+                selinux_options: c.security.selinux.as_ref().map(selinux_pb),
                 ..Default::default()
             }),
             sysctls: c.sysctls.clone(),
@@ -587,6 +589,15 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
                 readonly_rootfs: c.security.readonly_rootfs,
                 no_new_privs: c.security.no_new_privs,
                 seccomp: c.security.seccomp.as_ref().map(seccomp_pb),
+                apparmor: c.security.apparmor.as_ref().map(seccomp_pb),
+                // As the kubelet: the deprecated string too, for runtimes that read only it.
+                apparmor_profile: c
+                    .security
+                    .apparmor
+                    .as_ref()
+                    .map(apparmor_legacy)
+                    .unwrap_or_default(),
+                selinux_options: c.security.selinux.as_ref().map(selinux_pb),
                 ..Default::default()
             }),
         }),
@@ -652,18 +663,38 @@ fn image_info(i: pb::Image) -> ImageInfo {
     }
 }
 
-fn seccomp_pb(s: &super::Seccomp) -> pb::SecurityProfile {
+fn selinux_pb(o: &[String; 4]) -> pb::SeLinuxOption {
+    pb::SeLinuxOption {
+        user: o[0].clone(),
+        role: o[1].clone(),
+        r#type: o[2].clone(),
+        level: o[3].clone(),
+    }
+}
+
+/// The deprecated `apparmor_profile` string: `runtime/default`, `unconfined`,
+/// `localhost/<name>` (the kubelet's legacy annotation values).
+fn apparmor_legacy(p: &super::SecurityProfile) -> String {
+    match p {
+        super::SecurityProfile::RuntimeDefault => "runtime/default".into(),
+        super::SecurityProfile::Unconfined => "unconfined".into(),
+        super::SecurityProfile::Localhost(name) => format!("localhost/{name}"),
+    }
+}
+
+/// A CRI SecurityProfile (seccomp or AppArmor).
+fn seccomp_pb(s: &super::SecurityProfile) -> pb::SecurityProfile {
     use pb::security_profile::ProfileType;
     match s {
-        super::Seccomp::RuntimeDefault => pb::SecurityProfile {
+        super::SecurityProfile::RuntimeDefault => pb::SecurityProfile {
             profile_type: ProfileType::RuntimeDefault as i32,
             localhost_ref: String::new(),
         },
-        super::Seccomp::Unconfined => pb::SecurityProfile {
+        super::SecurityProfile::Unconfined => pb::SecurityProfile {
             profile_type: ProfileType::Unconfined as i32,
             localhost_ref: String::new(),
         },
-        super::Seccomp::Localhost(path) => pb::SecurityProfile {
+        super::SecurityProfile::Localhost(path) => pb::SecurityProfile {
             profile_type: ProfileType::Localhost as i32,
             localhost_ref: path.clone(),
         },
@@ -1432,6 +1463,33 @@ mod tests {
         assert_eq!(ns.network, pb::NamespaceMode::Node as i32);
         assert_eq!(ns.pid, pb::NamespaceMode::Pod as i32);
         assert_eq!(ns.ipc, pb::NamespaceMode::Pod as i32);
+    }
+
+    #[test]
+    fn apparmor_and_selinux_reach_the_container_config() {
+        let c = ContainerConfig {
+            security: super::super::ContainerSecurity {
+                apparmor: Some(super::super::SecurityProfile::Localhost(
+                    "k8s-deny-write".into(),
+                )),
+                selinux: Some(["u".into(), "r".into(), "spc_t".into(), "s0".into()]),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let sc = container_config_pb(&c, &PodSandboxConfig::default())
+            .linux
+            .and_then(|l| l.security_context)
+            .unwrap_or_default();
+        let aa = sc.apparmor.unwrap_or_default();
+        assert_eq!(
+            aa.profile_type,
+            pb::security_profile::ProfileType::Localhost as i32
+        );
+        assert_eq!(aa.localhost_ref, "k8s-deny-write");
+        assert_eq!(sc.apparmor_profile, "localhost/k8s-deny-write");
+        let se = sc.selinux_options.unwrap_or_default();
+        assert_eq!((se.r#type.as_str(), se.level.as_str()), ("spc_t", "s0"));
     }
 
     #[test]

@@ -98,12 +98,13 @@ pub struct DnsConfig {
     pub options: Vec<String>,
 }
 
-/// A seccomp profile (CRI SecurityProfile).
+/// A seccomp or AppArmor profile (CRI SecurityProfile).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Seccomp {
+pub enum SecurityProfile {
     RuntimeDefault,
     Unconfined,
-    /// Absolute path of a profile on the node.
+    /// Seccomp: absolute path of a profile on the node; AppArmor: the name of a profile
+    /// loaded on the node.
     Localhost(String),
 }
 
@@ -118,7 +119,10 @@ pub struct ContainerSecurity {
     pub drop_capabilities: Vec<String>,
     pub readonly_rootfs: bool,
     pub no_new_privs: bool,
-    pub seccomp: Option<Seccomp>,
+    pub seccomp: Option<SecurityProfile>,
+    pub apparmor: Option<SecurityProfile>,
+    /// seLinuxOptions (user, role, type, level); `None` when the pod sets none.
+    pub selinux: Option<[String; 4]>,
 }
 
 /// CRI PodSandboxConfig, reduced to what nanolet sets.

@@ -142,6 +142,8 @@ pub struct SyncLoop {
             std::time::Instant,
         ),
     >,
+    /// (pod UID, warning) already said at admission (unenforced isolation), said once.
+    warned: std::collections::HashSet<(String, String)>,
 }
 
 /// Two pods are the same desired state when they differ only in `kubernetes.io/config.seen`.
@@ -165,6 +167,7 @@ impl SyncLoop {
             all_sources_ready: false,
             runtime_pods: BTreeMap::new(),
             evicted: HashMap::new(),
+            warned: Default::default(),
         }
     }
 
@@ -384,6 +387,10 @@ impl SyncLoop {
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         let rejection = if let Some(message) = policy::violation(pod, &settings.security) {
             Some((policy::REASON, message))
+        } else if let Some((reason, message)) =
+            crate::pod::security::unsupported_isolation(pod, settings.host_security)
+        {
+            Some((reason, message))
         } else if refused_for_pressure {
             Some((
                 "Evicted",
@@ -417,6 +424,31 @@ impl SyncLoop {
             None
         };
         let Some((reason, message)) = rejection else {
+            // Admitted. Isolation the runtime is told about but this host does not enforce
+            // (seLinuxOptions without SELinux) is said once, in the log and as an event.
+            for warning in crate::pod::security::unenforced_isolation(pod, settings.host_security) {
+                let name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
+                if self.warned.len() > 1024 {
+                    let desired = &self.desired;
+                    self.warned.retain(|(uid, _)| desired.contains_key(uid));
+                }
+                if self
+                    .warned
+                    .insert((pod.metadata.uid.clone(), warning.clone()))
+                {
+                    warn!(pod = %name, "{warning}");
+                    self.ctx.store.events().record(
+                        &crate::events::PodRef::pod(
+                            &pod.metadata.namespace,
+                            &pod.metadata.name,
+                            &pod.metadata.uid,
+                        ),
+                        crate::events::EventType::Warning,
+                        "IsolationNotEnforced",
+                        &warning,
+                    );
+                }
+            }
             return true;
         };
         let mut rejected = pod.clone();
@@ -579,6 +611,7 @@ mod tests {
                     eviction_transition: Duration::from_secs(300),
                     cgroup_driver: cgroups::CgroupDriver::Cgroupfs,
                     security: policy::SecurityPolicy::default(),
+                    host_security: Default::default(),
                 },
             });
             let sl = SyncLoop::new(ctx, tx.clone());
@@ -1367,6 +1400,45 @@ mod tests {
         assert!(
             stop_main < stop_proxy,
             "sidecars stop after the main containers: {calls:?}"
+        );
+    }
+
+    #[test]
+    fn pods_asking_for_isolation_the_node_lacks_are_rejected_before_any_sandbox() {
+        // The harness's host has neither AppArmor nor SELinux (HostSecurity::default()).
+        let rt = fake();
+        let h = Harness::start(rt.clone());
+        let mut aa = pod("u1", "aa", "Always", &["c"]);
+        aa.spec.containers[0].extra.insert(
+            "securityContext".into(),
+            serde_json::json!({"appArmorProfile": {"type": "RuntimeDefault"}}),
+        );
+        let mut userns = pod("u2", "userns", "Always", &["c"]);
+        userns
+            .spec
+            .extra
+            .insert("hostUsers".into(), serde_json::json!(false));
+        let mut selinux = pod("u3", "selinux", "Always", &["c"]);
+        selinux.spec.extra.insert(
+            "securityContext".into(),
+            serde_json::json!({"seLinuxOptions": {"type": "spc_t"}}),
+        );
+        h.desire(&[aa, userns, selinux], true);
+        h.wait("rejections", |h| {
+            h.status("u1").is_some_and(|s| s.reason == "AppArmor")
+                && h.status("u2")
+                    .is_some_and(|s| s.reason == "UserNamespacesNotSupported")
+        });
+        assert_eq!(h.status("u1").map(|s| s.phase), Some("Failed".to_string()));
+        // seLinuxOptions: runs, and says it is not enforced.
+        h.wait("selinux pod Running", |h| phase(h, "u3") == "Running");
+        assert_eq!(rt.count_calls("run_pod_sandbox"), 1, "{:?}", rt.calls());
+        let events = h.store.events().list();
+        assert!(
+            events
+                .iter()
+                .any(|e| e.reason == "IsolationNotEnforced" && e.message.contains("SELinux")),
+            "{events:?}"
         );
     }
 

@@ -65,6 +65,8 @@ pub struct SyncSettings {
     pub cgroup_driver: super::cgroups::CgroupDriver,
     /// The operator's hardening options, checked at admission.
     pub security: super::policy::SecurityPolicy,
+    /// What the host's kernel enforces (AppArmor, SELinux), checked at admission.
+    pub host_security: crate::pod::security::HostSecurity,
 }
 
 pub struct WorkerContext {
