@@ -1291,7 +1291,10 @@ fn yaml_1_1_values_reach_the_runtime_as_the_kubelet_reads_them() {
             .filter(|s| s.contains("scratch "))
     })
     .unwrap_or_else(|| panic!("no output:\n{}", n.log_tail()));
-    assert!(text.contains("mode: 400"), "defaultMode: 0400 is octal: {text}");
+    assert!(
+        text.contains("mode: 400"),
+        "defaultMode: 0400 is octal: {text}"
+    );
     assert!(
         text.contains("scratch read-only"),
         "readOnly: yes is true: {text}"
