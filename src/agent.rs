@@ -551,6 +551,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             cgroup_driver: cfg.cgroup_driver,
             security: cfg.security.clone(),
             host_security: crate::pod::security::HostSecurity::detect(),
+            node_labels: crate::sync::predicates::node_labels(&cfg.node_name, &cfg.node_labels),
         },
     });
     SyncLoop::new(ctx, loop_tx).run(loop_rx);

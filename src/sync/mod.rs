@@ -9,6 +9,7 @@ pub mod apistatus;
 pub mod backoff;
 pub mod cgroups;
 pub mod policy;
+pub mod predicates;
 pub mod state;
 pub mod worker;
 
@@ -391,6 +392,20 @@ impl SyncLoop {
             crate::pod::security::unsupported_isolation(pod, settings.host_security)
         {
             Some((reason, message))
+        } else if !predicates::node_affinity_matches(
+            pod,
+            &settings.node_labels,
+            &settings.node_name,
+        ) {
+            Some((
+                predicates::NODE_AFFINITY.0,
+                predicates::NODE_AFFINITY.1.to_string(),
+            ))
+        } else if predicates::host_port_conflict(pod, active.iter().copied()) {
+            Some((
+                predicates::NODE_PORTS.0,
+                predicates::NODE_PORTS.1.to_string(),
+            ))
         } else if refused_for_pressure {
             Some((
                 "Evicted",
@@ -612,6 +627,10 @@ mod tests {
                     cgroup_driver: cgroups::CgroupDriver::Cgroupfs,
                     security: policy::SecurityPolicy::default(),
                     host_security: Default::default(),
+                    node_labels: predicates::node_labels(
+                        "node1",
+                        &[("site".into(), "test".into())],
+                    ),
                 },
             });
             let sl = SyncLoop::new(ctx, tx.clone());
@@ -1440,6 +1459,54 @@ mod tests {
                 .any(|e| e.reason == "IsolationNotEnforced" && e.message.contains("SELinux")),
             "{events:?}"
         );
+    }
+
+    #[test]
+    fn general_predicates_reject_node_affinity_and_host_port_conflicts() {
+        // The harness's node: node1 with the well-known labels and site=test.
+        let rt = fake();
+        let h = Harness::start(rt.clone());
+        let mut here = pod("u1", "here", "Always", &["c"]);
+        here.spec.extra.insert(
+            "nodeSelector".into(),
+            serde_json::json!({"site": "test", "kubernetes.io/os": "linux"}),
+        );
+        here.spec.containers[0]
+            .ports
+            .push(crate::pod::ContainerPort {
+                container_port: 80,
+                host_port: Some(8080),
+                ..Default::default()
+            });
+        let mut elsewhere = pod("u2", "elsewhere", "Always", &["c"]);
+        elsewhere.spec.extra.insert(
+            "affinity".into(),
+            serde_json::json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "site", "operator": "In", "values": ["paris"]}]}]}}}),
+        );
+        h.desire(&[here.clone(), elsewhere], true);
+        h.wait("here Running", |h| phase(h, "u1") == "Running");
+        h.wait("elsewhere rejected", |h| {
+            h.status("u2").is_some_and(|s| s.reason == "NodeAffinity")
+        });
+        let st = h.status("u2").expect("status");
+        assert_eq!(st.phase, "Failed");
+        assert_eq!(
+            st.message,
+            "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+        );
+        let mut clash = pod("u3", "clash", "Always", &["c"]);
+        clash.spec.containers[0]
+            .ports
+            .push(crate::pod::ContainerPort {
+                container_port: 8080,
+                host_port: Some(8080),
+                ..Default::default()
+            });
+        h.desire(&[here, clash], true);
+        h.wait("clash rejected", |h| {
+            h.status("u3").is_some_and(|s| s.reason == "NodePorts")
+        });
+        assert_eq!(rt.count_calls("run_pod_sandbox"), 1, "{:?}", rt.calls());
     }
 
     #[test]

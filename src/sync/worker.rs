@@ -67,6 +67,8 @@ pub struct SyncSettings {
     pub security: super::policy::SecurityPolicy,
     /// What the host's kernel enforces (AppArmor, SELinux), checked at admission.
     pub host_security: crate::pod::security::HostSecurity,
+    /// The node's labels (well-known + `--node-labels`) for nodeSelector/nodeAffinity.
+    pub node_labels: std::collections::BTreeMap<String, String>,
 }
 
 pub struct WorkerContext {
