@@ -461,6 +461,36 @@ fn validate_spec(pod: &Pod, e: &mut Errs) {
         }
     }
 
+    // ValidatePodCreate, which the kubelet runs on static pods after setting spec.nodeName.
+    if s.extra
+        .get("ephemeralContainers")
+        .and_then(Value::as_array)
+        .is_some_and(|l| !l.is_empty())
+    {
+        e.forbidden("spec.ephemeralContainers", "cannot be set on create");
+    }
+    if s.extra
+        .get("schedulingGates")
+        .and_then(Value::as_array)
+        .is_some_and(|l| !l.is_empty())
+    {
+        // A static pod's nodeName is always set (to this node) before validation.
+        e.forbidden(
+            "spec.nodeName",
+            "cannot be set until all schedulingGates have been cleared",
+        );
+    }
+    if s.extra
+        .get("resourceClaims")
+        .and_then(Value::as_array)
+        .is_some_and(|l| !l.is_empty())
+    {
+        e.forbidden(
+            "spec.resourceClaims",
+            "static pods may not reference ResourceClaims (kubelet refuses)",
+        );
+    }
+
     // Static-pod restrictions: the kubelet refuses pods that reference API objects.
     if !s.service_account_name.is_empty() {
         e.forbidden(
@@ -509,6 +539,12 @@ fn validate_volumes<'a>(v: Option<&'a Value>, e: &mut Errs) -> BTreeSet<&'a str>
                 "static pods may not reference PersistentVolumeClaims (kubelet refuses)",
             );
         }
+        if obj.contains_key("ephemeral") {
+            e.forbidden(
+                format!("{path}.ephemeral"),
+                "static pods may not use generic ephemeral volumes: their PersistentVolumeClaims come from the API (kubelet refuses)",
+            );
+        }
         if let Some(Value::Array(sources)) = obj.get("projected").and_then(|p| p.get("sources")) {
             for (j, src) in sources.iter().enumerate() {
                 let sp = format!("{path}.projected.sources[{j}]");
@@ -516,6 +552,18 @@ fn validate_volumes<'a>(v: Option<&'a Value>, e: &mut Errs) -> BTreeSet<&'a str>
                     e.forbidden(
                         format!("{sp}.serviceAccountToken"),
                         "static pods may not reference a ServiceAccount (kubelet refuses)",
+                    );
+                }
+                if src.get("clusterTrustBundle").is_some() {
+                    e.forbidden(
+                        format!("{sp}.clusterTrustBundle"),
+                        "static pods may not reference ClusterTrustBundles (kubelet refuses)",
+                    );
+                }
+                if src.get("podCertificate").is_some() {
+                    e.forbidden(
+                        format!("{sp}.podCertificate"),
+                        "static pods may not use podCertificate projections (kubelet refuses)",
                     );
                 }
             }
@@ -991,6 +1039,55 @@ mod tests {
             reason_for(&p, "spec.containers[0].resources.requests[memory]"),
             "Invalid value: \"128Mi\": must be less than or equal to memory limit of \"64Mi\""
         );
+    }
+
+    #[test]
+    fn validate_pod_create_and_api_references_refused_as_by_the_kubelet() {
+        // ValidatePodCreate (run by the kubelet on static pods, after it set spec.nodeName) and
+        // the references only an API server can resolve.
+        let mut p = pod();
+        p.spec.extra.insert(
+            "ephemeralContainers".into(),
+            json!([{"name": "debug", "image": "busybox"}]),
+        );
+        p.spec
+            .extra
+            .insert("schedulingGates".into(), json!([{"name": "wait"}]));
+        p.spec.extra.insert(
+            "resourceClaims".into(),
+            json!([{"name": "gpu", "resourceClaimName": "gpu-0"}]),
+        );
+        p.spec.extra.insert(
+            "volumes".into(),
+            json!([
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}},
+                {"name": "certs", "projected": {"sources": [{"clusterTrustBundle": {"name": "b", "path": "b.pem"}}, {"podCertificate": {"signerName": "x/y", "keyType": "ED25519", "credentialBundlePath": "c"}}]}}
+            ]),
+        );
+        assert_eq!(
+            reason_for(&p, "spec.ephemeralContainers"),
+            "Forbidden: cannot be set on create"
+        );
+        assert_eq!(
+            reason_for(&p, "spec.nodeName"),
+            "Forbidden: cannot be set until all schedulingGates have been cleared"
+        );
+        let fs = fields(&p);
+        for f in [
+            "spec.resourceClaims",
+            "spec.volumes[0].ephemeral",
+            "spec.volumes[1].projected.sources[0].clusterTrustBundle",
+            "spec.volumes[1].projected.sources[1].podCertificate",
+        ] {
+            assert!(fs.iter().any(|x| x == f), "missing {f} in {fs:?}");
+        }
+        // Empty lists are fine.
+        let mut ok = pod();
+        ok.spec.extra.insert("schedulingGates".into(), json!([]));
+        ok.spec
+            .extra
+            .insert("ephemeralContainers".into(), json!([]));
+        assert!(fields(&ok).is_empty(), "{:?}", fields(&ok));
     }
 
     #[test]
