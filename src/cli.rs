@@ -11,7 +11,7 @@ use std::path::Path;
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
-use crate::pod::naming::{DecodedDoc, decode_manifest, make_static_pod};
+use crate::pod::naming::{DecodedDoc, decode_manifest_with_notes, make_static_pod};
 use crate::source::SourceKind;
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:10255";
@@ -761,18 +761,36 @@ fn exec(o: &Opts) -> anyhow::Result<()> {
 /// most 10 MiB; a FIFO, device, directory or socket is refused without being opened for long
 /// or read, a larger file without being read.
 pub fn validate_file(path: &Path, node_name: &str) -> Vec<(String, String)> {
+    validate_file_report(path, node_name).0
+}
+
+/// [`validate_file`] plus the warnings `run` would log for a valid file (further YAML
+/// documents, which the kubelet ignores).
+pub fn validate_file_report(path: &Path, node_name: &str) -> (Vec<(String, String)>, Vec<String>) {
     let origin = path.to_string_lossy().into_owned();
     let bytes = match crate::source::file::read_manifest(path) {
         Ok(b) => b,
-        Err(e) => return vec![(String::new(), e.to_string())],
+        Err(e) => return (vec![(String::new(), e.to_string())], Vec::new()),
     };
-    validate_bytes(&bytes, &origin, node_name)
+    validate_bytes_report(&bytes, &origin, node_name)
 }
 
 /// [`validate_file`] for a manifest already read (the fuzz target `manifest` drives it).
 /// Messages are bounded as `run` bounds them ([`crate::source::bounded`]).
 pub fn validate_bytes(bytes: &[u8], origin: &str, node_name: &str) -> Vec<(String, String)> {
-    match decode_manifest(bytes, origin).map_err(crate::source::bounded) {
+    validate_bytes_report(bytes, origin, node_name).0
+}
+
+fn validate_bytes_report(
+    bytes: &[u8],
+    origin: &str,
+    node_name: &str,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let (decoded, notes) = match decode_manifest_with_notes(bytes, origin) {
+        Ok((doc, notes)) => (Ok(doc), notes),
+        Err(e) => (Err(e), Vec::new()),
+    };
+    let errors = match decoded.map_err(crate::source::bounded) {
         Err(e) => vec![(e.field, e.reason)],
         Ok(DecodedDoc::PodList(_)) => vec![(
             "kind".into(),
@@ -784,7 +802,8 @@ pub fn validate_bytes(bytes: &[u8], origin: &str, node_name: &str) -> Vec<(Strin
                 Err(errs) => errs.into_iter().map(|e| (e.field, e.reason)).collect(),
             }
         }
-    }
+    };
+    (errors, notes)
 }
 
 fn validate(o: &Opts) -> anyhow::Result<()> {
@@ -801,13 +820,16 @@ fn validate(o: &Opts) -> anyhow::Result<()> {
     };
     let mut failed = 0;
     for f in &o.positional {
-        let errs = validate_file(Path::new(f), &node);
+        let (errs, notes) = validate_file_report(Path::new(f), &node);
         // File names and manifest text may hold control characters: shown escaped, as `run`
         // logs them.
         let esc = crate::source::escape_text;
         let f = esc(f);
         if errs.is_empty() {
             println!("{f}: valid");
+            for note in notes {
+                eprintln!("{f}: warning: {}", esc(&note));
+            }
             continue;
         }
         failed += 1;
@@ -877,6 +899,25 @@ mod tests {
         assert!(parse_opts(&["--bogus".to_string()]).is_err());
         assert!(parse_opts(&["--tail".to_string()]).is_err());
         assert_eq!(encode("a=b,c d"), "a%3Db%2Cc%20d");
+    }
+
+    #[test]
+    fn validate_warns_that_only_the_first_document_is_read() {
+        // As the kubelet (go-yaml v2 reads one document): valid, with a warning to split it.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("two.yaml");
+        let pod = |n: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {n}\nspec:\n  containers:\n  - name: c\n    image: busybox\n"
+            )
+        };
+        std::fs::write(&p, format!("{}---\n{}", pod("a"), pod("b"))).unwrap();
+        let (errs, notes) = validate_file_report(&p, "node1");
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("only the first is read"), "{notes:?}");
+        std::fs::write(&p, format!("{}---\n", pod("a"))).unwrap();
+        assert_eq!(validate_file_report(&p, "node1"), (vec![], vec![]));
     }
 
     #[test]
