@@ -282,11 +282,21 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             .spawn(move || {
                 let mut pc = PodConfig::new(&expected);
                 let mut flagged = std::collections::BTreeSet::new();
+                // Each source's errors of its previous snapshot: a rejection is logged (and
+                // recorded as an event) once, when it appears, not on every re-list.
+                let mut reported: std::collections::HashMap<SourceKind, std::collections::BTreeSet<String>> =
+                    std::collections::HashMap::new();
                 for snap in snap_rx.iter() {
+                    let now: std::collections::BTreeSet<String> =
+                        snap.errors.iter().map(ToString::to_string).collect();
+                    let before = reported.remove(&snap.source).unwrap_or_default();
                     for e in &snap.errors {
-                        warn!(error = %e, "manifest rejected");
-                        record_failed_validation(&store, e);
+                        if !before.contains(&e.to_string()) {
+                            warn!(error = %e, "manifest rejected");
+                            record_failed_validation(&store, e);
+                        }
                     }
+                    reported.insert(snap.source, now);
                     if let Some(d) = pc.update(snap) {
                         let mut errors = d.errors;
                         if api_mode {

@@ -405,8 +405,44 @@ pub fn verbosity_level(v: u8) -> tracing::Level {
     }
 }
 
-/// Replaces `user:password@` in a URL's authority with `<redacted>@`.
+/// `url` as logs, errors and `/manifests/errors` show it: the userinfo
+/// (`user:password@`), every query value and the fragment replaced by
+/// `<redacted>`; query parameter names stay (`?token=<redacted>&page=<redacted>`).
+///
+/// Every value, not only those whose names look secret: presigned and signed URLs carry
+/// credentials under many names (`token`, `access_token`, `key`, `sig`, `signature`,
+/// `X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token`, `X-Goog-Signature`, Azure's
+/// `sig`/`se`/`sv`, ...) and a list of names would miss the next service's; a name without a
+/// value (`?s3cret`) is redacted whole.
 pub fn redact_url(url: &str) -> String {
+    let url = redact_userinfo(url);
+    let (rest, fragment) = match url.split_once('#') {
+        Some((rest, _)) => (rest, true),
+        None => (url.as_str(), false),
+    };
+    let mut out = match rest.split_once('?') {
+        Some((base, query)) => {
+            let items: Vec<String> = query
+                .split('&')
+                .map(|item| match item.split_once('=') {
+                    Some((name, _)) => format!("{name}={REDACTED}"),
+                    None if item.is_empty() => String::new(),
+                    None => REDACTED.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", items.join("&"))
+        }
+        None => rest.to_string(),
+    };
+    if fragment {
+        out.push('#');
+        out.push_str(REDACTED);
+    }
+    out
+}
+
+/// `url` with its userinfo (`user:password@`) replaced by `<redacted>`.
+fn redact_userinfo(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
@@ -2697,8 +2733,9 @@ mod tests {
             "{dbg}"
         );
         assert!(dbg.contains("Authorization: <redacted>"), "{dbg}");
+        // Query values are redacted too (they may hold a presigned URL's credentials).
         assert!(
-            dbg.contains("http://<redacted>@example.com/pods?x=1"),
+            dbg.contains("http://<redacted>@example.com/pods?x=<redacted>"),
             "{dbg}"
         );
         let j = c.redacted_json();
@@ -2748,6 +2785,12 @@ mod tests {
             "http://<redacted>@h:80/p@q"
         );
         assert_eq!(redact_url("not a url"), "not a url");
+        // Query values and the fragment too (presigned URLs carry credentials there): what
+        // /configz, Debug and flag errors show.
+        assert_eq!(
+            redact_url("https://h/p?token=s3cret&X-Amz-Signature=abc#frag"),
+            format!("https://h/p?token={REDACTED}&X-Amz-Signature={REDACTED}#{REDACTED}")
+        );
     }
 
     #[test]

@@ -23,7 +23,6 @@ use super::{
     ManifestError, SeenCache, Snapshot, SourceKind, bounded, build_pods, dedupe_by_name,
     now_rfc3339_nano,
 };
-use crate::config::REDACTED;
 use crate::pod::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
 
 /// Default request timeout (the kubelet's).
@@ -39,40 +38,10 @@ pub enum UrlSourceError {
     Body { url: String, message: String },
 }
 
-/// `url` as logs, errors and `/manifests/errors` show it: the userinfo
-/// ([`crate::config::redact_url`]), every query value and the fragment replaced by
-/// `<redacted>`; query parameter names stay (`?token=<redacted>&page=<redacted>`).
-///
-/// Every value, not only those whose names look secret: presigned and signed URLs carry
-/// credentials under many names (`token`, `access_token`, `key`, `sig`, `signature`,
-/// `X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token`, `X-Goog-Signature`, Azure's
-/// `sig`/`se`/`sv`, ...) and a list of names would miss the next service's; a name without a
-/// value (`?s3cret`) is redacted whole.
+/// `url` as logs, errors and `/manifests/errors` show it ([`crate::config::redact_url`]:
+/// userinfo, every query value and the fragment redacted).
 pub fn redact(url: &str) -> String {
-    let url = crate::config::redact_url(url);
-    let (rest, fragment) = match url.split_once('#') {
-        Some((rest, _)) => (rest, true),
-        None => (url.as_str(), false),
-    };
-    let mut out = match rest.split_once('?') {
-        Some((base, query)) => {
-            let items: Vec<String> = query
-                .split('&')
-                .map(|item| match item.split_once('=') {
-                    Some((name, _)) => format!("{name}={REDACTED}"),
-                    None if item.is_empty() => String::new(),
-                    None => REDACTED.to_string(),
-                })
-                .collect();
-            format!("{base}?{}", items.join("&"))
-        }
-        None => rest.to_string(),
-    };
-    if fragment {
-        out.push('#');
-        out.push_str(REDACTED);
-    }
-    out
+    crate::config::redact_url(url)
 }
 
 /// A transport error's text with no URL credentials in it: ureq names URIs in some errors
