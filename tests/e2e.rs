@@ -43,6 +43,40 @@ fn pod_yaml(name: &str, body: &str) -> String {
 }
 
 /// Containers nanolet created for pod `name` (full name), from CRI.
+/// Waits for pod `name` (in `default`) to run, then for its container `c`'s first log file to
+/// contain `marker`; returns the log text.
+fn wait_output(n: &Nanolet, name: &str, marker: &str) -> String {
+    let p = n.wait_phase(name, "Running");
+    let uid = uid_of(&p);
+    let log = n
+        .pod_logs()
+        .join(format!("default_{name}-node1_{uid}/c/0.log"));
+    wait_for(TIMEOUT, || {
+        fs::read_to_string(&log)
+            .ok()
+            .filter(|s| s.contains(marker))
+    })
+    .unwrap_or_else(|| panic!("no output:\n{}", n.log_tail()))
+}
+
+/// runAsNonRoot with an image that runs as root (the kubelet's verifyRunAsNonRoot): container
+/// `c` of pod `name` waits in CreateContainerConfigError and never reaches containerd.
+fn assert_refused_as_root(n: &Nanolet, ctd: &Containerd, name: &str) -> Value {
+    let p = n.wait_pod(name, "CreateContainerConfigError", |p| {
+        container_status(p, "c")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+    });
+    let msg = container_status(&p, "c")["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.starts_with("container has runAsNonRoot and image will run as root"),
+        "{msg}"
+    );
+    assert!(cri_containers(&ctd.runtime(), name).is_empty());
+    p
+}
+
 fn cri_containers(rt: &dyn Runtime, name: &str) -> Vec<nanolet::runtime::ContainerInfo> {
     let full = format!("{name}-{}", NODE.to_lowercase());
     let mut v: Vec<_> = rt
@@ -1179,17 +1213,7 @@ fn security_context_is_applied_like_the_kubelet() {
             "spec:\n  securityContext:\n    runAsNonRoot: true\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n",
         ),
     );
-    let p = n.wait_phase("sec", "Running");
-    let uid = uid_of(&p);
-    let log = n
-        .pod_logs()
-        .join(format!("default_sec-node1_{uid}/c/0.log"));
-    let text = wait_for(TIMEOUT, || {
-        fs::read_to_string(&log)
-            .ok()
-            .filter(|s| s.contains("capeff:"))
-    })
-    .unwrap_or_else(|| panic!("no output:\n{}", n.log_tail()));
+    let text = wait_output(&n, "sec", "capeff:");
     assert!(text.contains("id: uid=1000 gid=3000 groups="), "{text}");
     let groups = text
         .lines()
@@ -1213,19 +1237,8 @@ fn security_context_is_applied_like_the_kubelet() {
     );
 
     // runAsNonRoot with an image that runs as root: CreateContainerConfigError, never started.
-    let p = n.wait_pod("nonroot", "CreateContainerConfigError", |p| {
-        container_status(p, "c")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
-    });
-    let msg = container_status(&p, "c")["state"]["waiting"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    assert!(
-        msg.starts_with("container has runAsNonRoot and image will run as root"),
-        "{msg}"
-    );
+    let p = assert_refused_as_root(&n, &ctd, "nonroot");
     assert_eq!(p["status"]["phase"], "Pending");
-    assert!(cri_containers(&ctd.runtime(), "nonroot").is_empty());
 }
 
 #[test]
@@ -1280,17 +1293,7 @@ fn yaml_1_1_values_reach_the_runtime_as_the_kubelet_reads_them() {
             "spec:\n  securityContext:\n    runAsNonRoot: on\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n",
         ),
     );
-    let p = n.wait_phase("modes", "Running");
-    let uid = uid_of(&p);
-    let log = n
-        .pod_logs()
-        .join(format!("default_modes-node1_{uid}/c/0.log"));
-    let text = wait_for(TIMEOUT, || {
-        fs::read_to_string(&log)
-            .ok()
-            .filter(|s| s.contains("scratch "))
-    })
-    .unwrap_or_else(|| panic!("no output:\n{}", n.log_tail()));
+    let text = wait_output(&n, "modes", "scratch ");
     assert!(
         text.contains("mode: 400"),
         "defaultMode: 0400 is octal: {text}"
@@ -1299,18 +1302,8 @@ fn yaml_1_1_values_reach_the_runtime_as_the_kubelet_reads_them() {
         text.contains("scratch read-only"),
         "readOnly: yes is true: {text}"
     );
-    let p = n.wait_pod("nonroot", "CreateContainerConfigError", |p| {
-        container_status(p, "c")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
-    });
-    let msg = container_status(&p, "c")["state"]["waiting"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    assert!(
-        msg.starts_with("container has runAsNonRoot and image will run as root"),
-        "runAsNonRoot: on is true: {msg}"
-    );
-    assert!(cri_containers(&ctd.runtime(), "nonroot").is_empty());
+    // runAsNonRoot: on is true.
+    assert_refused_as_root(&n, &ctd, "nonroot");
 }
 
 #[test]
