@@ -52,9 +52,7 @@ fn wait_output(n: &Nanolet, name: &str, marker: &str) -> String {
         .pod_logs()
         .join(format!("default_{name}-node1_{uid}/c/0.log"));
     wait_for(TIMEOUT, || {
-        fs::read_to_string(&log)
-            .ok()
-            .filter(|s| s.contains(marker))
+        fs::read_to_string(&log).ok().filter(|s| s.contains(marker))
     })
     .unwrap_or_else(|| panic!("no output:\n{}", n.log_tail()))
 }

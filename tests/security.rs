@@ -605,6 +605,41 @@ fn manifest_url_over_https_with_a_private_ca_and_a_client_certificate() {
     }
 }
 
+/// `nanolet run` with `args` (its sources), pointed at a containerd socket that does not
+/// exist (these tests need no runtime), its read-only port on `port`, both output streams into
+/// `log`; killed when dropped.
+fn run_without_containerd(
+    tmp: &std::path::Path,
+    port: u16,
+    log: std::fs::File,
+    args: &[String],
+) -> KillOnDrop {
+    let mut all = vec![
+        "run".to_string(),
+        format!(
+            "--container-runtime-endpoint=unix://{}",
+            tmp.join("no-containerd.sock").display()
+        ),
+        format!("--root-dir={}", tmp.join("root").display()),
+        format!("--pod-logs-dir={}", tmp.join("log/pods").display()),
+        format!("--read-only-port={port}"),
+        "--healthz-port=0".into(),
+        "--hostname-override=node1".into(),
+        "--eviction-hard=memory.available<0%".into(),
+        "--image-gc-high-threshold=100".into(),
+        "--image-gc-low-threshold=99".into(),
+    ];
+    all.extend_from_slice(args);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args(&all)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start nanolet");
+    KillOnDrop(child)
+}
+
 /// A child process killed (by its id) and reaped when the test ends, passed or not.
 struct KillOnDrop(std::process::Child);
 
@@ -742,31 +777,16 @@ fn hostile_manifest_directory_entries_are_reported_and_logged_escaped_once() {
     let log_path = tmp.path().join("nanolet.log");
     let log = std::fs::File::create(&log_path).expect("log file");
     let port = common::agent::free_port();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
-        .args([
-            "run".to_string(),
+    let mut child = run_without_containerd(
+        tmp.path(),
+        port,
+        log,
+        &[
             format!("--pod-manifest-path={}", dir.display()),
-            format!(
-                "--container-runtime-endpoint=unix://{}",
-                tmp.path().join("no-containerd.sock").display()
-            ),
-            format!("--root-dir={}", tmp.path().join("root").display()),
-            format!("--pod-logs-dir={}", tmp.path().join("log/pods").display()),
-            format!("--read-only-port={port}"),
-            "--healthz-port=0".into(),
-            "--hostname-override=node1".into(),
             "--file-check-frequency=1s".into(),
             "--v=2".into(),
-            "--eviction-hard=memory.available<0%".into(),
-            "--image-gc-high-threshold=100".into(),
-            "--image-gc-low-threshold=99".into(),
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("start nanolet");
-    let mut child = KillOnDrop(child);
+        ],
+    );
     let ro: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
     let d = dir
         .display()
@@ -898,32 +918,17 @@ fn manifest_url_query_credentials_are_redacted_and_unchanged_bodies_not_download
     let log_path = tmp.path().join("nanolet.log");
     let log = std::fs::File::create(&log_path).expect("log file");
     let ro_port = common::agent::free_port();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
-        .args([
-            "run".to_string(),
+    let mut child = run_without_containerd(
+        tmp.path(),
+        ro_port,
+        log,
+        &[
             "--pod-manifest-path=".into(),
             format!("--manifest-url=http://127.0.0.1:{port}/pods?access_token=s3cret&sig=s3cret2"),
-            format!(
-                "--container-runtime-endpoint=unix://{}",
-                tmp.path().join("no-containerd.sock").display()
-            ),
-            format!("--root-dir={}", tmp.path().join("root").display()),
-            format!("--pod-logs-dir={}", tmp.path().join("log/pods").display()),
-            format!("--read-only-port={ro_port}"),
-            "--healthz-port=0".into(),
-            "--hostname-override=node1".into(),
             "--http-check-frequency=1s".into(),
             "--v=4".into(),
-            "--eviction-hard=memory.available<0%".into(),
-            "--image-gc-high-threshold=100".into(),
-            "--image-gc-low-threshold=99".into(),
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("start nanolet");
-    let mut child = KillOnDrop(child);
+        ],
+    );
     let ro: SocketAddr = format!("127.0.0.1:{ro_port}").parse().expect("addr");
     let shown = format!("http://127.0.0.1:{port}/pods?access_token=<redacted>&sig=<redacted>");
     let errors = common::wait_for(Duration::from_secs(30), || {
