@@ -8,6 +8,10 @@
 # (the benchmark's PNG charts), and kubectl (tests/api.rs, tests/kubectl.rs); and the C
 # toolchain the build needs (gcc, libc6-dev: see below).
 #
+# `--demo` installs only what building nanolet and scripts/demo need (the C toolchain,
+# containerd, runc, the CNI plugins, busybox-static, iproute2, iptables, mount, tar, gzip,
+# coreutils); without it, also everything the test suite uses.
+#
 # Idempotent and non-interactive; runs `apt-get update` only when something is missing.
 # Needs root (or sudo) when it has to install anything.
 set -euo pipefail
@@ -40,28 +44,35 @@ need mount have umount
 need tar have tar
 need gzip have gzip
 need coreutils have sha256sum
-need prometheus have promtool
-# Packaging (packaging/test-deb, tests/upgrade.rs): readelf/strip for build-deb, the unit check
-# (systemd-analyze verify), lintian, deb-systemd-helper for the maintainer scripts.
-need binutils have readelf
-need systemd have systemd-analyze
-need lintian have lintian
-need init-system-helpers have deb-systemd-helper
-# Benchmark charts (scripts/bench draws results/*.png with gnuplot).
-need gnuplot-nox have gnuplot
-# tests/security.rs: the HTTPS manifest-URL test makes its PKI with openssl and serves with python3.
-need openssl have openssl
-need python3 have python3
-# tests/images.rs (archives that real tools write): skopeo writes oci-archive (gzip and zstd
-# layers) and docker-archive tarballs, podman builds and saves images (`podman save`, both
-# formats); the `ctr images export` archives need only containerd's ctr, above.
-need skopeo have skopeo
-need podman have podman
-# kubectl (tests/api.rs, tests/kubectl.rs): the `kubectl` package where a Kubernetes apt
-# repository provides it (pkgs.k8s.io), else Debian's `kubernetes-client`; chosen after
-# `apt-get update` (a fresh machine has no package lists yet).
+
+# Everything below is for the test suite only; `--demo` (scripts/demo, the README's first
+# command) stops here: building nanolet and running pods on a private containerd needs no more.
+demo_only=0
+[ "${1:-}" = --demo ] && demo_only=1
 need_kubectl=
-have kubectl >/dev/null 2>&1 || need_kubectl=1
+if [ "$demo_only" -eq 0 ]; then
+  need prometheus have promtool
+  # Packaging (packaging/test-deb, tests/upgrade.rs): readelf/strip for build-deb, the unit check
+  # (systemd-analyze verify), lintian, deb-systemd-helper for the maintainer scripts.
+  need binutils have readelf
+  need systemd have systemd-analyze
+  need lintian have lintian
+  need init-system-helpers have deb-systemd-helper
+  # Benchmark charts (scripts/bench draws results/*.png with gnuplot).
+  need gnuplot-nox have gnuplot
+  # tests/security.rs: the HTTPS manifest-URL test makes its PKI with openssl and serves with python3.
+  need openssl have openssl
+  need python3 have python3
+  # tests/images.rs (archives that real tools write): skopeo writes oci-archive (gzip and zstd
+  # layers) and docker-archive tarballs, podman builds and saves images (`podman save`, both
+  # formats); the `ctr images export` archives need only containerd's ctr, above.
+  need skopeo have skopeo
+  need podman have podman
+  # kubectl (tests/api.rs, tests/kubectl.rs): the `kubectl` package where a Kubernetes apt
+  # repository provides it (pkgs.k8s.io), else Debian's `kubernetes-client`; chosen after
+  # `apt-get update` (a fresh machine has no package lists yet).
+  have kubectl >/dev/null 2>&1 || need_kubectl=1
+fi
 
 if [ ${#missing[@]} -eq 0 ] && [ -z "$need_kubectl" ]; then
   echo "install-deps: everything present"

@@ -22,12 +22,12 @@ find_cargo() {
 
 # Runs scripts/install-deps.sh as root: directly when root, else through sudo (non-interactive
 # when there is no terminal), else fails with a clear message.
-install_deps() {
+install_deps() { # [--demo]: only what the demo needs
   local script="$NANOLET_REPO/scripts/install-deps.sh"
   if [ "$(id -u)" -eq 0 ]; then
-    bash "$script"
+    bash "$script" "$@"
   elif command -v sudo >/dev/null 2>&1; then
-    if [ -t 0 ]; then sudo bash "$script"; else sudo -n bash "$script"; fi ||
+    if [ -t 0 ]; then sudo bash "$script" "$@"; else sudo -n bash "$script" "$@"; fi ||
       die "installing dependencies with sudo failed (run 'sudo $script' yourself, then retry)"
   else
     die "installing dependencies needs root: run as root, or install sudo"
