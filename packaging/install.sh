@@ -12,6 +12,7 @@ Installs (or upgrades) nanolet from this directory:
   nanolet.8        -> $PREFIX/share/man/man8/nanolet.8
   nanolet.service  -> /etc/systemd/system/nanolet.service (ExecStart pointing at it)
   config.yaml      -> /etc/nanolet/config.yaml          (only if absent: yours is kept)
+  default          -> /etc/default/nanolet              (NANOLET_ARGS; only if absent)
   and creates /etc/kubernetes/manifests.
 Then, when systemd runs: daemon-reload, enable, and start on a fresh install, or restart on an
 upgrade. Restarting nanolet does not restart pods (it adopts them).
@@ -49,7 +50,8 @@ upgrade=0
 [ -e "$dest$prefix/bin/nanolet" ] && upgrade=1
 
 install -d -m 0755 "$dest$prefix/bin" "$dest$prefix/share/man/man8" "$dest/etc/systemd/system" \
-  "$dest/etc/nanolet" "$dest/etc/kubernetes/manifests"
+  "$dest/etc/nanolet" "$dest/etc/default" "$dest/etc/kubernetes/manifests"
+[ -e "$dest/etc/default/nanolet" ] || install -m 0644 "$here/default" "$dest/etc/default/nanolet"
 install -m 0644 "$here/nanolet.8" "$dest$prefix/share/man/man8/nanolet.8"
 # Replace the binary atomically (a running nanolet keeps its old inode).
 install -m 0755 "$here/nanolet" "$dest$prefix/bin/.nanolet.new"

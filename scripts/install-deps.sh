@@ -53,8 +53,10 @@ need_kubectl=
 if [ "$demo_only" -eq 0 ]; then
   need prometheus have promtool
   # Packaging (packaging/test-deb, tests/upgrade.rs): readelf/strip for build-deb, the unit check
-  # (systemd-analyze verify), lintian, deb-systemd-helper for the maintainer scripts.
+  # (systemd-analyze verify), lintian, deb-systemd-helper for the maintainer scripts, zsh to
+  # drive the packaged zsh completion.
   need binutils have readelf
+  need zsh have zsh
   need systemd have systemd-analyze
   need lintian have lintian
   need init-system-helpers have deb-systemd-helper

@@ -896,6 +896,33 @@ const FLAGS: &[FlagSpec] = &[
     },
 ];
 
+/// One flag of `nanolet run`, read-only, for documentation generated from the flag table
+/// (`nanolet man`, `nanolet completion`: src/docgen.rs).
+#[derive(Debug, Clone, Copy)]
+pub struct FlagDoc {
+    pub name: &'static str,
+    pub shorthand: Option<char>,
+    /// Takes a value (`--name value` / `--name=value`); false for booleans.
+    pub takes_value: bool,
+    /// Placeholder for the value, as `--help` shows it.
+    pub value_name: &'static str,
+    /// Empty when `--help` shows no default.
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+/// Every flag of `nanolet run`, in `--help` order.
+pub fn flag_docs() -> impl Iterator<Item = FlagDoc> {
+    FLAGS.iter().map(|f| FlagDoc {
+        name: f.name,
+        shorthand: f.shorthand,
+        takes_value: f.kind != Kind::Bool,
+        value_name: f.value_name,
+        default: f.default,
+        help: f.help,
+    })
+}
+
 fn find_flag(name: &str) -> Option<&'static FlagSpec> {
     FLAGS.iter().find(|f| f.name == name)
 }

@@ -8,6 +8,7 @@ pub mod agent;
 pub mod apiclient;
 pub mod cli;
 pub mod config;
+pub mod docgen;
 pub mod events;
 pub mod eviction;
 #[doc(hidden)]

@@ -16,6 +16,8 @@ Usage:
   nanolet validate FILE.. check manifests offline, exactly as `run` would
   nanolet images import F import image tarballs into containerd (air-gapped); `images ls`
   nanolet version         print the version
+  nanolet completion SH   print the completion script for SH: bash or zsh
+  nanolet man             print the man page (roff; `nanolet man | man -l -`)
   nanolet help            this text
 
 See `nanolet run --help` for the flags (the kubelet's names and defaults).
@@ -33,6 +35,23 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Some("man") => {
+            print!("{}", nanolet::docgen::man_page());
+            ExitCode::SUCCESS
+        }
+        Some("completion") => match args.get(1).and_then(|s| nanolet::docgen::completion(s)) {
+            Some(script) if args.len() == 2 => {
+                print!("{script}");
+                ExitCode::SUCCESS
+            }
+            _ => {
+                eprintln!(
+                    "Usage: nanolet completion SHELL   (SHELL: {})",
+                    nanolet::docgen::SHELLS.join(" or ")
+                );
+                ExitCode::from(2)
+            }
+        },
         Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate" | "exec" | "images")) => {
             match nanolet::cli::run(cmd, &args[1..]) {
                 Some(Ok(())) => ExitCode::SUCCESS,

@@ -335,12 +335,15 @@ fn deb_upgrade_and_restart_leave_running_pods_untouched() {
 
     // ExecStart as the unit says, with the paths of the scratch root. The test's own paths
     // (manifests, containerd socket, ports, state) come as flags, which override the file.
-    let unit = fs::read_to_string(root.path("/lib/systemd/system/nanolet.service")).expect("unit");
+    // $NANOLET_ARGS (from /etc/default/nanolet, empty as shipped) expands to no argument.
+    let unit =
+        fs::read_to_string(root.path("/usr/lib/systemd/system/nanolet.service")).expect("unit");
     let exec: Vec<String> = unit
         .lines()
         .find_map(|l| l.strip_prefix("ExecStart="))
         .expect("ExecStart")
         .split_whitespace()
+        .filter(|a| *a != "$NANOLET_ARGS")
         .map(|a| match a {
             "/etc/nanolet/config.yaml" => config.display().to_string(),
             a => a.to_string(),
