@@ -206,8 +206,7 @@ pub fn yaml_to_json(text: &str) -> Result<Decoded, YamlError> {
     let mut root: Option<usize> = None;
     let mut in_doc = false;
     // First document.
-    loop {
-        let Some(ev) = parser.next() else { break };
+    for ev in parser.by_ref() {
         let (ev, span) = ev.map_err(syntax)?;
         let line = span.start.line();
         match ev {
@@ -892,7 +891,7 @@ pub fn go_format_float32_g(f: f64) -> String {
     let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
     let sign = if neg { "-" } else { "" };
     // %e when exp < -4 || exp >= 6 (shortest 'g' uses precision 6 for the decision).
-    if exp < -4 || exp >= 6 {
+    if !(-4..6).contains(&exp) {
         let (first, rest) = digits.split_at(1);
         let frac = if rest.is_empty() {
             String::new()
