@@ -562,6 +562,13 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             security: cfg.security.clone(),
             host_security: crate::pod::security::HostSecurity::detect(),
             node_labels: crate::sync::predicates::node_labels(&cfg.node_name, &cfg.node_labels),
+            host_dns: Arc::new(crate::pod::dns::HostResolvConf::new(
+                cfg.resolv_conf.clone(),
+                // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.
+                std::env::var_os("NANOLET_SYSTEMD_RESOLVED_RESOLV_CONF")
+                    .map(std::path::PathBuf::from)
+                    .unwrap_or_else(|| crate::pod::dns::SYSTEMD_RESOLVED_UPSTREAM.into()),
+            )),
         },
     });
     SyncLoop::new(ctx, loop_tx).run(loop_rx);

@@ -126,6 +126,9 @@ pub struct Config {
     /// nanolet extension). Required when `address` is not loopback. The path is not secret;
     /// the file's content is, and is only read by the agent at start.
     pub read_only_token_file: Option<PathBuf>,
+    /// `--resolv-conf` / `resolvConf`: the node's resolv.conf pods get; `None` for `""` (no
+    /// host DNS, the kubelet's rule).
+    pub resolv_conf: Option<PathBuf>,
     /// The images directory (`imagesDir`, nanolet only): image archives in it are imported at
     /// start and whenever one appears. `None`: `<root-dir>/images`; an empty path disables it.
     pub images_dir: Option<PathBuf>,
@@ -211,6 +214,7 @@ impl Config {
             address: IpAddr::from([127, 0, 0, 1]),
             read_only_port: 10255,
             read_only_token_file: None,
+            resolv_conf: Some(PathBuf::from("/etc/resolv.conf")),
             images_dir: None,
             image_credentials_file: None,
             image_snapshotter: crate::images::DEFAULT_SNAPSHOTTER.into(),
@@ -323,6 +327,7 @@ impl Config {
                     .map(|p| p.to_string_lossy().into_owned())
                     .collect::<Vec<_>>(),
                 "denyHostNamespaces": self.security.deny_host_namespaces,
+                "resolvConf": path_text(&self.resolv_conf),
             });
             if let serde_json::Value::Object(extra) = extra {
                 m.extend(extra);
@@ -359,6 +364,7 @@ impl fmt::Debug for Config {
             .field("address", &self.address)
             .field("read_only_port", &self.read_only_port)
             .field("read_only_token_file", &self.read_only_token_file)
+            .field("resolv_conf", &self.resolv_conf)
             .field("manifest_url_ca_file", &self.manifest_url_ca_file)
             .field("manifest_url_client_cert", &self.manifest_url_client_cert)
             .field("manifest_url_client_key", &self.manifest_url_client_key)
@@ -847,6 +853,14 @@ const FLAGS: &[FlagSpec] = &[
         help: "File holding a bearer token every read-only request must present (Authorization: Bearer <token>); required when --address is not loopback (config: readOnlyTokenFile, nanolet only)",
     },
     FlagSpec {
+        name: "resolv-conf",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "/etc/resolv.conf",
+        help: "The node's resolv.conf that pods with dnsPolicy Default/ClusterFirst get; if its only nameserver is systemd-resolved's stub 127.0.0.53, /run/systemd/resolve/resolv.conf is used instead; empty means no host DNS (config: resolvConf)",
+    },
+    FlagSpec {
         name: "root-dir",
         shorthand: None,
         kind: Kind::Value,
@@ -1106,6 +1120,7 @@ fn parse_run_args_with(
                 .map_err(err)?
             }
             "image-credentials-file" => cfg.image_credentials_file = Some(PathBuf::from(value)),
+            "resolv-conf" => cfg.resolv_conf = optional_path(value),
             "image-snapshotter" => cfg.image_snapshotter = parse_snapshotter(value).map_err(err)?,
             "address" => cfg.address = parse_ip(value).map_err(err)?,
             "read-only-port" => cfg.read_only_port = parse_port(value).map_err(err)?,
@@ -1605,6 +1620,7 @@ struct FileConfig {
     address: Option<String>,
     read_only_port: Option<i64>,
     read_only_token_file: Option<String>,
+    resolv_conf: Option<String>,
     #[serde(rename = "staticPodURLCAFile")]
     static_pod_url_ca_file: Option<String>,
     #[serde(rename = "staticPodURLClientCertFile")]
@@ -1659,6 +1675,7 @@ const FILE_FIELDS: &[&str] = &[
     "address",
     "readOnlyPort",
     "readOnlyTokenFile",
+    "resolvConf",
     "staticPodURLCAFile",
     "staticPodURLClientCertFile",
     "staticPodURLClientKeyFile",
@@ -1844,6 +1861,10 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     }
     if let Some(n) = fc.read_only_port {
         cfg.read_only_port = port_from_int(n).map_err(|r| field_err("readOnlyPort", r))?;
+    }
+    if let Some(p) = &fc.resolv_conf {
+        // A KubeletConfiguration path ref: relative to the file's directory.
+        cfg.resolv_conf = (!p.is_empty()).then(|| resolve(p));
     }
     if let Some(p) = &fc.read_only_token_file {
         cfg.read_only_token_file = (!p.is_empty()).then(|| resolve(p));
@@ -2830,5 +2851,29 @@ mod tests {
         let c = parse(&["--config", &path]).unwrap();
         assert_eq!(c.read_only_token_file, Some(dir.path().join("token")));
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn resolv_conf_flag_and_field() {
+        // kubelet: --resolv-conf / resolvConf, default /etc/resolv.conf; "" is no host DNS;
+        // resolvConf is a path ref, relative to the config file.
+        assert_eq!(
+            parse(&[]).unwrap().resolv_conf.as_deref(),
+            Some(Path::new("/etc/resolv.conf"))
+        );
+        let c = parse(&["--resolv-conf="]).unwrap();
+        assert_eq!(c.resolv_conf, None);
+        assert_eq!(c.redacted_json()["resolvConf"], "");
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!("{HEAD}resolvConf: dns/resolv.conf\n"),
+        );
+        let c = parse(&["--config", &path]).unwrap();
+        assert_eq!(c.resolv_conf, Some(dir.path().join("dns/resolv.conf")));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let c = parse(&["--config", &path, "--resolv-conf=/run/r.conf"]).unwrap();
+        assert_eq!(c.resolv_conf.as_deref(), Some(Path::new("/run/r.conf")));
     }
 }

@@ -631,6 +631,10 @@ mod tests {
                         "node1",
                         &[("site".into(), "test".into())],
                     ),
+                    host_dns: Arc::new(crate::pod::dns::HostResolvConf::new(
+                        None,
+                        std::path::PathBuf::new(),
+                    )),
                 },
             });
             let sl = SyncLoop::new(ctx, tx.clone());

@@ -69,6 +69,8 @@ pub struct SyncSettings {
     pub host_security: crate::pod::security::HostSecurity,
     /// The node's labels (well-known + `--node-labels`) for nodeSelector/nodeAffinity.
     pub node_labels: std::collections::BTreeMap<String, String>,
+    /// The node's resolv.conf (`--resolv-conf`), read at every sandbox creation.
+    pub host_dns: Arc<crate::pod::dns::HostResolvConf>,
 }
 
 pub struct WorkerContext {
@@ -115,6 +117,12 @@ pub enum SyncError {
         path: String,
         #[source]
         source: std::io::Error,
+    },
+    #[error("pod {pod}: {source}")]
+    Dns {
+        pod: String,
+        #[source]
+        source: crate::pod::dns::DnsError,
     },
 }
 
@@ -422,12 +430,24 @@ impl PodWorker {
             self.kill_container(&k.id, &k.name, k.grace_override, &k.reason);
         }
         let mut sandbox = acts.sandbox_id.clone();
-        let sandbox_cfg = self.sandbox_config(if acts.create_sandbox {
+        let mut sandbox_cfg = self.sandbox_config(if acts.create_sandbox {
             acts.attempt
         } else {
             self.current_attempt(state)
         });
         if acts.create_sandbox {
+            // Only a new sandbox needs DNS: the node's resolv.conf is read for it (kubelet
+            // generatePodSandboxConfig -> GetPodDNS).
+            let host = self
+                .ctx
+                .settings
+                .host_dns
+                .read()
+                .map_err(|source| SyncError::Dns {
+                    pod: self.full_name.clone(),
+                    source,
+                })?;
+            sandbox_cfg.dns = Some(crate::pod::dns::pod_dns(&self.pod, &host));
             sandbox = Some(self.create_sandbox(&sandbox_cfg)?);
         }
         for w in &acts.backoff {
@@ -579,10 +599,8 @@ impl PodWorker {
             host_network: p.spec.host_network,
             host_pid: p.spec.host_pid,
             host_ipc: p.spec.host_ipc,
-            dns: crate::pod::dns::pod_dns(
-                p,
-                &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
-            ),
+            // Set in `execute` when a sandbox is created.
+            dns: None,
             port_mappings,
             labels,
             annotations: p.metadata.annotations.clone(),
