@@ -129,6 +129,9 @@ pub struct Config {
     /// `--resolv-conf` / `resolvConf`: the node's resolv.conf pods get; `None` for `""` (no
     /// host DNS, the kubelet's rule).
     pub resolv_conf: Option<PathBuf>,
+    /// `--node-ip`: at most one IPv4 and one IPv6 address, the first the primary; empty: the
+    /// address of the default route's interface (see `agent::detect_host_ip`).
+    pub node_ips: Vec<IpAddr>,
     /// The images directory (`imagesDir`, nanolet only): image archives in it are imported at
     /// start and whenever one appears. `None`: `<root-dir>/images`; an empty path disables it.
     pub images_dir: Option<PathBuf>,
@@ -215,6 +218,7 @@ impl Config {
             read_only_port: 10255,
             read_only_token_file: None,
             resolv_conf: Some(PathBuf::from("/etc/resolv.conf")),
+            node_ips: Vec::new(),
             images_dir: None,
             image_credentials_file: None,
             image_snapshotter: crate::images::DEFAULT_SNAPSHOTTER.into(),
@@ -365,6 +369,7 @@ impl fmt::Debug for Config {
             .field("read_only_port", &self.read_only_port)
             .field("read_only_token_file", &self.read_only_token_file)
             .field("resolv_conf", &self.resolv_conf)
+            .field("node_ips", &self.node_ips)
             .field("manifest_url_ca_file", &self.manifest_url_ca_file)
             .field("manifest_url_client_cert", &self.manifest_url_client_cert)
             .field("manifest_url_client_key", &self.manifest_url_client_key)
@@ -805,6 +810,14 @@ const FLAGS: &[FlagSpec] = &[
         help: "Directory for container log files (config: podLogsDir)",
     },
     FlagSpec {
+        name: "node-ip",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "ips",
+        default: "",
+        help: "The node's IP address, or an IPv4 and an IPv6 one comma-separated (primary first): hostNetwork pods' IPs, status.hostIP(s), the Node's InternalIP addresses; empty detects the default route's interface address",
+    },
+    FlagSpec {
         name: "node-labels",
         shorthand: None,
         kind: Kind::Value,
@@ -1121,6 +1134,7 @@ fn parse_run_args_with(
             }
             "image-credentials-file" => cfg.image_credentials_file = Some(PathBuf::from(value)),
             "resolv-conf" => cfg.resolv_conf = optional_path(value),
+            "node-ip" => cfg.node_ips = parse_node_ips(value).map_err(err)?,
             "image-snapshotter" => cfg.image_snapshotter = parse_snapshotter(value).map_err(err)?,
             "address" => cfg.address = parse_ip(value).map_err(err)?,
             "read-only-port" => cfg.read_only_port = parse_port(value).map_err(err)?,
@@ -1465,6 +1479,49 @@ fn parse_ip(s: &str) -> Result<IpAddr, String> {
     s.trim()
         .parse()
         .map_err(|_| format!("invalid IP address {s:?}"))
+}
+
+/// `--node-ip` (the kubelet's ParseNodeIPArgument and validateNodeIP): one address, or an IPv4
+/// and an IPv6 one; none loopback, link-local, multicast or unspecified. Whether the address
+/// is on an interface of this host is not checked (nanolet does not refuse to start over it).
+pub fn parse_node_ips(s: &str) -> Result<Vec<IpAddr>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut ips = Vec::new();
+    for part in s.split(',') {
+        let ip = parse_ip(part)?;
+        let link_local = match ip {
+            IpAddr::V4(v4) => v4.is_link_local(),
+            IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+        };
+        let bad = if ip.is_loopback() {
+            Some("a loopback")
+        } else if ip.is_unspecified() {
+            Some("an unspecified")
+        } else if ip.is_multicast() {
+            Some("a multicast")
+        } else if link_local {
+            Some("a link-local")
+        } else {
+            None
+        };
+        if let Some(kind) = bad {
+            return Err(format!("{ip} is {kind} address"));
+        }
+        ips.push(ip);
+    }
+    match ips.as_slice() {
+        [_] => Ok(ips),
+        [a, b] if a.is_ipv4() != b.is_ipv4() => Ok(ips),
+        [_, _] => Err(format!(
+            "{s:?}: two addresses must be one IPv4 and one IPv6 (dual-stack)"
+        )),
+        _ => Err(format!(
+            "{s:?}: at most two addresses, one IPv4 and one IPv6"
+        )),
+    }
 }
 
 fn parse_port(s: &str) -> Result<u16, String> {
@@ -2851,6 +2908,35 @@ mod tests {
         let c = parse(&["--config", &path]).unwrap();
         assert_eq!(c.read_only_token_file, Some(dir.path().join("token")));
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn node_ip_is_one_address_or_one_per_family() {
+        // kubelet --node-ip: ParseNodeIPArgument (dual-stack pairs) and validateNodeIP.
+        assert!(parse(&[]).unwrap().node_ips.is_empty());
+        let c = parse(&["--node-ip=192.0.2.5"]).unwrap();
+        assert_eq!(c.node_ips, vec![IpAddr::from([192, 0, 2, 5])]);
+        let c = parse(&["--node-ip", "2001:db8::5, 192.0.2.5"]).unwrap();
+        assert_eq!(c.node_ips.len(), 2);
+        assert!(c.node_ips[0].is_ipv6() && c.node_ips[1].is_ipv4());
+        for (bad, why) in [
+            ("192.0.2.5,192.0.2.6", "one IPv4 and one IPv6"),
+            ("192.0.2.5,2001:db8::5,2001:db8::6", "at most two"),
+            ("127.0.0.1", "loopback"),
+            ("::", "unspecified"),
+            ("169.254.1.1", "link-local"),
+            ("fe80::1", "link-local"),
+            ("224.0.0.1", "multicast"),
+            ("node1", "invalid IP address"),
+        ] {
+            let e = parse(&[&format!("--node-ip={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("--node-ip: ") && e.contains(why),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub const KUBELET_VERSION: &str = "v1.33.0-nanolet";
 /// What the API needs besides the status store.
 pub struct NodeContext {
     pub node_name: String,
-    pub host_ip: String,
+    /// The node's IPs, primary first (`InternalIP` addresses).
+    pub host_ips: Vec<String>,
     pub max_pods: u32,
     pub pod_logs_dir: PathBuf,
     /// nanolet's root dir (the node filesystem of `/stats/summary`).
@@ -50,7 +51,7 @@ impl NodeContext {
     pub fn new(node_name: &str) -> NodeContext {
         NodeContext {
             node_name: node_name.into(),
-            host_ip: "127.0.0.1".into(),
+            host_ips: vec!["127.0.0.1".into()],
             max_pods: 110,
             pod_logs_dir: PathBuf::from("/var/log/pods"),
             root_dir: PathBuf::from("/var/lib/nanolet"),
@@ -1036,6 +1037,14 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
             &format!("nanolet is not ready: {}", failing.join("; ")),
         )
     };
+    // kubelet nodestatus.NodeAddress with --node-ip: one InternalIP per node IP (primary
+    // first), then the Hostname.
+    let mut addresses: Vec<Value> = ctx
+        .host_ips
+        .iter()
+        .map(|ip| json!({"type": "InternalIP", "address": ip}))
+        .collect();
+    addresses.push(json!({"type": "Hostname", "address": ctx.node_name}));
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -1075,10 +1084,7 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
                 },
                 ready,
             ],
-            "addresses": [
-                {"type": "InternalIP", "address": ctx.host_ip},
-                {"type": "Hostname", "address": ctx.node_name},
-            ],
+            "addresses": addresses,
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
             "nodeInfo": {
                 "machineID": read_trimmed("/etc/machine-id"),

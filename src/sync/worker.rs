@@ -41,7 +41,9 @@ pub const MIN_GRACE_SECONDS: i64 = 2;
 #[derive(Debug, Clone)]
 pub struct SyncSettings {
     pub node_name: String,
-    pub host_ip: String,
+    /// The node's IPs (`--node-ip`, else detected), primary first: status.hostIP(s) and the
+    /// pod IPs of hostNetwork pods.
+    pub host_ips: Vec<String>,
     pub pod_logs_dir: PathBuf,
     /// nanolet's state directory (`--root-dir`): `pods/<uid>/...` lives below it.
     pub root_dir: PathBuf,
@@ -510,7 +512,13 @@ impl PodWorker {
     /// The pod IP probes connect to: the sandbox IP, or the host IP for hostNetwork pods.
     fn pod_ip(&self, state: &PodRuntimeState) -> String {
         if self.pod.spec.host_network {
-            return self.ctx.settings.host_ip.clone();
+            return self
+                .ctx
+                .settings
+                .host_ips
+                .first()
+                .cloned()
+                .unwrap_or_default();
         }
         state
             .newest_sandbox()
@@ -625,7 +633,12 @@ impl PodWorker {
         }
         let id = self.rt().run_pod_sandbox(cfg).map_err(|e| self.wrap(e))?;
         self.pod_ip = if self.pod.spec.host_network {
-            self.ctx.settings.host_ip.clone()
+            self.ctx
+                .settings
+                .host_ips
+                .first()
+                .cloned()
+                .unwrap_or_default()
         } else {
             self.rt()
                 .pod_sandbox_status(&id)
@@ -1107,12 +1120,14 @@ impl PodWorker {
     fn env_context(&self) -> EnvContext {
         let cap = crate::node::capacity();
         EnvContext {
-            pod_ips: if self.pod_ip.is_empty() {
+            pod_ips: if self.pod.spec.host_network {
+                self.ctx.settings.host_ips.clone()
+            } else if self.pod_ip.is_empty() {
                 vec![]
             } else {
                 vec![self.pod_ip.clone()]
             },
-            host_ips: vec![self.ctx.settings.host_ip.clone()],
+            host_ips: self.ctx.settings.host_ips.clone(),
             node_cpu_millis: cap.cpu_millis,
             node_memory_bytes: cap.memory_bytes,
             node_ephemeral_bytes: 0,
@@ -1221,7 +1236,7 @@ impl PodWorker {
     fn publish(&self, state: &PodRuntimeState, terminating: bool) {
         let old = self.ctx.store.get(self.uid()).and_then(|p| p.status);
         let inputs = StatusInputs {
-            host_ip: self.ctx.settings.host_ip.clone(),
+            host_ips: self.ctx.settings.host_ips.clone(),
             now_nanos: now_wall_nanos(),
             start_time_nanos: self.start_time_nanos,
             waiting: self.waiting.clone(),
