@@ -1718,6 +1718,14 @@ struct FileConfig {
     image_gc_low_threshold_percent: Option<i64>,
     #[serde(rename = "imageMinimumGCAge")]
     image_minimum_gc_age: Option<String>,
+    logging: Option<FileLogging>,
+}
+
+/// KubeletConfiguration `logging` (component-base LoggingConfiguration): only `verbosity`;
+/// the others (format, flushFrequency, options) are warned about as ignored.
+#[derive(Debug, Default, Deserialize)]
+struct FileLogging {
+    verbosity: Option<i64>,
 }
 
 const FILE_FIELDS: &[&str] = &[
@@ -1767,6 +1775,7 @@ const FILE_FIELDS: &[&str] = &[
     "imageGCHighThresholdPercent",
     "imageGCLowThresholdPercent",
     "imageMinimumGCAge",
+    "logging",
 ];
 
 /// A map of strings from the file; numbers and booleans are taken as their text.
@@ -1856,6 +1865,15 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
         if !FILE_FIELDS.contains(&k.as_str()) {
             cfg.warnings.push(format!(
                 "{}: ignoring field {k:?}: unknown or not supported by nanolet",
+                path.display()
+            ));
+        }
+    }
+
+    if let Some(serde_json::Value::Object(logging)) = map.get("logging") {
+        for k in logging.keys().filter(|k| k.as_str() != "verbosity") {
+            cfg.warnings.push(format!(
+                "{}: ignoring field \"logging.{k}\": unknown or not supported by nanolet",
                 path.display()
             ));
         }
@@ -1974,6 +1992,16 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     }
     if let Some(n) = fc.healthz_port {
         cfg.healthz_port = port_from_int(n).map_err(|r| field_err("healthzPort", r))?;
+    }
+    if let Some(v) = fc.logging.as_ref().and_then(|l| l.verbosity) {
+        // `--v` (a flag) overrides it, as every flag does the file.
+        cfg.verbosity = u8::try_from(v.clamp(0, 10)).unwrap_or(10);
+        if v < 0 {
+            return Err(field_err(
+                "logging.verbosity",
+                format!("{v}: must be an integer from 0 to 10"),
+            ));
+        }
     }
     if let Some(n) = fc.max_pods {
         cfg.max_pods = max_pods_from_int(n).map_err(|r| field_err("maxPods", r))?;
@@ -2937,6 +2965,34 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn logging_verbosity_in_the_file_and_v_over_it() {
+        // KubeletConfiguration logging.verbosity (component-base); --v wins, as flags do.
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!("{HEAD}logging:\n  verbosity: 4\n  format: text\n"),
+        );
+        let c = parse(&["--config", &path]).unwrap();
+        assert_eq!(c.verbosity, 4);
+        assert_eq!(c.log_level(), tracing::Level::DEBUG);
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(
+            c.warnings[0].contains("\"logging.format\""),
+            "{:?}",
+            c.warnings
+        );
+        assert_eq!(parse(&["--config", &path, "--v=0"]).unwrap().verbosity, 0);
+        let bad = write(
+            &dir,
+            "bad.yaml",
+            &format!("{HEAD}logging:\n  verbosity: -1\n"),
+        );
+        let e = parse(&["--config", &bad]).unwrap_err().to_string();
+        assert!(e.contains("logging.verbosity"), "{e}");
     }
 
     #[test]

@@ -28,8 +28,11 @@ use crate::runtime::Runtime;
 use crate::status::StatusStore;
 use crate::timeutil::{parse_rfc3339, rfc3339};
 
-/// The version nanolet reports as its kubelet version (the kubelet API it follows).
-pub const KUBELET_VERSION: &str = "v1.33.0-nanolet";
+/// The version nanolet reports as its kubelet version: the kubelet API it follows with
+/// nanolet's version as semver build metadata, `v1.33.0+nanolet.<version>` (build.rs). Build
+/// metadata does not take part in ordering, so version-skew checks see v1.33.0 (a
+/// `v1.33.0-nanolet` pre-release sorts below v1.33.0).
+pub const KUBELET_VERSION: &str = env!("NANOLET_KUBELET_VERSION");
 
 /// What the API needs besides the status store.
 pub struct NodeContext {
@@ -1495,6 +1498,25 @@ fn pod_log(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubelet_version_is_v1_33_0_with_nanolet_as_build_metadata() {
+        // semver 2.0.0 §10/§11: build metadata (after +) does not affect precedence, so
+        // skew checks (a control plane comparing kubeletVersion) see v1.33.0; a pre-release
+        // (-nanolet) would sort below v1.33.0.
+        let plain: String = crate::VERSION
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        assert_eq!(KUBELET_VERSION, format!("v1.33.0+nanolet.{plain}"));
+        assert!(!KUBELET_VERSION.contains("-nanolet"));
+    }
 
     #[test]
     fn cri_lines_parse_and_partials_join() {

@@ -26,11 +26,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("run") => run(&args[1..]),
         Some("version" | "--version") => {
-            println!(
-                "nanolet {} (kubelet API {})",
-                nanolet::VERSION,
-                nanolet::kubeapi::KUBELET_VERSION
-            );
+            print!("{}", version_text());
             ExitCode::SUCCESS
         }
         Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate" | "exec" | "images")) => {
@@ -64,9 +60,30 @@ fn main() -> ExitCode {
     }
 }
 
+/// `nanolet version` / `nanolet run --version`: the version, then the build's commit, target
+/// triple and features, one per line.
+fn version_text() -> String {
+    format!(
+        "nanolet {} (kubelet API {})\ncommit: {}\ntarget: {}\nfeatures: {}\n",
+        nanolet::VERSION,
+        nanolet::kubeapi::KUBELET_VERSION,
+        nanolet::GIT_COMMIT,
+        nanolet::TARGET,
+        if nanolet::FEATURES.is_empty() {
+            "none"
+        } else {
+            nanolet::FEATURES
+        },
+    )
+}
+
 fn run(args: &[String]) -> ExitCode {
     // One malloc arena, before any thread exists (src/malloc.rs: most of the RSS otherwise).
     nanolet::malloc::tune();
+    if args.iter().any(|a| a == "--version") {
+        print!("{}", version_text());
+        return ExitCode::SUCCESS;
+    }
     let cfg = match config::parse_run_args(args) {
         Ok(ParseOutcome::Run(cfg)) => cfg,
         Ok(ParseOutcome::Help(text)) => {
@@ -275,6 +292,34 @@ mod tests {
         assert!(out.contains("pod{origin=/m/a\\nb.yaml}"), "{out}");
         assert!(out.contains("pod=web\\0\\u{1b}[31mred"), "{out}");
         assert!(out.contains("rejected web\\0"), "{out}");
+    }
+
+    #[test]
+    fn version_names_commit_target_and_features() {
+        let t = version_text();
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].starts_with(&format!("nanolet {} ", nanolet::VERSION)),
+            "{t}"
+        );
+        assert_eq!(lines[1], format!("commit: {}", nanolet::GIT_COMMIT));
+        // build.rs: a 40-hex commit in a git checkout, "unknown" outside one.
+        assert!(
+            nanolet::GIT_COMMIT == "unknown"
+                || (nanolet::GIT_COMMIT.len() == 40
+                    && nanolet::GIT_COMMIT.bytes().all(|b| b.is_ascii_hexdigit())),
+            "{t}"
+        );
+        assert_eq!(lines[2], format!("target: {}", nanolet::TARGET));
+        assert!(nanolet::TARGET.contains("-linux-"), "{t}");
+        assert_eq!(
+            lines[3],
+            if cfg!(feature = "tls") {
+                "features: tls"
+            } else {
+                "features: none"
+            }
+        );
     }
 
     #[test]
