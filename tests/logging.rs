@@ -107,3 +107,74 @@ fn a_journal_stream_of_another_file_leaves_plain_lines() {
     );
     assert!(!out.contains("<4>") && !out.contains("<3>"), "{out}");
 }
+
+#[test]
+fn with_containerd_down_warnings_back_off_instead_of_repeating_every_second() {
+    // kubelet pod_workers.go: a failed sync is retried after backOffPeriod (10 s, jittered),
+    // not at once; repeats of the same warning (each pod's sync error, the PLEG relist error)
+    // are logged once per back-off step with a count. Before: every pod warned every 2 s and
+    // the PLEG every second (~53 KB/min at 8 pods; ~60 WARN lines in 12 s).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).expect("manifests");
+    for i in 0..8 {
+        std::fs::write(
+            manifests.join(format!("p{i}.yaml")),
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p{i}\nspec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, \"3600\"]\n"
+            ),
+        )
+        .expect("manifest");
+    }
+    let log = dir.path().join("stderr");
+    let err = std::fs::File::create(&log).expect("log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args([
+            "run".to_string(),
+            format!("--pod-manifest-path={}", manifests.display()),
+            format!("--root-dir={}", dir.path().join("root").display()),
+            format!("--pod-logs-dir={}", dir.path().join("logs/pods").display()),
+            format!(
+                "--container-runtime-endpoint=unix://{}",
+                dir.path().join("no-containerd.sock").display()
+            ),
+            "--read-only-port=0".into(),
+            "--healthz-port=0".into(),
+            "--hostname-override=node1".into(),
+            "--images-dir=".into(),
+        ])
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .expect("spawn nanolet");
+    // Every pod's first sync has failed and been said.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let start_len = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.matches("sync failed").count() >= 8 {
+            break text.len();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("no sync failures:\n{text}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // A window, not a condition: what nanolet writes in it is the point.
+    std::thread::sleep(Duration::from_secs(12));
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let window = text.get(start_len..).unwrap_or_default();
+    let warns = window.lines().filter(|l| l.contains(" WARN ")).count();
+    // At most one more per pod (the 10 s step) and per relist warning.
+    assert!(
+        warns <= 12,
+        "{warns} WARN lines in 12 s ({} bytes):\n{window}",
+        window.len()
+    );
+    assert!(text.contains("suppressed="), "{text}");
+}

@@ -156,6 +156,8 @@ pub struct PodWorker {
     full_name: String,
     backoff: Backoff,
     image_backoff: Backoff,
+    /// The sync-failure warning, once per back-off step while the same error repeats.
+    sync_warning: super::backoff::RepeatLimiter,
     waiting: BTreeMap<String, WaitingReason>,
     start_time_nanos: Option<i64>,
     first_seen: Instant,
@@ -177,6 +179,7 @@ impl PodWorker {
             full_name,
             backoff: Backoff::default(),
             image_backoff: Backoff::default(),
+            sync_warning: Default::default(),
             waiting: BTreeMap::new(),
             start_time_nanos: None,
             first_seen: Instant::now(),
@@ -238,10 +241,20 @@ impl PodWorker {
                 return;
             }
             let next = match self.sync() {
-                Ok(next) => next,
+                Ok(next) => {
+                    if self.sync_warning.clear() {
+                        info!(pod = %self.full_name, "sync works again");
+                    }
+                    next
+                }
                 Err(e) => {
-                    warn!(pod = %self.full_name, error = %e, "sync failed; retrying");
-                    Duration::from_secs(2)
+                    let retry = super::backoff::sync_error_retry(now_wall_nanos().unsigned_abs());
+                    if let Some(suppressed) =
+                        self.sync_warning.check(&e.to_string(), Instant::now())
+                    {
+                        warn!(pod = %self.full_name, error = %e, suppressed, retry = ?retry, "sync failed; retrying (repeats of this error are logged once per back-off step with the number suppressed)");
+                    }
+                    retry
                 }
             };
             wake = Instant::now() + next;
