@@ -76,9 +76,14 @@ fn build_info() {
         .flatten()
         .unwrap_or_else(|| "unknown".into());
     if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
-        // A new commit moves HEAD's reflog; a checkout rewrites HEAD.
-        println!("cargo:rerun-if-changed={dir}/HEAD");
-        println!("cargo:rerun-if-changed={dir}/logs/HEAD");
+        // A new commit moves HEAD's reflog; a checkout rewrites HEAD. Only existing files: a
+        // missing one would rerun this script (and recompile the crate) on every build.
+        for f in ["HEAD", "logs/HEAD"] {
+            let path = std::path::Path::new(&dir).join(f);
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
+        }
     }
     println!("cargo:rustc-env=NANOLET_GIT_COMMIT={commit}");
     let target = std::env::var("TARGET").unwrap_or_else(|_| "unknown".into());
