@@ -26,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={p}");
     }
     println!("cargo:rerun-if-changed=build.rs");
+    build_info();
 
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     let well_known = protoc_bin_vendored::include_path()?;
@@ -43,4 +44,63 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .btree_map(".runtime.v1")
         .compile_with_config(config, &PROTOS, &includes)?;
     Ok(())
+}
+
+/// Build metadata for `nanolet version`, `nanolet_build_info` and the Node's kubeletVersion:
+/// - `NANOLET_GIT_COMMIT`: `git rev-parse HEAD` of the source tree, "unknown" without git or
+///   a .git (a release tarball builds as well);
+/// - `NANOLET_TARGET`: the target triple;
+/// - `NANOLET_KUBELET_VERSION`: `v1.33.0+nanolet.<version>`, nanolet's version as semver build
+///   metadata (which does not sort, unlike a `-nanolet` pre-release that sorts below v1.33.0),
+///   characters outside `[0-9A-Za-z.-]` (a Debian `~` or `+`) replaced by `-`.
+fn build_info() {
+    println!("cargo:rerun-if-env-changed=NANOLET_VERSION");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    // Only nanolet's own checkout: a tarball unpacked inside some other repository is not it.
+    let own = git(&["rev-parse", "--show-toplevel"]).is_some_and(|top| {
+        std::fs::canonicalize(top).ok() == std::fs::canonicalize(env!("CARGO_MANIFEST_DIR")).ok()
+    });
+    let commit = own
+        .then(|| git(&["rev-parse", "HEAD"]))
+        .flatten()
+        .unwrap_or_else(|| "unknown".into());
+    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        // A new commit moves HEAD's reflog; a checkout rewrites HEAD. Only existing files: a
+        // missing one would rerun this script (and recompile the crate) on every build.
+        for f in ["HEAD", "logs/HEAD"] {
+            let path = std::path::Path::new(&dir).join(f);
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
+        }
+    }
+    println!("cargo:rustc-env=NANOLET_GIT_COMMIT={commit}");
+    let target = std::env::var("TARGET").unwrap_or_else(|_| "unknown".into());
+    println!("cargo:rustc-env=NANOLET_TARGET={target}");
+    let version = std::env::var("NANOLET_VERSION")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string());
+    let meta: String = version
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    println!("cargo:rustc-env=NANOLET_KUBELET_VERSION=v1.33.0+nanolet.{meta}");
 }

@@ -157,7 +157,13 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         Err(e) => warn!(error = %e, "container runtime does not answer yet; will keep trying"),
     }
 
-    let host_ip = detect_host_ip();
+    // --node-ip, else the default route's interface address.
+    let host_ips: Vec<String> = if cfg.node_ips.is_empty() {
+        vec![detect_host_ip().to_string()]
+    } else {
+        cfg.node_ips.iter().map(IpAddr::to_string).collect()
+    };
+    let host_ip = host_ips.join(",");
     // The read-only server starts before the prober; it reads the prober through this slot.
     let probes_slot: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>> = Arc::default();
     info!(version = crate::VERSION, node = %cfg.node_name, host_ip = %host_ip, "starting nanolet");
@@ -182,7 +188,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                 ReadOnlyOptions {
                     node: {
                         let mut n = NodeContext::new(&cfg.node_name);
-                        n.host_ip = host_ip.to_string();
+                        n.host_ips = host_ips.clone();
                         n.max_pods = cfg.max_pods;
                         n.pod_logs_dir = cfg.pod_logs_dir.clone();
                         n.root_dir = cfg.root_dir.clone();
@@ -499,7 +505,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     let (node_stop_tx, node_stop_rx) = mpsc::channel::<()>();
     if let Some(client) = &api_client {
         let mut ctx = NodeContext::new(&cfg.node_name);
-        ctx.host_ip = host_ip.to_string();
+        ctx.host_ips = host_ips.clone();
         ctx.max_pods = cfg.max_pods;
         ctx.pod_logs_dir = cfg.pod_logs_dir.clone();
         ctx.root_dir = cfg.root_dir.clone();
@@ -539,7 +545,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         store: store.clone(),
         settings: SyncSettings {
             node_name: cfg.node_name.clone(),
-            host_ip: host_ip.to_string(),
+            host_ips: host_ips.clone(),
             pod_logs_dir: cfg.pod_logs_dir.clone(),
             root_dir: cfg.root_dir.clone(),
             store: Some(
@@ -562,6 +568,13 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             security: cfg.security.clone(),
             host_security: crate::pod::security::HostSecurity::detect(),
             node_labels: crate::sync::predicates::node_labels(&cfg.node_name, &cfg.node_labels),
+            host_dns: Arc::new(crate::pod::dns::HostResolvConf::new(
+                cfg.resolv_conf.clone(),
+                // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.
+                std::env::var_os("NANOLET_SYSTEMD_RESOLVED_RESOLV_CONF")
+                    .map(std::path::PathBuf::from)
+                    .unwrap_or_else(|| crate::pod::dns::SYSTEMD_RESOLVED_UPSTREAM.into()),
+            )),
         },
     });
     SyncLoop::new(ctx, loop_tx).run(loop_rx);

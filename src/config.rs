@@ -126,6 +126,12 @@ pub struct Config {
     /// nanolet extension). Required when `address` is not loopback. The path is not secret;
     /// the file's content is, and is only read by the agent at start.
     pub read_only_token_file: Option<PathBuf>,
+    /// `--resolv-conf` / `resolvConf`: the node's resolv.conf pods get; `None` for `""` (no
+    /// host DNS, the kubelet's rule).
+    pub resolv_conf: Option<PathBuf>,
+    /// `--node-ip`: at most one IPv4 and one IPv6 address, the first the primary; empty: the
+    /// address of the default route's interface (see `agent::detect_host_ip`).
+    pub node_ips: Vec<IpAddr>,
     /// The images directory (`imagesDir`, nanolet only): image archives in it are imported at
     /// start and whenever one appears. `None`: `<root-dir>/images`; an empty path disables it.
     pub images_dir: Option<PathBuf>,
@@ -211,6 +217,8 @@ impl Config {
             address: IpAddr::from([127, 0, 0, 1]),
             read_only_port: 10255,
             read_only_token_file: None,
+            resolv_conf: Some(PathBuf::from("/etc/resolv.conf")),
+            node_ips: Vec::new(),
             images_dir: None,
             image_credentials_file: None,
             image_snapshotter: crate::images::DEFAULT_SNAPSHOTTER.into(),
@@ -323,6 +331,7 @@ impl Config {
                     .map(|p| p.to_string_lossy().into_owned())
                     .collect::<Vec<_>>(),
                 "denyHostNamespaces": self.security.deny_host_namespaces,
+                "resolvConf": path_text(&self.resolv_conf),
             });
             if let serde_json::Value::Object(extra) = extra {
                 m.extend(extra);
@@ -359,6 +368,8 @@ impl fmt::Debug for Config {
             .field("address", &self.address)
             .field("read_only_port", &self.read_only_port)
             .field("read_only_token_file", &self.read_only_token_file)
+            .field("resolv_conf", &self.resolv_conf)
+            .field("node_ips", &self.node_ips)
             .field("manifest_url_ca_file", &self.manifest_url_ca_file)
             .field("manifest_url_client_cert", &self.manifest_url_client_cert)
             .field("manifest_url_client_key", &self.manifest_url_client_key)
@@ -799,6 +810,14 @@ const FLAGS: &[FlagSpec] = &[
         help: "Directory for container log files (config: podLogsDir)",
     },
     FlagSpec {
+        name: "node-ip",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "ips",
+        default: "",
+        help: "The node's IP address, or an IPv4 and an IPv6 one comma-separated (primary first): hostNetwork pods' IPs, status.hostIP(s), the Node's InternalIP addresses; empty detects the default route's interface address",
+    },
+    FlagSpec {
         name: "node-labels",
         shorthand: None,
         kind: Kind::Value,
@@ -845,6 +864,14 @@ const FLAGS: &[FlagSpec] = &[
         value_name: "file",
         default: "",
         help: "File holding a bearer token every read-only request must present (Authorization: Bearer <token>); required when --address is not loopback (config: readOnlyTokenFile, nanolet only)",
+    },
+    FlagSpec {
+        name: "resolv-conf",
+        shorthand: None,
+        kind: Kind::Value,
+        value_name: "path",
+        default: "/etc/resolv.conf",
+        help: "The node's resolv.conf that pods with dnsPolicy Default/ClusterFirst get; if its only nameserver is systemd-resolved's stub 127.0.0.53, /run/systemd/resolve/resolv.conf is used instead; empty means no host DNS (config: resolvConf)",
     },
     FlagSpec {
         name: "root-dir",
@@ -1133,6 +1160,8 @@ fn parse_run_args_with(
                 .map_err(err)?
             }
             "image-credentials-file" => cfg.image_credentials_file = Some(PathBuf::from(value)),
+            "resolv-conf" => cfg.resolv_conf = optional_path(value),
+            "node-ip" => cfg.node_ips = parse_node_ips(value).map_err(err)?,
             "image-snapshotter" => cfg.image_snapshotter = parse_snapshotter(value).map_err(err)?,
             "address" => cfg.address = parse_ip(value).map_err(err)?,
             "read-only-port" => cfg.read_only_port = parse_port(value).map_err(err)?,
@@ -1479,6 +1508,49 @@ fn parse_ip(s: &str) -> Result<IpAddr, String> {
         .map_err(|_| format!("invalid IP address {s:?}"))
 }
 
+/// `--node-ip` (the kubelet's ParseNodeIPArgument and validateNodeIP): one address, or an IPv4
+/// and an IPv6 one; none loopback, link-local, multicast or unspecified. Whether the address
+/// is on an interface of this host is not checked (nanolet does not refuse to start over it).
+pub fn parse_node_ips(s: &str) -> Result<Vec<IpAddr>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut ips = Vec::new();
+    for part in s.split(',') {
+        let ip = parse_ip(part)?;
+        let link_local = match ip {
+            IpAddr::V4(v4) => v4.is_link_local(),
+            IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+        };
+        let bad = if ip.is_loopback() {
+            Some("a loopback")
+        } else if ip.is_unspecified() {
+            Some("an unspecified")
+        } else if ip.is_multicast() {
+            Some("a multicast")
+        } else if link_local {
+            Some("a link-local")
+        } else {
+            None
+        };
+        if let Some(kind) = bad {
+            return Err(format!("{ip} is {kind} address"));
+        }
+        ips.push(ip);
+    }
+    match ips.as_slice() {
+        [_] => Ok(ips),
+        [a, b] if a.is_ipv4() != b.is_ipv4() => Ok(ips),
+        [_, _] => Err(format!(
+            "{s:?}: two addresses must be one IPv4 and one IPv6 (dual-stack)"
+        )),
+        _ => Err(format!(
+            "{s:?}: at most two addresses, one IPv4 and one IPv6"
+        )),
+    }
+}
+
 fn parse_port(s: &str) -> Result<u16, String> {
     s.trim()
         .parse()
@@ -1632,6 +1704,7 @@ struct FileConfig {
     address: Option<String>,
     read_only_port: Option<i64>,
     read_only_token_file: Option<String>,
+    resolv_conf: Option<String>,
     #[serde(rename = "staticPodURLCAFile")]
     static_pod_url_ca_file: Option<String>,
     #[serde(rename = "staticPodURLClientCertFile")]
@@ -1672,6 +1745,14 @@ struct FileConfig {
     image_gc_low_threshold_percent: Option<i64>,
     #[serde(rename = "imageMinimumGCAge")]
     image_minimum_gc_age: Option<String>,
+    logging: Option<FileLogging>,
+}
+
+/// KubeletConfiguration `logging` (component-base LoggingConfiguration): only `verbosity`;
+/// the others (format, flushFrequency, options) are warned about as ignored.
+#[derive(Debug, Default, Deserialize)]
+struct FileLogging {
+    verbosity: Option<i64>,
 }
 
 const FILE_FIELDS: &[&str] = &[
@@ -1686,6 +1767,7 @@ const FILE_FIELDS: &[&str] = &[
     "address",
     "readOnlyPort",
     "readOnlyTokenFile",
+    "resolvConf",
     "staticPodURLCAFile",
     "staticPodURLClientCertFile",
     "staticPodURLClientKeyFile",
@@ -1720,6 +1802,7 @@ const FILE_FIELDS: &[&str] = &[
     "imageGCHighThresholdPercent",
     "imageGCLowThresholdPercent",
     "imageMinimumGCAge",
+    "logging",
 ];
 
 /// A map of strings from the file; numbers and booleans are taken as their text.
@@ -1814,6 +1897,15 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
         }
     }
 
+    if let Some(serde_json::Value::Object(logging)) = map.get("logging") {
+        for k in logging.keys().filter(|k| k.as_str() != "verbosity") {
+            cfg.warnings.push(format!(
+                "{}: ignoring field \"logging.{k}\": unknown or not supported by nanolet",
+                path.display()
+            ));
+        }
+    }
+
     let fc: FileConfig = serde_path_to_error::deserialize(doc.clone()).map_err(|e| {
         let field = e.path().to_string();
         let field = if field == "." { String::new() } else { field };
@@ -1872,6 +1964,10 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     if let Some(n) = fc.read_only_port {
         cfg.read_only_port = port_from_int(n).map_err(|r| field_err("readOnlyPort", r))?;
     }
+    if let Some(p) = &fc.resolv_conf {
+        // A KubeletConfiguration path ref: relative to the file's directory.
+        cfg.resolv_conf = (!p.is_empty()).then(|| resolve(p));
+    }
     if let Some(p) = &fc.read_only_token_file {
         cfg.read_only_token_file = (!p.is_empty()).then(|| resolve(p));
     }
@@ -1923,6 +2019,16 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     }
     if let Some(n) = fc.healthz_port {
         cfg.healthz_port = port_from_int(n).map_err(|r| field_err("healthzPort", r))?;
+    }
+    if let Some(v) = fc.logging.as_ref().and_then(|l| l.verbosity) {
+        // `--v` (a flag) overrides it, as every flag does the file.
+        cfg.verbosity = u8::try_from(v.clamp(0, 10)).unwrap_or(10);
+        if v < 0 {
+            return Err(field_err(
+                "logging.verbosity",
+                format!("{v}: must be an integer from 0 to 10"),
+            ));
+        }
     }
     if let Some(n) = fc.max_pods {
         cfg.max_pods = max_pods_from_int(n).map_err(|r| field_err("maxPods", r))?;
@@ -2857,5 +2963,86 @@ mod tests {
         let c = parse(&["--config", &path]).unwrap();
         assert_eq!(c.read_only_token_file, Some(dir.path().join("token")));
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn node_ip_is_one_address_or_one_per_family() {
+        // kubelet --node-ip: ParseNodeIPArgument (dual-stack pairs) and validateNodeIP.
+        assert!(parse(&[]).unwrap().node_ips.is_empty());
+        let c = parse(&["--node-ip=192.0.2.5"]).unwrap();
+        assert_eq!(c.node_ips, vec![IpAddr::from([192, 0, 2, 5])]);
+        let c = parse(&["--node-ip", "2001:db8::5, 192.0.2.5"]).unwrap();
+        assert_eq!(c.node_ips.len(), 2);
+        assert!(c.node_ips[0].is_ipv6() && c.node_ips[1].is_ipv4());
+        for (bad, why) in [
+            ("192.0.2.5,192.0.2.6", "one IPv4 and one IPv6"),
+            ("192.0.2.5,2001:db8::5,2001:db8::6", "at most two"),
+            ("127.0.0.1", "loopback"),
+            ("::", "unspecified"),
+            ("169.254.1.1", "link-local"),
+            ("fe80::1", "link-local"),
+            ("224.0.0.1", "multicast"),
+            ("node1", "invalid IP address"),
+        ] {
+            let e = parse(&[&format!("--node-ip={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("--node-ip: ") && e.contains(why),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn logging_verbosity_in_the_file_and_v_over_it() {
+        // KubeletConfiguration logging.verbosity (component-base); --v wins, as flags do.
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!("{HEAD}logging:\n  verbosity: 4\n  format: text\n"),
+        );
+        let c = parse(&["--config", &path]).unwrap();
+        assert_eq!(c.verbosity, 4);
+        assert_eq!(c.log_level(), tracing::Level::DEBUG);
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(
+            c.warnings[0].contains("\"logging.format\""),
+            "{:?}",
+            c.warnings
+        );
+        assert_eq!(parse(&["--config", &path, "--v=0"]).unwrap().verbosity, 0);
+        let bad = write(
+            &dir,
+            "bad.yaml",
+            &format!("{HEAD}logging:\n  verbosity: -1\n"),
+        );
+        let e = parse(&["--config", &bad]).unwrap_err().to_string();
+        assert!(e.contains("logging.verbosity"), "{e}");
+    }
+
+    #[test]
+    fn resolv_conf_flag_and_field() {
+        // kubelet: --resolv-conf / resolvConf, default /etc/resolv.conf; "" is no host DNS;
+        // resolvConf is a path ref, relative to the config file.
+        assert_eq!(
+            parse(&[]).unwrap().resolv_conf.as_deref(),
+            Some(Path::new("/etc/resolv.conf"))
+        );
+        let c = parse(&["--resolv-conf="]).unwrap();
+        assert_eq!(c.resolv_conf, None);
+        assert_eq!(c.redacted_json()["resolvConf"], "");
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "config.yaml",
+            &format!("{HEAD}resolvConf: dns/resolv.conf\n"),
+        );
+        let c = parse(&["--config", &path]).unwrap();
+        assert_eq!(c.resolv_conf, Some(dir.path().join("dns/resolv.conf")));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let c = parse(&["--config", &path, "--resolv-conf=/run/r.conf"]).unwrap();
+        assert_eq!(c.resolv_conf.as_deref(), Some(Path::new("/run/r.conf")));
     }
 }

@@ -28,13 +28,17 @@ use crate::runtime::Runtime;
 use crate::status::StatusStore;
 use crate::timeutil::{parse_rfc3339, rfc3339};
 
-/// The version nanolet reports as its kubelet version (the kubelet API it follows).
-pub const KUBELET_VERSION: &str = "v1.33.0-nanolet";
+/// The version nanolet reports as its kubelet version: the kubelet API it follows with
+/// nanolet's version as semver build metadata, `v1.33.0+nanolet.<version>` (build.rs). Build
+/// metadata does not take part in ordering, so version-skew checks see v1.33.0 (a
+/// `v1.33.0-nanolet` pre-release sorts below v1.33.0).
+pub const KUBELET_VERSION: &str = env!("NANOLET_KUBELET_VERSION");
 
 /// What the API needs besides the status store.
 pub struct NodeContext {
     pub node_name: String,
-    pub host_ip: String,
+    /// The node's IPs, primary first (`InternalIP` addresses).
+    pub host_ips: Vec<String>,
     pub max_pods: u32,
     pub pod_logs_dir: PathBuf,
     /// nanolet's root dir (the node filesystem of `/stats/summary`).
@@ -50,7 +54,7 @@ impl NodeContext {
     pub fn new(node_name: &str) -> NodeContext {
         NodeContext {
             node_name: node_name.into(),
-            host_ip: "127.0.0.1".into(),
+            host_ips: vec!["127.0.0.1".into()],
             max_pods: 110,
             pod_logs_dir: PathBuf::from("/var/log/pods"),
             root_dir: PathBuf::from("/var/lib/nanolet"),
@@ -1036,6 +1040,14 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
             &format!("nanolet is not ready: {}", failing.join("; ")),
         )
     };
+    // kubelet nodestatus.NodeAddress with --node-ip: one InternalIP per node IP (primary
+    // first), then the Hostname.
+    let mut addresses: Vec<Value> = ctx
+        .host_ips
+        .iter()
+        .map(|ip| json!({"type": "InternalIP", "address": ip}))
+        .collect();
+    addresses.push(json!({"type": "Hostname", "address": ctx.node_name}));
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -1075,10 +1087,7 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
                 },
                 ready,
             ],
-            "addresses": [
-                {"type": "InternalIP", "address": ctx.host_ip},
-                {"type": "Hostname", "address": ctx.node_name},
-            ],
+            "addresses": addresses,
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
             "nodeInfo": {
                 "machineID": read_trimmed("/etc/machine-id"),
@@ -1489,6 +1498,25 @@ fn pod_log(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubelet_version_is_v1_33_0_with_nanolet_as_build_metadata() {
+        // semver 2.0.0 §10/§11: build metadata (after +) does not affect precedence, so
+        // skew checks (a control plane comparing kubeletVersion) see v1.33.0; a pre-release
+        // (-nanolet) would sort below v1.33.0.
+        let plain: String = crate::VERSION
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        assert_eq!(KUBELET_VERSION, format!("v1.33.0+nanolet.{plain}"));
+        assert!(!KUBELET_VERSION.contains("-nanolet"));
+    }
 
     #[test]
     fn cri_lines_parse_and_partials_join() {

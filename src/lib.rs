@@ -43,3 +43,13 @@ pub const VERSION: &str = match option_env!("NANOLET_VERSION") {
     Some(v) => v,
     None => env!("CARGO_PKG_VERSION"),
 };
+
+/// The git commit nanolet was built from (build.rs: `git rev-parse HEAD`), "unknown" when
+/// built outside a git checkout (a release tarball).
+pub const GIT_COMMIT: &str = env!("NANOLET_GIT_COMMIT");
+
+/// The target triple nanolet was built for.
+pub const TARGET: &str = env!("NANOLET_TARGET");
+
+/// The Cargo features compiled in, comma-separated ("" for none).
+pub const FEATURES: &str = if cfg!(feature = "tls") { "tls" } else { "" };

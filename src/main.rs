@@ -28,11 +28,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("run") => run(&args[1..]),
         Some("version" | "--version") => {
-            println!(
-                "nanolet {} (kubelet API {})",
-                nanolet::VERSION,
-                nanolet::kubeapi::KUBELET_VERSION
-            );
+            print!("{}", version_text());
             ExitCode::SUCCESS
         }
         Some("man") => {
@@ -83,9 +79,30 @@ fn main() -> ExitCode {
     }
 }
 
+/// `nanolet version` / `nanolet run --version`: the version, then the build's commit, target
+/// triple and features, one per line.
+fn version_text() -> String {
+    format!(
+        "nanolet {} (kubelet API {})\ncommit: {}\ntarget: {}\nfeatures: {}\n",
+        nanolet::VERSION,
+        nanolet::kubeapi::KUBELET_VERSION,
+        nanolet::GIT_COMMIT,
+        nanolet::TARGET,
+        if nanolet::FEATURES.is_empty() {
+            "none"
+        } else {
+            nanolet::FEATURES
+        },
+    )
+}
+
 fn run(args: &[String]) -> ExitCode {
     // One malloc arena, before any thread exists (src/malloc.rs: most of the RSS otherwise).
     nanolet::malloc::tune();
+    if args.iter().any(|a| a == "--version") {
+        print!("{}", version_text());
+        return ExitCode::SUCCESS;
+    }
     let cfg = match config::parse_run_args(args) {
         Ok(ParseOutcome::Run(cfg)) => cfg,
         Ok(ParseOutcome::Help(text)) => {
@@ -110,17 +127,22 @@ fn run(args: &[String]) -> ExitCode {
             .with_target("nanolet", cfg.log_level())
             .with_default(tracing::Level::WARN),
     };
-    // Under systemd (stderr connected to the journal) journald adds its own timestamps.
-    let journal = std::env::var_os("JOURNAL_STREAM").is_some();
+    // Under systemd, with stderr connected to the journal: `<N>` priority prefixes, no
+    // timestamps (journald adds its own), no colours.
+    let journal = stderr_is_journal();
     let ansi = std::io::stderr().is_terminal();
     tracing_subscriber::registry()
         .with(journal.then(|| {
             tracing_subscriber::fmt::layer()
                 .fmt_fields(EscapedFields)
+                .event_format(SdPriority(
+                    tracing_subscriber::fmt::format()
+                        .with_ansi(false)
+                        .with_target(false)
+                        .without_time(),
+                ))
                 .with_writer(std::io::stderr)
                 .with_ansi(false)
-                .with_target(false)
-                .without_time()
         }))
         .with((!journal).then(|| {
             tracing_subscriber::fmt::layer()
@@ -142,6 +164,66 @@ fn run(args: &[String]) -> ExitCode {
             tracing::error!("nanolet: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Whether stderr is journald's stream (sd-daemon(3), systemd.exec(5) `$JOURNAL_STREAM`): the
+/// variable holds the stream's `device:inode`, and only when fd 2 still is that file (not, say,
+/// a file a wrapper script redirected it to, with the variable inherited) are lines journal
+/// records.
+fn stderr_is_journal() -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Ok(fd) = std::io::stderr().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    let Ok(meta) = std::fs::File::from(fd).metadata() else {
+        return false;
+    };
+    stream
+        .to_str()
+        .is_some_and(|s| journal_stream_is(s, meta.dev(), meta.ino()))
+}
+
+/// `$JOURNAL_STREAM` (`<device>:<inode>`, decimal) names the file with this device and inode.
+fn journal_stream_is(stream: &str, dev: u64, ino: u64) -> bool {
+    stream.split_once(':').is_some_and(|(d, i)| {
+        d.parse::<u64>().is_ok_and(|d| d == dev) && i.parse::<u64>().is_ok_and(|i| i == ino)
+    })
+}
+
+/// The sd-daemon(3) priority of a level: journald takes a line's leading `<N>` as its
+/// priority (`SyslogLevelPrefix=`, on by default).
+fn sd_priority(level: tracing::Level) -> u8 {
+    match level {
+        tracing::Level::ERROR => 3, // SD_ERR
+        tracing::Level::WARN => 4,  // SD_WARNING
+        tracing::Level::INFO => 6,  // SD_INFO
+        _ => 7,                     // SD_DEBUG (DEBUG, TRACE)
+    }
+}
+
+/// An event format that writes each line with its [`sd_priority`] prefix, then the inner
+/// format (the fields still through [`EscapedFields`], so a line stays one line and one record).
+struct SdPriority<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for SdPriority<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        write!(writer, "<{}>", sd_priority(*event.metadata().level()))?;
+        self.0.format_event(ctx, writer, event)
     }
 }
 
@@ -229,5 +311,76 @@ mod tests {
         assert!(out.contains("pod{origin=/m/a\\nb.yaml}"), "{out}");
         assert!(out.contains("pod=web\\0\\u{1b}[31mred"), "{out}");
         assert!(out.contains("rejected web\\0"), "{out}");
+    }
+
+    #[test]
+    fn version_names_commit_target_and_features() {
+        let t = version_text();
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].starts_with(&format!("nanolet {} ", nanolet::VERSION)),
+            "{t}"
+        );
+        assert_eq!(lines[1], format!("commit: {}", nanolet::GIT_COMMIT));
+        // build.rs: a 40-hex commit in a git checkout, "unknown" outside one.
+        assert!(
+            nanolet::GIT_COMMIT == "unknown"
+                || (nanolet::GIT_COMMIT.len() == 40
+                    && nanolet::GIT_COMMIT.bytes().all(|b| b.is_ascii_hexdigit())),
+            "{t}"
+        );
+        assert_eq!(lines[2], format!("target: {}", nanolet::TARGET));
+        assert!(nanolet::TARGET.contains("-linux-"), "{t}");
+        assert_eq!(
+            lines[3],
+            if cfg!(feature = "tls") {
+                "features: tls"
+            } else {
+                "features: none"
+            }
+        );
+    }
+
+    #[test]
+    fn journal_stream_must_name_stderrs_device_and_inode() {
+        assert!(journal_stream_is("64769:123456", 64769, 123456));
+        assert!(!journal_stream_is("64769:123457", 64769, 123456));
+        assert!(!journal_stream_is("1:123456", 64769, 123456));
+        assert!(!journal_stream_is("", 64769, 123456));
+        assert!(!journal_stream_is("64769", 64769, 123456));
+    }
+
+    #[test]
+    fn journal_lines_carry_sd_daemon_priorities_and_no_timestamp_or_colour() {
+        use tracing_subscriber::prelude::*;
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let sub = tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .fmt_fields(EscapedFields)
+                    .event_format(SdPriority(
+                        tracing_subscriber::fmt::format()
+                            .with_ansi(false)
+                            .with_target(false)
+                            .without_time(),
+                    ))
+                    .with_ansi(false)
+                    .with_writer(move || writer.clone()),
+            )
+            .with(tracing_subscriber::filter::LevelFilter::TRACE);
+        tracing::subscriber::with_default(sub, || {
+            tracing::error!(pod = "a\nb", "e");
+            tracing::warn!("w");
+            tracing::info!("i");
+            tracing::debug!("d");
+            tracing::trace!("t");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .unwrap_or_default();
+        let prefixes: Vec<&str> = out.lines().map(|l| &l[..l.len().min(3)]).collect();
+        assert_eq!(prefixes, ["<3>", "<4>", "<6>", "<7>", "<7>"], "{out}");
+        assert!(!out.contains('\x1b'), "{out:?}");
+        assert!(out.lines().all(|l| !l[3..].starts_with("20")), "{out}");
     }
 }

@@ -147,6 +147,21 @@ impl Metrics {
     /// The full `/metrics` text for these pods.
     pub fn render(&self, pods: &[Pod]) -> String {
         let mut out = String::new();
+        // The kube `*_build_info` convention: a constant 1 carrying the build in its labels.
+        gauge(
+            &mut out,
+            "nanolet_build_info",
+            "A metric with a constant '1' value labeled by nanolet's version, git commit and target triple",
+            &[(
+                format!(
+                    "version=\"{}\",commit=\"{}\",target=\"{}\"",
+                    label_value(crate::VERSION),
+                    label_value(crate::GIT_COMMIT),
+                    label_value(crate::TARGET)
+                ),
+                1.0,
+            )],
+        );
         let (running_pods, states) = pod_gauges(pods);
         gauge(
             &mut out,
@@ -439,6 +454,15 @@ mod tests {
         let t = m.render(&[]);
         assert!(
             t.contains("# TYPE kubelet_running_pods gauge\nkubelet_running_pods 0\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!(
+                "# TYPE nanolet_build_info gauge\nnanolet_build_info{{version=\"{}\",commit=\"{}\",target=\"{}\"}} 1\n",
+                crate::VERSION,
+                crate::GIT_COMMIT,
+                crate::TARGET
+            )),
             "{t}"
         );
         assert!(

@@ -33,6 +33,8 @@ pub struct Pleg {
     changes: u64,
     /// State of every sandbox and container (id → `Debug` of the state) at the last relist.
     states: HashMap<String, String>,
+    /// The relist-failure warning, once per back-off step while the runtime stays down.
+    relist_warning: crate::sync::backoff::RepeatLimiter,
 }
 
 impl Pleg {
@@ -46,6 +48,7 @@ impl Pleg {
             first: true,
             changes: 0,
             states: HashMap::new(),
+            relist_warning: Default::default(),
         }
     }
 
@@ -57,9 +60,16 @@ impl Pleg {
             self.runtime.list_pod_sandboxes(),
             self.runtime.list_containers(),
         ) {
-            (Ok(s), Ok(c)) => (s, c),
+            (Ok(s), Ok(c)) => {
+                if self.relist_warning.clear() {
+                    info!("PLEG relist works again");
+                }
+                (s, c)
+            }
             (Err(e), _) | (_, Err(e)) => {
-                warn!(error = %e, "PLEG relist failed");
+                if let Some(suppressed) = self.relist_warning.check(&e.to_string(), started) {
+                    warn!(error = %e, suppressed, "PLEG relist failed (repeats are logged once per back-off step, 10 s doubling to 5 min, with the number suppressed)");
+                }
                 self.store.mark_relist(Err(e.to_string()));
                 return true;
             }

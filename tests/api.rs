@@ -366,6 +366,7 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         "process_cpu_seconds_total ",
         "process_open_fds ",
         "process_start_time_seconds ",
+        "nanolet_build_info{version=\"",
     ] {
         assert!(metrics.contains(family), "{family} missing:\n{metrics}");
     }

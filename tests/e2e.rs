@@ -1360,6 +1360,62 @@ fn dns_config_and_host_aliases_reach_the_container() {
 }
 
 #[test]
+fn resolv_conf_naming_only_the_systemd_resolved_stub_gives_pods_the_upstream_file() {
+    // kubelet --resolv-conf with kubeadm's systemd-resolved rule: 127.0.0.53 does not answer
+    // inside a pod's network namespace, so a resolv.conf naming only it is replaced by
+    // systemd-resolved's upstream file (here a temp file, through the test seam), logged once.
+    let ctd = Containerd::start();
+    let stub = ctd.tmp().join("stub-resolv.conf");
+    fs::write(
+        &stub,
+        "nameserver 127.0.0.53\noptions edns0 trust-ad\nsearch stub.example\n",
+    )
+    .expect("stub");
+    let upstream = ctd.tmp().join("upstream-resolv.conf");
+    fs::write(
+        &upstream,
+        "nameserver 192.0.2.11\nnameserver 192.0.2.12\nsearch upstream.example\n",
+    )
+    .expect("upstream");
+    let n = Nanolet::start_with_env(
+        &ctd,
+        &[format!("--resolv-conf={}", stub.display())],
+        &[(
+            "NANOLET_SYSTEMD_RESOLVED_RESOLV_CONF",
+            upstream.to_str().expect("utf-8 path"),
+        )],
+    );
+    for name in ["dns1", "dns2"] {
+        n.write(
+            &format!("{name}.yaml"),
+            &pod_yaml(
+                name,
+                r#"spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: localhost/busybox:1.36
+    command: [sh, -c, 'cat /etc/resolv.conf; echo END; sleep 3600']
+"#,
+            ),
+        );
+    }
+    for name in ["dns1", "dns2"] {
+        let text = wait_output(&n, name, "END");
+        assert!(text.contains("nameserver 192.0.2.11"), "{text}");
+        assert!(text.contains("nameserver 192.0.2.12"), "{text}");
+        assert!(text.contains("search upstream.example"), "{text}");
+        assert!(!text.contains("127.0.0.53"), "{text}");
+    }
+    let log = fs::read_to_string(&n.log).unwrap_or_default();
+    assert_eq!(
+        log.matches("names only systemd-resolved's stub").count(),
+        1,
+        "said once:\n{log}"
+    );
+}
+
+#[test]
 fn container_logs_are_rotated_at_max_size_keeping_max_files() {
     // containerLogMaxSize / containerLogMaxFiles: checked every containerLogMonitorInterval
     // (10 s), logs near the limit every 250 ms; the current file is renamed to

@@ -272,6 +272,22 @@ mod tests {
     }
 
     #[test]
+    fn node_addresses_are_the_node_ips_then_the_hostname() {
+        // kubelet nodestatus.NodeAddress with --node-ip: an InternalIP per node IP, primary
+        // first, then Hostname.
+        let mut ctx = NodeContext::new("edge-1");
+        ctx.host_ips = vec!["192.0.2.5".into(), "2001:db8::5".into()];
+        let store = StatusStore::new(Duration::from_secs(300));
+        let n = crate::kubeapi::node_object(&ctx, &store);
+        assert_eq!(
+            n["status"]["addresses"],
+            json!([{"type": "InternalIP", "address": "192.0.2.5"},
+                   {"type": "InternalIP", "address": "2001:db8::5"},
+                   {"type": "Hostname", "address": "edge-1"}])
+        );
+    }
+
+    #[test]
     fn registration_object_has_the_kubelet_labels_and_extra_ones() {
         let ctx = NodeContext::new("edge-1");
         let store = StatusStore::new(Duration::from_secs(300));

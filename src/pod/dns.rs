@@ -1,10 +1,17 @@
 //! Pod DNS as the kubelet builds it (pkg/kubelet/network/dns): nanolet has no cluster DNS, so
 //! `ClusterFirst` (the default) and `ClusterFirstWithHostNet` fall back to `Default` (the node's
-//! resolv.conf), as the kubelet does when no clusterDNS is configured. `None` uses only
-//! `dnsConfig`. `dnsConfig` is merged in: nameservers and searches appended (deduplicated),
-//! options merged by name.
+//! resolv.conf, `--resolv-conf`), as the kubelet does when no clusterDNS is configured. `None`
+//! uses only `dnsConfig`. `dnsConfig` is merged in: nameservers and searches appended
+//! (deduplicated), options merged by name.
+//!
+//! The node's resolv.conf is [`HostResolvConf`]: read at every sandbox creation (the kubelet's
+//! `getHostDNSConfig`), with kubeadm's systemd-resolved rule applied to its content.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
+use tracing::info;
 
 use super::Pod;
 use crate::runtime::DnsConfig;
@@ -25,24 +32,111 @@ pub fn parse_resolv_conf(text: &str) -> DnsConfig {
     d
 }
 
+/// systemd-resolved's stub listener: it answers only on the host's loopback, not inside a pod's
+/// network namespace.
+pub const SYSTEMD_RESOLVED_STUB: &str = "127.0.0.53";
+
+/// The file systemd-resolved keeps with the real upstream nameservers (the one kubeadm writes
+/// into the kubelet's `resolvConf` when systemd-resolved is active).
+pub const SYSTEMD_RESOLVED_UPSTREAM: &str = "/run/systemd/resolve/resolv.conf";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DnsError {
+    #[error("reading the node's resolv.conf {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// True when every nameserver of `d` is systemd-resolved's stub (and there is at least one).
+pub fn only_systemd_resolved_stub(d: &DnsConfig) -> bool {
+    !d.servers.is_empty() && d.servers.iter().all(|s| s == SYSTEMD_RESOLVED_STUB)
+}
+
+/// The node's resolv.conf as pods see it (`--resolv-conf` / `resolvConf`).
+#[derive(Debug)]
+pub struct HostResolvConf {
+    /// `None`: `--resolv-conf=""`, no host DNS (the kubelet's rule).
+    path: Option<PathBuf>,
+    /// Used instead of `path` when `path` names only the systemd-resolved stub; the product
+    /// uses [`SYSTEMD_RESOLVED_UPSTREAM`], tests a file of their own.
+    upstream: PathBuf,
+    /// The switch to `upstream` is logged once.
+    announced: AtomicBool,
+}
+
+impl HostResolvConf {
+    pub fn new(path: Option<PathBuf>, upstream: PathBuf) -> HostResolvConf {
+        HostResolvConf {
+            path,
+            upstream,
+            announced: AtomicBool::new(false),
+        }
+    }
+
+    /// The file's nameservers, searches and options, read now. An unreadable `--resolv-conf`
+    /// is an error (the kubelet fails the sandbox); a missing or unreadable systemd-resolved
+    /// file leaves the stub's content as it is.
+    pub fn read(&self) -> Result<DnsConfig, DnsError> {
+        let Some(path) = &self.path else {
+            return Ok(DnsConfig::default());
+        };
+        let given = read_file(path)?;
+        if !only_systemd_resolved_stub(&given) {
+            return Ok(given);
+        }
+        match read_file(&self.upstream) {
+            Ok(upstream) => {
+                if !self.announced.swap(true, Ordering::Relaxed) {
+                    info!(
+                        resolv_conf = %path.display(),
+                        using = %self.upstream.display(),
+                        "the node's resolv.conf names only systemd-resolved's stub {SYSTEMD_RESOLVED_STUB}, which does not answer inside a pod's network namespace: pods get the upstream nameservers of systemd-resolved instead (as kubeadm configures the kubelet)"
+                    );
+                }
+                Ok(upstream)
+            }
+            Err(e) => {
+                if !self.announced.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        resolv_conf = %path.display(),
+                        error = %e,
+                        "the node's resolv.conf names only systemd-resolved's stub {SYSTEMD_RESOLVED_STUB} and systemd-resolved's own file is unreadable: pods get the stub, which does not answer inside a pod's network namespace; pass --resolv-conf"
+                    );
+                }
+                Ok(given)
+            }
+        }
+    }
+}
+
+fn read_file(path: &Path) -> Result<DnsConfig, DnsError> {
+    std::fs::read_to_string(path)
+        .map(|t| parse_resolv_conf(&t))
+        .map_err(|source| DnsError::Read {
+            path: path.display().to_string(),
+            source,
+        })
+}
+
 fn push_unique(v: &mut Vec<String>, s: String) {
     if !v.contains(&s) {
         v.push(s);
     }
 }
 
-/// The DNS config to send with the sandbox, or None to let the runtime copy the node's
-/// resolv.conf (same result as `Default`).
-pub fn pod_dns(pod: &Pod, host_resolv_conf: &str) -> Option<DnsConfig> {
+/// The DNS config to send with the sandbox, from the node's (`host`, see [`HostResolvConf`]).
+/// An empty config makes containerd copy its own host's /etc/resolv.conf (containerd's rule,
+/// for the kubelet too).
+pub fn pod_dns(pod: &Pod, host: &DnsConfig) -> DnsConfig {
     let cfg = pod.spec.extra.get("dnsConfig").filter(|v| !v.is_null());
     let policy = pod.spec.dns_policy.as_str();
-    if cfg.is_none() && policy != "None" {
-        return None;
-    }
     let mut d = if policy == "None" {
         DnsConfig::default()
     } else {
-        parse_resolv_conf(host_resolv_conf)
+        host.clone()
     };
     if let Some(c) = cfg {
         let strs = |k: &str| -> Vec<String> {
@@ -77,7 +171,7 @@ pub fn pod_dns(pod: &Pod, host_resolv_conf: &str) -> Option<DnsConfig> {
             d.options.push(opt);
         }
     }
-    Some(d)
+    d
 }
 
 /// The kubelet-managed /etc/hosts of a pod (not hostNetwork): localhost entries, the pod's own
@@ -123,10 +217,79 @@ mod tests {
     const HOST: &str = "# comment\nnameserver 192.0.2.53\nnameserver 192.0.2.54\nsearch example.com lan\noptions ndots:1 edns0\n";
 
     #[test]
-    fn default_policies_leave_the_node_resolv_conf_to_the_runtime() {
-        let mut p = Pod::default();
-        p.spec.dns_policy = "ClusterFirst".into();
-        assert_eq!(pod_dns(&p, HOST), None);
+    fn default_policies_use_the_node_resolv_conf() {
+        // kubelet dns.go GetPodDNS: ClusterFirst without clusterDNS falls back to podDNSHost,
+        // the resolvConf file's content (not whatever /etc/resolv.conf the runtime copies).
+        for policy in ["ClusterFirst", "Default", "ClusterFirstWithHostNet"] {
+            let mut p = Pod::default();
+            p.spec.dns_policy = policy.into();
+            let d = pod_dns(&p, &parse_resolv_conf(HOST));
+            assert_eq!(d.servers, vec!["192.0.2.53", "192.0.2.54"], "{policy}");
+            assert_eq!(d.searches, vec!["example.com", "lan"], "{policy}");
+        }
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    const STUB: &str = "# This is /run/systemd/resolve/stub-resolv.conf\nnameserver 127.0.0.53\noptions edns0 trust-ad\nsearch lan\n";
+
+    #[test]
+    fn a_stub_only_resolv_conf_is_replaced_by_systemd_resolveds_upstream_file() {
+        // kubeadm (phases/kubelet, resolv-conf detection): with systemd-resolved the kubelet's
+        // resolvConf is /run/systemd/resolve/resolv.conf, 127.0.0.53 not being reachable from
+        // a pod's network namespace.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stub = write(dir.path(), "stub", STUB);
+        let up = write(
+            dir.path(),
+            "up",
+            "nameserver 192.0.2.1\nnameserver 2001:db8::1\n",
+        );
+        let h = HostResolvConf::new(Some(stub), up);
+        let d = h.read().expect("read");
+        assert_eq!(d.servers, vec!["192.0.2.1", "2001:db8::1"]);
+        // Read again at every sandbox: systemd-resolved rewrites its file on network changes.
+        assert_eq!(h.read().expect("read"), d);
+    }
+
+    #[test]
+    fn a_resolv_conf_with_another_nameserver_is_used_as_it_is() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mixed = write(
+            dir.path(),
+            "mixed",
+            "nameserver 127.0.0.53\nnameserver 192.0.2.9\n",
+        );
+        let up = write(dir.path(), "up", "nameserver 192.0.2.1\n");
+        let d = HostResolvConf::new(Some(mixed), up).read().expect("read");
+        assert_eq!(d.servers, vec!["127.0.0.53", "192.0.2.9"]);
+        assert!(!only_systemd_resolved_stub(&parse_resolv_conf(
+            "search lan\n"
+        )));
+    }
+
+    #[test]
+    fn the_stub_stays_when_systemd_resolveds_file_is_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stub = write(dir.path(), "stub", STUB);
+        let h = HostResolvConf::new(Some(stub), dir.path().join("absent"));
+        assert_eq!(h.read().expect("read").servers, vec!["127.0.0.53"]);
+    }
+
+    #[test]
+    fn empty_resolv_conf_flag_means_no_host_dns_and_a_missing_file_is_an_error() {
+        // kubelet: --resolv-conf="" gives pods no host DNS; an unreadable file fails the
+        // sandbox (getHostDNSConfig returns the open error).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let none = HostResolvConf::new(None, write(dir.path(), "up", "nameserver 192.0.2.1\n"));
+        assert_eq!(none.read().expect("read"), DnsConfig::default());
+        let missing = HostResolvConf::new(Some(dir.path().join("nope")), dir.path().join("up"));
+        let e = missing.read().expect_err("missing file").to_string();
+        assert!(e.starts_with("reading the node's resolv.conf "), "{e}");
     }
 
     #[test]
@@ -137,7 +300,7 @@ mod tests {
             "dnsConfig".into(),
             json!({"nameservers": ["192.0.2.99"], "searches": ["lan", "svc.local"], "options": [{"name": "ndots", "value": "5"}, {"name": "rotate"}]}),
         );
-        let d = pod_dns(&p, HOST).expect("dns");
+        let d = pod_dns(&p, &parse_resolv_conf(HOST));
         assert_eq!(d.servers, vec!["192.0.2.53", "192.0.2.54", "192.0.2.99"]);
         assert_eq!(d.searches, vec!["example.com", "lan", "svc.local"]);
         assert_eq!(d.options, vec!["edns0", "ndots:5", "rotate"]);
@@ -150,7 +313,7 @@ mod tests {
         p.spec
             .extra
             .insert("dnsConfig".into(), json!({"nameservers": ["1.1.1.1"]}));
-        let d = pod_dns(&p, HOST).expect("dns");
+        let d = pod_dns(&p, &parse_resolv_conf(HOST));
         assert_eq!(d.servers, vec!["1.1.1.1"]);
         assert!(d.searches.is_empty() && d.options.is_empty());
     }

@@ -75,19 +75,7 @@ use crate::pod::naming::{CONFIG_SEEN_ANNOTATION, make_static_pod};
 
 /// Current time as RFC 3339 with nanoseconds, trailing zeros trimmed (Go's RFC3339Nano).
 pub fn now_rfc3339_nano() -> String {
-    let s = humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string();
-    // "2024-01-02T03:04:05.123000000Z" -> "2024-01-02T03:04:05.123Z"
-    match s.strip_suffix('Z').and_then(|b| b.split_once('.')) {
-        Some((secs, frac)) => {
-            let frac = frac.trim_end_matches('0');
-            if frac.is_empty() {
-                format!("{secs}Z")
-            } else {
-                format!("{secs}.{frac}Z")
-            }
-        }
-        None => s,
-    }
+    crate::timeutil::rfc3339_nanos(std::time::SystemTime::now())
 }
 
 impl Snapshot {

@@ -23,7 +23,8 @@ pub struct WaitingReason {
 /// Inputs beside the spec and runtime state.
 #[derive(Debug, Clone, Default)]
 pub struct StatusInputs {
-    pub host_ip: String,
+    /// The node's IPs, primary first (status.hostIPs; podIPs of hostNetwork pods).
+    pub host_ips: Vec<String>,
     /// Unix nanoseconds "now" for transition times.
     pub now_nanos: i64,
     /// Pod start time (Unix nanoseconds) once known.
@@ -418,11 +419,14 @@ pub fn compute(
     }
 
     let (pod_ip, pod_ips) = if pod.spec.host_network {
+        // kubelet generateAPIPodStatus: a hostNetwork pod's podIPs are the node's IPs.
         (
-            inputs.host_ip.clone(),
-            vec![IpEntry {
-                ip: inputs.host_ip.clone(),
-            }],
+            inputs.host_ips.first().cloned().unwrap_or_default(),
+            inputs
+                .host_ips
+                .iter()
+                .map(|ip| IpEntry { ip: ip.clone() })
+                .collect(),
         )
     } else {
         match state
@@ -447,14 +451,12 @@ pub fn compute(
         conditions,
         message,
         reason,
-        host_ip: inputs.host_ip.clone(),
-        host_ips: if inputs.host_ip.is_empty() {
-            vec![]
-        } else {
-            vec![IpEntry {
-                ip: inputs.host_ip.clone(),
-            }]
-        },
+        host_ip: inputs.host_ips.first().cloned().unwrap_or_default(),
+        host_ips: inputs
+            .host_ips
+            .iter()
+            .map(|ip| IpEntry { ip: ip.clone() })
+            .collect(),
         pod_ip,
         pod_ips,
         start_time: old
@@ -611,5 +613,39 @@ mod tests {
         };
         let st = status_of(with_readiness, BTreeMap::from([("c".to_string(), current)]));
         assert!(st.ready);
+    }
+
+    #[test]
+    fn node_ips_are_the_host_ips_and_a_host_network_pods_ips() {
+        // kubelet generateAPIPodStatus: status.hostIP(s) are the node IPs (--node-ip, primary
+        // first); a hostNetwork pod's podIP(s) are the same.
+        let inputs = StatusInputs {
+            host_ips: vec!["2001:db8::5".into(), "192.0.2.5".into()],
+            ..Default::default()
+        };
+        let ips = |v: &[IpEntry]| v.iter().map(|e| e.ip.clone()).collect::<Vec<_>>();
+        let mut pod = Pod::default();
+        pod.spec.host_network = true;
+        let st = compute(&pod, &PodRuntimeState::default(), &inputs, None);
+        assert_eq!(st.host_ip, "2001:db8::5");
+        assert_eq!(ips(&st.host_ips), vec!["2001:db8::5", "192.0.2.5"]);
+        assert_eq!(st.pod_ip, "2001:db8::5");
+        assert_eq!(ips(&st.pod_ips), vec!["2001:db8::5", "192.0.2.5"]);
+        // A pod-network pod keeps its sandbox IP but reports the node's.
+        pod.spec.host_network = false;
+        let state = PodRuntimeState {
+            sandboxes: vec![ObservedSandbox {
+                id: "sb".into(),
+                attempt: 0,
+                ready: true,
+                created_at: 1,
+                ip: "10.0.0.2".into(),
+                additional_ips: vec![],
+            }],
+            containers: vec![],
+        };
+        let st = compute(&pod, &state, &inputs, None);
+        assert_eq!(ips(&st.host_ips), vec!["2001:db8::5", "192.0.2.5"]);
+        assert_eq!(ips(&st.pod_ips), vec!["10.0.0.2"]);
     }
 }

@@ -110,9 +110,125 @@ impl Backoff {
     }
 }
 
+/// The kubelet's pod worker retries a failed sync after `backOffPeriod` (10 s) jittered by up to
+/// 50 % (pod_workers.go completeWork: `wait.Jitter(p.backOffPeriod,
+/// workerBackOffPeriodJitterFactor)`), not at once: with the runtime down every pod fails
+/// every sync. `jitter` is any number (the caller passes clock noise); it picks the point in
+/// [10 s, 15 s).
+pub fn sync_error_retry(jitter: u64) -> Duration {
+    const BACK_OFF_PERIOD: Duration = Duration::from_secs(10);
+    BACK_OFF_PERIOD + Duration::from_millis(jitter % 5000)
+}
+
+/// Rate limit for a warning that repeats with the same text (a sync error, a failed relist,
+/// while containerd is down): the first is logged; repeats are suppressed and logged once per
+/// back-off step (10 s, doubling up to 300 s, as [`Backoff`]) with the number suppressed since;
+/// a different text, or [`RepeatLimiter::clear`] after a success, starts over. Pure.
+#[derive(Debug, Clone)]
+pub struct RepeatLimiter {
+    last: Option<String>,
+    suppressed: u64,
+    step: Duration,
+    next: Option<Instant>,
+}
+
+impl Default for RepeatLimiter {
+    fn default() -> Self {
+        RepeatLimiter {
+            last: None,
+            suppressed: 0,
+            step: INITIAL,
+            next: None,
+        }
+    }
+}
+
+impl RepeatLimiter {
+    /// `Some(suppressed)` when this occurrence of `text` is to be logged, with the number of
+    /// repeats suppressed before it; `None` to suppress it.
+    pub fn check(&mut self, text: &str, now: Instant) -> Option<u64> {
+        if self.last.as_deref() != Some(text) {
+            self.last = Some(text.to_string());
+            self.suppressed = 0;
+            self.step = INITIAL;
+            self.next = Some(now + INITIAL);
+            return Some(0);
+        }
+        match self.next {
+            Some(next) if now < next => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                let n = self.suppressed;
+                self.suppressed = 0;
+                self.step = (self.step * 2).min(MAX);
+                self.next = Some(now + self.step);
+                Some(n)
+            }
+        }
+    }
+
+    /// The warning's condition is over: true when a warning had been logged (so the caller
+    /// can say it recovered). The next occurrence is logged at once.
+    pub fn clear(&mut self) -> bool {
+        self.suppressed = 0;
+        self.step = INITIAL;
+        self.next = None;
+        self.last.take().is_some()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_warning_is_logged_once_per_back_off_step_with_the_suppressed_count() {
+        let t0 = Instant::now();
+        let mut l = RepeatLimiter::default();
+        let s = Duration::from_secs;
+        assert_eq!(l.check("down", t0), Some(0));
+        // Every second for the first step: suppressed.
+        for i in 1..10 {
+            assert_eq!(l.check("down", t0 + s(i)), None, "{i}");
+        }
+        assert_eq!(l.check("down", t0 + s(10)), Some(9));
+        // The next step is 20 s.
+        assert_eq!(l.check("down", t0 + s(29)), None);
+        assert_eq!(l.check("down", t0 + s(30)), Some(1));
+        // A different error is logged at once, and a success starts over.
+        assert_eq!(l.check("other", t0 + s(31)), Some(0));
+        assert!(l.clear());
+        assert!(!l.clear());
+        assert_eq!(l.check("other", t0 + s(32)), Some(0));
+        // The step is capped at MAX (300 s).
+        let mut l = RepeatLimiter::default();
+        let mut t = t0;
+        let mut logged = vec![];
+        l.check("x", t);
+        for _ in 0..2000 {
+            t += s(1);
+            if l.check("x", t).is_some() {
+                logged.push(t);
+            }
+        }
+        let gaps: Vec<u64> = logged.windows(2).map(|w| (w[1] - w[0]).as_secs()).collect();
+        assert_eq!(&gaps[..4], &[20, 40, 80, 160]);
+        assert!(gaps[4..].iter().all(|g| *g == 300), "{gaps:?}");
+    }
+
+    #[test]
+    fn a_failed_sync_is_retried_after_the_kubelets_jittered_10s() {
+        // pod_workers.go: backOffPeriod 10 s, workerBackOffPeriodJitterFactor 0.5.
+        for j in [0, 1, 4999, 5000, 123_456_789] {
+            let d = sync_error_retry(j);
+            assert!(
+                d >= Duration::from_secs(10) && d < Duration::from_secs(15),
+                "{d:?}"
+            );
+        }
+    }
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)

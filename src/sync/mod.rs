@@ -613,7 +613,7 @@ mod tests {
                 store: store.clone(),
                 settings: SyncSettings {
                     node_name: "node1".into(),
-                    host_ip: "192.0.2.10".into(),
+                    host_ips: vec!["192.0.2.10".into()],
                     pod_logs_dir: logs.path().join("pods"),
                     root_dir: logs.path().join("root"),
                     store: None,
@@ -631,6 +631,10 @@ mod tests {
                         "node1",
                         &[("site".into(), "test".into())],
                     ),
+                    host_dns: Arc::new(crate::pod::dns::HostResolvConf::new(
+                        None,
+                        std::path::PathBuf::new(),
+                    )),
                 },
             });
             let sl = SyncLoop::new(ctx, tx.clone());

@@ -41,7 +41,9 @@ pub const MIN_GRACE_SECONDS: i64 = 2;
 #[derive(Debug, Clone)]
 pub struct SyncSettings {
     pub node_name: String,
-    pub host_ip: String,
+    /// The node's IPs (`--node-ip`, else detected), primary first: status.hostIP(s) and the
+    /// pod IPs of hostNetwork pods.
+    pub host_ips: Vec<String>,
     pub pod_logs_dir: PathBuf,
     /// nanolet's state directory (`--root-dir`): `pods/<uid>/...` lives below it.
     pub root_dir: PathBuf,
@@ -69,6 +71,8 @@ pub struct SyncSettings {
     pub host_security: crate::pod::security::HostSecurity,
     /// The node's labels (well-known + `--node-labels`) for nodeSelector/nodeAffinity.
     pub node_labels: std::collections::BTreeMap<String, String>,
+    /// The node's resolv.conf (`--resolv-conf`), read at every sandbox creation.
+    pub host_dns: Arc<crate::pod::dns::HostResolvConf>,
 }
 
 pub struct WorkerContext {
@@ -116,6 +120,12 @@ pub enum SyncError {
         #[source]
         source: std::io::Error,
     },
+    #[error("pod {pod}: {source}")]
+    Dns {
+        pod: String,
+        #[source]
+        source: crate::pod::dns::DnsError,
+    },
 }
 
 fn now_wall_nanos() -> i64 {
@@ -146,6 +156,8 @@ pub struct PodWorker {
     full_name: String,
     backoff: Backoff,
     image_backoff: Backoff,
+    /// The sync-failure warning, once per back-off step while the same error repeats.
+    sync_warning: super::backoff::RepeatLimiter,
     waiting: BTreeMap<String, WaitingReason>,
     start_time_nanos: Option<i64>,
     first_seen: Instant,
@@ -167,6 +179,7 @@ impl PodWorker {
             full_name,
             backoff: Backoff::default(),
             image_backoff: Backoff::default(),
+            sync_warning: Default::default(),
             waiting: BTreeMap::new(),
             start_time_nanos: None,
             first_seen: Instant::now(),
@@ -228,10 +241,20 @@ impl PodWorker {
                 return;
             }
             let next = match self.sync() {
-                Ok(next) => next,
+                Ok(next) => {
+                    if self.sync_warning.clear() {
+                        info!(pod = %self.full_name, "sync works again");
+                    }
+                    next
+                }
                 Err(e) => {
-                    warn!(pod = %self.full_name, error = %e, "sync failed; retrying");
-                    Duration::from_secs(2)
+                    let retry = super::backoff::sync_error_retry(now_wall_nanos().unsigned_abs());
+                    if let Some(suppressed) =
+                        self.sync_warning.check(&e.to_string(), Instant::now())
+                    {
+                        warn!(pod = %self.full_name, error = %e, suppressed, retry = ?retry, "sync failed; retrying (repeats of this error are logged once per back-off step with the number suppressed)");
+                    }
+                    retry
                 }
             };
             wake = Instant::now() + next;
@@ -422,12 +445,24 @@ impl PodWorker {
             self.kill_container(&k.id, &k.name, k.grace_override, &k.reason);
         }
         let mut sandbox = acts.sandbox_id.clone();
-        let sandbox_cfg = self.sandbox_config(if acts.create_sandbox {
+        let mut sandbox_cfg = self.sandbox_config(if acts.create_sandbox {
             acts.attempt
         } else {
             self.current_attempt(state)
         });
         if acts.create_sandbox {
+            // Only a new sandbox needs DNS: the node's resolv.conf is read for it (kubelet
+            // generatePodSandboxConfig -> GetPodDNS).
+            let host = self
+                .ctx
+                .settings
+                .host_dns
+                .read()
+                .map_err(|source| SyncError::Dns {
+                    pod: self.full_name.clone(),
+                    source,
+                })?;
+            sandbox_cfg.dns = Some(crate::pod::dns::pod_dns(&self.pod, &host));
             sandbox = Some(self.create_sandbox(&sandbox_cfg)?);
         }
         for w in &acts.backoff {
@@ -490,7 +525,13 @@ impl PodWorker {
     /// The pod IP probes connect to: the sandbox IP, or the host IP for hostNetwork pods.
     fn pod_ip(&self, state: &PodRuntimeState) -> String {
         if self.pod.spec.host_network {
-            return self.ctx.settings.host_ip.clone();
+            return self
+                .ctx
+                .settings
+                .host_ips
+                .first()
+                .cloned()
+                .unwrap_or_default();
         }
         state
             .newest_sandbox()
@@ -579,10 +620,8 @@ impl PodWorker {
             host_network: p.spec.host_network,
             host_pid: p.spec.host_pid,
             host_ipc: p.spec.host_ipc,
-            dns: crate::pod::dns::pod_dns(
-                p,
-                &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
-            ),
+            // Set in `execute` when a sandbox is created.
+            dns: None,
             port_mappings,
             labels,
             annotations: p.metadata.annotations.clone(),
@@ -607,7 +646,12 @@ impl PodWorker {
         }
         let id = self.rt().run_pod_sandbox(cfg).map_err(|e| self.wrap(e))?;
         self.pod_ip = if self.pod.spec.host_network {
-            self.ctx.settings.host_ip.clone()
+            self.ctx
+                .settings
+                .host_ips
+                .first()
+                .cloned()
+                .unwrap_or_default()
         } else {
             self.rt()
                 .pod_sandbox_status(&id)
@@ -1089,12 +1133,14 @@ impl PodWorker {
     fn env_context(&self) -> EnvContext {
         let cap = crate::node::capacity();
         EnvContext {
-            pod_ips: if self.pod_ip.is_empty() {
+            pod_ips: if self.pod.spec.host_network {
+                self.ctx.settings.host_ips.clone()
+            } else if self.pod_ip.is_empty() {
                 vec![]
             } else {
                 vec![self.pod_ip.clone()]
             },
-            host_ips: vec![self.ctx.settings.host_ip.clone()],
+            host_ips: self.ctx.settings.host_ips.clone(),
             node_cpu_millis: cap.cpu_millis,
             node_memory_bytes: cap.memory_bytes,
             node_ephemeral_bytes: 0,
@@ -1203,7 +1249,7 @@ impl PodWorker {
     fn publish(&self, state: &PodRuntimeState, terminating: bool) {
         let old = self.ctx.store.get(self.uid()).and_then(|p| p.status);
         let inputs = StatusInputs {
-            host_ip: self.ctx.settings.host_ip.clone(),
+            host_ips: self.ctx.settings.host_ips.clone(),
             now_nanos: now_wall_nanos(),
             start_time_nanos: self.start_time_nanos,
             waiting: self.waiting.clone(),
