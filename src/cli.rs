@@ -102,9 +102,66 @@ fn parse_opts(args: &[String]) -> anyhow::Result<Opts> {
     Ok(o)
 }
 
+/// `nanolet <command> --help` for the client commands.
+fn command_help(command: &str) -> Option<&'static str> {
+    Some(match command {
+        "get" => "Usage: nanolet get pods [NAME] [-A] [-n NS] [-l SELECTOR] [-o wide|json|yaml|name]
+List pods (or one pod) from a running `nanolet run`, as kubectl prints them.
+  -A, --all-namespaces     every namespace
+  -n, --namespace NS       this namespace (default: default)
+  -l, --selector SELECTOR  label selector (a=b,c!=d,e)
+  -o, --output FORMAT      wide, json, yaml (quoted for YAML 1.1 readers) or name
+  -s, --server URL         the read-only port (default http://127.0.0.1:10255)
+      --token-file FILE    bearer token for a port started with --read-only-token-file
+",
+        "describe" => "Usage: nanolet describe pod NAME [-n NS]
+Show a pod's details, containers and events, as kubectl describe does.
+  -n, --namespace NS       the pod's namespace (default: default)
+  -s, --server URL         the read-only port (default http://127.0.0.1:10255)
+      --token-file FILE    bearer token for a port started with --read-only-token-file
+",
+        "logs" | "log" => "Usage: nanolet logs NAME [-c CONTAINER] [-p] [--tail N] [-f] [--timestamps] [-n NS]
+Print a container's log (the CRI log files under --pod-logs-dir, through the read-only port).
+  -c, --container NAME     the container (required when the pod has several)
+  -p, --previous           the previous instance's log
+      --tail N             the last N lines
+  -f, --follow             keep streaming new lines
+      --timestamps         prefix each line with its RFC 3339 time
+  -n, --namespace NS       the pod's namespace (default: default)
+  -s, --server URL         the read-only port (default http://127.0.0.1:10255)
+      --token-file FILE    bearer token for a port started with --read-only-token-file
+",
+        "exec" => "Usage: nanolet exec NAME [-c CONTAINER] [-n NS] [--timeout 5m] -- COMMAND [ARG...]
+Run a command in a container (CRI ExecSync on containerd's socket; needs root) and exit with
+its exit code.
+  -c, --container NAME                 the container (needed when the pod has several)
+  -n, --namespace NS                   the pod's namespace (default: default)
+      --timeout DURATION               give up after this long (default 5m)
+      --container-runtime-endpoint EP  containerd's socket (default unix:///run/containerd/containerd.sock)
+",
+        "validate" => "Usage: nanolet validate FILE...
+Offline: read, decode, default and validate manifests exactly as `nanolet run` does (regular
+files of at most 10 MiB; YAML 1.1 as the kubelet reads it). Prints `FILE: valid` or
+`FILE: field: reason` for each problem; exit 1 when any file is invalid.
+      --hostname-override NAME  the node name for the static pods' names (default: hostname)
+",
+        _ => return None,
+    })
+}
+
 /// Dispatches `nanolet <command> args...` for the client commands. `Ok(None)` when `command`
 /// is not one of them.
 pub fn run(command: &str, args: &[String]) -> Option<anyhow::Result<()>> {
+    let wants_help = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "-h" || a == "--help");
+    if wants_help {
+        if let Some(help) = command_help(command) {
+            print!("{help}");
+            return Some(Ok(()));
+        }
+    }
     let r = match command {
         "get" => parse_opts(args).and_then(|o| get(&o)),
         "describe" => parse_opts(args).and_then(|o| describe(&o)),
@@ -899,6 +956,17 @@ mod tests {
         assert!(parse_opts(&["--bogus".to_string()]).is_err());
         assert!(parse_opts(&["--tail".to_string()]).is_err());
         assert_eq!(encode("a=b,c d"), "a%3Db%2Cc%20d");
+    }
+
+    #[test]
+    fn every_client_command_has_help() {
+        for c in ["get", "describe", "logs", "log", "exec", "validate"] {
+            let help = command_help(c).unwrap_or_else(|| panic!("no help for {c}"));
+            assert!(help.starts_with("Usage: nanolet "), "{c}: {help}");
+        }
+        // --help after `--` belongs to the command run in the container.
+        assert!(matches!(run("exec", &["--help".into()]), Some(Ok(()))));
+        assert!(matches!(run("validate", &["-h".into()]), Some(Ok(()))));
     }
 
     #[test]
