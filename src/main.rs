@@ -25,6 +25,19 @@ See `nanolet run --help` for the flags (the kubelet's names and defaults).
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) != Some("run") {
+        // Client commands are Unix filters: a closed pipe (`nanolet get pods | head -1`) ends
+        // them quietly. Rust starts with SIGPIPE ignored, so printing would fail with EPIPE
+        // and `print!` panics, which aborts the process (panic = "abort"). `run` keeps it
+        // ignored: a client closing its connection must never kill the agent.
+        // SAFETY: single-threaded at this point; SIG_DFL installs no handler code.
+        unsafe {
+            let _ = nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGPIPE,
+                nix::sys::signal::SigHandler::SigDfl,
+            );
+        }
+    }
     match args.first().map(String::as_str) {
         Some("run") => run(&args[1..]),
         Some("version" | "--version") => {

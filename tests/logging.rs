@@ -178,3 +178,29 @@ fn with_containerd_down_warnings_back_off_instead_of_repeating_every_second() {
     );
     assert!(text.contains("suppressed="), "{text}");
 }
+
+#[test]
+fn a_closed_pipe_ends_client_commands_quietly_never_with_an_abort() {
+    // `nanolet man | true`: the reader is gone before the output is written. Rust ignores
+    // SIGPIPE, so print! panicked and the release profile's panic = "abort" dumped core
+    // (status 134, seen under qemu in cross/smoke as `nanolet help | grep -q`). A client
+    // command is a Unix filter: it ends by SIGPIPE, silently.
+    use std::os::unix::process::ExitStatusExt;
+    for args in [&["man"][..], &["help"][..], &["completion", "zsh"][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nanolet"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start nanolet");
+        drop(child.stdout.take()); // the reader goes away at once
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() || out.status.signal() == Some(13),
+            "{args:?}: {:?}, stderr: {stderr}",
+            out.status
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
