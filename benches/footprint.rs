@@ -169,6 +169,10 @@ fn main() {
         b.probes();
     }
     b.footprint_tables();
+    drop(nl);
+    if opts.runs("logrotate") {
+        log_rotation(&mut report, &ctd, &bin, &opts);
+    }
 
     let secs = started.elapsed().as_secs_f64();
     report.json.insert("duration_s".into(), json!(secs));
@@ -182,7 +186,6 @@ fn main() {
     );
     print!("{line}");
     report.md.push_str(&line);
-    drop(nl);
     drop(rt);
     drop(ctd);
     report.write();
@@ -215,7 +218,12 @@ struct NanoletProc {
 
 impl NanoletProc {
     fn start(ctd: &Containerd, bin: &Path) -> NanoletProc {
-        let dir = ctd.tmp().join("nanolet");
+        NanoletProc::start_in(ctd, bin, "nanolet", &[])
+    }
+
+    /// A nanolet of its own under `<tmp>/<name>`, with `extra` flags.
+    fn start_in(ctd: &Containerd, bin: &Path, name: &str, extra: &[&str]) -> NanoletProc {
+        let dir = ctd.tmp().join(name);
         let manifests = dir.join("manifests");
         fs::create_dir_all(&manifests).expect("manifest dir");
         let port = common::agent::free_port();
@@ -236,6 +244,7 @@ impl NanoletProc {
             .arg("--eviction-hard=memory.available<0%")
             .arg("--image-gc-high-threshold=100")
             .arg("--image-gc-low-threshold=99")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
             .stderr(log)
@@ -1625,4 +1634,160 @@ fn sync_sweep(report: &mut Report) {
         ],
         rows,
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// log rotation under load
+
+/// How far past containerLogMaxSize a container log runs, as a function of the write rate
+/// (issue 17): a nanolet with containerLogMaxSize 1Mi and containerLogMaxFiles 3, one pod per
+/// rate writing `yes` lines in bursts every 0.1 s (the last one without pause), the log
+/// directory sampled every 2 ms. Rate is the growth of the CRI log files (about 2.7 times the
+/// text written: each 17-byte line gets a timestamp, stream and tag).
+fn log_rotation(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) {
+    const LIMIT: u64 = 1 << 20;
+    let nl = NanoletProc::start_in(
+        ctd,
+        bin,
+        "nanolet-logs",
+        &[
+            "--container-log-max-size=1Mi",
+            "--container-log-max-files=3",
+        ],
+    );
+    let logs = ctd.tmp().join("nanolet-logs/log/pods");
+    let window = Duration::from_secs(if opts.quick { 8 } else { 20 });
+    // Lines of 17 bytes per 0.1 s burst; 0 = no pause.
+    let bursts: &[u64] = &[600, 6_000, 30_000, 0];
+    let mut rows = Vec::new();
+    let mut j = Vec::new();
+    for (i, lines) in bursts.iter().enumerate() {
+        let name = format!("logs{i}");
+        let script = if *lines == 0 {
+            "yes 0123456789abcdef".to_string()
+        } else {
+            format!("while true; do yes 0123456789abcdef | head -n {lines}; sleep 0.1; done")
+        };
+        nl.write(&name, &manifest(&name, true, 0, &["sh", "-c", &script]));
+        // The container's log directory: <ns>_<pod>_<uid>/c.
+        let dir = common::wait_for(TIMEOUT, || {
+            fs::read_dir(&logs)
+                .ok()?
+                .flatten()
+                .find(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("default_{}_", full_name(&name)))
+                })
+                .map(|e| e.path().join("c"))
+                .filter(|d| d.join("0.log").exists())
+        });
+        let Some(dir) = dir else {
+            rows.push(vec![
+                name.clone(),
+                "n/a".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+            ]);
+            nl.remove(&name);
+            continue;
+        };
+        use std::os::unix::fs::MetadataExt;
+        // inode -> (size when first seen, largest size seen, name). A freed inode number is
+        // soon reused by the next 0.log: a rotated name turning into 0.log, or a size going
+        // down, starts a new file.
+        let mut seen: BTreeMap<u64, (u64, u64, String)> = BTreeMap::new();
+        let mut done: Vec<(u64, u64)> = Vec::new();
+        let mut most_files = 0;
+        let cpu0 = cpu_of(nl.pid());
+        let t0 = Instant::now();
+        while t0.elapsed() < window {
+            let mut stems = std::collections::BTreeSet::new();
+            for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.starts_with('.') {
+                    continue;
+                }
+                // A compression in progress briefly shows f and f.gz: one rotation.
+                stems.insert(n.trim_end_matches(".gz").to_string());
+                if n.ends_with(".gz") {
+                    continue;
+                }
+                if let Ok(m) = e.metadata() {
+                    let v = seen
+                        .entry(m.ino())
+                        .or_insert((m.size(), m.size(), n.clone()));
+                    if m.size() < v.1 || (n == "0.log" && v.2 != "0.log") {
+                        done.push((v.0, v.1));
+                        *v = (m.size(), m.size(), n.clone());
+                    }
+                    v.1 = v.1.max(m.size());
+                    v.2 = n;
+                }
+            }
+            most_files = most_files.max(stems.len());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        done.extend(seen.values().map(|v| (v.0, v.1)));
+        let secs = t0.elapsed().as_secs_f64();
+        let cpu = (cpu_of(nl.pid()) - cpu0) / secs * 100.0;
+        nl.remove(&name);
+        let written: u64 = done.iter().map(|(a, b)| b - a).sum();
+        let largest = done.iter().map(|v| v.1).max().unwrap_or(0);
+        let rate = written as f64 / secs;
+        let over = largest.saturating_sub(LIMIT);
+        let over_ms = if rate > 0.0 {
+            over as f64 / rate * 1000.0
+        } else {
+            0.0
+        };
+        rows.push(vec![
+            if *lines == 0 {
+                "no pause".into()
+            } else {
+                format!("{lines} lines / 0.1 s")
+            },
+            f1(rate / 1e6),
+            f1(largest as f64 / 1048576.0),
+            format!("{}", over / 1024),
+            f1(over_ms),
+            format!("{most_files}"),
+            f1(cpu),
+        ]);
+        j.push(
+            json!({"burst_lines": lines, "rate_bytes_per_s": rate, "largest_bytes": largest,
+            "over_limit_bytes": over, "over_limit_ms_of_writes": over_ms, "most_files": most_files,
+            "nanolet_cpu_percent": cpu}),
+        );
+        // Wait for the container to go before the next rate.
+        let _ = common::wait_for(TIMEOUT, || {
+            (!dir.join("0.log").exists()
+                || fs::read_dir(&logs)
+                    .ok()?
+                    .flatten()
+                    .all(|e| !e.file_name().to_string_lossy().contains(&full_name(&name))))
+            .then_some(())
+        });
+    }
+    let log = fs::read_to_string(ctd.tmp().join("nanolet-logs/nanolet.log")).unwrap_or_default();
+    let rotations = log.matches("rotated container log").count();
+    println!("footprint: nanolet logged {rotations} rotations");
+    if std::env::var_os("NANOLET_BENCH_VERBOSE").is_some() {
+        for l in log
+            .lines()
+            .filter(|l| l.contains("rotat") || l.contains("WARN"))
+        {
+            println!("  {l}");
+        }
+    }
+    report.json.insert("log_rotation".into(), json!(j));
+    report.table(
+        "Log rotation under a writing container (containerLogMaxSize 1Mi, containerLogMaxFiles 3; CRI file growth)",
+        &["writer", "MB/s", "largest file, MiB", "over the limit, KiB", "over / rate, ms", "most files", "nanolet CPU %"],
+        rows,
+    );
+    drop(nl);
 }

@@ -441,8 +441,12 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         None => None,
     };
 
-    // Container log rotation (the kubelet's job, not containerd's).
-    let (rotate_stop_tx, rotate_stop_rx) = mpsc::channel::<()>();
+    // Container log rotation (the kubelet's job, not containerd's). It stops when the write
+    // end of its stop pipe is dropped (it waits in poll(2) on that pipe and on inotify).
+    let (rotate_stop_rx, rotate_stop_tx) = nix::unistd::pipe().map_err(|e| AgentError::Start {
+        what: "log rotation",
+        source: e.into(),
+    })?;
     {
         let rt = runtime.clone();
         let policy = crate::logrotate::RotationPolicy {
@@ -450,12 +454,10 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             max_files: cfg.container_log_max_files,
             interval: cfg.container_log_monitor_interval,
         };
+        let logs_dir = cfg.pod_logs_dir.clone();
         std::thread::Builder::new()
             .name("logrotate".into())
-            // gzip (miniz_oxide) keeps large compressor state on the stack, especially in debug
-            // builds; only the pages actually touched become resident.
-            .stack_size(4 * 1024 * 1024)
-            .spawn(move || crate::logrotate::run(rt, policy, rotate_stop_rx))
+            .spawn(move || crate::logrotate::run(rt, policy, logs_dir, rotate_stop_rx))
             .map_err(|source| AgentError::Start {
                 what: "log rotation",
                 source,
@@ -579,7 +581,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     });
     SyncLoop::new(ctx, loop_tx).run(loop_rx);
     let _ = pleg_stop_tx.send(());
-    let _ = rotate_stop_tx.send(());
+    drop(rotate_stop_tx);
     let _ = evict_stop_tx.send(());
     let _ = node_stop_tx.send(());
     let _ = api_stop_tx.send(());

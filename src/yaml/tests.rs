@@ -226,7 +226,7 @@ fn alias_bombs_are_excessive_aliasing() {
     let mut y = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
     for i in 1..9 {
         let prev = format!("*a{}", i - 1);
-        let items = vec![prev.as_str(); 10].join(", ");
+        let items = [prev.as_str(); 10].join(", ");
         y.push_str(&format!("a{i}: &a{i} [{items}]\n"));
     }
     assert_eq!(yaml_to_json(&y).unwrap_err(), YamlError::ExcessiveAliasing);
