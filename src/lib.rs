@@ -11,6 +11,7 @@ pub mod config;
 pub mod docgen;
 pub mod events;
 pub mod eviction;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod httpd;

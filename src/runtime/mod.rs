@@ -16,6 +16,7 @@ use std::time::Duration;
 
 pub(crate) mod containerd_api;
 pub mod cri;
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod grpc_health;
 pub mod instrumented;
