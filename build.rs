@@ -5,7 +5,8 @@
 //!   events, tasks, content, diff, images, leases, snapshots).
 //!
 //! protoc and the well-known types come from protoc-bin-vendored, so the build needs nothing
-//! installed on the host but Rust (ARCHITECTURE "Decisions": why not the containerd-client crate).
+//! installed on the host but Rust (docs/decisions/own-containerd-proto.md: why not the
+//! containerd-client crate).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     const PROTOS: [&str; 12] = [

@@ -2,9 +2,10 @@
 //!
 //! glibc gives threads their own malloc arenas (up to 8 per core) and returns freed memory to
 //! the kernel only from the top of an arena. With a hundred pod-worker threads that is most of
-//! nanolet's RSS: at 100 pods, 12 MiB sat in 15 arenas (README "Benchmarks", ARCHITECTURE
-//! "Memory"). So `nanolet run` uses one arena (`M_ARENA_MAX=1`: the threads mostly wait on
-//! channels, contention is negligible) and trims free pages from time to time.
+//! nanolet's RSS: at 100 pods, 12 MiB sat in 15 arenas (docs/benchmarks.md,
+//! docs/decisions/malloc-arena.md). So `nanolet run` uses one arena (`M_ARENA_MAX=1`: the
+//! threads mostly wait on channels, contention is negligible) and trims free pages from time to
+//! time.
 //!
 //! Both are no-ops on other C libraries (musl's malloc has neither knob).
 
