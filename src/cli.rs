@@ -749,7 +749,7 @@ fn exec(o: &Opts) -> anyhow::Result<()> {
     let endpoint = o
         .endpoint
         .clone()
-        .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
+        .unwrap_or_else(|| crate::runtime::DEFAULT_ENDPOINT.into());
     let timeout = match &o.timeout {
         Some(t) => crate::timeutil::parse_go_duration(t).map_err(|e| anyhow!("--timeout: {e}"))?,
         None => std::time::Duration::from_secs(300),

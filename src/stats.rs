@@ -7,6 +7,7 @@
 //! cumulative CPU time (per container and for the node), as the kubelet does when the runtime
 //! does not provide it.
 
+use crate::timeutil::now_unix_nanos;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,13 +24,6 @@ use crate::timeutil::{from_unix_nanos, rfc3339};
 #[derive(Default)]
 pub struct StatsProvider {
     cpu: Mutex<BTreeMap<String, (i64, u64)>>,
-}
-
-fn now_nanos() -> i64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 fn ts(nanos: i64) -> String {
@@ -81,7 +75,7 @@ impl StatsProvider {
     }
 
     fn node_stats(&self, input: &SummaryInput<'_>) -> Value {
-        let t = now_nanos();
+        let t = now_unix_nanos();
         let time = ts(t);
         let mut node = json!({
             "nodeName": input.node_name,
@@ -233,10 +227,10 @@ impl StatsProvider {
                 let logs = dir_size(&log_dir.join(name));
                 eph += s.fs_used_bytes.unwrap_or(0) + logs;
                 let mut c = c;
-                c["logs"] = json!({"time": ts(now_nanos()), "usedBytes": logs});
+                c["logs"] = json!({"time": ts(now_unix_nanos()), "usedBytes": logs});
                 containers.push(c);
             }
-            let time = ts(now_nanos());
+            let time = ts(now_unix_nanos());
             // Volumes nanolet keeps on the node (emptyDir and the API-data volumes), each with
             // its filesystem's capacity and its own usage; disk emptyDirs count toward the pod's
             // ephemeral storage, memory-medium ones do not.
@@ -279,7 +273,7 @@ impl StatsProvider {
             let t = if s.cpu_time > 0 {
                 s.cpu_time
             } else {
-                now_nanos()
+                now_unix_nanos()
             };
             let rate = s
                 .usage_nano_cores
@@ -294,7 +288,7 @@ impl StatsProvider {
             let t = if s.memory_time > 0 {
                 s.memory_time
             } else {
-                now_nanos()
+                now_unix_nanos()
             };
             let mut mem = json!({"time": ts(t)});
             for (k, v) in [
@@ -315,7 +309,7 @@ impl StatsProvider {
             let t = if s.fs_time > 0 {
                 s.fs_time
             } else {
-                now_nanos()
+                now_unix_nanos()
             };
             let mut fs = json!({"time": ts(t), "usedBytes": used});
             if let Some(i) = s.fs_inodes_used {

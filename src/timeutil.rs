@@ -141,6 +141,15 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     Some(from_unix_nanos(n))
 }
 
+/// Now, in nanoseconds since the Unix epoch (CRI timestamps); 0 before 1970 and i64::MAX after
+/// 2262.
+pub fn now_unix_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
 /// A point in time from nanoseconds since the Unix epoch (CRI timestamps); negative values are
 /// before the epoch.
 pub fn from_unix_nanos(n: i64) -> SystemTime {

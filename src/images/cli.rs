@@ -28,7 +28,7 @@ struct Opts {
 
 fn parse(args: &[String]) -> anyhow::Result<Opts> {
     let mut o = Opts {
-        endpoint: "unix:///run/containerd/containerd.sock".into(),
+        endpoint: crate::runtime::DEFAULT_ENDPOINT.into(),
         root_dir: PathBuf::from("/var/lib/nanolet"),
         snapshotter: DEFAULT_SNAPSHOTTER.into(),
         arch: None,

@@ -82,11 +82,6 @@ fn stamp(path: &Path) -> Option<(u64, u128)> {
     Some((md.len(), mtime))
 }
 
-/// Writes `body` to `path` atomically and durably (see [`crate::statefile::write_atomic`]).
-pub fn write_atomic(path: &Path, body: &[u8]) -> std::io::Result<()> {
-    crate::statefile::write_atomic(path, body)
-}
-
 fn load_state(root: &Path) -> BTreeMap<String, FileStamp> {
     let path = root.join(STATE_FILE);
     // A damaged record is moved aside: the archives are simply imported again.
@@ -111,7 +106,9 @@ fn save_state(root: &Path, files: &BTreeMap<String, FileStamp>) {
             return;
         }
     };
-    if let Err(e) = std::fs::create_dir_all(root).and_then(|()| write_atomic(&path, &body)) {
+    if let Err(e) =
+        std::fs::create_dir_all(root).and_then(|()| crate::statefile::write_atomic(&path, &body))
+    {
         tracing::warn!(path = %path.display(), error = %e, "writing the images state");
     }
 }

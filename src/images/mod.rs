@@ -370,7 +370,7 @@ fn record_pins(root_dir: &Path, file: &Path, imported: &[Imported]) -> Result<()
     }
     let body =
         serde_json::to_vec_pretty(&PinFile { images: pins }).map_err(|e| perr(e.to_string()))?;
-    crate::images::dir::write_atomic(&path, &body).map_err(|e| perr(e.to_string()))
+    crate::statefile::write_atomic(&path, &body).map_err(|e| perr(e.to_string()))
 }
 
 #[cfg(test)]

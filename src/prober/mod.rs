@@ -23,10 +23,11 @@
 pub mod handlers;
 pub mod spec;
 
+use crate::timeutil::now_unix_nanos;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
@@ -137,16 +138,9 @@ pub struct Prober {
     started: Instant,
 }
 
-fn wall_nanos() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
 /// A cheap pseudo-random fraction in [0, 1) for jitter (no RNG crate needed).
 fn jitter_fraction(seed: &Key) -> f64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ (wall_nanos() as u64);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ (now_unix_nanos() as u64);
     for b in seed.uid.bytes().chain(seed.container.bytes()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
@@ -374,7 +368,7 @@ impl Prober {
     /// Take due probes: mark them in flight and return what to run. Returns the next due time.
     fn take_due(&self, now: Instant) -> (Vec<(Key, Job)>, Option<Instant>) {
         let mut st = self.lock();
-        let now_wall = wall_nanos();
+        let now_wall = now_unix_nanos();
         let started_ok: BTreeMap<(String, String), bool> = st
             .workers
             .iter()
@@ -452,7 +446,7 @@ impl Prober {
                 w.history.pop_front();
             }
             w.history.push_back(HistoryEntry {
-                at: wall_nanos(),
+                at: now_unix_nanos(),
                 success,
                 message: r.message.clone(),
             });

@@ -394,27 +394,6 @@ impl CriRuntime {
         )?;
         Ok(resp.images.into_iter().map(image_info).collect())
     }
-
-    /// RemoveImage (idempotent on the runtime side).
-    pub fn remove_image(&self, image: &str) -> Result<()> {
-        let mut c = self.image_client();
-        let req = with_deadline(
-            pb::RemoveImageRequest {
-                image: Some(pb::ImageSpec {
-                    image: image.to_string(),
-                    ..Default::default()
-                }),
-            },
-            self.default_timeout,
-        );
-        self.run(
-            "RemoveImage",
-            &format!("image {image}"),
-            self.default_timeout,
-            false,
-            async move { c.remove_image(req).await.map(|_| ()) },
-        )
-    }
 }
 
 impl Drop for CriRuntime {

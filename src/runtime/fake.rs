@@ -1,10 +1,11 @@
 //! In-memory runtime for unit tests of the decision logic: records every call, lets a test
 //! inject errors per verb, and simulate container exits.
 
+use crate::timeutil::now_unix_nanos;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, mpsc};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::*;
 
@@ -56,13 +57,6 @@ impl Default for FakeRuntime {
     fn default() -> Self {
         Self::new()
     }
-}
-
-fn now_nanos() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
 }
 
 impl FakeRuntime {
@@ -142,7 +136,7 @@ impl FakeRuntime {
         if let Some(c) = g.containers.get_mut(id) {
             c.state = ContainerState::Exited;
             c.exit_code = code;
-            c.finished_at = now_nanos();
+            c.finished_at = now_unix_nanos();
             c.reason = if code == 0 {
                 "Completed".into()
             } else {
@@ -159,7 +153,7 @@ impl FakeRuntime {
         if let Some(c) = g.containers.get_mut(id) {
             c.state = ContainerState::Exited;
             c.exit_code = 128;
-            c.finished_at = now_nanos();
+            c.finished_at = now_unix_nanos();
             c.reason = "StartError".into();
             c.orphan_task = true;
         }
@@ -263,7 +257,7 @@ impl Runtime for FakeRuntime {
             FakeSandbox {
                 config: config.clone(),
                 state: SandboxState::Ready,
-                created_at: now_nanos(),
+                created_at: now_unix_nanos(),
                 ip,
             },
         );
@@ -274,7 +268,7 @@ impl Runtime for FakeRuntime {
 
     fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
         let mut g = self.enter("stop_pod_sandbox", sandbox_id)?;
-        let now = now_nanos();
+        let now = now_unix_nanos();
         let mut events = vec![];
         if let Some(s) = g.sandboxes.get_mut(sandbox_id) {
             if s.state == SandboxState::Ready {
@@ -360,7 +354,7 @@ impl Runtime for FakeRuntime {
                 sandbox_id: sandbox_id.to_string(),
                 config: config.clone(),
                 state: ContainerState::Created,
-                created_at: now_nanos(),
+                created_at: now_unix_nanos(),
                 started_at: 0,
                 finished_at: 0,
                 exit_code: 0,
@@ -373,7 +367,7 @@ impl Runtime for FakeRuntime {
 
     fn start_container(&self, container_id: &str) -> Result<()> {
         let mut g = self.enter("start_container", container_id)?;
-        let now = now_nanos();
+        let now = now_unix_nanos();
         let exit = {
             let c = g
                 .containers
@@ -415,7 +409,7 @@ impl Runtime for FakeRuntime {
 
     fn stop_container(&self, container_id: &str, _timeout: Duration) -> Result<()> {
         let mut g = self.enter("stop_container", container_id)?;
-        let now = now_nanos();
+        let now = now_unix_nanos();
         let c = g
             .containers
             .get_mut(container_id)

@@ -22,6 +22,9 @@ pub mod grpc_health;
 pub mod instrumented;
 
 /// Labels the kubelet puts on every CRI sandbox and container (kuberuntime_labels.go).
+/// containerd's CRI socket where Debian's containerd and the kubelet's default put it
+/// (`--container-runtime-endpoint` / `containerRuntimeEndpoint`).
+pub const DEFAULT_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
 pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";

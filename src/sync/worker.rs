@@ -2,13 +2,14 @@
 //! (spec update, PLEG event, backoff expiry, periodic resync), and terminates it when its
 //! manifest goes away. Mirrors the kubelet's podWorkers: sync -> terminating -> terminated.
 
+use crate::timeutil::now_unix_nanos;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 
 use super::LoopMsg;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
@@ -128,17 +129,10 @@ pub enum SyncError {
     },
 }
 
-fn now_wall_nanos() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
 fn now() -> Now {
     Now {
         instant: Instant::now(),
-        wall_nanos: now_wall_nanos(),
+        wall_nanos: now_unix_nanos(),
     }
 }
 
@@ -248,7 +242,7 @@ impl PodWorker {
                     next
                 }
                 Err(e) => {
-                    let retry = super::backoff::sync_error_retry(now_wall_nanos().unsigned_abs());
+                    let retry = super::backoff::sync_error_retry(now_unix_nanos().unsigned_abs());
                     if let Some(suppressed) =
                         self.sync_warning.check(&e.to_string(), Instant::now())
                     {
@@ -332,7 +326,7 @@ impl PodWorker {
                     .map(|s| s.created_at)
                     .min()
                     .filter(|t| *t > 0)
-                    .unwrap_or_else(now_wall_nanos),
+                    .unwrap_or_else(now_unix_nanos),
             );
         }
         let mut next = self.ctx.settings.resync;
@@ -341,7 +335,7 @@ impl PodWorker {
         if let (Some(deadline), Some(start)) =
             (self.pod.spec.active_deadline_seconds, self.start_time_nanos)
         {
-            let active = Duration::from_nanos(now_wall_nanos().saturating_sub(start).max(0) as u64);
+            let active = Duration::from_nanos(now_unix_nanos().saturating_sub(start).max(0) as u64);
             let limit = Duration::from_secs(deadline.max(0) as u64);
             if active >= limit {
                 if self.failed_reason.is_none() {
@@ -1250,7 +1244,7 @@ impl PodWorker {
         let old = self.ctx.store.get(self.uid()).and_then(|p| p.status);
         let inputs = StatusInputs {
             host_ips: self.ctx.settings.host_ips.clone(),
-            now_nanos: now_wall_nanos(),
+            now_nanos: now_unix_nanos(),
             start_time_nanos: self.start_time_nanos,
             waiting: self.waiting.clone(),
             failed_reason: self.failed_reason.clone(),
