@@ -32,6 +32,8 @@ pub mod source;
 pub mod statefile;
 pub mod stats;
 pub mod status;
+#[cfg(test)]
+mod structure_tests;
 pub mod sync;
 pub mod timeutil;
 pub mod volumes;
