@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod apiclient;
 pub mod cli;
+pub mod cm;
 pub mod config;
 pub mod docgen;
 pub mod events;
@@ -36,6 +37,7 @@ pub mod status;
 mod structure_tests;
 pub mod sync;
 pub mod timeutil;
+pub mod util;
 pub mod volumes;
 pub mod yaml;
 

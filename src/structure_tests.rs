@@ -197,12 +197,21 @@ fn tokenize(code: &str) -> Vec<Tok> {
             while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
                 i += 1;
             }
-            toks.push(Tok { text: c[start..i].iter().collect(), line });
+            toks.push(Tok {
+                text: c[start..i].iter().collect(),
+                line,
+            });
         } else if ch == ':' && c.get(i + 1) == Some(&':') {
-            toks.push(Tok { text: "::".into(), line });
+            toks.push(Tok {
+                text: "::".into(),
+                line,
+            });
             i += 2;
         } else {
-            toks.push(Tok { text: ch.to_string(), line });
+            toks.push(Tok {
+                text: ch.to_string(),
+                line,
+            });
             i += 1;
         }
     }
@@ -237,7 +246,8 @@ fn strip_test_code(toks: &[Tok]) -> (Vec<Tok>, Vec<String>) {
         }
         // `mod name;` and `pub(crate) mod name;` declare a test file.
         let mut m = j;
-        while m < toks.len() && toks[m].text != "mod" && toks[m].text != ";" && toks[m].text != "{" {
+        while m < toks.len() && toks[m].text != "mod" && toks[m].text != ";" && toks[m].text != "{"
+        {
             m += 1;
         }
         if is(m, "mod") && is(m + 2, ";") {
@@ -292,10 +302,14 @@ fn skip_group(toks: &[Tok], open: usize) -> usize {
 fn crate_paths(toks: &[Tok]) -> Vec<(String, usize)> {
     let mut found = Vec::new();
     for (i, t) in toks.iter().enumerate() {
-        if (t.text != "crate" && t.text != "$crate") || toks.get(i + 1).is_none_or(|n| n.text != "::") {
+        if (t.text != "crate" && t.text != "$crate")
+            || toks.get(i + 1).is_none_or(|n| n.text != "::")
+        {
             continue;
         }
-        let Some(after) = toks.get(i + 2) else { continue };
+        let Some(after) = toks.get(i + 2) else {
+            continue;
+        };
         if after.text != "{" {
             found.push((after.text.clone(), after.line));
             continue;
@@ -349,15 +363,23 @@ fn graph_of(files: &[(String, String)]) -> Graph {
         let Some(top) = top_module(rel) else { continue };
         scanned.push((rel.clone(), top, toks));
     }
-    let in_test = |rel: &str| test_files.iter().any(|t| rel == t || (t.ends_with('/') && rel.starts_with(t.as_str())));
+    let in_test = |rel: &str| {
+        test_files
+            .iter()
+            .any(|t| rel == t || (t.ends_with('/') && rel.starts_with(t.as_str())))
+    };
     scanned.retain(|(rel, _, _)| !in_test(rel));
-    g.modules.extend(scanned.iter().map(|(_, top, _)| top.clone()));
+    g.modules
+        .extend(scanned.iter().map(|(_, top, _)| top.clone()));
     for (rel, top, toks) in scanned {
         for (to, line) in crate_paths(&toks) {
             if to == top || !g.modules.contains(&to) {
                 continue;
             }
-            g.edges.entry((top.clone(), to)).or_insert_with(|| Site { file: format!("src/{rel}"), line });
+            g.edges.entry((top.clone(), to)).or_insert_with(|| Site {
+                file: format!("src/{rel}"),
+                line,
+            });
         }
     }
     g
@@ -469,33 +491,50 @@ fn check(files: &[(String, String)]) -> Result<String, String> {
     let order = order_report(&g, &comps);
     let mut report = String::new();
     for comp in comps.iter().filter(|c| c.len() > 1) {
-        report.push_str(&format!("cycle among {} modules: {}\n", comp.len(), comp.join(", ")));
+        report.push_str(&format!(
+            "cycle among {} modules: {}\n",
+            comp.len(),
+            comp.join(", ")
+        ));
         let path = one_cycle(&g, comp, &comp[0]);
         report.push_str(&format!("  for example {}\n", path.join(" -> ")));
         for ((from, to), site) in &g.edges {
             if comp.contains(from) && comp.contains(to) {
-                report.push_str(&format!("  {from} -> {to}   ({}:{})\n", site.file, site.line));
+                report.push_str(&format!(
+                    "  {from} -> {to}   ({}:{})\n",
+                    site.file, site.line
+                ));
             }
         }
     }
     if report.is_empty() {
         Ok(order)
     } else {
-        Err(format!("{report}dependency order (a cycle is one line group):\n{order}"))
+        Err(format!(
+            "{report}dependency order (a cycle is one line group):\n{order}"
+        ))
     }
 }
 
 /// Every `.rs` file under `dir`, as (path relative to `root` with `/`, text).
 fn read_tree(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
+    let entries =
+        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
     for entry in entries {
-        let path = entry.unwrap_or_else(|e| panic!("reading {}: {e}", dir.display())).path();
+        let path = entry
+            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+            .path();
         if path.is_dir() {
             read_tree(root, &path, out);
         } else if path.extension().is_some_and(|x| x == "rs") {
             let rel = path.strip_prefix(root).unwrap_or(&path);
-            let rel = rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/");
-            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+            let rel = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/");
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
             out.push((rel, text));
         }
     }
@@ -508,7 +547,12 @@ fn no_import_cycle_between_top_level_modules() {
     let mut files = Vec::new();
     read_tree(&src, &src, &mut files);
     files.sort();
-    assert!(files.len() > 20, "found only {} files under {}", files.len(), src.display());
+    assert!(
+        files.len() > 20,
+        "found only {} files under {}",
+        files.len(),
+        src.display()
+    );
     match check(&files) {
         Ok(order) => println!("dependency order (lowest first):\n{order}"),
         Err(report) => panic!("import cycles between top-level modules of the crate:\n{report}"),
@@ -520,7 +564,9 @@ mod checker_tests {
     use super::*;
 
     fn files(list: &[(&str, &str)]) -> Vec<(String, String)> {
-        list.iter().map(|(p, s)| (p.to_string(), s.to_string())).collect()
+        list.iter()
+            .map(|(p, s)| (p.to_string(), s.to_string()))
+            .collect()
     }
 
     #[test]
@@ -561,7 +607,10 @@ mod checker_tests {
                 ),
             ),
             ("b/more.rs", "use crate::a::Z;\n"),
-            ("lib.rs", "pub mod a;\npub mod b;\n#[cfg(test)]\nmod checks;\n"),
+            (
+                "lib.rs",
+                "pub mod a;\npub mod b;\n#[cfg(test)]\nmod checks;\n",
+            ),
             ("checks.rs", "use crate::a::Z;\n"),
         ]);
         let order = check(&fs).expect("only a -> b is code");
@@ -575,6 +624,9 @@ mod checker_tests {
             ("mid.rs", "use crate::low::L;"),
             ("low.rs", ""),
         ]);
-        assert_eq!(check(&fs).expect("no cycle"), "  low: \n  mid: low\n  top: mid\n");
+        assert_eq!(
+            check(&fs).expect("no cycle"),
+            "  low: \n  mid: low\n  top: mid\n"
+        );
     }
 }

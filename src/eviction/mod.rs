@@ -37,13 +37,12 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use crate::pod::Pod;
+use crate::pod::helpers::NodeCondition;
 use crate::pod::quantity::parse_quantity;
 use crate::runtime::Runtime;
 use crate::status::StatusStore;
 use crate::sync::LoopMsg;
-use threshold::{
-    NodeCondition, Observations, PressureState, RawThresholds, Resource, Signal, Threshold,
-};
+use threshold::{Observations, PressureState, RawThresholds, Resource, Signal, Threshold};
 
 /// The eviction and GC settings (KubeletConfiguration names in the docs of each field).
 #[derive(Debug, Clone, PartialEq)]
@@ -154,7 +153,7 @@ fn container_quantity(c: &crate::pod::Container, limits: bool, name: &str) -> i6
 /// A pod's request of `resource` (memory, ephemeral-storage; requests default to limits).
 pub fn pod_request(pod: &Pod, resource: Resource) -> i64 {
     match resource {
-        Resource::Memory => crate::sync::pod_requests(pod).1,
+        Resource::Memory => crate::pod::helpers::pod_requests(pod).1,
         Resource::EphemeralStorage => pod
             .spec
             .containers
@@ -381,14 +380,14 @@ impl Manager {
         pods.iter()
             .map(|p| {
                 let uid = p.metadata.uid.clone();
-                let cgroup = crate::sync::worker::qos_cgroup_parent(p);
+                let cgroup = crate::cm::qos_cgroup_parent(p);
                 let u = observe::pod_usage(
                     &observe::PodPaths {
                         uid: &uid,
                         log_dir: self
                             .paths
                             .pod_logs_dir
-                            .join(crate::sync::worker::pod_log_dir_name(p)),
+                            .join(crate::pod::helpers::pod_log_dir_name(p)),
                         pod_dir: self.paths.root_dir.join("pods").join(&uid),
                         cgroup: &cgroup,
                     },
@@ -495,7 +494,7 @@ impl Manager {
         // Local storage limits first; any eviction here ends the pass (as in the kubelet).
         let mut evicted_local = vec![];
         for p in &pods {
-            if rank::is_critical(p) {
+            if crate::pod::helpers::is_critical(p) {
                 continue;
             }
             if let Some(msg) = usage
@@ -596,7 +595,7 @@ impl Manager {
                 let u = usage.get(&p.metadata.uid).cloned().unwrap_or_default();
                 rank::Candidate {
                     uid: p.metadata.uid.clone(),
-                    priority: rank::priority(p),
+                    priority: crate::pod::helpers::priority(p),
                     usage: match resource {
                         Resource::Memory => u.memory,
                         Resource::EphemeralStorage => u.disk,

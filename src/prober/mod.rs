@@ -210,7 +210,7 @@ impl Prober {
                 .spec
                 .init_containers
                 .iter()
-                .filter(|c| crate::sync::actions::is_sidecar(c))
+                .filter(|c| crate::pod::helpers::is_sidecar(c))
                 .chain(&pod.spec.containers)
             {
                 let Some(rc) = running.iter().find(|r| r.name == c.name) else {

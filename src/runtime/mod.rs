@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::pod::dns::DnsConfig;
+
 pub(crate) mod containerd_api;
 pub mod cri;
 pub mod fake;
@@ -89,13 +91,6 @@ pub struct PortMapping {
     pub container_port: i32,
     pub host_port: i32,
     pub host_ip: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct DnsConfig {
-    pub servers: Vec<String>,
-    pub searches: Vec<String>,
-    pub options: Vec<String>,
 }
 
 /// A seccomp or AppArmor profile (CRI SecurityProfile).

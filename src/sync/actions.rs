@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::pod::helpers::is_sidecar;
 use crate::pod::{Container, Pod};
 use crate::prober::spec::probe_of;
 use crate::prober::{ProbeKind, ProbeView};
@@ -43,10 +44,6 @@ pub fn backoff_key(pod: &Pod, c: &Container) -> String {
         c.name,
         container_hash(c)
     )
-}
-
-pub fn is_sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,6 @@
 pub mod actions;
 pub mod apistatus;
 pub mod backoff;
-pub mod cgroups;
 pub mod policy;
 pub mod predicates;
 pub mod state;
@@ -22,6 +21,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::pod::Pod;
+use crate::pod::helpers::pod_requests;
 use crate::runtime::{ANN_POD_TERMINATION_GRACE, LABEL_POD_NAME, LABEL_POD_NAMESPACE};
 use crate::source::ManifestError;
 
@@ -85,42 +85,6 @@ struct WorkerHandle {
     join: Option<JoinHandle<()>>,
 }
 
-/// A pod's effective requests (CPU millicores, memory bytes) as the scheduler and the kubelet's
-/// admission count them: max(sum of containers (+ sidecars), the largest init container), where
-/// a container's request defaults to its limit.
-pub fn pod_requests(pod: &Pod) -> (i64, i64) {
-    use crate::pod::quantity::parse_quantity;
-    let one = |c: &crate::pod::Container| {
-        let get = |k: &str| {
-            c.resources
-                .requests
-                .get(k)
-                .or_else(|| c.resources.limits.get(k))
-                .and_then(|v| parse_quantity(v).ok())
-        };
-        (
-            get("cpu").map(|q| q.milli_value()).unwrap_or(0),
-            get("memory").map(|q| q.value()).unwrap_or(0),
-        )
-    };
-    let mut sum = pod
-        .spec
-        .containers
-        .iter()
-        .map(one)
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-    let mut init_max = (0, 0);
-    for c in &pod.spec.init_containers {
-        let r = one(c);
-        if actions::is_sidecar(c) {
-            sum = (sum.0 + r.0, sum.1 + r.1);
-        } else {
-            init_max = (init_max.0.max(r.0), init_max.1.max(r.1));
-        }
-    }
-    (sum.0.max(init_max.0), sum.1.max(init_max.1))
-}
-
 /// Stack size (virtual) of pod worker threads. They run lifecycle hooks, whose httpGet may do a
 /// TLS handshake, so leave room; only the pages actually touched become resident.
 const WORKER_STACK: usize = 1024 * 1024;
@@ -139,7 +103,7 @@ pub struct SyncLoop {
     evicted: HashMap<
         String,
         (
-            Option<crate::eviction::threshold::NodeCondition>,
+            Option<crate::pod::helpers::NodeCondition>,
             std::time::Instant,
         ),
     >,
@@ -378,9 +342,9 @@ impl SyncLoop {
         // (priority >= 2000000000) always get in.
         let pressure: Vec<&str> = self.ctx.store.node_conditions().into_keys().collect();
         let refused_for_pressure = !pressure.is_empty()
-            && !crate::eviction::rank::is_critical(pod)
+            && !crate::pod::helpers::is_critical(pod)
             && (pressure.iter().any(|c| *c != "MemoryPressure")
-                || apistatus::qos_class(pod) == "BestEffort");
+                || crate::pod::helpers::qos_class(pod) == "BestEffort");
         let (want_cpu, want_mem) = pod_requests(pod);
         let (used_cpu, used_mem) = active
             .iter()
@@ -624,7 +588,7 @@ mod tests {
                     allocatable_cpu_millis: 4000,
                     allocatable_memory_bytes: 8 << 30,
                     eviction_transition: Duration::from_secs(300),
-                    cgroup_driver: cgroups::CgroupDriver::Cgroupfs,
+                    cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
                     security: policy::SecurityPolicy::default(),
                     host_security: Default::default(),
                     node_labels: predicates::node_labels(

@@ -1,0 +1,3 @@
+//! Small helpers with no nanolet dependencies, usable from every layer.
+
+pub mod redact;
