@@ -541,7 +541,6 @@ fn read_tree(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
 }
 
 #[test]
-#[ignore = "cycles remain until the redesign of issue 18 breaks them"]
 fn no_import_cycle_between_top_level_modules() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();

@@ -31,7 +31,7 @@ pub mod threshold;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
@@ -41,7 +41,6 @@ use crate::pod::helpers::NodeCondition;
 use crate::pod::quantity::parse_quantity;
 use crate::runtime::Runtime;
 use crate::status::StatusStore;
-use crate::sync::LoopMsg;
 use threshold::{Observations, PressureState, RawThresholds, Resource, Signal, Threshold};
 
 /// The eviction and GC settings (KubeletConfiguration names in the docs of each field).
@@ -284,11 +283,23 @@ pub struct Paths {
     pub pod_logs_dir: PathBuf,
 }
 
+/// What the manager reports (the agent connects it to the sync loop).
+#[derive(Debug)]
+pub enum ManagerEvent {
+    /// Evict this pod.
+    Evict(Eviction),
+    /// The node pressure conditions changed (see `StatusStore::node_conditions`).
+    NodeConditionsChanged,
+}
+
+/// Where the manager sends its events.
+pub type EventSink = Box<dyn Fn(ManagerEvent) + Send>;
+
 pub struct Manager {
     cfg: EvictionConfig,
     runtime: Arc<dyn Runtime>,
     store: Arc<StatusStore>,
-    loop_tx: Sender<LoopMsg>,
+    events: EventSink,
     paths: Paths,
     memory: observe::MemorySource,
     state: PressureState,
@@ -312,7 +323,7 @@ impl Manager {
         cfg: EvictionConfig,
         runtime: Arc<dyn Runtime>,
         store: Arc<StatusStore>,
-        loop_tx: Sender<LoopMsg>,
+        events: EventSink,
         paths: Paths,
         pinned: Box<dyn Fn() -> Option<BTreeSet<String>> + Send>,
     ) -> Manager {
@@ -320,7 +331,7 @@ impl Manager {
             cfg,
             runtime,
             store,
-            loop_tx,
+            events,
             paths,
             memory: observe::MemorySource::detect(),
             state: PressureState::default(),
@@ -428,7 +439,7 @@ impl Manager {
         warn!(pod = %full, grace, "evicting pod: {message}");
         self.evicting
             .insert(pod.metadata.uid.clone(), Instant::now());
-        let _ = self.loop_tx.send(LoopMsg::Evict(Eviction {
+        (self.events)(ManagerEvent::Evict(Eviction {
             uid: pod.metadata.uid.clone(),
             message,
             grace_seconds: grace,
@@ -526,7 +537,7 @@ impl Manager {
             }
             self.conditions = result.conditions.clone();
             self.store.set_node_conditions(&self.conditions);
-            let _ = self.loop_tx.send(LoopMsg::NodeConditions);
+            (self.events)(ManagerEvent::NodeConditionsChanged);
         }
         let periodic_gc = self
             .last_image_gc

@@ -14,8 +14,8 @@ use crate::prober::spec::probe_of;
 use crate::prober::{ProbeKind, ProbeView};
 use crate::runtime::ContainerState;
 
-use super::backoff::Backoff;
 use super::state::{ObservedContainer, PodRuntimeState};
+use crate::util::backoff::Backoff;
 
 /// FNV-32a, the hash the kubelet uses for container spec hashes.
 pub fn fnv32a(data: &[u8]) -> u32 {

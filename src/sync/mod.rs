@@ -6,7 +6,6 @@
 
 pub mod actions;
 pub mod apistatus;
-pub mod backoff;
 pub mod policy;
 pub mod predicates;
 pub mod state;
@@ -20,9 +19,9 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use crate::pleg::RuntimePodRef;
 use crate::pod::Pod;
 use crate::pod::helpers::pod_requests;
-use crate::runtime::{ANN_POD_TERMINATION_GRACE, LABEL_POD_NAME, LABEL_POD_NAMESPACE};
 use crate::source::ManifestError;
 
 pub use worker::{SyncSettings, WorkerContext, WorkerMsg, WorkerReport};
@@ -52,29 +51,6 @@ pub enum LoopMsg {
     /// The node pressure conditions changed (see `StatusStore::node_conditions`).
     NodeConditions,
     Shutdown,
-}
-
-/// Enough about a runtime pod to terminate it without its manifest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimePodRef {
-    pub namespace: String,
-    pub name: String,
-    pub grace_seconds: Option<i64>,
-}
-
-impl RuntimePodRef {
-    pub fn from_labels(
-        labels: &BTreeMap<String, String>,
-        annotations: &BTreeMap<String, String>,
-    ) -> Option<RuntimePodRef> {
-        Some(RuntimePodRef {
-            namespace: labels.get(LABEL_POD_NAMESPACE)?.clone(),
-            name: labels.get(LABEL_POD_NAME)?.clone(),
-            grace_seconds: annotations
-                .get(ANN_POD_TERMINATION_GRACE)
-                .and_then(|g| g.parse().ok()),
-        })
-    }
 }
 
 struct WorkerHandle {
@@ -540,7 +516,7 @@ impl SyncLoop {
 mod tests {
     //! The sync loop, pod workers and PLEG together over the fake runtime.
     use super::*;
-    use crate::pleg::Pleg;
+    use crate::pleg::{Pleg, PlegEvent};
     use crate::pod::{Container, PodStatus};
     use crate::runtime::fake::FakeRuntime;
     use crate::runtime::{ContainerState, Runtime};
@@ -570,7 +546,13 @@ mod tests {
             let ctx = Arc::new(WorkerContext {
                 runtime: rt.clone(),
                 prober: {
-                    let p = crate::prober::Prober::start(rt.clone(), Some(tx.clone()));
+                    let tx = tx.clone();
+                    let p = crate::prober::Prober::start(
+                        rt.clone(),
+                        Some(Box::new(move |uid| {
+                            let _ = tx.send(LoopMsg::PodsChanged(vec![uid]));
+                        })),
+                    );
                     p.set_event_store(store.clone());
                     p
                 },
@@ -604,7 +586,18 @@ mod tests {
             let sl = SyncLoop::new(ctx, tx.clone());
             let join = std::thread::spawn(move || sl.run(rx));
             let (pleg_stop, pleg_rx) = channel();
-            let pleg = Pleg::new(rt.clone(), store.clone(), tx.clone());
+            let pleg_tx = tx.clone();
+            let pleg = Pleg::new(
+                rt.clone(),
+                store.clone(),
+                Box::new(move |event| {
+                    let msg = match event {
+                        PlegEvent::PodsChanged(uids) => LoopMsg::PodsChanged(uids),
+                        PlegEvent::RuntimePods(pods) => LoopMsg::RuntimePods(pods),
+                    };
+                    pleg_tx.send(msg).is_ok()
+                }),
+            );
             std::thread::spawn(move || pleg.run(pleg_rx));
             Harness {
                 rt,

@@ -29,8 +29,8 @@ use crate::status::StatusStore;
 
 use super::actions::{Now, PodActions, backoff_key, compute_pod_actions, container_hash};
 use super::apistatus::{self, StatusInputs, WaitingReason};
-use super::backoff::Backoff;
 use super::state::{PodRuntimeState, observe_pod};
+use crate::util::backoff::Backoff;
 
 /// The kubelet always gives containers at least this long to stop unless told otherwise
 /// (kuberuntime `minimumGracePeriodInSeconds`).
@@ -148,7 +148,7 @@ pub struct PodWorker {
     backoff: Backoff,
     image_backoff: Backoff,
     /// The sync-failure warning, once per back-off step while the same error repeats.
-    sync_warning: super::backoff::RepeatLimiter,
+    sync_warning: crate::util::backoff::RepeatLimiter,
     waiting: BTreeMap<String, WaitingReason>,
     start_time_nanos: Option<i64>,
     first_seen: Instant,
@@ -239,7 +239,8 @@ impl PodWorker {
                     next
                 }
                 Err(e) => {
-                    let retry = super::backoff::sync_error_retry(now_wall_nanos().unsigned_abs());
+                    let retry =
+                        crate::util::backoff::sync_error_retry(now_wall_nanos().unsigned_abs());
                     if let Some(suppressed) =
                         self.sync_warning.check(&e.to_string(), Instant::now())
                     {
