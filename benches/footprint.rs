@@ -1588,7 +1588,7 @@ fn sync_sweep(report: &mut Report) {
         let store = Arc::new(StatusStore::new(Duration::from_secs(60)));
         let (tx, rx) = std::sync::mpsc::channel();
         let rt: Arc<dyn Runtime> = fake.clone();
-        let mut pleg = Pleg::new(rt, store, tx);
+        let mut pleg = Pleg::new(rt, store, Box::new(move |event| tx.send(event).is_ok()));
         let time = |pleg: &mut Pleg| {
             let t0 = Instant::now();
             pleg.relist();

@@ -12,12 +12,12 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use crate::kubeapi::NodeContext;
 use crate::pleg::Pleg;
-use crate::pod::naming::CONFIG_SOURCE_ANNOTATION;
 use crate::podconfig::PodConfig;
 use crate::runtime::Runtime;
 use crate::runtime::cri::CriRuntime;
 use crate::runtime::instrumented::InstrumentedRuntime;
 use crate::server::{self, ReadOnlyOptions};
+use crate::source::naming::CONFIG_SOURCE_ANNOTATION;
 use crate::source::{Snapshot, SourceKind};
 use crate::status::StatusStore;
 use crate::sync::{DesiredPods, LoopMsg, SyncLoop, SyncSettings, WorkerContext};
@@ -467,7 +467,11 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     // PLEG.
     let (pleg_stop_tx, pleg_stop_rx) = mpsc::channel::<()>();
     {
-        let pleg = Pleg::new(runtime.clone(), store.clone(), loop_tx.clone());
+        let pleg = Pleg::new(
+            runtime.clone(),
+            store.clone(),
+            pleg_to_loop(loop_tx.clone()),
+        );
         std::thread::Builder::new()
             .name("pleg".into())
             .spawn(move || pleg.run(pleg_stop_rx))
@@ -486,7 +490,7 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             cfg.eviction.clone(),
             runtime.clone(),
             store.clone(),
-            loop_tx.clone(),
+            eviction_to_loop(loop_tx.clone()),
             crate::eviction::Paths {
                 root_dir: cfg.root_dir.clone(),
                 pod_logs_dir: cfg.pod_logs_dir.clone(),
@@ -539,7 +543,10 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
     let ctx = Arc::new(WorkerContext {
         runtime: runtime.clone(),
         prober: {
-            let prober = crate::prober::Prober::start(runtime.clone(), Some(loop_tx.clone()));
+            let prober = crate::prober::Prober::start(
+                runtime.clone(),
+                Some(probe_updates_to_loop(loop_tx.clone())),
+            );
             prober.set_event_store(store.clone());
             let _ = probes_slot.set(prober.clone());
             prober
@@ -621,6 +628,35 @@ fn record_failed_validation(store: &StatusStore, e: &crate::source::ManifestErro
         "FailedValidation",
         &e.to_string(),
     );
+}
+
+/// The PLEG's events, as sync loop messages (false once the loop is gone).
+fn pleg_to_loop(tx: Sender<LoopMsg>) -> crate::pleg::PlegSink {
+    Box::new(move |event| {
+        let msg = match event {
+            crate::pleg::PlegEvent::PodsChanged(uids) => LoopMsg::PodsChanged(uids),
+            crate::pleg::PlegEvent::RuntimePods(pods) => LoopMsg::RuntimePods(pods),
+        };
+        tx.send(msg).is_ok()
+    })
+}
+
+/// The eviction manager's events, as sync loop messages.
+fn eviction_to_loop(tx: Sender<LoopMsg>) -> crate::eviction::EventSink {
+    Box::new(move |event| {
+        let msg = match event {
+            crate::eviction::ManagerEvent::Evict(eviction) => LoopMsg::Evict(eviction),
+            crate::eviction::ManagerEvent::NodeConditionsChanged => LoopMsg::NodeConditions,
+        };
+        let _ = tx.send(msg);
+    })
+}
+
+/// A changed probe result resyncs its pod.
+fn probe_updates_to_loop(tx: Sender<LoopMsg>) -> crate::prober::ResultUpdates {
+    Box::new(move |uid| {
+        let _ = tx.send(LoopMsg::PodsChanged(vec![uid]));
+    })
 }
 
 fn spawn_signal_waiter(

@@ -11,8 +11,8 @@ use std::path::Path;
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
-use crate::pod::naming::{DecodedDoc, decode_manifest_with_notes, make_static_pod};
 use crate::source::SourceKind;
+use crate::source::naming::{DecodedDoc, decode_manifest_with_notes, make_static_pod};
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:10255";
 

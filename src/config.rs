@@ -23,9 +23,7 @@ use serde::Deserialize;
 
 use crate::eviction::threshold;
 use crate::timeutil::{format_go_duration, parse_go_duration};
-
-/// The placeholder for secret values in `Debug`, logs and `/configz`.
-pub const REDACTED: &str = "<redacted>";
+use crate::util::redact::{REDACTED, redact_url};
 
 const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 const CONFIG_KIND: &str = "KubeletConfiguration";
@@ -160,7 +158,7 @@ pub struct Config {
     /// `nodeStatusUpdateFrequency` (10s).
     pub node_status_update_frequency: Duration,
     /// `cgroupDriver` (default cgroupfs).
-    pub cgroup_driver: crate::sync::cgroups::CgroupDriver,
+    pub cgroup_driver: crate::cm::CgroupDriver,
     /// `containerLogMonitorInterval` (default 10s): how often logs are checked for rotation.
     pub container_log_monitor_interval: Duration,
     /// Eviction thresholds, reservations and image GC (evictionHard, systemReserved,
@@ -228,7 +226,7 @@ impl Config {
             container_log_max_size: 10 << 20,
             container_log_max_files: 5,
             container_log_monitor_interval: Duration::from_secs(10),
-            cgroup_driver: crate::sync::cgroups::CgroupDriver::Cgroupfs,
+            cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
             kubeconfig: None,
             node_labels: Vec::new(),
             register_with_taints: Vec::new(),
@@ -413,56 +411,6 @@ pub fn verbosity_level(v: u8) -> tracing::Level {
         0..=2 => tracing::Level::INFO,
         3..=4 => tracing::Level::DEBUG,
         _ => tracing::Level::TRACE,
-    }
-}
-
-/// `url` as logs, errors and `/manifests/errors` show it: the userinfo
-/// (`user:password@`), every query value and the fragment replaced by
-/// `<redacted>`; query parameter names stay (`?token=<redacted>&page=<redacted>`).
-///
-/// Every value, not only those whose names look secret: presigned and signed URLs carry
-/// credentials under many names (`token`, `access_token`, `key`, `sig`, `signature`,
-/// `X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token`, `X-Goog-Signature`, Azure's
-/// `sig`/`se`/`sv`, ...) and a list of names would miss the next service's; a name without a
-/// value (`?s3cret`) is redacted whole.
-pub fn redact_url(url: &str) -> String {
-    let url = redact_userinfo(url);
-    let (rest, fragment) = match url.split_once('#') {
-        Some((rest, _)) => (rest, true),
-        None => (url.as_str(), false),
-    };
-    let mut out = match rest.split_once('?') {
-        Some((base, query)) => {
-            let items: Vec<String> = query
-                .split('&')
-                .map(|item| match item.split_once('=') {
-                    Some((name, _)) => format!("{name}={REDACTED}"),
-                    None if item.is_empty() => String::new(),
-                    None => REDACTED.to_string(),
-                })
-                .collect();
-            format!("{base}?{}", items.join("&"))
-        }
-        None => rest.to_string(),
-    };
-    if fragment {
-        out.push('#');
-        out.push_str(REDACTED);
-    }
-    out
-}
-
-/// `url` with its userinfo (`user:password@`) replaced by `<redacted>`.
-fn redact_userinfo(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_string();
-    };
-    let auth_start = scheme_end + 3;
-    let rest = &url[auth_start..];
-    let auth_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..auth_len].rfind('@') {
-        Some(at) => format!("{}{REDACTED}{}", &url[..auth_start], &rest[at..]),
-        None => url.to_string(),
     }
 }
 
@@ -1195,7 +1143,7 @@ fn parse_run_args_with(
                 cfg.register_with_taints = parse_taints(value).map_err(err)?
             }
             "cgroup-driver" => {
-                cfg.cgroup_driver = crate::sync::cgroups::CgroupDriver::parse(value).map_err(err)?
+                cfg.cgroup_driver = crate::cm::CgroupDriver::parse(value).map_err(err)?
             }
             "container-log-monitor-interval" => {
                 cfg.container_log_monitor_interval = parse_frequency(value).map_err(err)?
@@ -2064,8 +2012,8 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
         cfg.register_with_taints = out;
     }
     if let Some(s) = &fc.cgroup_driver {
-        cfg.cgroup_driver = crate::sync::cgroups::CgroupDriver::parse(s)
-            .map_err(|r| field_err("cgroupDriver", r))?;
+        cfg.cgroup_driver =
+            crate::cm::CgroupDriver::parse(s).map_err(|r| field_err("cgroupDriver", r))?;
     }
     if let Some(s) = &fc.container_log_monitor_interval {
         cfg.container_log_monitor_interval =
@@ -2514,7 +2462,7 @@ mod tests {
         assert!(err(&["--system-reserved=gpu=1"]).contains("systemReserved: gpu"));
         assert_eq!(
             parse(&["--cgroup-driver=systemd"]).unwrap().cgroup_driver,
-            crate::sync::cgroups::CgroupDriver::Systemd
+            crate::cm::CgroupDriver::Systemd
         );
         assert!(err(&["--cgroup-driver=cgroupfs2"]).contains("--cgroup-driver"));
         let bad = write(

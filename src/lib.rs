@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod apiclient;
 pub mod cli;
+pub mod cm;
 pub mod config;
 pub mod docgen;
 pub mod events;
@@ -33,8 +34,11 @@ pub mod source;
 pub mod statefile;
 pub mod stats;
 pub mod status;
+#[cfg(test)]
+mod structure_tests;
 pub mod sync;
 pub mod timeutil;
+pub mod util;
 pub mod volumes;
 pub mod yaml;
 

@@ -277,6 +277,30 @@ impl LocalStore {
     }
 }
 
+impl crate::pod::env::ConfigMapsAndSecrets for LocalStore {
+    fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Data, crate::pod::env::LookupError> {
+        Ok(LocalStore::config_map(self, namespace, name)?)
+    }
+
+    fn secret(&self, namespace: &str, name: &str) -> Result<Data, crate::pod::env::LookupError> {
+        Ok(LocalStore::secret(self, namespace, name)?)
+    }
+
+    fn key(
+        &self,
+        secret: bool,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Vec<u8>, crate::pod::env::LookupError> {
+        Ok(LocalStore::key(self, secret, namespace, name, key)?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,12 +12,50 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use crate::runtime::{LABEL_MANAGED_BY, LABEL_POD_UID, Runtime, RuntimeEvent};
+use crate::runtime::{
+    ANN_POD_TERMINATION_GRACE, LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE,
+    LABEL_POD_UID, Runtime, RuntimeEvent,
+};
 use crate::status::StatusStore;
-use crate::sync::{LoopMsg, RuntimePodRef};
 
 /// The kubelet's generic PLEG relist period.
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+
+/// What the PLEG reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlegEvent {
+    /// These pod UIDs changed.
+    PodsChanged(Vec<String>),
+    /// The full view of pods nanolet owns in the runtime: uid -> (namespace, name, grace).
+    RuntimePods(BTreeMap<String, RuntimePodRef>),
+}
+
+/// Where the PLEG sends its events (the agent connects it to the sync loop): false when the
+/// receiver is gone, which ends the PLEG.
+pub type PlegSink = Box<dyn Fn(PlegEvent) -> bool + Send>;
+
+/// Enough about a runtime pod to terminate it without its manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimePodRef {
+    pub namespace: String,
+    pub name: String,
+    pub grace_seconds: Option<i64>,
+}
+
+impl RuntimePodRef {
+    pub fn from_labels(
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Option<RuntimePodRef> {
+        Some(RuntimePodRef {
+            namespace: labels.get(LABEL_POD_NAMESPACE)?.clone(),
+            name: labels.get(LABEL_POD_NAME)?.clone(),
+            grace_seconds: annotations
+                .get(ANN_POD_TERMINATION_GRACE)
+                .and_then(|g| g.parse().ok()),
+        })
+    }
+}
 
 /// Per pod UID: a fingerprint of (id, state) of every sandbox and container.
 type Fingerprints = BTreeMap<String, Vec<(String, String)>>;
@@ -25,7 +63,7 @@ type Fingerprints = BTreeMap<String, Vec<(String, String)>>;
 pub struct Pleg {
     runtime: Arc<dyn Runtime>,
     store: Arc<StatusStore>,
-    out: Sender<LoopMsg>,
+    out: PlegSink,
     last: Fingerprints,
     last_refs: BTreeMap<String, RuntimePodRef>,
     first: bool,
@@ -34,11 +72,11 @@ pub struct Pleg {
     /// State of every sandbox and container (id → `Debug` of the state) at the last relist.
     states: HashMap<String, String>,
     /// The relist-failure warning, once per back-off step while the runtime stays down.
-    relist_warning: crate::sync::backoff::RepeatLimiter,
+    relist_warning: crate::util::backoff::RepeatLimiter,
 }
 
 impl Pleg {
-    pub fn new(runtime: Arc<dyn Runtime>, store: Arc<StatusStore>, out: Sender<LoopMsg>) -> Self {
+    pub fn new(runtime: Arc<dyn Runtime>, store: Arc<StatusStore>, out: PlegSink) -> Self {
         Pleg {
             runtime,
             store,
@@ -135,11 +173,11 @@ impl Pleg {
         if !changed.is_empty() {
             self.changes += 1;
         }
-        if !changed.is_empty() && self.out.send(LoopMsg::PodsChanged(changed)).is_err() {
+        if !changed.is_empty() && !(self.out)(PlegEvent::PodsChanged(changed)) {
             return false;
         }
         if self.first || refs != self.last_refs {
-            if self.out.send(LoopMsg::RuntimePods(refs.clone())).is_err() {
+            if !(self.out)(PlegEvent::RuntimePods(refs.clone())) {
                 return false;
             }
             self.first = false;

@@ -94,7 +94,7 @@ impl std::fmt::Debug for ReadOnlyOptions {
             .field("node", &self.node.node_name)
             .field(
                 "token",
-                &self.token.as_ref().map(|_| crate::config::REDACTED),
+                &self.token.as_ref().map(|_| crate::util::redact::REDACTED),
             )
             .finish()
     }

@@ -131,7 +131,7 @@ impl StatusStore {
     }
 
     /// The eviction manager publishes the pressure conditions that are true now.
-    pub fn set_node_conditions(&self, conditions: &[crate::eviction::threshold::NodeCondition]) {
+    pub fn set_node_conditions(&self, conditions: &[crate::pod::helpers::NodeCondition]) {
         let mut g = self.lock();
         let now = std::time::SystemTime::now();
         let names: Vec<&'static str> = conditions.iter().map(|c| c.as_str()).collect();

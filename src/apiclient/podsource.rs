@@ -33,7 +33,7 @@ use tracing::{debug, info, warn};
 
 use super::client::{ApiClient, ApiError};
 use crate::pod::Pod;
-use crate::pod::naming::{
+use crate::source::naming::{
     CONFIG_HASH_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
 };
 use crate::source::{ManifestError, Snapshot, SourceKind, SourcePod};

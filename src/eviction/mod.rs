@@ -31,19 +31,17 @@ pub mod threshold;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
 use crate::pod::Pod;
+use crate::pod::helpers::NodeCondition;
 use crate::pod::quantity::parse_quantity;
 use crate::runtime::Runtime;
 use crate::status::StatusStore;
-use crate::sync::LoopMsg;
-use threshold::{
-    NodeCondition, Observations, PressureState, RawThresholds, Resource, Signal, Threshold,
-};
+use threshold::{Observations, PressureState, RawThresholds, Resource, Signal, Threshold};
 
 /// The eviction and GC settings (KubeletConfiguration names in the docs of each field).
 #[derive(Debug, Clone, PartialEq)]
@@ -154,7 +152,7 @@ fn container_quantity(c: &crate::pod::Container, limits: bool, name: &str) -> i6
 /// A pod's request of `resource` (memory, ephemeral-storage; requests default to limits).
 pub fn pod_request(pod: &Pod, resource: Resource) -> i64 {
     match resource {
-        Resource::Memory => crate::sync::pod_requests(pod).1,
+        Resource::Memory => crate::pod::helpers::pod_requests(pod).1,
         Resource::EphemeralStorage => pod
             .spec
             .containers
@@ -285,11 +283,23 @@ pub struct Paths {
     pub pod_logs_dir: PathBuf,
 }
 
+/// What the manager reports (the agent connects it to the sync loop).
+#[derive(Debug)]
+pub enum ManagerEvent {
+    /// Evict this pod.
+    Evict(Eviction),
+    /// The node pressure conditions changed (see `StatusStore::node_conditions`).
+    NodeConditionsChanged,
+}
+
+/// Where the manager sends its events.
+pub type EventSink = Box<dyn Fn(ManagerEvent) + Send>;
+
 pub struct Manager {
     cfg: EvictionConfig,
     runtime: Arc<dyn Runtime>,
     store: Arc<StatusStore>,
-    loop_tx: Sender<LoopMsg>,
+    events: EventSink,
     paths: Paths,
     memory: observe::MemorySource,
     state: PressureState,
@@ -313,7 +323,7 @@ impl Manager {
         cfg: EvictionConfig,
         runtime: Arc<dyn Runtime>,
         store: Arc<StatusStore>,
-        loop_tx: Sender<LoopMsg>,
+        events: EventSink,
         paths: Paths,
         pinned: Box<dyn Fn() -> Option<BTreeSet<String>> + Send>,
     ) -> Manager {
@@ -321,7 +331,7 @@ impl Manager {
             cfg,
             runtime,
             store,
-            loop_tx,
+            events,
             paths,
             memory: observe::MemorySource::detect(),
             state: PressureState::default(),
@@ -381,14 +391,14 @@ impl Manager {
         pods.iter()
             .map(|p| {
                 let uid = p.metadata.uid.clone();
-                let cgroup = crate::sync::worker::qos_cgroup_parent(p);
+                let cgroup = crate::cm::qos_cgroup_parent(p);
                 let u = observe::pod_usage(
                     &observe::PodPaths {
                         uid: &uid,
                         log_dir: self
                             .paths
                             .pod_logs_dir
-                            .join(crate::sync::worker::pod_log_dir_name(p)),
+                            .join(crate::pod::helpers::pod_log_dir_name(p)),
                         pod_dir: self.paths.root_dir.join("pods").join(&uid),
                         cgroup: &cgroup,
                     },
@@ -429,7 +439,7 @@ impl Manager {
         warn!(pod = %full, grace, "evicting pod: {message}");
         self.evicting
             .insert(pod.metadata.uid.clone(), Instant::now());
-        let _ = self.loop_tx.send(LoopMsg::Evict(Eviction {
+        (self.events)(ManagerEvent::Evict(Eviction {
             uid: pod.metadata.uid.clone(),
             message,
             grace_seconds: grace,
@@ -495,7 +505,7 @@ impl Manager {
         // Local storage limits first; any eviction here ends the pass (as in the kubelet).
         let mut evicted_local = vec![];
         for p in &pods {
-            if rank::is_critical(p) {
+            if crate::pod::helpers::is_critical(p) {
                 continue;
             }
             if let Some(msg) = usage
@@ -527,7 +537,7 @@ impl Manager {
             }
             self.conditions = result.conditions.clone();
             self.store.set_node_conditions(&self.conditions);
-            let _ = self.loop_tx.send(LoopMsg::NodeConditions);
+            (self.events)(ManagerEvent::NodeConditionsChanged);
         }
         let periodic_gc = self
             .last_image_gc
@@ -596,7 +606,7 @@ impl Manager {
                 let u = usage.get(&p.metadata.uid).cloned().unwrap_or_default();
                 rank::Candidate {
                     uid: p.metadata.uid.clone(),
-                    priority: rank::priority(p),
+                    priority: crate::pod::helpers::priority(p),
                     usage: match resource {
                         Resource::Memory => u.memory,
                         Resource::EphemeralStorage => u.disk,

@@ -14,28 +14,7 @@
 use std::cmp::Ordering;
 
 use super::threshold::Resource;
-use crate::pod::Pod;
-
-/// `scheduling.SystemCriticalPriority`: pods at or above it are never evicted.
-pub const CRITICAL_PRIORITY: i64 = 2_000_000_000;
-
-/// The priority of a pod: `spec.priority` when set, else the built-in value of its
-/// priorityClassName (`system-node-critical` 2000001000, `system-cluster-critical`
-/// 2000000000), else 0 (no PriorityClass objects exist without an API server).
-pub fn priority(pod: &Pod) -> i64 {
-    if let Some(p) = pod.spec.priority {
-        return i64::from(p);
-    }
-    match pod.spec.priority_class_name.as_str() {
-        "system-node-critical" => 2_000_001_000,
-        "system-cluster-critical" => 2_000_000_000,
-        _ => 0,
-    }
-}
-
-pub fn is_critical(pod: &Pod) -> bool {
-    priority(pod) >= CRITICAL_PRIORITY
-}
+use crate::pod::helpers::CRITICAL_PRIORITY;
 
 /// One pod's measured usage of the resource being ranked, and its request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +67,8 @@ pub fn compare(resource: Resource, a: &Candidate, b: &Candidate) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pod::Pod;
+    use crate::pod::helpers::{is_critical, priority};
 
     fn c(uid: &str, priority: i64, usage: i64, request: i64) -> Candidate {
         Candidate {

@@ -2,6 +2,7 @@
 //! defaults, "is this threshold met", soft-threshold grace periods and the node pressure
 //! conditions with their transition period. Pure: observations come in as numbers.
 
+use crate::pod::helpers::NodeCondition;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -53,24 +54,6 @@ pub const ALL_SIGNALS: [Signal; 6] = [
     Signal::ImageFsInodesFree,
     Signal::PidAvailable,
 ];
-
-/// The node conditions the signals map to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum NodeCondition {
-    MemoryPressure,
-    DiskPressure,
-    PidPressure,
-}
-
-impl NodeCondition {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeCondition::MemoryPressure => "MemoryPressure",
-            NodeCondition::DiskPressure => "DiskPressure",
-            NodeCondition::PidPressure => "PIDPressure",
-        }
-    }
-}
 
 /// What a signal measures, for ranking and messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,7 +14,14 @@ use serde_json::Value;
 use tracing::info;
 
 use super::Pod;
-use crate::runtime::DnsConfig;
+
+/// A sandbox's DNS settings (CRI `DNSConfig`): what [`pod_dns`] builds and the runtime passes on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DnsConfig {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
 
 /// Parse the text of a resolv.conf.
 pub fn parse_resolv_conf(text: &str) -> DnsConfig {

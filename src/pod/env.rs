@@ -7,6 +7,9 @@
 //! of cpu, memory, ephemeral-storage with `divisor`; CPU rounds up; unset limits default to
 //! node allocatable). ConfigMap/Secret references are refused for static pods by validation.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::quantity::parse_quantity;
@@ -23,7 +26,28 @@ pub struct EnvContext {
     pub node_memory_bytes: i64,
     pub node_ephemeral_bytes: i64,
     /// The local ConfigMap/Secret store (configMapKeyRef, secretKeyRef, envFrom).
-    pub store: Option<crate::localstore::LocalStore>,
+    pub store: Option<Arc<dyn ConfigMapsAndSecrets>>,
+}
+
+/// The data of one ConfigMap or Secret, key -> bytes.
+pub type ObjectData = BTreeMap<String, Vec<u8>>;
+
+/// A lookup failure, shown to the user as the reason of an [`EnvError`].
+pub type LookupError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where ConfigMaps and Secrets come from (`localstore::LocalStore` implements it): a trait
+/// here so that the pod API depends on no store.
+pub trait ConfigMapsAndSecrets: std::fmt::Debug + Send + Sync {
+    fn config_map(&self, namespace: &str, name: &str) -> Result<ObjectData, LookupError>;
+    fn secret(&self, namespace: &str, name: &str) -> Result<ObjectData, LookupError>;
+    /// One key of a ConfigMap (`secret` false) or Secret.
+    fn key(
+        &self,
+        secret: bool,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<Vec<u8>, LookupError>;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

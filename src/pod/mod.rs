@@ -3,7 +3,7 @@
 
 pub mod dns;
 pub mod env;
-pub mod naming;
+pub mod helpers;
 pub mod quantity;
 pub mod schema;
 pub mod security;

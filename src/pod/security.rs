@@ -7,7 +7,33 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::{Container, Pod};
-use crate::runtime::{ContainerSecurity, SecurityProfile};
+
+/// A seccomp or AppArmor profile (CRI SecurityProfile).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecurityProfile {
+    RuntimeDefault,
+    Unconfined,
+    /// Seccomp: absolute path of a profile on the node; AppArmor: the name of a profile
+    /// loaded on the node.
+    Localhost(String),
+}
+
+/// The Linux security settings of one container (CRI LinuxContainerSecurityContext).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerSecurity {
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub supplemental_groups: Vec<i64>,
+    pub privileged: bool,
+    pub add_capabilities: Vec<String>,
+    pub drop_capabilities: Vec<String>,
+    pub readonly_rootfs: bool,
+    pub no_new_privs: bool,
+    pub seccomp: Option<SecurityProfile>,
+    pub apparmor: Option<SecurityProfile>,
+    /// seLinuxOptions (user, role, type, level); `None` when the pod sets none.
+    pub selinux: Option<[String; 4]>,
+}
 
 fn obj(v: Option<&Value>) -> Option<&serde_json::Map<String, Value>> {
     v.and_then(Value::as_object)

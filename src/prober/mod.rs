@@ -33,7 +33,6 @@ use tracing::{debug, info, warn};
 
 use crate::pod::{Container, Pod};
 use crate::runtime::Runtime;
-use crate::sync::LoopMsg;
 
 use handlers::{ProbeResult, Target};
 pub use spec::ProbeKind;
@@ -132,7 +131,7 @@ pub struct Prober {
     state: Mutex<State>,
     cmd: Mutex<Sender<Cmd>>,
     runtime: Arc<dyn Runtime>,
-    notify: Mutex<Option<Sender<LoopMsg>>>,
+    notify: Mutex<Option<ResultUpdates>>,
     /// Where `Unhealthy` events go (set by the agent).
     events: Mutex<Option<Arc<crate::status::StatusStore>>>,
     started: Instant,
@@ -148,9 +147,13 @@ fn jitter_fraction(seed: &Key) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// Called with a pod's UID when one of its probe results changes (the agent connects it to the
+/// sync loop; upstream's results manager `Updates()` channel).
+pub type ResultUpdates = Box<dyn Fn(String) + Send>;
+
 impl Prober {
-    /// Start the scheduler thread. `notify` receives `PodsChanged` when a result changes.
-    pub fn start(runtime: Arc<dyn Runtime>, notify: Option<Sender<LoopMsg>>) -> Arc<Prober> {
+    /// Start the scheduler thread. `notify` is called when a result changes.
+    pub fn start(runtime: Arc<dyn Runtime>, notify: Option<ResultUpdates>) -> Arc<Prober> {
         let (tx, rx) = channel();
         let p = Arc::new(Prober {
             state: Mutex::new(State {
@@ -204,7 +207,7 @@ impl Prober {
                 .spec
                 .init_containers
                 .iter()
-                .filter(|c| crate::sync::actions::is_sidecar(c))
+                .filter(|c| crate::pod::helpers::is_sidecar(c))
                 .chain(&pod.spec.containers)
             {
                 let Some(rc) = running.iter().find(|r| r.name == c.name) else {
@@ -494,8 +497,8 @@ impl Prober {
         }
         if changed {
             if let Ok(n) = self.notify.lock() {
-                if let Some(tx) = n.as_ref() {
-                    let _ = tx.send(LoopMsg::PodsChanged(vec![key.uid]));
+                if let Some(notify) = n.as_ref() {
+                    notify(key.uid);
                 }
             }
         }

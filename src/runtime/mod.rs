@@ -14,6 +14,10 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::pod::dns::DnsConfig;
+// The security settings are computed from the pod (pod::security) and passed on as they are.
+pub use crate::pod::security::{ContainerSecurity, SecurityProfile};
+
 pub(crate) mod containerd_api;
 pub mod cri;
 #[cfg(any(test, feature = "testing"))]
@@ -93,40 +97,6 @@ pub struct PortMapping {
     pub container_port: i32,
     pub host_port: i32,
     pub host_ip: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct DnsConfig {
-    pub servers: Vec<String>,
-    pub searches: Vec<String>,
-    pub options: Vec<String>,
-}
-
-/// A seccomp or AppArmor profile (CRI SecurityProfile).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecurityProfile {
-    RuntimeDefault,
-    Unconfined,
-    /// Seccomp: absolute path of a profile on the node; AppArmor: the name of a profile
-    /// loaded on the node.
-    Localhost(String),
-}
-
-/// The Linux security settings of one container (CRI LinuxContainerSecurityContext).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ContainerSecurity {
-    pub run_as_user: Option<i64>,
-    pub run_as_group: Option<i64>,
-    pub supplemental_groups: Vec<i64>,
-    pub privileged: bool,
-    pub add_capabilities: Vec<String>,
-    pub drop_capabilities: Vec<String>,
-    pub readonly_rootfs: bool,
-    pub no_new_privs: bool,
-    pub seccomp: Option<SecurityProfile>,
-    pub apparmor: Option<SecurityProfile>,
-    /// seLinuxOptions (user, role, type, level); `None` when the pod sets none.
-    pub selinux: Option<[String; 4]>,
 }
 
 /// CRI PodSandboxConfig, reduced to what nanolet sets.

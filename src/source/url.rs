@@ -23,7 +23,7 @@ use super::{
     ManifestError, SeenCache, Snapshot, SourceKind, bounded, build_pods, dedupe_by_name,
     now_rfc3339_nano,
 };
-use crate::pod::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
+use crate::source::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
 
 /// Default request timeout (the kubelet's).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,10 +38,10 @@ pub enum UrlSourceError {
     Body { url: String, message: String },
 }
 
-/// `url` as logs, errors and `/manifests/errors` show it ([`crate::config::redact_url`]:
+/// `url` as logs, errors and `/manifests/errors` show it ([`crate::util::redact::redact_url`]:
 /// userinfo, every query value and the fragment redacted).
 pub fn redact(url: &str) -> String {
-    crate::config::redact_url(url)
+    crate::util::redact::redact_url(url)
 }
 
 /// A transport error's text with no URL credentials in it: ureq names URIs in some errors

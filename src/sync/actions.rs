@@ -8,13 +8,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::pod::helpers::is_sidecar;
 use crate::pod::{Container, Pod};
 use crate::prober::spec::probe_of;
 use crate::prober::{ProbeKind, ProbeView};
 use crate::runtime::ContainerState;
 
-use super::backoff::Backoff;
 use super::state::{ObservedContainer, PodRuntimeState};
+use crate::util::backoff::Backoff;
 
 /// FNV-32a, the hash the kubelet uses for container spec hashes.
 pub fn fnv32a(data: &[u8]) -> u32 {
@@ -43,10 +44,6 @@ pub fn backoff_key(pod: &Pod, c: &Container) -> String {
         c.name,
         container_hash(c)
     )
-}
-
-pub fn is_sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

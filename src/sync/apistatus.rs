@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::pod::helpers::qos_class;
 use crate::pod::{
     ContainerStateView, ContainerStatus, IpEntry, Pod, PodCondition, PodStatus, StateRunning,
     StateTerminated, StateWaiting,
@@ -202,7 +203,7 @@ pub fn phase(pod: &Pod, init: &[ContainerStatus], regular: &[ContainerStatus]) -
     let mut pending_init = 0;
     let mut failed_init = 0;
     for (spec, s) in pod.spec.init_containers.iter().zip(init) {
-        if crate::sync::actions::is_sidecar(spec) {
+        if crate::pod::helpers::is_sidecar(spec) {
             if s.state.running.is_none() {
                 pending_init += 1;
             }
@@ -347,7 +348,7 @@ pub fn compute(
         .iter()
         .zip(&init)
         .filter(|(spec, s)| {
-            if crate::sync::actions::is_sidecar(spec) {
+            if crate::pod::helpers::is_sidecar(spec) {
                 s.started != Some(true)
             } else {
                 is_terminated(s).is_none_or(|t| t.exit_code != 0)
@@ -373,7 +374,7 @@ pub fn compute(
         .map(|s| s.name.as_str())
         .collect();
     for (spec, s) in pod.spec.init_containers.iter().zip(&init) {
-        if crate::sync::actions::is_sidecar(spec) && !s.ready {
+        if crate::pod::helpers::is_sidecar(spec) && !s.ready {
             unready.push(spec.name.as_str());
         }
     }
@@ -466,51 +467,6 @@ pub fn compute(
         init_container_statuses: init,
         container_statuses: regular,
         qos_class: qos_class(pod),
-    }
-}
-
-/// QoS class from requests/limits (pkg/apis/core/v1/helper/qos): Guaranteed when every
-/// container has cpu and memory limits equal to requests, BestEffort when nobody sets any,
-/// Burstable otherwise.
-pub fn qos_class(pod: &Pod) -> String {
-    let all: Vec<_> = pod
-        .spec
-        .init_containers
-        .iter()
-        .chain(&pod.spec.containers)
-        .collect();
-    let any_set = all.iter().any(|c| {
-        c.resources
-            .requests
-            .keys()
-            .chain(c.resources.limits.keys())
-            .any(|k| k == "cpu" || k == "memory")
-    });
-    if !any_set {
-        return "BestEffort".into();
-    }
-    let guaranteed = all.iter().all(|c| {
-        ["cpu", "memory"].iter().all(|r| {
-            let lim = c.resources.limits.get(*r);
-            let req = c.resources.requests.get(*r).or(lim);
-            match (lim, req) {
-                (Some(l), Some(q)) => {
-                    let pl = crate::pod::quantity::parse_quantity(l)
-                        .map(|x| x.milli_value())
-                        .ok();
-                    let pq = crate::pod::quantity::parse_quantity(q)
-                        .map(|x| x.milli_value())
-                        .ok();
-                    pl.is_some() && pl == pq
-                }
-                _ => false,
-            }
-        })
-    });
-    if guaranteed {
-        "Guaranteed".into()
-    } else {
-        "Burstable".into()
     }
 }
 

@@ -6,8 +6,6 @@
 
 pub mod actions;
 pub mod apistatus;
-pub mod backoff;
-pub mod cgroups;
 pub mod policy;
 pub mod predicates;
 pub mod state;
@@ -21,8 +19,9 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use crate::pleg::RuntimePodRef;
 use crate::pod::Pod;
-use crate::runtime::{ANN_POD_TERMINATION_GRACE, LABEL_POD_NAME, LABEL_POD_NAMESPACE};
+use crate::pod::helpers::pod_requests;
 use crate::source::ManifestError;
 
 pub use worker::{SyncSettings, WorkerContext, WorkerMsg, WorkerReport};
@@ -54,71 +53,12 @@ pub enum LoopMsg {
     Shutdown,
 }
 
-/// Enough about a runtime pod to terminate it without its manifest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimePodRef {
-    pub namespace: String,
-    pub name: String,
-    pub grace_seconds: Option<i64>,
-}
-
-impl RuntimePodRef {
-    pub fn from_labels(
-        labels: &BTreeMap<String, String>,
-        annotations: &BTreeMap<String, String>,
-    ) -> Option<RuntimePodRef> {
-        Some(RuntimePodRef {
-            namespace: labels.get(LABEL_POD_NAMESPACE)?.clone(),
-            name: labels.get(LABEL_POD_NAME)?.clone(),
-            grace_seconds: annotations
-                .get(ANN_POD_TERMINATION_GRACE)
-                .and_then(|g| g.parse().ok()),
-        })
-    }
-}
-
 struct WorkerHandle {
     tx: Sender<WorkerMsg>,
     full_name: String,
     terminating: bool,
     pod: Pod,
     join: Option<JoinHandle<()>>,
-}
-
-/// A pod's effective requests (CPU millicores, memory bytes) as the scheduler and the kubelet's
-/// admission count them: max(sum of containers (+ sidecars), the largest init container), where
-/// a container's request defaults to its limit.
-pub fn pod_requests(pod: &Pod) -> (i64, i64) {
-    use crate::pod::quantity::parse_quantity;
-    let one = |c: &crate::pod::Container| {
-        let get = |k: &str| {
-            c.resources
-                .requests
-                .get(k)
-                .or_else(|| c.resources.limits.get(k))
-                .and_then(|v| parse_quantity(v).ok())
-        };
-        (
-            get("cpu").map(|q| q.milli_value()).unwrap_or(0),
-            get("memory").map(|q| q.value()).unwrap_or(0),
-        )
-    };
-    let mut sum = pod
-        .spec
-        .containers
-        .iter()
-        .map(one)
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-    let mut init_max = (0, 0);
-    for c in &pod.spec.init_containers {
-        let r = one(c);
-        if actions::is_sidecar(c) {
-            sum = (sum.0 + r.0, sum.1 + r.1);
-        } else {
-            init_max = (init_max.0.max(r.0), init_max.1.max(r.1));
-        }
-    }
-    (sum.0.max(init_max.0), sum.1.max(init_max.1))
 }
 
 /// Stack size (virtual) of pod worker threads. They run lifecycle hooks, whose httpGet may do a
@@ -139,7 +79,7 @@ pub struct SyncLoop {
     evicted: HashMap<
         String,
         (
-            Option<crate::eviction::threshold::NodeCondition>,
+            Option<crate::pod::helpers::NodeCondition>,
             std::time::Instant,
         ),
     >,
@@ -378,9 +318,9 @@ impl SyncLoop {
         // (priority >= 2000000000) always get in.
         let pressure: Vec<&str> = self.ctx.store.node_conditions().into_keys().collect();
         let refused_for_pressure = !pressure.is_empty()
-            && !crate::eviction::rank::is_critical(pod)
+            && !crate::pod::helpers::is_critical(pod)
             && (pressure.iter().any(|c| *c != "MemoryPressure")
-                || apistatus::qos_class(pod) == "BestEffort");
+                || crate::pod::helpers::qos_class(pod) == "BestEffort");
         let (want_cpu, want_mem) = pod_requests(pod);
         let (used_cpu, used_mem) = active
             .iter()
@@ -576,7 +516,7 @@ impl SyncLoop {
 mod tests {
     //! The sync loop, pod workers and PLEG together over the fake runtime.
     use super::*;
-    use crate::pleg::Pleg;
+    use crate::pleg::{Pleg, PlegEvent};
     use crate::pod::{Container, PodStatus};
     use crate::runtime::fake::FakeRuntime;
     use crate::runtime::{ContainerState, Runtime};
@@ -606,7 +546,13 @@ mod tests {
             let ctx = Arc::new(WorkerContext {
                 runtime: rt.clone(),
                 prober: {
-                    let p = crate::prober::Prober::start(rt.clone(), Some(tx.clone()));
+                    let tx = tx.clone();
+                    let p = crate::prober::Prober::start(
+                        rt.clone(),
+                        Some(Box::new(move |uid| {
+                            let _ = tx.send(LoopMsg::PodsChanged(vec![uid]));
+                        })),
+                    );
                     p.set_event_store(store.clone());
                     p
                 },
@@ -624,7 +570,7 @@ mod tests {
                     allocatable_cpu_millis: 4000,
                     allocatable_memory_bytes: 8 << 30,
                     eviction_transition: Duration::from_secs(300),
-                    cgroup_driver: cgroups::CgroupDriver::Cgroupfs,
+                    cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
                     security: policy::SecurityPolicy::default(),
                     host_security: Default::default(),
                     node_labels: predicates::node_labels(
@@ -640,7 +586,18 @@ mod tests {
             let sl = SyncLoop::new(ctx, tx.clone());
             let join = std::thread::spawn(move || sl.run(rx));
             let (pleg_stop, pleg_rx) = channel();
-            let pleg = Pleg::new(rt.clone(), store.clone(), tx.clone());
+            let pleg_tx = tx.clone();
+            let pleg = Pleg::new(
+                rt.clone(),
+                store.clone(),
+                Box::new(move |event| {
+                    let msg = match event {
+                        PlegEvent::PodsChanged(uids) => LoopMsg::PodsChanged(uids),
+                        PlegEvent::RuntimePods(pods) => LoopMsg::RuntimePods(pods),
+                    };
+                    pleg_tx.send(msg).is_ok()
+                }),
+            );
             std::thread::spawn(move || pleg.run(pleg_rx));
             Harness {
                 rt,

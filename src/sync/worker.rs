@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use crate::pod::env::{EnvContext, expand_all, resolve_env};
+use crate::pod::helpers::{is_sidecar, pod_log_dir_name};
 use crate::pod::quantity::parse_quantity;
 use crate::pod::{Container, Pod};
 use crate::prober::handlers::Target;
@@ -27,12 +28,10 @@ use crate::runtime::{
 };
 use crate::status::StatusStore;
 
-use super::actions::{
-    Now, PodActions, backoff_key, compute_pod_actions, container_hash, is_sidecar,
-};
+use super::actions::{Now, PodActions, backoff_key, compute_pod_actions, container_hash};
 use super::apistatus::{self, StatusInputs, WaitingReason};
-use super::backoff::Backoff;
 use super::state::{PodRuntimeState, observe_pod};
+use crate::util::backoff::Backoff;
 
 /// The kubelet always gives containers at least this long to stop unless told otherwise
 /// (kuberuntime `minimumGracePeriodInSeconds`).
@@ -65,7 +64,7 @@ pub struct SyncSettings {
     /// evictionPressureTransitionPeriod: how long a local-storage eviction keeps a pod out.
     pub eviction_transition: Duration,
     /// cgroupDriver: how pod cgroup parents are named (and whether nanolet writes pod totals).
-    pub cgroup_driver: super::cgroups::CgroupDriver,
+    pub cgroup_driver: crate::cm::CgroupDriver,
     /// The operator's hardening options, checked at admission.
     pub security: super::policy::SecurityPolicy,
     /// What the host's kernel enforces (AppArmor, SELinux), checked at admission.
@@ -136,14 +135,6 @@ fn now() -> Now {
     }
 }
 
-/// `<namespace>_<name>_<uid>`: the pod's log directory name.
-pub fn pod_log_dir_name(pod: &Pod) -> String {
-    format!(
-        "{}_{}_{}",
-        pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
-    )
-}
-
 pub struct PodWorker {
     ctx: Arc<WorkerContext>,
     pod: Pod,
@@ -151,7 +142,7 @@ pub struct PodWorker {
     backoff: Backoff,
     image_backoff: Backoff,
     /// The sync-failure warning, once per back-off step while the same error repeats.
-    sync_warning: super::backoff::RepeatLimiter,
+    sync_warning: crate::util::backoff::RepeatLimiter,
     waiting: BTreeMap<String, WaitingReason>,
     start_time_nanos: Option<i64>,
     first_seen: Instant,
@@ -242,7 +233,8 @@ impl PodWorker {
                     next
                 }
                 Err(e) => {
-                    let retry = super::backoff::sync_error_retry(now_unix_nanos().unsigned_abs());
+                    let retry =
+                        crate::util::backoff::sync_error_retry(now_unix_nanos().unsigned_abs());
                     if let Some(suppressed) =
                         self.sync_warning.check(&e.to_string(), Instant::now())
                     {
@@ -619,7 +611,7 @@ impl PodWorker {
             port_mappings,
             labels,
             annotations: p.metadata.annotations.clone(),
-            cgroup_parent: super::cgroups::pod_cgroup_parent(p, self.ctx.settings.cgroup_driver),
+            cgroup_parent: crate::cm::pod_cgroup_parent(p, self.ctx.settings.cgroup_driver),
             share_pid: crate::pod::security::share_process_namespace(p),
             security: crate::pod::security::sandbox_security(p, &self.ctx.settings.root_dir),
             sysctls: crate::pod::security::sysctls(p),
@@ -634,9 +626,9 @@ impl PodWorker {
             source,
         })?;
         info!(pod = %self.full_name, attempt = cfg.attempt, "creating pod sandbox");
-        if self.ctx.settings.cgroup_driver == super::cgroups::CgroupDriver::Cgroupfs {
+        if self.ctx.settings.cgroup_driver == crate::cm::CgroupDriver::Cgroupfs {
             // The pod cgroup with the pod's totals, before anything runs in it.
-            super::cgroups::apply(&self.pod, std::path::Path::new("/sys/fs/cgroup"));
+            crate::cm::apply(&self.pod, std::path::Path::new("/sys/fs/cgroup"));
         }
         let id = self.rt().run_pod_sandbox(cfg).map_err(|e| self.wrap(e))?;
         self.pod_ip = if self.pod.spec.host_network {
@@ -1138,7 +1130,12 @@ impl PodWorker {
             node_cpu_millis: cap.cpu_millis,
             node_memory_bytes: cap.memory_bytes,
             node_ephemeral_bytes: 0,
-            store: self.ctx.settings.store.clone(),
+            store: self
+                .ctx
+                .settings
+                .store
+                .clone()
+                .map(|s| Arc::new(s) as Arc<dyn crate::pod::env::ConfigMapsAndSecrets>),
         }
     }
 
@@ -1369,13 +1366,6 @@ impl PodWorker {
 
 /// CPU and memory limits to CRI resources, as the kubelet does for cgroup v1/v2
 /// (shares from the request, CFS quota from the limit over a 100ms period).
-/// The pod's cgroup in the kubelet's cgroupfs layout (cgroupsPerQOS): Guaranteed pods under
-/// `/kubepods/pod<uid>`, the others under `/kubepods/burstable/` or `/kubepods/besteffort/`.
-/// The runtime creates it; nanolet removes it when the pod is gone.
-pub fn qos_cgroup_parent(pod: &Pod) -> String {
-    super::cgroups::pod_cgroup_parent(pod, super::cgroups::CgroupDriver::Cgroupfs)
-}
-
 /// Remove the (empty) pod cgroup directories of `uid` in every hierarchy (cgroup v1
 /// controllers and the unified v2 tree). Only empty directories can be removed, so a cgroup
 /// still holding processes is left alone.
@@ -1407,7 +1397,7 @@ pub fn oom_score_adj(pod: &Pod, c: &Container, memory_capacity: i64) -> i64 {
     if pod.spec.priority_class_name == "system-node-critical" {
         return GUARANTEED;
     }
-    match super::apistatus::qos_class(pod).as_str() {
+    match crate::pod::helpers::qos_class(pod).as_str() {
         "Guaranteed" => GUARANTEED,
         "BestEffort" => BEST_EFFORT,
         _ => {

@@ -47,7 +47,7 @@ impl CgroupDriver {
 
 /// The QoS level of the pod's cgroup: "" (Guaranteed), "burstable", "besteffort".
 fn qos_level(pod: &Pod) -> &'static str {
-    match super::apistatus::qos_class(pod).as_str() {
+    match crate::pod::helpers::qos_class(pod).as_str() {
         "Guaranteed" => "",
         "Burstable" => "burstable",
         _ => "besteffort",
@@ -77,6 +77,13 @@ pub struct PodCgroupResources {
     pub cpu_quota: Option<i64>,
     pub cpu_period: u64,
     pub memory_limit: Option<i64>,
+}
+
+/// The pod's cgroup in the kubelet's cgroupfs layout (cgroupsPerQOS): Guaranteed pods under
+/// `/kubepods/pod<uid>`, the others under `/kubepods/burstable/` or `/kubepods/besteffort/`.
+/// The runtime creates it; nanolet removes it when the pod is gone.
+pub fn qos_cgroup_parent(pod: &Pod) -> String {
+    pod_cgroup_parent(pod, CgroupDriver::Cgroupfs)
 }
 
 /// The kubelet's `MilliCPUToShares`: 1024 per core, at least 2.
@@ -128,7 +135,7 @@ pub fn pod_resources(pod: &Pod) -> PodCgroupResources {
             mem_lim = mem_lim.max(v);
         }
     }
-    let qos = super::apistatus::qos_class(pod);
+    let qos = crate::pod::helpers::qos_class(pod);
     if qos == "BestEffort" {
         return PodCgroupResources {
             cpu_shares: 2,

@@ -18,9 +18,9 @@ use md5::{Digest, Md5};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::types::Pod;
-use super::validate::{FieldError, apply_api_defaults, validate};
-use crate::source::{ManifestError, SourceKind};
+use super::{ManifestError, SourceKind};
+use crate::pod::Pod;
+use crate::pod::validate::{FieldError, apply_api_defaults, validate};
 
 pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
@@ -165,7 +165,7 @@ fn decode_document(
     }
     // Go's JSON type rules for every v1 Pod field (pod::schema), before anything reads them.
     let type_error = match kind {
-        "Pod" => super::schema::type_errors(&value, &super::schema::POD)
+        "Pod" => crate::pod::schema::type_errors(&value, &crate::pod::schema::POD)
             .into_iter()
             .next(),
         "PodList" => value
@@ -175,7 +175,7 @@ fn decode_document(
             .flatten()
             .enumerate()
             .find_map(|(i, item)| {
-                super::schema::type_errors(item, &super::schema::POD)
+                crate::pod::schema::type_errors(item, &crate::pod::schema::POD)
                     .into_iter()
                     .next()
                     .map(|(p, r)| (format!("items[{i}].{p}"), r))

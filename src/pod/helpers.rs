@@ -1,0 +1,135 @@
+//! Pure helpers over the core/v1 subset that several layers share (upstream: the API helpers of
+//! `pkg/apis/core/v1/helper`, `qos`, `resource` and `kubelet/types`): sidecars, priority and the
+//! critical-pod rule, effective requests, the QoS class, the pod log directory name, and the
+//! node pressure condition type. They live here, at the bottom, so that the sync loop,
+//! eviction, the prober and the status store can all use them without importing each other.
+
+use super::quantity::parse_quantity;
+use super::{Container, Pod};
+
+/// The node conditions the signals map to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NodeCondition {
+    MemoryPressure,
+    DiskPressure,
+    PidPressure,
+}
+
+impl NodeCondition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeCondition::MemoryPressure => "MemoryPressure",
+            NodeCondition::DiskPressure => "DiskPressure",
+            NodeCondition::PidPressure => "PIDPressure",
+        }
+    }
+}
+
+/// `scheduling.SystemCriticalPriority`: pods at or above it are never evicted.
+pub const CRITICAL_PRIORITY: i64 = 2_000_000_000;
+
+/// The priority of a pod: `spec.priority` when set, else the built-in value of its
+/// priorityClassName (`system-node-critical` 2000001000, `system-cluster-critical`
+/// 2000000000), else 0 (no PriorityClass objects exist without an API server).
+pub fn priority(pod: &Pod) -> i64 {
+    if let Some(p) = pod.spec.priority {
+        return i64::from(p);
+    }
+    match pod.spec.priority_class_name.as_str() {
+        "system-node-critical" => 2_000_001_000,
+        "system-cluster-critical" => 2_000_000_000,
+        _ => 0,
+    }
+}
+
+pub fn is_critical(pod: &Pod) -> bool {
+    priority(pod) >= CRITICAL_PRIORITY
+}
+
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// A pod's effective requests (CPU millicores, memory bytes) as the scheduler and the kubelet's
+/// admission count them: max(sum of containers (+ sidecars), the largest init container), where
+/// a container's request defaults to its limit.
+pub fn pod_requests(pod: &Pod) -> (i64, i64) {
+    let one = |c: &Container| {
+        let get = |k: &str| {
+            c.resources
+                .requests
+                .get(k)
+                .or_else(|| c.resources.limits.get(k))
+                .and_then(|v| parse_quantity(v).ok())
+        };
+        (
+            get("cpu").map(|q| q.milli_value()).unwrap_or(0),
+            get("memory").map(|q| q.value()).unwrap_or(0),
+        )
+    };
+    let mut sum = pod
+        .spec
+        .containers
+        .iter()
+        .map(one)
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let mut init_max = (0, 0);
+    for c in &pod.spec.init_containers {
+        let r = one(c);
+        if is_sidecar(c) {
+            sum = (sum.0 + r.0, sum.1 + r.1);
+        } else {
+            init_max = (init_max.0.max(r.0), init_max.1.max(r.1));
+        }
+    }
+    (sum.0.max(init_max.0), sum.1.max(init_max.1))
+}
+
+/// QoS class from requests/limits (pkg/apis/core/v1/helper/qos): Guaranteed when every
+/// container has cpu and memory limits equal to requests, BestEffort when nobody sets any,
+/// Burstable otherwise.
+pub fn qos_class(pod: &Pod) -> String {
+    let all: Vec<_> = pod
+        .spec
+        .init_containers
+        .iter()
+        .chain(&pod.spec.containers)
+        .collect();
+    let any_set = all.iter().any(|c| {
+        c.resources
+            .requests
+            .keys()
+            .chain(c.resources.limits.keys())
+            .any(|k| k == "cpu" || k == "memory")
+    });
+    if !any_set {
+        return "BestEffort".into();
+    }
+    let guaranteed = all.iter().all(|c| {
+        ["cpu", "memory"].iter().all(|r| {
+            let lim = c.resources.limits.get(*r);
+            let req = c.resources.requests.get(*r).or(lim);
+            match (lim, req) {
+                (Some(l), Some(q)) => {
+                    let pl = parse_quantity(l).map(|x| x.milli_value()).ok();
+                    let pq = parse_quantity(q).map(|x| x.milli_value()).ok();
+                    pl.is_some() && pl == pq
+                }
+                _ => false,
+            }
+        })
+    });
+    if guaranteed {
+        "Guaranteed".into()
+    } else {
+        "Burstable".into()
+    }
+}
+
+/// `<namespace>_<name>_<uid>`: the pod's log directory name.
+pub fn pod_log_dir_name(pod: &Pod) -> String {
+    format!(
+        "{}_{}_{}",
+        pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
+    )
+}
