@@ -627,8 +627,10 @@ mod tests {
             self.store.get(uid).and_then(|p| p.status)
         }
 
+        /// Polls `f` until it holds; 30 s covers the worker's 10-15 s jittered retry after a
+        /// failed sync (runtime down) on a loaded machine.
         fn wait<F: Fn(&Harness) -> bool>(&self, what: &str, f: F) {
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let deadline = Instant::now() + Duration::from_secs(30);
             while Instant::now() < deadline {
                 if f(self) {
                     return;
