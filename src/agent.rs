@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
+use crate::apiclient::client::ApiClient;
 use crate::config::Config;
 use crate::kubeapi::NodeContext;
 use crate::pleg::Pleg;
@@ -21,6 +22,7 @@ use crate::source::naming::CONFIG_SOURCE_ANNOTATION;
 use crate::source::{Snapshot, SourceKind};
 use crate::status::StatusStore;
 use crate::sync::{DesiredPods, LoopMsg, SyncLoop, SyncSettings, WorkerContext};
+use crate::util::shutdown::Shutdown;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -119,26 +121,71 @@ pub fn container_logs_dir(pod_logs_dir: &std::path::Path) -> PathBuf {
 
 /// Run the agent until SIGTERM/SIGINT. Pods keep running after nanolet exits.
 pub fn run(cfg: Config) -> Result<(), AgentError> {
-    // Block the stop signals in every thread; one thread waits for them.
-    let mut sigs = nix::sys::signal::SigSet::empty();
-    sigs.add(nix::sys::signal::Signal::SIGTERM);
-    sigs.add(nix::sys::signal::Signal::SIGINT);
-    sigs.thread_block().map_err(AgentError::Signals)?;
-
+    let sigs = block_stop_signals()?;
     let health_deadline = (cfg.sync_frequency * 2).max(Duration::from_secs(300));
     let store = Arc::new(StatusStore::new(health_deadline));
     let token = match &cfg.read_only_token_file {
         Some(path) if cfg.read_only_port != 0 => Some(read_token_file(path)?),
         _ => None,
     };
-    if !cfg.pod_manifest_path.as_os_str().is_empty() {
-        if cfg.allow_insecure_manifest_dir {
-            warn!(dir = %cfg.pod_manifest_path.display(), "--allow-insecure-manifest-dir: manifest directory and file permissions are not checked");
-        } else if let Err(e) = crate::source::file::check_dir_secure(&cfg.pod_manifest_path) {
-            return Err(AgentError::ManifestDir(e.to_string()));
-        }
+    check_manifest_dir(&cfg)?;
+    let runtime = connect_runtime(&cfg, &store)?;
+    let host_ips = node_ips(&cfg);
+    info!(version = crate::VERSION, node = %cfg.node_name, host_ip = %host_ips.join(","), "starting nanolet");
+    let (loop_tx, loop_rx) = mpsc::channel::<LoopMsg>();
+    let mut w = Wiring {
+        cfg: &cfg,
+        store,
+        runtime,
+        host_ips,
+        loop_tx,
+        shutdown: Shutdown::new(),
+        probes: Arc::default(),
+    };
+    w.start_servers(token)?;
+    let api_client = w.start_sources()?;
+    w.start_images_dir()?;
+    w.start_log_rotation()?;
+    w.start_pleg()?;
+    w.start_eviction()?;
+    if let Some(client) = &api_client {
+        w.start_node_agent(client)?;
     }
+    spawn_signal_waiter(sigs, w.loop_tx.clone())?;
+    // systemd Type=notify: READY=1 after the first sync, watchdog pings tied to healthz.
+    crate::sdnotify::spawn(w.store.clone());
+    let ctx = w.worker_context();
+    SyncLoop::new(ctx, w.loop_tx.clone()).run(loop_rx);
+    w.shutdown.trigger();
+    let _ = crate::sdnotify::notify("STOPPING=1");
+    info!("nanolet stopped; pods keep running");
+    Ok(())
+}
 
+/// Block the stop signals in every thread (threads inherit the mask); one thread waits for them.
+fn block_stop_signals() -> Result<nix::sys::signal::SigSet, AgentError> {
+    let mut sigs = nix::sys::signal::SigSet::empty();
+    sigs.add(nix::sys::signal::Signal::SIGTERM);
+    sigs.add(nix::sys::signal::Signal::SIGINT);
+    sigs.thread_block().map_err(AgentError::Signals)?;
+    Ok(sigs)
+}
+
+/// The static-pod directory's permission check (unless `--allow-insecure-manifest-dir`).
+fn check_manifest_dir(cfg: &Config) -> Result<(), AgentError> {
+    if cfg.pod_manifest_path.as_os_str().is_empty() {
+        return Ok(());
+    }
+    if cfg.allow_insecure_manifest_dir {
+        warn!(dir = %cfg.pod_manifest_path.display(), "--allow-insecure-manifest-dir: manifest directory and file permissions are not checked");
+        return Ok(());
+    }
+    crate::source::file::check_dir_secure(&cfg.pod_manifest_path)
+        .map_err(|e| AgentError::ManifestDir(e.to_string()))
+}
+
+/// The CRI client, every call counted for /metrics (kubelet_runtime_operations_total).
+fn connect_runtime(cfg: &Config, store: &StatusStore) -> Result<Arc<dyn Runtime>, AgentError> {
     let cri: Arc<dyn Runtime> = Arc::new(
         CriRuntime::connect(&cfg.runtime_endpoint, cfg.runtime_request_timeout).map_err(
             |source| AgentError::Runtime {
@@ -147,7 +194,6 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
             },
         )?,
     );
-    // Every CRI call is counted for /metrics (kubelet_runtime_operations_total).
     let runtime: Arc<dyn Runtime> =
         Arc::new(InstrumentedRuntime::new(cri, store.metrics().clone()));
     match runtime.version() {
@@ -156,212 +202,121 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
         }
         Err(e) => warn!(error = %e, "container runtime does not answer yet; will keep trying"),
     }
+    Ok(runtime)
+}
 
-    // --node-ip, else the default route's interface address.
-    let host_ips: Vec<String> = if cfg.node_ips.is_empty() {
+/// --node-ip, else the default route's interface address.
+fn node_ips(cfg: &Config) -> Vec<String> {
+    if cfg.node_ips.is_empty() {
         vec![detect_host_ip().to_string()]
     } else {
         cfg.node_ips.iter().map(IpAddr::to_string).collect()
-    };
-    let host_ip = host_ips.join(",");
-    // The read-only server starts before the prober; it reads the prober through this slot.
-    let probes_slot: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>> = Arc::default();
-    info!(version = crate::VERSION, node = %cfg.node_name, host_ip = %host_ip, "starting nanolet");
-
-    let mut servers = vec![];
-    if cfg.healthz_port != 0 {
-        let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
-        servers.push(
-            server::spawn_healthz(addr, store.clone()).map_err(|source| AgentError::Bind {
-                what: "healthz",
-                addr,
-                source,
-            })?,
-        );
     }
-    if cfg.read_only_port != 0 {
-        let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
-        servers.push(
-            server::spawn_read_only(
-                addr,
-                store.clone(),
-                ReadOnlyOptions {
-                    node: {
-                        let mut n = NodeContext::new(&cfg.node_name);
-                        n.host_ips = host_ips.clone();
-                        n.max_pods = cfg.max_pods;
-                        n.pod_logs_dir = cfg.pod_logs_dir.clone();
-                        n.root_dir = cfg.root_dir.clone();
-                        n.runtime = Some(runtime.clone());
-                        n
-                    },
-                    token: token.clone(),
-                    configz: cfg.redacted_json(),
-                    stats: crate::stats::StatsProvider::new(),
-                    probes: probes_slot.clone(),
-                },
-            )
-            .map_err(|source| AgentError::Bind {
-                what: "read-only server",
-                addr,
-                source,
-            })?,
-        );
+}
+
+/// What every part is built from. Each `start_*` constructs one part and its thread and
+/// registers how to stop it with the one `shutdown`.
+struct Wiring<'a> {
+    cfg: &'a Config,
+    store: Arc<StatusStore>,
+    runtime: Arc<dyn Runtime>,
+    host_ips: Vec<String>,
+    loop_tx: Sender<LoopMsg>,
+    shutdown: Shutdown,
+    /// The read-only server starts before the prober; it reads the prober through this slot.
+    probes: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>>,
+}
+
+fn start_error(what: &'static str) -> impl FnOnce(std::io::Error) -> AgentError {
+    move |source| AgentError::Start { what, source }
+}
+
+impl Wiring<'_> {
+    /// This node as the HTTP API and the Node object describe it.
+    fn node_context(&self) -> NodeContext {
+        let mut n = NodeContext::new(&self.cfg.node_name);
+        n.host_ips = self.host_ips.clone();
+        n.max_pods = self.cfg.max_pods;
+        n.pod_logs_dir = self.cfg.pod_logs_dir.clone();
+        n.root_dir = self.cfg.root_dir.clone();
+        n.runtime = Some(self.runtime.clone());
+        n
     }
 
-    let (loop_tx, loop_rx) = mpsc::channel::<LoopMsg>();
-
-    // Sources -> podconfig -> sync loop.
-    let (snap_tx, snap_rx) = mpsc::channel::<Snapshot>();
-    // An empty staticPodPath disables the file source, as in the kubelet.
-    let file_enabled = !cfg.pod_manifest_path.as_os_str().is_empty();
-    let mut expected = vec![];
-    if file_enabled {
-        expected.push(SourceKind::File);
-    }
-    if cfg.manifest_url.is_some() {
-        expected.push(SourceKind::Http);
-    }
-    // API-server mode: one client for the pod source, the status writer and the node agent.
-    let api_client = match &cfg.kubeconfig {
-        Some(path) => {
-            let kc = crate::apiclient::kubeconfig::Kubeconfig::load(path)
-                .map_err(AgentError::ApiServer)?;
-            let client = crate::apiclient::client::ApiClient::new(&kc, Duration::from_secs(10))
-                .map_err(|e| AgentError::ApiClient(e.to_string()))?;
-            info!(server = %kc.server, "API-server mode: joining the cluster");
-            expected.push(SourceKind::Api);
-            Some(Arc::new(client))
+    /// The healthz server and the read-only port.
+    fn start_servers(&mut self, token: Option<String>) -> Result<(), AgentError> {
+        let cfg = self.cfg;
+        if cfg.healthz_port != 0 {
+            let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
+            let healthz = server::spawn_healthz(addr, self.store.clone()).map_err(|source| {
+                AgentError::Bind {
+                    what: "healthz",
+                    addr,
+                    source,
+                }
+            })?;
+            self.shutdown.hold(healthz);
         }
-        None => None,
-    };
-    let (api_stop_tx, api_stop_rx) = mpsc::channel::<()>();
-    let (status_stop_tx, status_stop_rx) = mpsc::channel::<()>();
-    let api_view: Arc<std::sync::Mutex<crate::apiclient::podsource::ApiView>> = Arc::default();
-    let static_pods: Arc<std::sync::Mutex<crate::apiclient::mirror::StaticPods>> = Arc::default();
-    if let Some(client) = &api_client {
-        let source = crate::apiclient::podsource::ApiPodSource::new(
-            client.clone(),
-            &cfg.node_name,
-            snap_tx.clone(),
-            api_view.clone(),
-            &cfg.root_dir,
-        );
-        std::thread::Builder::new()
-            .name("api-pods".into())
-            .stack_size(1024 * 1024)
-            .spawn(move || source.run(api_stop_rx))
-            .map_err(|source| AgentError::Start {
-                what: "API pod source",
-                source,
-            })?;
-        let mirrors = crate::apiclient::mirror::MirrorManager::new(
-            client.clone(),
-            &cfg.node_name,
-            api_view.clone(),
-            static_pods.clone(),
-        );
-        let writer = crate::apiclient::podsource::StatusWriter::new(
-            client.clone(),
-            store.clone(),
-            runtime.clone(),
-            api_view.clone(),
-            Some(mirrors),
-        );
-        std::thread::Builder::new()
-            .name("api-status".into())
-            .stack_size(1024 * 1024)
-            .spawn(move || writer.run(status_stop_rx))
-            .map_err(|source| AgentError::Start {
-                what: "API status writer",
-                source,
-            })?;
+        if cfg.read_only_port != 0 {
+            let addr = SocketAddr::new(cfg.address, cfg.read_only_port);
+            let options = ReadOnlyOptions {
+                node: self.node_context(),
+                token,
+                configz: cfg.redacted_json(),
+                stats: crate::stats::StatsProvider::new(),
+                probes: self.probes.clone(),
+            };
+            let read_only =
+                server::spawn_read_only(addr, self.store.clone(), options).map_err(|source| {
+                    AgentError::Bind {
+                        what: "read-only server",
+                        addr,
+                        source,
+                    }
+                })?;
+            self.shutdown.hold(read_only);
+        }
+        Ok(())
     }
-    {
-        let loop_tx = loop_tx.clone();
-        let expected = expected.clone();
-        let store = store.clone();
-        let api_mode = api_client.is_some();
-        let static_pods = static_pods.clone();
+
+    /// Sources -> podconfig -> sync loop: the file and URL sources and, with a kubeconfig, the
+    /// API pod source and status writer. Returns the API client (API-server mode).
+    fn start_sources(&mut self) -> Result<Option<Arc<ApiClient>>, AgentError> {
+        let cfg = self.cfg;
+        let (snap_tx, snap_rx) = mpsc::channel::<Snapshot>();
+        // An empty staticPodPath disables the file source, as in the kubelet.
+        let file_enabled = !cfg.pod_manifest_path.as_os_str().is_empty();
+        let mut expected = vec![];
+        if file_enabled {
+            expected.push(SourceKind::File);
+        }
+        if cfg.manifest_url.is_some() {
+            expected.push(SourceKind::Http);
+        }
+        let api_client = api_client(cfg)?;
+        let static_pods: Arc<std::sync::Mutex<crate::apiclient::mirror::StaticPods>> =
+            Arc::default();
+        if let Some(client) = &api_client {
+            expected.push(SourceKind::Api);
+            self.start_api_pods(client, snap_tx.clone(), static_pods.clone())?;
+        }
+        let mirrors = api_client.as_ref().map(|_| MirrorFilter {
+            static_pods,
+            flagged: std::collections::BTreeSet::new(),
+        });
+        let podconfig = PodConfigLoop {
+            pc: PodConfig::new(&expected),
+            store: self.store.clone(),
+            loop_tx: self.loop_tx.clone(),
+            reported: std::collections::HashMap::new(),
+            mirrors,
+        };
         std::thread::Builder::new()
             .name("podconfig".into())
-            .spawn(move || {
-                let mut pc = PodConfig::new(&expected);
-                let mut flagged = std::collections::BTreeSet::new();
-                // Each source's errors of its previous snapshot: a rejection is logged (and
-                // recorded as an event) once, when it appears, not on every re-list.
-                let mut reported: std::collections::HashMap<SourceKind, std::collections::BTreeSet<String>> =
-                    std::collections::HashMap::new();
-                for snap in snap_rx.iter() {
-                    let now: std::collections::BTreeSet<String> =
-                        snap.errors.iter().map(ToString::to_string).collect();
-                    let before = reported.remove(&snap.source).unwrap_or_default();
-                    for e in &snap.errors {
-                        if !before.contains(&e.to_string()) {
-                            warn!(error = %e, "manifest rejected");
-                            record_failed_validation(&store, e);
-                        }
-                    }
-                    reported.insert(snap.source, now);
-                    if let Some(d) = pc.update(snap) {
-                        let mut errors = d.errors;
-                        if api_mode {
-                            let mut statics = crate::apiclient::mirror::StaticPods {
-                                pods: vec![],
-                                all_sources_ready: d.all_sources_ready,
-                            };
-                            let mut now_flagged = std::collections::BTreeSet::new();
-                            for sp in d.pods.values() {
-                                if sp.pod.metadata.annotations.get(CONFIG_SOURCE_ANNOTATION).map(String::as_str)
-                                    == Some(SourceKind::Api.as_str())
-                                {
-                                    continue;
-                                }
-                                match no_mirror_reason(sp) {
-                                    Some(e) => {
-                                        if !flagged.contains(&sp.pod.metadata.uid) {
-                                            warn!(pod = %format!("{}/{}", sp.pod.metadata.namespace, sp.pod.metadata.name), error = %e, "no mirror pod for this static pod");
-                                            store.events().record(
-                                                &crate::events::PodRef::pod(
-                                                    &sp.pod.metadata.namespace,
-                                                    &sp.pod.metadata.name,
-                                                    &sp.pod.metadata.uid,
-                                                ),
-                                                crate::events::EventType::Warning,
-                                                "MirrorPodRefused",
-                                                &e.to_string(),
-                                            );
-                                        }
-                                        now_flagged.insert(sp.pod.metadata.uid.clone());
-                                        errors.push(e);
-                                    }
-                                    None => statics.pods.push(sp.pod.clone()),
-                                }
-                            }
-                            flagged = now_flagged;
-                            *static_pods.lock().unwrap_or_else(|e| e.into_inner()) = statics;
-                        }
-                        let desired = DesiredPods {
-                            pods: d.pods.into_iter().map(|(uid, sp)| (uid, sp.pod)).collect(),
-                            errors,
-                            all_sources_ready: d.all_sources_ready,
-                        };
-                        if loop_tx.send(LoopMsg::Desired(Box::new(desired))).is_err() {
-                            return;
-                        }
-                    }
-                }
-            })
-            .map_err(|source| AgentError::Start {
-                what: "podconfig",
-                source,
-            })?;
-    }
-    let _file = if !file_enabled {
-        None
-    } else {
-        Some(
-            crate::source::file::FileSource::spawn(
+            .spawn(move || podconfig.run(snap_rx))
+            .map_err(start_error("podconfig"))?;
+        if file_enabled {
+            let file = crate::source::file::FileSource::spawn(
                 crate::source::file::FileSourceConfig {
                     dir: cfg.pod_manifest_path.clone(),
                     node_name: cfg.node_name.clone(),
@@ -370,15 +325,11 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                 },
                 snap_tx.clone(),
             )
-            .map_err(|source| AgentError::Start {
-                what: "file source",
-                source,
-            })?,
-        )
-    };
-    let _url = match &cfg.manifest_url {
-        Some(url) => Some(
-            crate::source::url::UrlSource::spawn(
+            .map_err(start_error("file source"))?;
+            self.shutdown.hold(file);
+        }
+        if let Some(url) = &cfg.manifest_url {
+            let source = crate::source::url::UrlSource::spawn(
                 crate::source::url::UrlSourceConfig {
                     url: url.clone(),
                     headers: cfg.manifest_url_headers.clone(),
@@ -390,213 +341,342 @@ pub fn run(cfg: Config) -> Result<(), AgentError> {
                         client_key: cfg.manifest_url_client_key.clone(),
                     },
                 },
-                snap_tx.clone(),
+                snap_tx,
             )
-            .map_err(|source| AgentError::Start {
-                what: "URL source",
-                source,
-            })?,
-        ),
-        None => None,
-    };
-    drop(snap_tx);
-
-    // Air-gapped images: archives in the images directory are imported into containerd.
-    let _images_dir = match cfg.images_dir() {
-        Some(dir) => {
-            let events = store.clone();
-            let poke = loop_tx.clone();
-            let report: crate::images::dir::Report = Box::new(move |file, warning, reason, msg| {
-                let kind = if warning {
-                    crate::events::EventType::Warning
-                } else {
-                    crate::events::EventType::Normal
-                };
-                // No object to name but the archive: like FailedValidation, in `default`.
-                events.events().record(
-                    &crate::events::PodRef::pod("default", file, ""),
-                    kind,
-                    reason,
-                    msg,
-                );
-                if !warning {
-                    // Pods waiting for this image (ErrImageNeverPull) retry now.
-                    let _ = poke.send(LoopMsg::PodsChanged(events.uids()));
-                }
-            });
-            let dir_cfg = crate::images::dir::ImagesDirConfig {
-                dir,
-                root_dir: cfg.root_dir.clone(),
-                endpoint: cfg.runtime_endpoint.clone(),
-                snapshotter: cfg.image_snapshotter.clone(),
-                allow_insecure: cfg.allow_insecure_manifest_dir,
-            };
-            Some(
-                crate::images::dir::spawn(dir_cfg, report).map_err(|source| AgentError::Start {
-                    what: "images directory",
-                    source,
-                })?,
-            )
+            .map_err(start_error("URL source"))?;
+            self.shutdown.hold(source);
         }
-        None => None,
-    };
+        Ok(api_client)
+    }
 
-    // Container log rotation (the kubelet's job, not containerd's). It stops when the write
-    // end of its stop pipe is dropped (it waits in poll(2) on that pipe and on inotify).
-    let (rotate_stop_rx, rotate_stop_tx) = nix::unistd::pipe().map_err(|e| AgentError::Start {
-        what: "log rotation",
-        source: e.into(),
-    })?;
-    {
-        let rt = runtime.clone();
-        let policy = crate::logrotate::RotationPolicy {
-            max_size: cfg.container_log_max_size,
-            max_files: cfg.container_log_max_files,
-            interval: cfg.container_log_monitor_interval,
+    /// API-server mode: this node's pods as the third source, and the status writer (with
+    /// mirror pods for static pods).
+    fn start_api_pods(
+        &mut self,
+        client: &Arc<ApiClient>,
+        snap_tx: Sender<Snapshot>,
+        static_pods: Arc<std::sync::Mutex<crate::apiclient::mirror::StaticPods>>,
+    ) -> Result<(), AgentError> {
+        let api_view: Arc<std::sync::Mutex<crate::apiclient::podsource::ApiView>> = Arc::default();
+        let source = crate::apiclient::podsource::ApiPodSource::new(
+            client.clone(),
+            &self.cfg.node_name,
+            snap_tx,
+            api_view.clone(),
+            &self.cfg.root_dir,
+        );
+        let stop = self.shutdown.receiver();
+        std::thread::Builder::new()
+            .name("api-pods".into())
+            .stack_size(1024 * 1024)
+            .spawn(move || source.run(stop))
+            .map_err(start_error("API pod source"))?;
+        let mirrors = crate::apiclient::mirror::MirrorManager::new(
+            client.clone(),
+            &self.cfg.node_name,
+            api_view.clone(),
+            static_pods,
+        );
+        let writer = crate::apiclient::podsource::StatusWriter::new(
+            client.clone(),
+            self.store.clone(),
+            self.runtime.clone(),
+            api_view,
+            Some(mirrors),
+        );
+        let stop = self.shutdown.receiver();
+        std::thread::Builder::new()
+            .name("api-status".into())
+            .stack_size(1024 * 1024)
+            .spawn(move || writer.run(stop))
+            .map_err(start_error("API status writer"))?;
+        Ok(())
+    }
+
+    /// Air-gapped images: archives in the images directory are imported into containerd.
+    fn start_images_dir(&mut self) -> Result<(), AgentError> {
+        let Some(dir) = self.cfg.images_dir() else {
+            return Ok(());
         };
-        let logs_dir = cfg.pod_logs_dir.clone();
+        let events = self.store.clone();
+        let poke = self.loop_tx.clone();
+        let report: crate::images::dir::Report = Box::new(move |file, warning, reason, msg| {
+            let kind = if warning {
+                crate::events::EventType::Warning
+            } else {
+                crate::events::EventType::Normal
+            };
+            // No object to name but the archive: like FailedValidation, in `default`.
+            events.events().record(
+                &crate::events::PodRef::pod("default", file, ""),
+                kind,
+                reason,
+                msg,
+            );
+            if !warning {
+                // Pods waiting for this image (ErrImageNeverPull) retry now.
+                let _ = poke.send(LoopMsg::PodsChanged(events.uids()));
+            }
+        });
+        let dir_cfg = crate::images::dir::ImagesDirConfig {
+            dir,
+            root_dir: self.cfg.root_dir.clone(),
+            endpoint: self.cfg.runtime_endpoint.clone(),
+            snapshotter: self.cfg.image_snapshotter.clone(),
+            allow_insecure: self.cfg.allow_insecure_manifest_dir,
+        };
+        let handle =
+            crate::images::dir::spawn(dir_cfg, report).map_err(start_error("images directory"))?;
+        self.shutdown.hold(handle);
+        Ok(())
+    }
+
+    /// Container log rotation (the kubelet's job, not containerd's). It waits in poll(2) on
+    /// inotify and a stop pipe.
+    fn start_log_rotation(&mut self) -> Result<(), AgentError> {
+        let stop = self.shutdown.pipe().map_err(start_error("log rotation"))?;
+        let rt = self.runtime.clone();
+        let policy = crate::logrotate::RotationPolicy {
+            max_size: self.cfg.container_log_max_size,
+            max_files: self.cfg.container_log_max_files,
+            interval: self.cfg.container_log_monitor_interval,
+        };
+        let logs_dir = self.cfg.pod_logs_dir.clone();
         std::thread::Builder::new()
             .name("logrotate".into())
-            .spawn(move || crate::logrotate::run(rt, policy, logs_dir, rotate_stop_rx))
-            .map_err(|source| AgentError::Start {
-                what: "log rotation",
-                source,
-            })?;
+            .spawn(move || crate::logrotate::run(rt, policy, logs_dir, stop))
+            .map_err(start_error("log rotation"))?;
+        Ok(())
     }
 
-    // PLEG.
-    let (pleg_stop_tx, pleg_stop_rx) = mpsc::channel::<()>();
-    {
+    fn start_pleg(&mut self) -> Result<(), AgentError> {
         let pleg = Pleg::new(
-            runtime.clone(),
-            store.clone(),
-            pleg_to_loop(loop_tx.clone()),
+            self.runtime.clone(),
+            self.store.clone(),
+            pleg_to_loop(self.loop_tx.clone()),
         );
+        let stop = self.shutdown.receiver();
         std::thread::Builder::new()
             .name("pleg".into())
-            .spawn(move || pleg.run(pleg_stop_rx))
-            .map_err(|source| AgentError::Start {
-                what: "PLEG",
-                source,
-            })?;
+            .spawn(move || pleg.run(stop))
+            .map_err(start_error("PLEG"))?;
+        Ok(())
     }
 
-    // The eviction manager (node pressure, local storage limits, image GC).
-    let (evict_stop_tx, evict_stop_rx) = mpsc::channel::<()>();
-    {
-        let rt = runtime.clone();
-        let root = cfg.root_dir.clone();
+    /// The eviction manager (node pressure, local storage limits, image GC).
+    fn start_eviction(&mut self) -> Result<(), AgentError> {
+        let rt = self.runtime.clone();
+        let root = self.cfg.root_dir.clone();
         let manager = crate::eviction::Manager::new(
-            cfg.eviction.clone(),
-            runtime.clone(),
-            store.clone(),
-            eviction_to_loop(loop_tx.clone()),
+            self.cfg.eviction.clone(),
+            self.runtime.clone(),
+            self.store.clone(),
+            eviction_to_loop(self.loop_tx.clone()),
             crate::eviction::Paths {
-                root_dir: cfg.root_dir.clone(),
-                pod_logs_dir: cfg.pod_logs_dir.clone(),
+                root_dir: self.cfg.root_dir.clone(),
+                pod_logs_dir: self.cfg.pod_logs_dir.clone(),
             },
             Box::new(move || crate::eviction::gc::pinned_images(rt.as_ref(), &root)),
         );
+        let stop = self.shutdown.receiver();
         std::thread::Builder::new()
             .name("eviction".into())
             .stack_size(512 * 1024)
-            .spawn(move || manager.run(evict_stop_rx))
-            .map_err(|source| AgentError::Start {
-                what: "eviction manager",
-                source,
-            })?;
+            .spawn(move || manager.run(stop))
+            .map_err(start_error("eviction manager"))?;
+        Ok(())
     }
 
-    // API-server mode: register the Node, keep its Lease and status fresh.
-    let (node_stop_tx, node_stop_rx) = mpsc::channel::<()>();
-    if let Some(client) = &api_client {
-        let mut ctx = NodeContext::new(&cfg.node_name);
-        ctx.host_ips = host_ips.clone();
-        ctx.max_pods = cfg.max_pods;
-        ctx.pod_logs_dir = cfg.pod_logs_dir.clone();
-        ctx.root_dir = cfg.root_dir.clone();
-        ctx.runtime = Some(runtime.clone());
+    /// API-server mode: register the Node, keep its Lease and status fresh.
+    fn start_node_agent(&mut self, client: &Arc<ApiClient>) -> Result<(), AgentError> {
         let agent = crate::apiclient::node::NodeAgent::new(
             client.clone(),
-            Arc::new(ctx),
-            store.clone(),
+            Arc::new(self.node_context()),
+            self.store.clone(),
             crate::apiclient::node::NodeSettings {
-                labels: cfg.node_labels.clone(),
-                taints: cfg.register_with_taints.clone(),
-                status_update_frequency: cfg.node_status_update_frequency,
+                labels: self.cfg.node_labels.clone(),
+                taints: self.cfg.register_with_taints.clone(),
+                status_update_frequency: self.cfg.node_status_update_frequency,
             },
         );
+        let stop = self.shutdown.receiver();
         std::thread::Builder::new()
             .name("node-status".into())
             .stack_size(1024 * 1024)
-            .spawn(move || agent.run(node_stop_rx))
-            .map_err(|source| AgentError::Start {
-                what: "node status",
-                source,
-            })?;
+            .spawn(move || agent.run(stop))
+            .map_err(start_error("node status"))?;
+        Ok(())
     }
 
-    spawn_signal_waiter(sigs, loop_tx.clone())?;
-    // systemd Type=notify: READY=1 after the first sync, watchdog pings tied to healthz.
-    crate::sdnotify::spawn(store.clone());
+    /// What every pod worker shares: the runtime, the prober (started here), the status store
+    /// and the settings.
+    fn worker_context(&self) -> Arc<WorkerContext> {
+        let cfg = self.cfg;
+        let prober = crate::prober::Prober::start(
+            self.runtime.clone(),
+            Some(probe_updates_to_loop(self.loop_tx.clone())),
+        );
+        prober.set_event_store(self.store.clone());
+        let _ = self.probes.set(prober.clone());
+        let (allocatable_cpu_millis, allocatable_memory_bytes) =
+            cfg.eviction.allocatable(crate::node::capacity());
+        Arc::new(WorkerContext {
+            runtime: self.runtime.clone(),
+            prober,
+            store: self.store.clone(),
+            settings: SyncSettings {
+                node_name: cfg.node_name.clone(),
+                host_ips: self.host_ips.clone(),
+                pod_logs_dir: cfg.pod_logs_dir.clone(),
+                root_dir: cfg.root_dir.clone(),
+                store: Some(
+                    crate::localstore::LocalStore::new(
+                        cfg.config_map_dir.clone(),
+                        cfg.secret_dir.clone(),
+                    )
+                    .allowing_insecure(cfg.allow_insecure_manifest_dir),
+                ),
+                registry_config: cfg.image_credentials_file(),
+                container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
+                resync: cfg.sync_frequency,
+                max_pods: cfg.max_pods,
+                // Allocatable = capacity - systemReserved - kubeReserved - the hard
+                // memory.available threshold.
+                allocatable_cpu_millis,
+                allocatable_memory_bytes,
+                eviction_transition: cfg.eviction.pressure_transition_period,
+                cgroup_driver: cfg.cgroup_driver,
+                security: cfg.security.clone(),
+                host_security: crate::pod::security::HostSecurity::detect(),
+                node_labels: crate::sync::predicates::node_labels(&cfg.node_name, &cfg.node_labels),
+                host_dns: Arc::new(crate::pod::dns::HostResolvConf::new(
+                    cfg.resolv_conf.clone(),
+                    // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.
+                    std::env::var_os("NANOLET_SYSTEMD_RESOLVED_RESOLV_CONF")
+                        .map(std::path::PathBuf::from)
+                        .unwrap_or_else(|| crate::pod::dns::SYSTEMD_RESOLVED_UPSTREAM.into()),
+                )),
+            },
+        })
+    }
+}
 
-    let ctx = Arc::new(WorkerContext {
-        runtime: runtime.clone(),
-        prober: {
-            let prober = crate::prober::Prober::start(
-                runtime.clone(),
-                Some(probe_updates_to_loop(loop_tx.clone())),
-            );
-            prober.set_event_store(store.clone());
-            let _ = probes_slot.set(prober.clone());
-            prober
-        },
-        store: store.clone(),
-        settings: SyncSettings {
-            node_name: cfg.node_name.clone(),
-            host_ips: host_ips.clone(),
-            pod_logs_dir: cfg.pod_logs_dir.clone(),
-            root_dir: cfg.root_dir.clone(),
-            store: Some(
-                crate::localstore::LocalStore::new(
-                    cfg.config_map_dir.clone(),
-                    cfg.secret_dir.clone(),
-                )
-                .allowing_insecure(cfg.allow_insecure_manifest_dir),
-            ),
-            registry_config: cfg.image_credentials_file(),
-            container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
-            resync: cfg.sync_frequency,
-            max_pods: cfg.max_pods,
-            // Allocatable = capacity - systemReserved - kubeReserved - the hard
-            // memory.available threshold.
-            allocatable_cpu_millis: cfg.eviction.allocatable(crate::node::capacity()).0,
-            allocatable_memory_bytes: cfg.eviction.allocatable(crate::node::capacity()).1,
-            eviction_transition: cfg.eviction.pressure_transition_period,
-            cgroup_driver: cfg.cgroup_driver,
-            security: cfg.security.clone(),
-            host_security: crate::pod::security::HostSecurity::detect(),
-            node_labels: crate::sync::predicates::node_labels(&cfg.node_name, &cfg.node_labels),
-            host_dns: Arc::new(crate::pod::dns::HostResolvConf::new(
-                cfg.resolv_conf.clone(),
-                // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.
-                std::env::var_os("NANOLET_SYSTEMD_RESOLVED_RESOLV_CONF")
-                    .map(std::path::PathBuf::from)
-                    .unwrap_or_else(|| crate::pod::dns::SYSTEMD_RESOLVED_UPSTREAM.into()),
-            )),
-        },
-    });
-    SyncLoop::new(ctx, loop_tx).run(loop_rx);
-    let _ = pleg_stop_tx.send(());
-    drop(rotate_stop_tx);
-    let _ = evict_stop_tx.send(());
-    let _ = node_stop_tx.send(());
-    let _ = api_stop_tx.send(());
-    let _ = status_stop_tx.send(());
-    drop(servers);
-    let _ = crate::sdnotify::notify("STOPPING=1");
-    info!("nanolet stopped; pods keep running");
-    Ok(())
+/// API-server mode (a kubeconfig is given): one client for the pod source, the status writer
+/// and the node agent.
+fn api_client(cfg: &Config) -> Result<Option<Arc<ApiClient>>, AgentError> {
+    let Some(path) = &cfg.kubeconfig else {
+        return Ok(None);
+    };
+    let kc = crate::apiclient::kubeconfig::Kubeconfig::load(path).map_err(AgentError::ApiServer)?;
+    let client = ApiClient::new(&kc, Duration::from_secs(10))
+        .map_err(|e| AgentError::ApiClient(e.to_string()))?;
+    info!(server = %kc.server, "API-server mode: joining the cluster");
+    Ok(Some(Arc::new(client)))
+}
+
+/// The podconfig thread: merges the sources' snapshots and hands the desired pods to the sync
+/// loop. Each source's rejected manifests are logged (and recorded as an event) once, when
+/// they appear, not on every re-list.
+struct PodConfigLoop {
+    pc: PodConfig,
+    store: Arc<StatusStore>,
+    loop_tx: Sender<LoopMsg>,
+    reported: std::collections::HashMap<SourceKind, std::collections::BTreeSet<String>>,
+    /// API-server mode: which static pods get mirror pods.
+    mirrors: Option<MirrorFilter>,
+}
+
+impl PodConfigLoop {
+    fn run(mut self, snaps: mpsc::Receiver<Snapshot>) {
+        for snap in snaps.iter() {
+            self.report_new_errors(&snap);
+            let Some(d) = self.pc.update(snap) else {
+                continue;
+            };
+            let mut errors = d.errors;
+            if let Some(m) = &mut self.mirrors {
+                m.update(&self.store, &d.pods, d.all_sources_ready, &mut errors);
+            }
+            let desired = DesiredPods {
+                pods: d.pods.into_iter().map(|(uid, sp)| (uid, sp.pod)).collect(),
+                errors,
+                all_sources_ready: d.all_sources_ready,
+            };
+            if self
+                .loop_tx
+                .send(LoopMsg::Desired(Box::new(desired)))
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    fn report_new_errors(&mut self, snap: &Snapshot) {
+        let now: std::collections::BTreeSet<String> =
+            snap.errors.iter().map(ToString::to_string).collect();
+        let before = self.reported.remove(&snap.source).unwrap_or_default();
+        for e in &snap.errors {
+            if !before.contains(&e.to_string()) {
+                warn!(error = %e, "manifest rejected");
+                record_failed_validation(&self.store, e);
+            }
+        }
+        self.reported.insert(snap.source, now);
+    }
+}
+
+/// API-server mode: the static pods that get mirror pods (published for the status writer);
+/// a static pod referencing API objects gets none, with an error and a `MirrorPodRefused`
+/// event once.
+struct MirrorFilter {
+    static_pods: Arc<std::sync::Mutex<crate::apiclient::mirror::StaticPods>>,
+    flagged: std::collections::BTreeSet<String>,
+}
+
+impl MirrorFilter {
+    fn update(
+        &mut self,
+        store: &StatusStore,
+        pods: &std::collections::BTreeMap<String, crate::source::SourcePod>,
+        all_sources_ready: bool,
+        errors: &mut Vec<crate::source::ManifestError>,
+    ) {
+        let mut statics = crate::apiclient::mirror::StaticPods {
+            pods: vec![],
+            all_sources_ready,
+        };
+        let mut now_flagged = std::collections::BTreeSet::new();
+        for sp in pods.values() {
+            let meta = &sp.pod.metadata;
+            if meta
+                .annotations
+                .get(CONFIG_SOURCE_ANNOTATION)
+                .map(String::as_str)
+                == Some(SourceKind::Api.as_str())
+            {
+                continue;
+            }
+            match no_mirror_reason(sp) {
+                Some(e) => {
+                    if !self.flagged.contains(&meta.uid) {
+                        warn!(pod = %format!("{}/{}", meta.namespace, meta.name), error = %e, "no mirror pod for this static pod");
+                        store.events().record(
+                            &crate::events::PodRef::pod(&meta.namespace, &meta.name, &meta.uid),
+                            crate::events::EventType::Warning,
+                            "MirrorPodRefused",
+                            &e.to_string(),
+                        );
+                    }
+                    now_flagged.insert(meta.uid.clone());
+                    errors.push(e);
+                }
+                None => statics.pods.push(sp.pod.clone()),
+            }
+        }
+        self.flagged = now_flagged;
+        *self.static_pods.lock().unwrap_or_else(|e| e.into_inner()) = statics;
+    }
 }
 
 /// API-server mode: why a static pod gets no mirror pod (it references API objects, which the

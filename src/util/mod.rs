@@ -2,3 +2,4 @@
 
 pub mod backoff;
 pub mod redact;
+pub mod shutdown;
