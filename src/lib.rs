@@ -11,6 +11,8 @@ pub mod config;
 pub mod docgen;
 pub mod events;
 pub mod eviction;
+#[cfg(test)]
+mod function_length_tests;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod httpd;
