@@ -21,8 +21,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("src/agent.rs", "run"),
     // Being split on this branch, one commit each.
     ("src/apiclient/kubeconfig.rs", "parse"),
-    ("src/config.rs", "parse_run_args_with"),
-    ("src/config.rs", "apply_file"),
     ("src/eviction/mod.rs", "pass"),
     ("src/httpd.rs", "parse_head"),
     ("src/images/archive.rs", "plan_descriptor"),
