@@ -33,7 +33,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("src/pod/validate.rs", "validate_spec"),
     ("src/pod/validate.rs", "validate_container"),
     ("src/source/file.rs", "list_dir_cached"),
-    ("src/sync/mod.rs", "admit"),
     ("src/sync/worker.rs", "container_config"),
 ];
 
