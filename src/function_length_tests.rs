@@ -22,8 +22,6 @@ const ALLOWED: &[(&str, &str)] = &[
     // Being split on this branch, one commit each.
     ("src/apiclient/kubeconfig.rs", "parse"),
     ("src/httpd.rs", "parse_head"),
-    ("src/images/archive.rs", "plan_descriptor"),
-    ("src/images/archive.rs", "plan_docker"),
     ("src/images/dir.rs", "run"),
     ("src/images/mod.rs", "import_planned"),
     ("src/kubeapi.rs", "pod_log"),
