@@ -20,7 +20,6 @@ const ALLOWED: &[(&str, &str)] = &[
     // agent::run: being split by the wiring redesign
     ("src/agent.rs", "run"),
     // Being split on this branch, one commit each.
-    ("src/source/file.rs", "list_dir_cached"),
     ("src/sync/worker.rs", "container_config"),
 ];
 
