@@ -1057,170 +1057,267 @@ fn parse_run_args_with(
         }
     }
 
-    let mut hostname_override = String::new();
-    let mut system_reserved: Option<BTreeMap<String, String>> = None;
-    let mut kube_reserved: Option<BTreeMap<String, String>> = None;
-    let mut header_flags: Option<Vec<(String, String)>> = None;
+    let mut pending = PendingFlags::default();
     for (spec, value) in &flags {
-        let flag = format!("--{}", spec.name);
-        let err = |reason: String| ConfigError::InvalidFlag {
-            flag: flag.clone(),
-            reason,
-        };
-        match spec.name {
-            "config" | "help" => {}
-            "pod-manifest-path" => cfg.pod_manifest_path = PathBuf::from(value),
-            "manifest-url" => cfg.manifest_url = parse_manifest_url(value).map_err(err)?,
-            "manifest-url-header" => {
-                // Like the kubelet, the flag replaces the file's headers instead of merging.
-                let list = header_flags.get_or_insert_with(Vec::new);
-                list.extend(parse_header_list(value).map_err(err)?);
-            }
-            "file-check-frequency" => {
-                cfg.file_check_frequency = parse_frequency(value).map_err(err)?
-            }
-            "http-check-frequency" => {
-                cfg.http_check_frequency = parse_frequency(value).map_err(err)?
-            }
-            "sync-frequency" => cfg.sync_frequency = parse_frequency(value).map_err(err)?,
-            "container-runtime-endpoint" => {
-                cfg.runtime_endpoint = parse_endpoint(value).map_err(err)?
-            }
-            "runtime-request-timeout" => {
-                cfg.runtime_request_timeout = parse_frequency(value).map_err(err)?
-            }
-            "hostname-override" => hostname_override = value.clone(),
-            "root-dir" => cfg.root_dir = parse_nonempty_path(value).map_err(err)?,
-            "pod-logs-dir" => cfg.pod_logs_dir = parse_nonempty_path(value).map_err(err)?,
-            "config-map-dir" => cfg.config_map_dir = parse_nonempty_path(value).map_err(err)?,
-            "secret-dir" => cfg.secret_dir = parse_nonempty_path(value).map_err(err)?,
-            "images-dir" => cfg.images_dir = Some(PathBuf::from(value)),
-            "manifest-url-ca-file" => cfg.manifest_url_ca_file = optional_path(value),
-            "manifest-url-client-cert" => cfg.manifest_url_client_cert = optional_path(value),
-            "manifest-url-client-key" => cfg.manifest_url_client_key = optional_path(value),
-            "allow-insecure-manifest-dir" => cfg.allow_insecure_manifest_dir = value == "true",
-            "allow-privileged" => cfg.security.allow_privileged = value == "true",
-            "deny-host-namespaces" => cfg.security.deny_host_namespaces = value == "true",
-            "allowed-host-paths" => {
-                cfg.security.allowed_host_paths = parse_host_path_prefixes(
-                    value.split(',').map(str::trim).filter(|p| !p.is_empty()),
-                )
-                .map_err(err)?
-            }
-            "image-credentials-file" => cfg.image_credentials_file = Some(PathBuf::from(value)),
-            "resolv-conf" => cfg.resolv_conf = optional_path(value),
-            "node-ip" => cfg.node_ips = parse_node_ips(value).map_err(err)?,
-            "image-snapshotter" => cfg.image_snapshotter = parse_snapshotter(value).map_err(err)?,
-            "address" => cfg.address = parse_ip(value).map_err(err)?,
-            "read-only-port" => cfg.read_only_port = parse_port(value).map_err(err)?,
-            "read-only-token-file" => {
-                cfg.read_only_token_file = if value.is_empty() {
-                    None
-                } else {
-                    Some(PathBuf::from(value))
-                }
-            }
-            "healthz-bind-address" => cfg.healthz_bind_address = parse_ip(value).map_err(err)?,
-            "healthz-port" => cfg.healthz_port = parse_port(value).map_err(err)?,
-            "max-pods" => cfg.max_pods = parse_max_pods(value).map_err(err)?,
-            "container-log-max-size" => {
-                cfg.container_log_max_size = parse_log_size(value).map_err(err)?
-            }
-            "container-log-max-files" => {
-                cfg.container_log_max_files = parse_log_files(value).map_err(err)?
-            }
-            "kubeconfig" => cfg.kubeconfig = (!value.is_empty()).then(|| PathBuf::from(value)),
-            "node-labels" => {
-                cfg.node_labels = threshold::parse_pairs(&flag, value)
-                    .map_err(|e| err(e.to_string()))?
-                    .into_iter()
-                    .collect()
-            }
-            "node-status-update-frequency" => {
-                cfg.node_status_update_frequency = parse_frequency(value).map_err(err)?
-            }
-            "register-with-taints" => {
-                cfg.register_with_taints = parse_taints(value).map_err(err)?
-            }
-            "cgroup-driver" => {
-                cfg.cgroup_driver = crate::cm::CgroupDriver::parse(value).map_err(err)?
-            }
-            "container-log-monitor-interval" => {
-                cfg.container_log_monitor_interval = parse_frequency(value).map_err(err)?
-            }
-            "eviction-hard" => {
-                cfg.eviction.raw.hard =
-                    threshold::parse_statements(&flag, value).map_err(|e| err(e.to_string()))?
-            }
-            "eviction-soft" => {
-                cfg.eviction.raw.soft =
-                    threshold::parse_statements(&flag, value).map_err(|e| err(e.to_string()))?
-            }
-            "eviction-soft-grace-period" => {
-                cfg.eviction.raw.soft_grace =
-                    threshold::parse_pairs(&flag, value).map_err(|e| err(e.to_string()))?
-            }
-            "eviction-minimum-reclaim" => {
-                cfg.eviction.raw.min_reclaim =
-                    threshold::parse_pairs(&flag, value).map_err(|e| err(e.to_string()))?
-            }
-            "eviction-max-pod-grace-period" => {
-                cfg.eviction.max_pod_grace_period = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| err(format!("invalid integer {value:?}")))?
-            }
-            "eviction-pressure-transition-period" => {
-                cfg.eviction.pressure_transition_period = parse_go_duration(value)
-                    .map_err(|e| err(format!("invalid duration {value:?}: {e}")))?
-            }
-            "eviction-monitoring-period" => {
-                cfg.eviction.monitoring_period = parse_frequency(value).map_err(err)?
-            }
-            "image-gc-high-threshold" => {
-                cfg.eviction.image_gc.high_percent = parse_percent(value).map_err(err)?
-            }
-            "image-gc-low-threshold" => {
-                cfg.eviction.image_gc.low_percent = parse_percent(value).map_err(err)?
-            }
-            "minimum-image-ttl-duration" => {
-                cfg.eviction.image_gc.min_age = parse_go_duration(value)
-                    .map_err(|e| err(format!("invalid duration {value:?}: {e}")))?
-            }
-            "system-reserved" => {
-                system_reserved =
-                    Some(threshold::parse_pairs(&flag, value).map_err(|e| err(e.to_string()))?)
-            }
-            "kube-reserved" => {
-                kube_reserved =
-                    Some(threshold::parse_pairs(&flag, value).map_err(|e| err(e.to_string()))?)
-            }
-            "v" => cfg.verbosity = parse_verbosity(value).map_err(err)?,
-            other => return Err(ConfigError::UnknownFlag(format!("--{other}"))),
-        }
+        apply_flag(&mut cfg, &mut pending, spec.name, value)?;
     }
-    if let Some(headers) = header_flags {
-        cfg.manifest_url_headers = headers;
-    }
-    if let Some(r) = system_reserved {
-        cfg.eviction.system_reserved = r;
-    }
-    if let Some(r) = kube_reserved {
-        cfg.eviction.kube_reserved = r;
-    }
-    finish_eviction(&mut cfg)?;
+    pending.finish(cfg, hostname)
+}
 
-    let raw_name = if hostname_override.trim().is_empty() {
-        hostname().map_err(ConfigError::NodeName)?
-    } else {
-        hostname_override
-    };
-    cfg.node_name = normalize_node_name(&raw_name)?;
-    if cfg.read_only_port != 0 && !cfg.address.is_loopback() && cfg.read_only_token_file.is_none() {
-        return Err(ConfigError::ReadOnlyNeedsToken(cfg.address));
+/// Flag values that take effect only after every flag is read: the node name, and the
+/// settings a flag replaces whole instead of merging into the file's.
+#[derive(Default)]
+struct PendingFlags {
+    hostname_override: String,
+    system_reserved: Option<BTreeMap<String, String>>,
+    kube_reserved: Option<BTreeMap<String, String>>,
+    header_flags: Option<Vec<(String, String)>>,
+}
+
+impl PendingFlags {
+    /// Applies the pending values, resolves the node name and checks the whole configuration.
+    fn finish(
+        self,
+        mut cfg: Config,
+        hostname: &dyn Fn() -> Result<String, String>,
+    ) -> Result<ParseOutcome, ConfigError> {
+        if let Some(headers) = self.header_flags {
+            cfg.manifest_url_headers = headers;
+        }
+        if let Some(r) = self.system_reserved {
+            cfg.eviction.system_reserved = r;
+        }
+        if let Some(r) = self.kube_reserved {
+            cfg.eviction.kube_reserved = r;
+        }
+        finish_eviction(&mut cfg)?;
+
+        let raw_name = if self.hostname_override.trim().is_empty() {
+            hostname().map_err(ConfigError::NodeName)?
+        } else {
+            self.hostname_override
+        };
+        cfg.node_name = normalize_node_name(&raw_name)?;
+        if cfg.read_only_port != 0
+            && !cfg.address.is_loopback()
+            && cfg.read_only_token_file.is_none()
+        {
+            return Err(ConfigError::ReadOnlyNeedsToken(cfg.address));
+        }
+        check_manifest_url_tls(&cfg)?;
+        Ok(ParseOutcome::Run(cfg))
     }
-    check_manifest_url_tls(&cfg)?;
-    Ok(ParseOutcome::Run(cfg))
+}
+
+/// Applies one occurrence of a flag onto `cfg` (or `pending`), by area.
+fn apply_flag(
+    cfg: &mut Config,
+    pending: &mut PendingFlags,
+    name: &str,
+    value: &str,
+) -> Result<(), ConfigError> {
+    let flag = format!("--{name}");
+    let known = apply_source_flag(cfg, pending, name, &flag, value)?
+        || apply_runtime_flag(cfg, name, &flag, value)?
+        || apply_node_flag(cfg, pending, name, &flag, value)?
+        || apply_eviction_flag(cfg, pending, name, &flag, value)?;
+    if known {
+        Ok(())
+    } else {
+        Err(ConfigError::UnknownFlag(flag))
+    }
+}
+
+/// Applies one pod-source flag (static pod path and URL, their checks); `Ok(false)` when `name` is not one.
+fn apply_source_flag(
+    cfg: &mut Config,
+    pending: &mut PendingFlags,
+    name: &str,
+    flag: &str,
+    value: &str,
+) -> Result<bool, ConfigError> {
+    let err = |reason: String| ConfigError::InvalidFlag {
+        flag: flag.to_string(),
+        reason,
+    };
+    match name {
+        "config" | "help" => {}
+        "pod-manifest-path" => cfg.pod_manifest_path = PathBuf::from(value),
+        "manifest-url" => cfg.manifest_url = parse_manifest_url(value).map_err(err)?,
+        "manifest-url-header" => {
+            // Like the kubelet, the flag replaces the file's headers instead of merging.
+            let list = pending.header_flags.get_or_insert_with(Vec::new);
+            list.extend(parse_header_list(value).map_err(err)?);
+        }
+        "file-check-frequency" => cfg.file_check_frequency = parse_frequency(value).map_err(err)?,
+        "http-check-frequency" => cfg.http_check_frequency = parse_frequency(value).map_err(err)?,
+        "manifest-url-ca-file" => cfg.manifest_url_ca_file = optional_path(value),
+        "manifest-url-client-cert" => cfg.manifest_url_client_cert = optional_path(value),
+        "manifest-url-client-key" => cfg.manifest_url_client_key = optional_path(value),
+        "allow-insecure-manifest-dir" => cfg.allow_insecure_manifest_dir = value == "true",
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Applies one runtime, directory, security or container-log flag; `Ok(false)` when `name` is not one.
+fn apply_runtime_flag(
+    cfg: &mut Config,
+    name: &str,
+    flag: &str,
+    value: &str,
+) -> Result<bool, ConfigError> {
+    let err = |reason: String| ConfigError::InvalidFlag {
+        flag: flag.to_string(),
+        reason,
+    };
+    match name {
+        "sync-frequency" => cfg.sync_frequency = parse_frequency(value).map_err(err)?,
+        "container-runtime-endpoint" => {
+            cfg.runtime_endpoint = parse_endpoint(value).map_err(err)?
+        }
+        "runtime-request-timeout" => {
+            cfg.runtime_request_timeout = parse_frequency(value).map_err(err)?
+        }
+        "root-dir" => cfg.root_dir = parse_nonempty_path(value).map_err(err)?,
+        "pod-logs-dir" => cfg.pod_logs_dir = parse_nonempty_path(value).map_err(err)?,
+        "config-map-dir" => cfg.config_map_dir = parse_nonempty_path(value).map_err(err)?,
+        "secret-dir" => cfg.secret_dir = parse_nonempty_path(value).map_err(err)?,
+        "images-dir" => cfg.images_dir = Some(PathBuf::from(value)),
+        "allow-privileged" => cfg.security.allow_privileged = value == "true",
+        "deny-host-namespaces" => cfg.security.deny_host_namespaces = value == "true",
+        "allowed-host-paths" => {
+            cfg.security.allowed_host_paths =
+                parse_host_path_prefixes(value.split(',').map(str::trim).filter(|p| !p.is_empty()))
+                    .map_err(err)?
+        }
+        "image-credentials-file" => cfg.image_credentials_file = Some(PathBuf::from(value)),
+        "resolv-conf" => cfg.resolv_conf = optional_path(value),
+        "image-snapshotter" => cfg.image_snapshotter = parse_snapshotter(value).map_err(err)?,
+        "max-pods" => cfg.max_pods = parse_max_pods(value).map_err(err)?,
+        "container-log-max-size" => {
+            cfg.container_log_max_size = parse_log_size(value).map_err(err)?
+        }
+        "container-log-max-files" => {
+            cfg.container_log_max_files = parse_log_files(value).map_err(err)?
+        }
+        "cgroup-driver" => {
+            cfg.cgroup_driver = crate::cm::CgroupDriver::parse(value).map_err(err)?
+        }
+        "container-log-monitor-interval" => {
+            cfg.container_log_monitor_interval = parse_frequency(value).map_err(err)?
+        }
+        "v" => cfg.verbosity = parse_verbosity(value).map_err(err)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Applies one node, serving or API-server flag; `Ok(false)` when `name` is not one.
+fn apply_node_flag(
+    cfg: &mut Config,
+    pending: &mut PendingFlags,
+    name: &str,
+    flag: &str,
+    value: &str,
+) -> Result<bool, ConfigError> {
+    let err = |reason: String| ConfigError::InvalidFlag {
+        flag: flag.to_string(),
+        reason,
+    };
+    match name {
+        "hostname-override" => pending.hostname_override = value.to_string(),
+        "node-ip" => cfg.node_ips = parse_node_ips(value).map_err(err)?,
+        "address" => cfg.address = parse_ip(value).map_err(err)?,
+        "read-only-port" => cfg.read_only_port = parse_port(value).map_err(err)?,
+        "read-only-token-file" => {
+            cfg.read_only_token_file = if value.is_empty() {
+                None
+            } else {
+                Some(PathBuf::from(value))
+            }
+        }
+        "healthz-bind-address" => cfg.healthz_bind_address = parse_ip(value).map_err(err)?,
+        "healthz-port" => cfg.healthz_port = parse_port(value).map_err(err)?,
+        "kubeconfig" => cfg.kubeconfig = (!value.is_empty()).then(|| PathBuf::from(value)),
+        "node-labels" => {
+            cfg.node_labels = threshold::parse_pairs(flag, value)
+                .map_err(|e| err(e.to_string()))?
+                .into_iter()
+                .collect()
+        }
+        "node-status-update-frequency" => {
+            cfg.node_status_update_frequency = parse_frequency(value).map_err(err)?
+        }
+        "register-with-taints" => cfg.register_with_taints = parse_taints(value).map_err(err)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Applies one eviction or image-GC flag; `Ok(false)` when `name` is not one.
+fn apply_eviction_flag(
+    cfg: &mut Config,
+    pending: &mut PendingFlags,
+    name: &str,
+    flag: &str,
+    value: &str,
+) -> Result<bool, ConfigError> {
+    let err = |reason: String| ConfigError::InvalidFlag {
+        flag: flag.to_string(),
+        reason,
+    };
+    match name {
+        "eviction-hard" => {
+            cfg.eviction.raw.hard =
+                threshold::parse_statements(flag, value).map_err(|e| err(e.to_string()))?
+        }
+        "eviction-soft" => {
+            cfg.eviction.raw.soft =
+                threshold::parse_statements(flag, value).map_err(|e| err(e.to_string()))?
+        }
+        "eviction-soft-grace-period" => {
+            cfg.eviction.raw.soft_grace =
+                threshold::parse_pairs(flag, value).map_err(|e| err(e.to_string()))?
+        }
+        "eviction-minimum-reclaim" => {
+            cfg.eviction.raw.min_reclaim =
+                threshold::parse_pairs(flag, value).map_err(|e| err(e.to_string()))?
+        }
+        "eviction-max-pod-grace-period" => {
+            cfg.eviction.max_pod_grace_period = value
+                .trim()
+                .parse()
+                .map_err(|_| err(format!("invalid integer {value:?}")))?
+        }
+        "eviction-pressure-transition-period" => {
+            cfg.eviction.pressure_transition_period = parse_go_duration(value)
+                .map_err(|e| err(format!("invalid duration {value:?}: {e}")))?
+        }
+        "eviction-monitoring-period" => {
+            cfg.eviction.monitoring_period = parse_frequency(value).map_err(err)?
+        }
+        "image-gc-high-threshold" => {
+            cfg.eviction.image_gc.high_percent = parse_percent(value).map_err(err)?
+        }
+        "image-gc-low-threshold" => {
+            cfg.eviction.image_gc.low_percent = parse_percent(value).map_err(err)?
+        }
+        "minimum-image-ttl-duration" => {
+            cfg.eviction.image_gc.min_age = parse_go_duration(value)
+                .map_err(|e| err(format!("invalid duration {value:?}: {e}")))?
+        }
+        "system-reserved" => {
+            pending.system_reserved =
+                Some(threshold::parse_pairs(flag, value).map_err(|e| err(e.to_string()))?)
+        }
+        "kube-reserved" => {
+            pending.kube_reserved =
+                Some(threshold::parse_pairs(flag, value).map_err(|e| err(e.to_string()))?)
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// An empty value unsets a path.
@@ -1797,6 +1894,24 @@ pub fn parse_config_text(path: &Path, text: &str) -> Result<Config, ConfigError>
 }
 
 fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigError> {
+    let (fc, doc) = read_file_config(cfg, path, text)?;
+    // Relative paths in the file are relative to the file's directory, as in the kubelet.
+    let f = FileFields {
+        path,
+        base: path.parent().unwrap_or_else(|| Path::new("")),
+    };
+    f.apply_sources_and_serving(cfg, &fc, &doc)?;
+    f.apply_node(cfg, &fc)?;
+    f.apply_eviction(cfg, &fc)
+}
+
+/// Parses and checks the config file (apiVersion, kind), warns of fields nanolet ignores, and
+/// returns it typed and as the parsed document.
+fn read_file_config(
+    cfg: &mut Config,
+    path: &Path,
+    text: &str,
+) -> Result<(FileConfig, serde_json::Value), ConfigError> {
     let field_err = |field: &str, reason: String| ConfigError::InvalidField {
         path: path.to_path_buf(),
         field: field.to_string(),
@@ -1859,240 +1974,277 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
         let field = if field == "." { String::new() } else { field };
         field_err(&field, e.inner().to_string())
     })?;
+    Ok((fc, doc))
+}
 
-    // Relative paths in the file are relative to the file's directory, as in the kubelet.
-    let base = path.parent().unwrap_or_else(|| Path::new(""));
-    let resolve = |p: &str| {
+/// The config file whose fields are being applied: names it in errors, resolves its paths.
+struct FileFields<'a> {
+    path: &'a Path,
+    base: &'a Path,
+}
+
+impl FileFields<'_> {
+    /// An invalid `field` of this file.
+    fn err(&self, field: &str, reason: String) -> ConfigError {
+        ConfigError::InvalidField {
+            path: self.path.to_path_buf(),
+            field: field.to_string(),
+            reason,
+        }
+    }
+
+    /// A path from the file: relative ones are relative to the file's directory.
+    fn resolve(&self, p: &str) -> PathBuf {
         let p = PathBuf::from(p);
         if p.as_os_str().is_empty() || p.is_absolute() {
             p
         } else {
-            base.join(p)
+            self.base.join(p)
         }
-    };
+    }
 
-    if let Some(p) = &fc.static_pod_path {
-        cfg.pod_manifest_path = resolve(p);
-    }
-    if let Some(u) = &fc.static_pod_url {
-        cfg.manifest_url = parse_manifest_url(u).map_err(|r| field_err("staticPodURL", r))?;
-    }
-    if let Some(v) = map.get("staticPodURLHeader") {
-        cfg.manifest_url_headers = file_headers(v).map_err(|(f, r)| field_err(&f, r))?;
-    }
-    let durations = [
-        (
-            "fileCheckFrequency",
-            &fc.file_check_frequency,
-            &mut cfg.file_check_frequency,
-        ),
-        (
-            "httpCheckFrequency",
-            &fc.http_check_frequency,
-            &mut cfg.http_check_frequency,
-        ),
-        ("syncFrequency", &fc.sync_frequency, &mut cfg.sync_frequency),
-        (
-            "runtimeRequestTimeout",
-            &fc.runtime_request_timeout,
-            &mut cfg.runtime_request_timeout,
-        ),
-    ];
-    for (field, value, slot) in durations {
-        if let Some(s) = value {
-            *slot = parse_frequency(s).map_err(|r| field_err(field, r))?;
+    /// Applies the pod-source fields, the sync and runtime timings and the serving addresses.
+    fn apply_sources_and_serving(
+        &self,
+        cfg: &mut Config,
+        fc: &FileConfig,
+        doc: &serde_json::Value,
+    ) -> Result<(), ConfigError> {
+        if let Some(p) = &fc.static_pod_path {
+            cfg.pod_manifest_path = self.resolve(p);
         }
-    }
-    if let Some(s) = &fc.address {
-        cfg.address = parse_ip(s).map_err(|r| field_err("address", r))?;
-    }
-    if let Some(s) = &fc.healthz_bind_address {
-        cfg.healthz_bind_address = parse_ip(s).map_err(|r| field_err("healthzBindAddress", r))?;
-    }
-    if let Some(n) = fc.read_only_port {
-        cfg.read_only_port = port_from_int(n).map_err(|r| field_err("readOnlyPort", r))?;
-    }
-    if let Some(p) = &fc.resolv_conf {
-        // A KubeletConfiguration path ref: relative to the file's directory.
-        cfg.resolv_conf = (!p.is_empty()).then(|| resolve(p));
-    }
-    if let Some(p) = &fc.read_only_token_file {
-        cfg.read_only_token_file = (!p.is_empty()).then(|| resolve(p));
-    }
-    for (value, slot) in [
-        (&fc.static_pod_url_ca_file, &mut cfg.manifest_url_ca_file),
-        (
-            &fc.static_pod_url_client_cert_file,
-            &mut cfg.manifest_url_client_cert,
-        ),
-        (
-            &fc.static_pod_url_client_key_file,
-            &mut cfg.manifest_url_client_key,
-        ),
-    ] {
-        if let Some(p) = value {
-            *slot = (!p.is_empty()).then(|| resolve(p));
+        if let Some(u) = &fc.static_pod_url {
+            cfg.manifest_url = parse_manifest_url(u).map_err(|r| self.err("staticPodURL", r))?;
         }
-    }
-    if let Some(b) = fc.allow_insecure_manifest_dir {
-        cfg.allow_insecure_manifest_dir = b;
-    }
-    if let Some(b) = fc.allow_privileged {
-        cfg.security.allow_privileged = b;
-    }
-    if let Some(b) = fc.deny_host_namespaces {
-        cfg.security.deny_host_namespaces = b;
-    }
-    if let Some(list) = &fc.allowed_host_paths {
-        cfg.security.allowed_host_paths = parse_host_path_prefixes(list.iter().map(String::as_str))
-            .map_err(|r| field_err("allowedHostPaths", r))?;
-    }
-    if let Some(p) = &fc.images_dir {
-        cfg.images_dir = Some(if p.is_empty() {
-            PathBuf::new()
-        } else {
-            resolve(p)
-        });
-    }
-    if let Some(p) = &fc.image_credentials_file {
-        cfg.image_credentials_file = Some(if p.is_empty() {
-            PathBuf::new()
-        } else {
-            resolve(p)
-        });
-    }
-    if let Some(s) = &fc.image_snapshotter {
-        cfg.image_snapshotter =
-            parse_snapshotter(s).map_err(|r| field_err("imageSnapshotter", r))?;
-    }
-    if let Some(n) = fc.healthz_port {
-        cfg.healthz_port = port_from_int(n).map_err(|r| field_err("healthzPort", r))?;
-    }
-    if let Some(v) = fc.logging.as_ref().and_then(|l| l.verbosity) {
-        // `--v` (a flag) overrides it, as every flag does the file.
-        cfg.verbosity = u8::try_from(v.clamp(0, 10)).unwrap_or(10);
-        if v < 0 {
-            return Err(field_err(
-                "logging.verbosity",
-                format!("{v}: must be an integer from 0 to 10"),
-            ));
+        if let Some(v) = doc.get("staticPodURLHeader") {
+            cfg.manifest_url_headers = file_headers(v).map_err(|(f, r)| self.err(&f, r))?;
         }
-    }
-    if let Some(n) = fc.max_pods {
-        cfg.max_pods = max_pods_from_int(n).map_err(|r| field_err("maxPods", r))?;
-    }
-    if let Some(v) = &fc.container_log_max_size {
-        cfg.container_log_max_size =
-            parse_log_size(v).map_err(|r| field_err("containerLogMaxSize", r))?;
-    }
-    if let Some(n) = fc.container_log_max_files {
-        cfg.container_log_max_files =
-            parse_log_files(&n.to_string()).map_err(|r| field_err("containerLogMaxFiles", r))?;
-    }
-    if let Some(p) = &fc.pod_logs_dir {
-        parse_nonempty_path(p).map_err(|r| field_err("podLogsDir", r))?;
-        cfg.pod_logs_dir = resolve(p);
-    }
-    if let Some(s) = &fc.container_runtime_endpoint {
-        cfg.runtime_endpoint =
-            parse_endpoint(s).map_err(|r| field_err("containerRuntimeEndpoint", r))?;
-    }
-    if let Some(s) = &fc.node_status_update_frequency {
-        cfg.node_status_update_frequency =
-            parse_frequency(s).map_err(|r| field_err("nodeStatusUpdateFrequency", r))?;
-    }
-    if let Some(taints) = &fc.register_with_taints {
-        let mut out: Vec<Taint> = Vec::new();
-        for (i, t) in taints.iter().enumerate() {
-            let field = format!("registerWithTaints[{i}]");
-            t.validate().map_err(|r| field_err(&field, r))?;
-            check_duplicate_taint(&out, t).map_err(|r| field_err(&field, r))?;
-            out.push(t.clone());
+        let durations = [
+            (
+                "fileCheckFrequency",
+                &fc.file_check_frequency,
+                &mut cfg.file_check_frequency,
+            ),
+            (
+                "httpCheckFrequency",
+                &fc.http_check_frequency,
+                &mut cfg.http_check_frequency,
+            ),
+            ("syncFrequency", &fc.sync_frequency, &mut cfg.sync_frequency),
+            (
+                "runtimeRequestTimeout",
+                &fc.runtime_request_timeout,
+                &mut cfg.runtime_request_timeout,
+            ),
+        ];
+        for (field, value, slot) in durations {
+            if let Some(s) = value {
+                *slot = parse_frequency(s).map_err(|r| self.err(field, r))?;
+            }
         }
-        cfg.register_with_taints = out;
-    }
-    if let Some(s) = &fc.cgroup_driver {
-        cfg.cgroup_driver =
-            crate::cm::CgroupDriver::parse(s).map_err(|r| field_err("cgroupDriver", r))?;
-    }
-    if let Some(s) = &fc.container_log_monitor_interval {
-        cfg.container_log_monitor_interval =
-            parse_frequency(s).map_err(|r| field_err("containerLogMonitorInterval", r))?;
-    }
-    let ev = &mut cfg.eviction;
-    for (field, value, slot) in [
-        ("evictionHard", &fc.eviction_hard, &mut ev.raw.hard),
-        ("evictionSoft", &fc.eviction_soft, &mut ev.raw.soft),
-        (
-            "evictionSoftGracePeriod",
-            &fc.eviction_soft_grace_period,
-            &mut ev.raw.soft_grace,
-        ),
-        (
-            "evictionMinimumReclaim",
-            &fc.eviction_minimum_reclaim,
-            &mut ev.raw.min_reclaim,
-        ),
-        (
-            "systemReserved",
-            &fc.system_reserved,
-            &mut ev.system_reserved,
-        ),
-        ("kubeReserved", &fc.kube_reserved, &mut ev.kube_reserved),
-    ] {
-        if let Some(m) = value {
-            *slot = string_map(field, m).map_err(|(f, r)| field_err(&f, r))?;
+        if let Some(s) = &fc.address {
+            cfg.address = parse_ip(s).map_err(|r| self.err("address", r))?;
         }
+        if let Some(s) = &fc.healthz_bind_address {
+            cfg.healthz_bind_address =
+                parse_ip(s).map_err(|r| self.err("healthzBindAddress", r))?;
+        }
+        if let Some(n) = fc.read_only_port {
+            cfg.read_only_port = port_from_int(n).map_err(|r| self.err("readOnlyPort", r))?;
+        }
+        if let Some(p) = &fc.resolv_conf {
+            // A KubeletConfiguration path ref: relative to the file's directory.
+            cfg.resolv_conf = (!p.is_empty()).then(|| self.resolve(p));
+        }
+        if let Some(p) = &fc.read_only_token_file {
+            cfg.read_only_token_file = (!p.is_empty()).then(|| self.resolve(p));
+        }
+        for (value, slot) in [
+            (&fc.static_pod_url_ca_file, &mut cfg.manifest_url_ca_file),
+            (
+                &fc.static_pod_url_client_cert_file,
+                &mut cfg.manifest_url_client_cert,
+            ),
+            (
+                &fc.static_pod_url_client_key_file,
+                &mut cfg.manifest_url_client_key,
+            ),
+        ] {
+            if let Some(p) = value {
+                *slot = (!p.is_empty()).then(|| self.resolve(p));
+            }
+        }
+        if let Some(b) = fc.allow_insecure_manifest_dir {
+            cfg.allow_insecure_manifest_dir = b;
+        }
+        Ok(())
     }
-    if let Some(n) = fc.eviction_max_pod_grace_period {
-        ev.max_pod_grace_period = n;
-    }
-    for (field, value, slot, zero_ok) in [
-        (
-            "evictionPressureTransitionPeriod",
-            &fc.eviction_pressure_transition_period,
-            &mut ev.pressure_transition_period,
-            true,
-        ),
-        (
-            "evictionMonitoringPeriod",
-            &fc.eviction_monitoring_period,
-            &mut ev.monitoring_period,
-            false,
-        ),
-        (
-            "imageMinimumGCAge",
-            &fc.image_minimum_gc_age,
-            &mut ev.image_gc.min_age,
-            true,
-        ),
-    ] {
-        if let Some(s) = value {
-            *slot = if zero_ok {
-                parse_go_duration(s)
-                    .map_err(|e| field_err(field, format!("invalid duration {s:?}: {e}")))?
+
+    /// Applies the security, image, logging, pod-limit, container-log, runtime and node fields.
+    fn apply_node(&self, cfg: &mut Config, fc: &FileConfig) -> Result<(), ConfigError> {
+        if let Some(b) = fc.allow_privileged {
+            cfg.security.allow_privileged = b;
+        }
+        if let Some(b) = fc.deny_host_namespaces {
+            cfg.security.deny_host_namespaces = b;
+        }
+        if let Some(list) = &fc.allowed_host_paths {
+            cfg.security.allowed_host_paths =
+                parse_host_path_prefixes(list.iter().map(String::as_str))
+                    .map_err(|r| self.err("allowedHostPaths", r))?;
+        }
+        if let Some(p) = &fc.images_dir {
+            cfg.images_dir = Some(if p.is_empty() {
+                PathBuf::new()
             } else {
-                parse_frequency(s).map_err(|r| field_err(field, r))?
-            };
+                self.resolve(p)
+            });
         }
-    }
-    for (field, value, slot) in [
-        (
-            "imageGCHighThresholdPercent",
-            fc.image_gc_high_threshold_percent,
-            &mut ev.image_gc.high_percent,
-        ),
-        (
-            "imageGCLowThresholdPercent",
-            fc.image_gc_low_threshold_percent,
-            &mut ev.image_gc.low_percent,
-        ),
-    ] {
-        if let Some(n) = value {
-            *slot = parse_percent(&n.to_string()).map_err(|r| field_err(field, r))?;
+        if let Some(p) = &fc.image_credentials_file {
+            cfg.image_credentials_file = Some(if p.is_empty() {
+                PathBuf::new()
+            } else {
+                self.resolve(p)
+            });
         }
+        if let Some(s) = &fc.image_snapshotter {
+            cfg.image_snapshotter =
+                parse_snapshotter(s).map_err(|r| self.err("imageSnapshotter", r))?;
+        }
+        if let Some(n) = fc.healthz_port {
+            cfg.healthz_port = port_from_int(n).map_err(|r| self.err("healthzPort", r))?;
+        }
+        if let Some(v) = fc.logging.as_ref().and_then(|l| l.verbosity) {
+            // `--v` (a flag) overrides it, as every flag does the file.
+            cfg.verbosity = u8::try_from(v.clamp(0, 10)).unwrap_or(10);
+            if v < 0 {
+                return Err(self.err(
+                    "logging.verbosity",
+                    format!("{v}: must be an integer from 0 to 10"),
+                ));
+            }
+        }
+        if let Some(n) = fc.max_pods {
+            cfg.max_pods = max_pods_from_int(n).map_err(|r| self.err("maxPods", r))?;
+        }
+        if let Some(v) = &fc.container_log_max_size {
+            cfg.container_log_max_size =
+                parse_log_size(v).map_err(|r| self.err("containerLogMaxSize", r))?;
+        }
+        if let Some(n) = fc.container_log_max_files {
+            cfg.container_log_max_files =
+                parse_log_files(&n.to_string()).map_err(|r| self.err("containerLogMaxFiles", r))?;
+        }
+        if let Some(p) = &fc.pod_logs_dir {
+            parse_nonempty_path(p).map_err(|r| self.err("podLogsDir", r))?;
+            cfg.pod_logs_dir = self.resolve(p);
+        }
+        if let Some(s) = &fc.container_runtime_endpoint {
+            cfg.runtime_endpoint =
+                parse_endpoint(s).map_err(|r| self.err("containerRuntimeEndpoint", r))?;
+        }
+        if let Some(s) = &fc.node_status_update_frequency {
+            cfg.node_status_update_frequency =
+                parse_frequency(s).map_err(|r| self.err("nodeStatusUpdateFrequency", r))?;
+        }
+        if let Some(taints) = &fc.register_with_taints {
+            let mut out: Vec<Taint> = Vec::new();
+            for (i, t) in taints.iter().enumerate() {
+                let field = format!("registerWithTaints[{i}]");
+                t.validate().map_err(|r| self.err(&field, r))?;
+                check_duplicate_taint(&out, t).map_err(|r| self.err(&field, r))?;
+                out.push(t.clone());
+            }
+            cfg.register_with_taints = out;
+        }
+        if let Some(s) = &fc.cgroup_driver {
+            cfg.cgroup_driver =
+                crate::cm::CgroupDriver::parse(s).map_err(|r| self.err("cgroupDriver", r))?;
+        }
+        if let Some(s) = &fc.container_log_monitor_interval {
+            cfg.container_log_monitor_interval =
+                parse_frequency(s).map_err(|r| self.err("containerLogMonitorInterval", r))?;
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Applies the eviction and image garbage-collection fields.
+    fn apply_eviction(&self, cfg: &mut Config, fc: &FileConfig) -> Result<(), ConfigError> {
+        let ev = &mut cfg.eviction;
+        for (field, value, slot) in [
+            ("evictionHard", &fc.eviction_hard, &mut ev.raw.hard),
+            ("evictionSoft", &fc.eviction_soft, &mut ev.raw.soft),
+            (
+                "evictionSoftGracePeriod",
+                &fc.eviction_soft_grace_period,
+                &mut ev.raw.soft_grace,
+            ),
+            (
+                "evictionMinimumReclaim",
+                &fc.eviction_minimum_reclaim,
+                &mut ev.raw.min_reclaim,
+            ),
+            (
+                "systemReserved",
+                &fc.system_reserved,
+                &mut ev.system_reserved,
+            ),
+            ("kubeReserved", &fc.kube_reserved, &mut ev.kube_reserved),
+        ] {
+            if let Some(m) = value {
+                *slot = string_map(field, m).map_err(|(f, r)| self.err(&f, r))?;
+            }
+        }
+        if let Some(n) = fc.eviction_max_pod_grace_period {
+            ev.max_pod_grace_period = n;
+        }
+        for (field, value, slot, zero_ok) in [
+            (
+                "evictionPressureTransitionPeriod",
+                &fc.eviction_pressure_transition_period,
+                &mut ev.pressure_transition_period,
+                true,
+            ),
+            (
+                "evictionMonitoringPeriod",
+                &fc.eviction_monitoring_period,
+                &mut ev.monitoring_period,
+                false,
+            ),
+            (
+                "imageMinimumGCAge",
+                &fc.image_minimum_gc_age,
+                &mut ev.image_gc.min_age,
+                true,
+            ),
+        ] {
+            if let Some(s) = value {
+                *slot = if zero_ok {
+                    parse_go_duration(s)
+                        .map_err(|e| self.err(field, format!("invalid duration {s:?}: {e}")))?
+                } else {
+                    parse_frequency(s).map_err(|r| self.err(field, r))?
+                };
+            }
+        }
+        for (field, value, slot) in [
+            (
+                "imageGCHighThresholdPercent",
+                fc.image_gc_high_threshold_percent,
+                &mut ev.image_gc.high_percent,
+            ),
+            (
+                "imageGCLowThresholdPercent",
+                fc.image_gc_low_threshold_percent,
+                &mut ev.image_gc.low_percent,
+            ),
+        ] {
+            if let Some(n) = value {
+                *slot = parse_percent(&n.to_string()).map_err(|r| self.err(field, r))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `staticPodURLHeader: {Name: [value, ...]}`. Errors name the field path but never a value.

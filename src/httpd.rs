@@ -183,48 +183,14 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Parse {
         v if v.starts_with("HTTP/") => return Parse::Reject(505, "HTTP version not supported"),
         _ => return Parse::Reject(400, "malformed HTTP version"),
     };
-    let mut headers = Vec::new();
-    for line in lines.filter(|l| !l.is_empty()) {
-        if headers.len() >= MAX_HEADERS {
-            return Parse::Reject(431, "too many header fields");
-        }
-        if line.starts_with([' ', '\t']) {
-            return Parse::Reject(400, "obsolete line folding");
-        }
-        let Some((name, value)) = line.split_once(':') else {
-            return Parse::Reject(400, "malformed header field");
-        };
-        if !is_token(name) {
-            return Parse::Reject(400, "malformed header field name");
-        }
-        headers.push((
-            name.to_string(),
-            value.trim_matches([' ', '\t']).to_string(),
-        ));
-    }
-    let mut body_len: Option<usize> = None;
-    let mut chunked = false;
-    for (name, value) in &headers {
-        if name.eq_ignore_ascii_case("transfer-encoding") {
-            if !value.eq_ignore_ascii_case("chunked") || chunked {
-                return Parse::Reject(501, "unsupported Transfer-Encoding");
-            }
-            chunked = true;
-        }
-        if name.eq_ignore_ascii_case("content-length") {
-            let Ok(n) = value.parse::<u64>() else {
-                return Parse::Reject(400, "malformed Content-Length");
-            };
-            let n = usize::try_from(n).unwrap_or(usize::MAX);
-            if body_len.is_some_and(|b| b != n) {
-                return Parse::Reject(400, "conflicting Content-Length");
-            }
-            body_len = Some(n);
-        }
-    }
-    if chunked && body_len.is_some() {
-        return Parse::Reject(400, "both Content-Length and Transfer-Encoding");
-    }
+    let headers = match header_fields(lines) {
+        Ok(h) => h,
+        Err((status, why)) => return Parse::Reject(status, why),
+    };
+    let (body_len, chunked) = match body_framing(&headers) {
+        Ok(f) => f,
+        Err((status, why)) => return Parse::Reject(status, why),
+    };
     let body_len = if chunked {
         match chunked_len(&buf[head_len..], limits.max_body) {
             Ok(Some(n)) => n,
@@ -247,6 +213,60 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Parse {
         head_len: head_len + (buf_all.len() - buf.len()),
         body_len,
     }
+}
+
+/// The header fields after the request line, checked (RFC 9112 5).
+fn header_fields<'a>(
+    lines: impl Iterator<Item = &'a str>,
+) -> Result<Vec<(String, String)>, Refusal> {
+    let mut headers = Vec::new();
+    for line in lines.filter(|l| !l.is_empty()) {
+        if headers.len() >= MAX_HEADERS {
+            return Err((431, "too many header fields"));
+        }
+        if line.starts_with([' ', '\t']) {
+            return Err((400, "obsolete line folding"));
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            return Err((400, "malformed header field"));
+        };
+        if !is_token(name) {
+            return Err((400, "malformed header field name"));
+        }
+        headers.push((
+            name.to_string(),
+            value.trim_matches([' ', '\t']).to_string(),
+        ));
+    }
+    Ok(headers)
+}
+
+/// The body's framing from the header fields: its Content-Length, and whether it is chunked.
+fn body_framing(headers: &[(String, String)]) -> Result<(Option<usize>, bool), Refusal> {
+    let mut body_len: Option<usize> = None;
+    let mut chunked = false;
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            if !value.eq_ignore_ascii_case("chunked") || chunked {
+                return Err((501, "unsupported Transfer-Encoding"));
+            }
+            chunked = true;
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            let Ok(n) = value.parse::<u64>() else {
+                return Err((400, "malformed Content-Length"));
+            };
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            if body_len.is_some_and(|b| b != n) {
+                return Err((400, "conflicting Content-Length"));
+            }
+            body_len = Some(n);
+        }
+    }
+    if chunked && body_len.is_some() {
+        return Err((400, "both Content-Length and Transfer-Encoding"));
+    }
+    Ok((body_len, chunked))
 }
 
 /// A status and reason to refuse a request with.

@@ -1380,52 +1380,14 @@ fn pod_log(
     else {
         return not_found("pods", name);
     };
-    let parsed = (|| -> Result<(bool, bool, LogOptions), String> {
-        let follow = parse_bool(q, "follow")?;
-        let previous = parse_bool(q, "previous")?;
-        let timestamps = parse_bool(q, "timestamps")?;
-        let tail_lines = parse_positive(q, "tailLines")?.map(|n| n as usize);
-        let mut since = parse_positive(q, "sinceSeconds")?
-            .map(|s| SystemTime::now() - Duration::from_secs(s.unsigned_abs()));
-        if let Some(t) = q.get("sinceTime") {
-            since = Some(parse_rfc3339(t).ok_or_else(|| format!("sinceTime: invalid time {t:?}"))?);
-        }
-        Ok((
-            follow,
-            previous,
-            LogOptions {
-                timestamps,
-                tail_lines,
-                since,
-            },
-        ))
-    })();
-    let (follow, previous, opts) = match parsed {
+    let (follow, previous, opts) = match log_query(q) {
         Ok(v) => v,
         Err(m) => return bad_request(&m),
     };
-    let names: Vec<&str> = pod
-        .spec
-        .init_containers
-        .iter()
-        .chain(&pod.spec.containers)
-        .map(|c| c.name.as_str())
-        .collect();
-    let container = match q.get("container").filter(|c| !c.is_empty()) {
-        Some(c) => c.clone(),
-        None if pod.spec.containers.len() == 1 => pod.spec.containers[0].name.clone(),
-        None => {
-            return bad_request(&format!(
-                "a container name must be specified for pod {name}, choose one of: [{}]",
-                names.join(" ")
-            ));
-        }
+    let container = match log_container(&pod, name, q) {
+        Ok(c) => c,
+        Err(m) => return bad_request(&m),
     };
-    if !names.contains(&container.as_str()) {
-        return bad_request(&format!(
-            "container {container} is not valid for pod {name}"
-        ));
-    }
     let status = pod.status.as_ref().and_then(|st| {
         st.container_statuses
             .iter()
@@ -1493,6 +1455,57 @@ fn pod_log(
             )
         }
     }
+}
+
+/// The log query's parameters: (follow, previous, how to format the log).
+fn log_query(q: &BTreeMap<String, String>) -> Result<(bool, bool, LogOptions), String> {
+    let follow = parse_bool(q, "follow")?;
+    let previous = parse_bool(q, "previous")?;
+    let timestamps = parse_bool(q, "timestamps")?;
+    let tail_lines = parse_positive(q, "tailLines")?.map(|n| n as usize);
+    let mut since = parse_positive(q, "sinceSeconds")?
+        .map(|s| SystemTime::now() - Duration::from_secs(s.unsigned_abs()));
+    if let Some(t) = q.get("sinceTime") {
+        since = Some(parse_rfc3339(t).ok_or_else(|| format!("sinceTime: invalid time {t:?}"))?);
+    }
+    Ok((
+        follow,
+        previous,
+        LogOptions {
+            timestamps,
+            tail_lines,
+            since,
+        },
+    ))
+}
+
+/// The container whose log is asked for: `container`, or the pod's only container.
+fn log_container(
+    pod: &crate::pod::Pod,
+    name: &str,
+    q: &BTreeMap<String, String>,
+) -> Result<String, String> {
+    let names: Vec<&str> = pod
+        .spec
+        .init_containers
+        .iter()
+        .chain(&pod.spec.containers)
+        .map(|c| c.name.as_str())
+        .collect();
+    let container = match q.get("container").filter(|c| !c.is_empty()) {
+        Some(c) => c.clone(),
+        None if pod.spec.containers.len() == 1 => pod.spec.containers[0].name.clone(),
+        None => {
+            return Err(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                names.join(" ")
+            ));
+        }
+    };
+    if !names.contains(&container.as_str()) {
+        return Err(format!("container {container} is not valid for pod {name}"));
+    }
+    Ok(container)
 }
 
 #[cfg(test)]

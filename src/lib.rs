@@ -12,6 +12,8 @@ pub mod config;
 pub mod docgen;
 pub mod events;
 pub mod eviction;
+#[cfg(test)]
+mod function_length_tests;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod fuzzing;

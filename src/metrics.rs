@@ -147,38 +147,16 @@ impl Metrics {
     /// The full `/metrics` text for these pods.
     pub fn render(&self, pods: &[Pod]) -> String {
         let mut out = String::new();
-        // The kube `*_build_info` convention: a constant 1 carrying the build in its labels.
-        gauge(
-            &mut out,
-            "nanolet_build_info",
-            "A metric with a constant '1' value labeled by nanolet's version, git commit and target triple",
-            &[(
-                format!(
-                    "version=\"{}\",commit=\"{}\",target=\"{}\"",
-                    label_value(crate::VERSION),
-                    label_value(crate::GIT_COMMIT),
-                    label_value(crate::TARGET)
-                ),
-                1.0,
-            )],
-        );
-        let (running_pods, states) = pod_gauges(pods);
-        gauge(
-            &mut out,
-            "kubelet_running_pods",
-            "Number of pods that have a running pod sandbox",
-            &[(String::new(), running_pods as f64)],
-        );
-        let rows: Vec<(String, f64)> = states
-            .iter()
-            .map(|(s, n)| (format!("container_state=\"{s}\""), *n as f64))
-            .collect();
-        gauge(
-            &mut out,
-            "kubelet_running_containers",
-            "Number of containers currently running",
-            &rows,
-        );
+        render_build_info(&mut out);
+        render_pods(&mut out, pods);
+        self.render_recorded(&mut out);
+        self.render_process(&mut out);
+        out
+    }
+
+    /// The counters and histograms recorded so far: runtime operations, evictions, PLEG
+    /// relists and pod starts.
+    fn render_recorded(&self, out: &mut String) {
         let g = self.lock();
         let total: Vec<(String, f64)> = g
             .ops
@@ -191,14 +169,14 @@ impl Metrics {
             .map(|(op, (_, e))| (format!("operation_type=\"{op}\""), *e as f64))
             .collect();
         family(
-            &mut out,
+            out,
             "kubelet_runtime_operations_total",
             "Cumulative number of runtime operations by operation type.",
             "counter",
             &total,
         );
         family(
-            &mut out,
+            out,
             "kubelet_runtime_operations_errors_total",
             "Cumulative number of runtime operation errors by operation type.",
             "counter",
@@ -215,47 +193,49 @@ impl Metrics {
             })
             .collect();
         family(
-            &mut out,
+            out,
             "kubelet_evictions",
             "Cumulative number of pod evictions by eviction signal",
             "counter",
             &ev,
         );
         family(
-            &mut out,
+            out,
             "nanolet_eviction_manager_passes_total",
             "Cumulative number of eviction manager passes",
             "counter",
             &[(String::new(), g.eviction_passes as f64)],
         );
         g.relist.render(
-            &mut out,
+            out,
             "kubelet_pleg_relist_duration_seconds",
             "Duration in seconds for relisting pods in PLEG.",
         );
         g.pod_start.render(
-            &mut out,
+            out,
             "kubelet_pod_start_duration_seconds",
             "Duration in seconds from nanolet seeing a pod for the first time to the pod starting to run",
         );
-        drop(g);
+    }
 
+    /// The process_* metrics of nanolet's own process.
+    fn render_process(&self, out: &mut String) {
         let p = ProcessStats::read();
         gauge(
-            &mut out,
+            out,
             "process_resident_memory_bytes",
             "Resident memory size in bytes.",
             &[(String::new(), p.rss_bytes as f64)],
         );
         family(
-            &mut out,
+            out,
             "process_cpu_seconds_total",
             "Total user and system CPU time spent in seconds.",
             "counter",
             &[(String::new(), p.cpu_seconds)],
         );
         gauge(
-            &mut out,
+            out,
             "process_open_fds",
             "Number of open file descriptors.",
             &[(String::new(), p.open_fds as f64)],
@@ -266,13 +246,52 @@ impl Metrics {
             .map(|d| d.as_secs_f64())
             .unwrap_or_default();
         gauge(
-            &mut out,
+            out,
             "process_start_time_seconds",
             "Start time of the process since unix epoch in seconds.",
             &[(String::new(), start)],
         );
-        out
     }
+}
+
+/// `nanolet_build_info`.
+fn render_build_info(out: &mut String) {
+    // The kube `*_build_info` convention: a constant 1 carrying the build in its labels.
+    gauge(
+        out,
+        "nanolet_build_info",
+        "A metric with a constant '1' value labeled by nanolet's version, git commit and target triple",
+        &[(
+            format!(
+                "version=\"{}\",commit=\"{}\",target=\"{}\"",
+                label_value(crate::VERSION),
+                label_value(crate::GIT_COMMIT),
+                label_value(crate::TARGET)
+            ),
+            1.0,
+        )],
+    );
+}
+
+/// The running pods and containers gauges.
+fn render_pods(out: &mut String, pods: &[Pod]) {
+    let (running_pods, states) = pod_gauges(pods);
+    gauge(
+        out,
+        "kubelet_running_pods",
+        "Number of pods that have a running pod sandbox",
+        &[(String::new(), running_pods as f64)],
+    );
+    let rows: Vec<(String, f64)> = states
+        .iter()
+        .map(|(s, n)| (format!("container_state=\"{s}\""), *n as f64))
+        .collect();
+    gauge(
+        out,
+        "kubelet_running_containers",
+        "Number of containers currently running",
+        &rows,
+    );
 }
 
 /// One prober counter: (namespace, pod, container, probe type, result, count), as

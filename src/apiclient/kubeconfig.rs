@@ -130,57 +130,11 @@ impl Kubeconfig {
             field: field.to_string(),
             reason,
         };
-        // Read as client-go reads it (sigs.k8s.io/yaml: YAML 1.1, first document). Errors may
-        // quote the offending value (a token): report the position only.
-        let invalid = |reason: String| KubeconfigError::Invalid {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let doc = crate::yaml::to_json(text).map_err(|e| {
-            invalid(match e {
-                crate::yaml::DecodeError::Yaml(crate::yaml::YamlError::Syntax {
-                    line,
-                    column,
-                    ..
-                }) => {
-                    format!("invalid YAML at line {line} column {column}")
-                }
-                crate::yaml::DecodeError::Json(j) => {
-                    format!("invalid JSON at line {} column {}", j.line(), j.column())
-                }
-                crate::yaml::DecodeError::Yaml(_) => "invalid YAML".to_string(),
-            })
-        })?;
-        let file: File = serde_path_to_error::deserialize(&doc.value)
-            .map_err(|e| invalid(format!("invalid kubeconfig at {}", e.path())))?;
+        let file = decode_file(path, text)?;
         let base = path.parent().unwrap_or_else(|| Path::new(""));
-        let ctx_name = if file.current_context.is_empty() {
-            file.contexts
-                .first()
-                .map(|c| c.name.clone())
-                .unwrap_or_default()
-        } else {
-            file.current_context.clone()
-        };
-        let (cluster_name, user_name) = match file.contexts.iter().find(|c| c.name == ctx_name) {
-            Some(c) => (c.context.cluster.clone(), c.context.user.clone()),
-            None if file.contexts.is_empty() => (
-                file.clusters
-                    .first()
-                    .map(|c| c.name.clone())
-                    .unwrap_or_default(),
-                file.users
-                    .first()
-                    .map(|u| u.name.clone())
-                    .unwrap_or_default(),
-            ),
-            None => {
-                return Err(field(
-                    "current-context",
-                    format!("no context named {ctx_name:?}"),
-                ));
-            }
-        };
+        let (cluster_name, user_name) = file
+            .context_names()
+            .map_err(|r| field("current-context", r))?;
         let cluster = file
             .clusters
             .iter()
@@ -248,6 +202,60 @@ impl Kubeconfig {
             client_cert_pem,
             client_key_pem,
         })
+    }
+}
+
+/// Decodes the kubeconfig text into its typed form.
+fn decode_file(path: &Path, text: &str) -> Result<File, KubeconfigError> {
+    // Read as client-go reads it (sigs.k8s.io/yaml: YAML 1.1, first document). Errors may
+    // quote the offending value (a token): report the position only.
+    let invalid = |reason: String| KubeconfigError::Invalid {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let doc = crate::yaml::to_json(text).map_err(|e| {
+        invalid(match e {
+            crate::yaml::DecodeError::Yaml(crate::yaml::YamlError::Syntax {
+                line, column, ..
+            }) => {
+                format!("invalid YAML at line {line} column {column}")
+            }
+            crate::yaml::DecodeError::Json(j) => {
+                format!("invalid JSON at line {} column {}", j.line(), j.column())
+            }
+            crate::yaml::DecodeError::Yaml(_) => "invalid YAML".to_string(),
+        })
+    })?;
+    serde_path_to_error::deserialize(&doc.value)
+        .map_err(|e| invalid(format!("invalid kubeconfig at {}", e.path())))
+}
+
+impl File {
+    /// The (cluster, user) names of the current context (the first context when none is
+    /// current; the first cluster and user when there is no context).
+    fn context_names(&self) -> Result<(String, String), String> {
+        let ctx_name = if self.current_context.is_empty() {
+            self.contexts
+                .first()
+                .map(|c| c.name.clone())
+                .unwrap_or_default()
+        } else {
+            self.current_context.clone()
+        };
+        match self.contexts.iter().find(|c| c.name == ctx_name) {
+            Some(c) => Ok((c.context.cluster.clone(), c.context.user.clone())),
+            None if self.contexts.is_empty() => Ok((
+                self.clusters
+                    .first()
+                    .map(|c| c.name.clone())
+                    .unwrap_or_default(),
+                self.users
+                    .first()
+                    .map(|u| u.name.clone())
+                    .unwrap_or_default(),
+            )),
+            None => Err(format!("no context named {ctx_name:?}")),
+        }
     }
 }
 

@@ -503,19 +503,7 @@ impl Manager {
         self.store.metrics().inc_eviction_passes();
 
         // Local storage limits first; any eviction here ends the pass (as in the kubelet).
-        let mut evicted_local = vec![];
-        for p in &pods {
-            if crate::pod::helpers::is_critical(p) {
-                continue;
-            }
-            if let Some(msg) = usage
-                .get(&p.metadata.uid)
-                .and_then(|u| local_storage_violation(p, u))
-            {
-                self.evict(p, msg, 0, None);
-                evicted_local.push(p.metadata.uid.clone());
-            }
-        }
+        let evicted_local = self.evict_local_storage_violators(&pods, &usage);
 
         let mut obs = self.observe();
         let result = self.state.pass(
@@ -525,19 +513,7 @@ impl Manager {
             now,
         );
         if result.conditions != self.conditions {
-            for c in &result.conditions {
-                if !self.conditions.contains(c) {
-                    warn!(condition = c.as_str(), "node condition is now true");
-                }
-            }
-            for c in &self.conditions {
-                if !result.conditions.contains(c) {
-                    info!(condition = c.as_str(), "node condition cleared");
-                }
-            }
-            self.conditions = result.conditions.clone();
-            self.store.set_node_conditions(&self.conditions);
-            (self.events)(ManagerEvent::NodeConditionsChanged);
+            self.set_conditions(&result.conditions);
         }
         let periodic_gc = self
             .last_image_gc
@@ -560,45 +536,103 @@ impl Manager {
         let t = todo[0].clone();
 
         // Reclaim node-level resources for disk signals; stop if that was enough.
-        if t.signal.condition() == NodeCondition::DiskPressure {
-            let keep: BTreeSet<String> = self
-                .store
-                .pods()
-                .into_iter()
-                .filter(|p| {
-                    p.status
-                        .as_ref()
-                        .is_none_or(|s| s.phase != "Failed" && s.phase != "Succeeded")
-                })
-                .map(|p| p.metadata.uid)
-                .collect();
-            let removed = gc::reclaim_containers(self.runtime.as_ref(), &keep);
-            let o = obs.get(&t.signal).copied();
-            let need = o.map_or(0, |o| {
-                t.value.resolve(o.capacity) + t.min_reclaim.map_or(0, |r| r.resolve(o.capacity))
-                    - o.available
-            });
-            // Deleting images helps nodefs only when images live on the same filesystem.
-            let images_help = match t.signal {
-                Signal::ImageFsAvailable => true,
-                Signal::NodeFsAvailable => {
-                    observe::images_share_nodefs(self.runtime.as_ref(), &self.paths.root_dir)
-                }
-                _ => false,
-            };
-            let freed = if images_help {
-                self.image_gc(&obs, need, now)
-            } else {
-                0
-            };
-            info!(signal = %t.signal, containers_removed = removed, image_bytes_freed = freed, "reclaimed node-level resources");
-            obs = self.observe();
-            if threshold::met(std::slice::from_ref(&t), &obs, true).is_empty() {
-                info!(signal = %t.signal, "node-level reclaim relieved the pressure; no pod evicted");
-                return;
+        if t.signal.condition() == NodeCondition::DiskPressure
+            && self.reclaim_node_level(&t, &mut obs, now)
+        {
+            return;
+        }
+        self.evict_one(&t, &pods, &usage, &obs);
+    }
+
+    /// Evicts every non-critical pod over a local storage limit; returns their uids.
+    fn evict_local_storage_violators(
+        &mut self,
+        pods: &[Pod],
+        usage: &BTreeMap<String, observe::PodUsage>,
+    ) -> Vec<String> {
+        let mut evicted_local = vec![];
+        for p in pods {
+            if crate::pod::helpers::is_critical(p) {
+                continue;
+            }
+            if let Some(msg) = usage
+                .get(&p.metadata.uid)
+                .and_then(|u| local_storage_violation(p, u))
+            {
+                self.evict(p, msg, 0, None);
+                evicted_local.push(p.metadata.uid.clone());
             }
         }
+        evicted_local
+    }
 
+    /// Logs and publishes a new set of true node conditions, and tells the sync loop.
+    fn set_conditions(&mut self, conditions: &[NodeCondition]) {
+        for c in conditions {
+            if !self.conditions.contains(c) {
+                warn!(condition = c.as_str(), "node condition is now true");
+            }
+        }
+        for c in &self.conditions {
+            if !conditions.contains(c) {
+                info!(condition = c.as_str(), "node condition cleared");
+            }
+        }
+        self.conditions = conditions.to_vec();
+        self.store.set_node_conditions(&self.conditions);
+        (self.events)(ManagerEvent::NodeConditionsChanged);
+    }
+
+    /// Removes dead containers and, when that helps, unused images for the disk threshold `t`;
+    /// `true` when the pressure is gone after it (`obs` is observed again).
+    fn reclaim_node_level(&mut self, t: &Threshold, obs: &mut Observations, now: Instant) -> bool {
+        let keep: BTreeSet<String> = self
+            .store
+            .pods()
+            .into_iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .is_none_or(|s| s.phase != "Failed" && s.phase != "Succeeded")
+            })
+            .map(|p| p.metadata.uid)
+            .collect();
+        let removed = gc::reclaim_containers(self.runtime.as_ref(), &keep);
+        let o = obs.get(&t.signal).copied();
+        let need = o.map_or(0, |o| {
+            t.value.resolve(o.capacity) + t.min_reclaim.map_or(0, |r| r.resolve(o.capacity))
+                - o.available
+        });
+        // Deleting images helps nodefs only when images live on the same filesystem.
+        let images_help = match t.signal {
+            Signal::ImageFsAvailable => true,
+            Signal::NodeFsAvailable => {
+                observe::images_share_nodefs(self.runtime.as_ref(), &self.paths.root_dir)
+            }
+            _ => false,
+        };
+        let freed = if images_help {
+            self.image_gc(obs, need, now)
+        } else {
+            0
+        };
+        info!(signal = %t.signal, containers_removed = removed, image_bytes_freed = freed, "reclaimed node-level resources");
+        *obs = self.observe();
+        if threshold::met(std::slice::from_ref(t), obs, true).is_empty() {
+            info!(signal = %t.signal, "node-level reclaim relieved the pressure; no pod evicted");
+            return true;
+        }
+        false
+    }
+
+    /// Evicts the pod that ranks first for threshold `t`'s resource, if any can be evicted.
+    fn evict_one(
+        &mut self,
+        t: &Threshold,
+        pods: &[Pod],
+        usage: &BTreeMap<String, observe::PodUsage>,
+        obs: &Observations,
+    ) {
         let resource = t.signal.resource();
         let candidates: Vec<rank::Candidate> = pods
             .iter()
@@ -625,7 +659,7 @@ impl Manager {
             return;
         };
         let u = usage.get(&victim.uid).cloned().unwrap_or_default();
-        let msg = eviction_message(&t, &obs, pod, &u);
+        let msg = eviction_message(t, obs, pod, &u);
         let grace = if t.is_hard() {
             IMMEDIATE_GRACE_SECONDS
         } else {

@@ -1037,105 +1037,128 @@ fn plan_descriptor(
     let is_index = mt == MT_OCI_INDEX
         || mt == MT_DOCKER_LIST
         || (mt.is_empty() && v.get("manifests").is_some());
-    if is_index {
-        let children = v
-            .get("manifests")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        // containerd's platform rule (images.Manifest, and the exporter behind `ctr images
-        // export`): a child without a `platform` matches every platform, but sorts after each
-        // child whose platform does match (the matcher's order: the host's exact platform
-        // first, then compatible ARM variants; ties keep the index's order), and containerd
-        // takes the first. Attestation manifests (buildx: annotation
-        // `vnd.docker.reference.type: attestation-manifest`, platform unknown/unknown) are
-        // never chosen.
-        let mut best: Option<(usize, usize)> = None;
-        let mut labels = BTreeMap::new();
-        let mut seen = Vec::new();
-        let mut attestations = 0usize;
-        for (i, c) in children.iter().enumerate() {
-            labels.insert(
-                format!("containerd.io/gc.ref.content.m.{i}"),
-                str_field(c, "digest").to_string(),
-            );
-            if is_attestation(c) {
-                attestations += 1;
-                continue;
-            }
-            let rank = match c.get("platform") {
-                None | Some(Value::Null) => Some(NO_PLATFORM_RANK),
-                Some(p) => {
-                    let (os, arch, variant) = (
-                        str_field(p, "os"),
-                        str_field(p, "architecture"),
-                        str_field(p, "variant"),
-                    );
-                    seen.push(
-                        Platform {
-                            os: os.into(),
-                            architecture: arch.into(),
-                            variant: variant.into(),
-                        }
-                        .to_string(),
-                    );
-                    ctx.platform.rank(os, arch, variant)
-                }
-            };
-            if let Some(r) = rank {
-                if best.is_none_or(|(br, _)| r < br) {
-                    best = Some((r, i));
-                }
-            }
-        }
-        let Some((_, i)) = best else {
-            if attestations > 0 {
-                seen.push(format!(
-                    "{attestations} attestation manifest{}, never imported",
-                    if attestations == 1 { "" } else { "s" }
-                ));
-            }
-            return Err(ctx.err(
-                at,
-                format!(
-                    "no manifest for platform {} in index {digest} (it has: {})",
-                    ctx.platform,
-                    if seen.is_empty() {
-                        "none".to_string()
-                    } else {
-                        seen.join(", ")
-                    }
-                ),
-            ));
-        };
-        let mut img = plan_descriptor(
-            ctx,
-            plan,
-            &children[i],
-            &format!("{at} -> {digest}"),
-            depth + 1,
-        )?;
-        plan.add_blob(Blob {
-            digest: digest.to_string(),
-            size: bytes.len() as u64,
-            media_type: if mt.is_empty() {
-                MT_OCI_INDEX.into()
-            } else {
-                mt.clone()
-            },
-            source: Source::Memory(bytes.clone()),
-            labels,
-        });
-        img.target_digest = digest.to_string();
-        img.target_size = bytes.len() as u64;
-        img.target_media_type = if mt.is_empty() {
+    if !is_index {
+        return plan_manifest(ctx, plan, &v, bytes, digest, mt, at);
+    }
+    let children = v
+        .get("manifests")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let (i, labels) = choose_child(ctx, &children, digest, at)?;
+    let mut img = plan_descriptor(
+        ctx,
+        plan,
+        &children[i],
+        &format!("{at} -> {digest}"),
+        depth + 1,
+    )?;
+    plan.add_blob(Blob {
+        digest: digest.to_string(),
+        size: bytes.len() as u64,
+        media_type: if mt.is_empty() {
             MT_OCI_INDEX.into()
         } else {
-            mt
+            mt.clone()
+        },
+        source: Source::Memory(bytes.clone()),
+        labels,
+    });
+    img.target_digest = digest.to_string();
+    img.target_size = bytes.len() as u64;
+    img.target_media_type = if mt.is_empty() {
+        MT_OCI_INDEX.into()
+    } else {
+        mt
+    };
+    Ok(img)
+}
+
+/// The index child to import (its position) and the index's content labels.
+fn choose_child(
+    ctx: &Ctx,
+    children: &[Value],
+    digest: &str,
+    at: &str,
+) -> Result<(usize, BTreeMap<String, String>)> {
+    // containerd's platform rule (images.Manifest, and the exporter behind `ctr images
+    // export`): a child without a `platform` matches every platform, but sorts after each
+    // child whose platform does match (the matcher's order: the host's exact platform
+    // first, then compatible ARM variants; ties keep the index's order), and containerd
+    // takes the first. Attestation manifests (buildx: annotation
+    // `vnd.docker.reference.type: attestation-manifest`, platform unknown/unknown) are
+    // never chosen.
+    let mut best: Option<(usize, usize)> = None;
+    let mut labels = BTreeMap::new();
+    let mut seen = Vec::new();
+    let mut attestations = 0usize;
+    for (i, c) in children.iter().enumerate() {
+        labels.insert(
+            format!("containerd.io/gc.ref.content.m.{i}"),
+            str_field(c, "digest").to_string(),
+        );
+        if is_attestation(c) {
+            attestations += 1;
+            continue;
+        }
+        let rank = match c.get("platform") {
+            None | Some(Value::Null) => Some(NO_PLATFORM_RANK),
+            Some(p) => {
+                let (os, arch, variant) = (
+                    str_field(p, "os"),
+                    str_field(p, "architecture"),
+                    str_field(p, "variant"),
+                );
+                seen.push(
+                    Platform {
+                        os: os.into(),
+                        architecture: arch.into(),
+                        variant: variant.into(),
+                    }
+                    .to_string(),
+                );
+                ctx.platform.rank(os, arch, variant)
+            }
         };
-        return Ok(img);
+        if let Some(r) = rank {
+            if best.is_none_or(|(br, _)| r < br) {
+                best = Some((r, i));
+            }
+        }
     }
-    // A manifest.
+    let Some((_, i)) = best else {
+        if attestations > 0 {
+            seen.push(format!(
+                "{attestations} attestation manifest{}, never imported",
+                if attestations == 1 { "" } else { "s" }
+            ));
+        }
+        return Err(ctx.err(
+            at,
+            format!(
+                "no manifest for platform {} in index {digest} (it has: {})",
+                ctx.platform,
+                if seen.is_empty() {
+                    "none".to_string()
+                } else {
+                    seen.join(", ")
+                }
+            ),
+        ));
+    };
+    Ok((i, labels))
+}
+
+/// A manifest descriptor's plan: its config and layers as blobs, and the image they make.
+fn plan_manifest(
+    ctx: &Ctx,
+    plan: &mut Plan,
+    v: &Value,
+    bytes: Vec<u8>,
+    digest: &str,
+    mt: String,
+    at: &str,
+) -> Result<ImagePlan> {
     let cfg = v
         .get("config")
         .ok_or_else(|| ctx.err(at, format!("manifest {digest} has no config")))?;
@@ -1272,131 +1295,7 @@ fn plan_docker(ctx: &Ctx) -> Result<Plan> {
         ..Plan::default()
     };
     for (i, e) in entries.iter().enumerate() {
-        let at = format!("manifest.json[{i}]");
-        let cfg_path = str_field(e, "Config");
-        let (real_cfg, cfg_file) = ctx
-            .scan
-            .resolve(cfg_path)
-            .ok_or_else(|| ctx.err(&format!("{at}.Config"), format!("{cfg_path:?} is missing")))?;
-        let cfg_bytes = cfg_file
-            .content
-            .clone()
-            .ok_or_else(|| ctx.err(real_cfg, "config is not a small JSON document"))?;
-        let config: Value = serde_json::from_slice(&cfg_bytes)
-            .map_err(|e| ctx.err(real_cfg, format!("invalid JSON: {e}")))?;
-        let cfg_digest = cfg_file.digest.clone();
-        let platform = check_config_platform(ctx, &config, &at)?;
-        let diff_ids = diff_ids(ctx, &config, real_cfg)?;
-        let layer_paths: Vec<&str> = e
-            .get("Layers")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        if layer_paths.len() != diff_ids.len() {
-            return Err(ctx.err(
-                &format!("{at}.Layers"),
-                format!(
-                    "{} layers but the config has {} diff_ids",
-                    layer_paths.len(),
-                    diff_ids.len()
-                ),
-            ));
-        }
-        let mut layers = Vec::new();
-        let mut mlayers = Vec::new();
-        let mut labels = BTreeMap::new();
-        labels.insert(
-            "containerd.io/gc.ref.content.config".to_string(),
-            cfg_digest.clone(),
-        );
-        for (j, lp) in layer_paths.iter().enumerate() {
-            let (real, f) = ctx.scan.resolve(lp).ok_or_else(|| {
-                ctx.err(&format!("{at}.Layers[{j}]"), format!("{lp:?} is missing"))
-            })?;
-            let mt = match Compression::detect(&f.head) {
-                Compression::Gzip => MT_DOCKER_LAYER_GZIP,
-                Compression::Zstd => MT_DOCKER_LAYER_ZSTD,
-                Compression::None => MT_DOCKER_LAYER,
-            };
-            if mt == MT_DOCKER_LAYER && f.digest != diff_ids[j] {
-                return Err(ctx.err(
-                    real,
-                    format!(
-                        "uncompressed layer hashes to {} but the config says {}: corrupt archive",
-                        f.digest, diff_ids[j]
-                    ),
-                ));
-            }
-            labels.insert(
-                format!("containerd.io/gc.ref.content.l.{j}"),
-                f.digest.clone(),
-            );
-            let mut llabels = BTreeMap::new();
-            llabels.insert(
-                "containerd.io/uncompressed".to_string(),
-                diff_ids[j].clone(),
-            );
-            plan.add_blob(Blob {
-                digest: f.digest.clone(),
-                size: f.size,
-                media_type: mt.into(),
-                source: Source::Archive(real.to_string()),
-                labels: llabels,
-            });
-            mlayers.push(serde_json::json!({"mediaType": mt, "size": f.size, "digest": f.digest}));
-            layers.push(Layer {
-                digest: f.digest.clone(),
-                size: f.size,
-                media_type: mt.into(),
-                diff_id: diff_ids[j].clone(),
-            });
-        }
-        // docker schema2 manifest for config + layers (docker save has none of its own).
-        let manifest = serde_json::json!({
-            "schemaVersion": 2,
-            "mediaType": MT_DOCKER_MANIFEST,
-            "config": {"mediaType": MT_DOCKER_CONFIG, "size": cfg_file.size, "digest": cfg_digest},
-            "layers": mlayers,
-        });
-        let mbytes = serde_json::to_vec(&manifest).map_err(|e| ctx.err(&at, e.to_string()))?;
-        let mdigest = sha256_digest(&mbytes);
-        plan.add_blob(Blob {
-            digest: cfg_digest.clone(),
-            size: cfg_bytes.len() as u64,
-            media_type: MT_DOCKER_CONFIG.into(),
-            source: Source::Memory(cfg_bytes),
-            labels: BTreeMap::new(),
-        });
-        plan.add_blob(Blob {
-            digest: mdigest.clone(),
-            size: mbytes.len() as u64,
-            media_type: MT_DOCKER_MANIFEST.into(),
-            source: Source::Memory(mbytes.clone()),
-            labels,
-        });
-        let mut names = Vec::new();
-        for t in e
-            .get("RepoTags")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
-            names.push(normalize_ref(t).map_err(|r| ctx.err(&format!("{at}.RepoTags"), r))?);
-        }
-        if names.is_empty() {
-            plan.skipped.push(format!("{at}: no RepoTags"));
-            continue;
-        }
-        plan.images.push(ImagePlan {
-            names,
-            target_digest: mdigest,
-            target_size: mbytes.len() as u64,
-            target_media_type: MT_DOCKER_MANIFEST.into(),
-            config_digest: cfg_digest,
-            layers,
-            platform,
-        });
+        plan_docker_image(ctx, &mut plan, &format!("manifest.json[{i}]"), e)?;
     }
     if plan.images.is_empty() {
         return Err(ctx.err(
@@ -1408,6 +1307,152 @@ fn plan_docker(ctx: &Ctx) -> Result<Plan> {
         ));
     }
     Ok(plan)
+}
+
+/// One `manifest.json` entry `e` (at `at`): its config and layers as blobs, a docker schema2
+/// manifest made for them, and the image under its RepoTags (skipped without any).
+fn plan_docker_image(ctx: &Ctx, plan: &mut Plan, at: &str, e: &Value) -> Result<()> {
+    let cfg_path = str_field(e, "Config");
+    let (real_cfg, cfg_file) = ctx
+        .scan
+        .resolve(cfg_path)
+        .ok_or_else(|| ctx.err(&format!("{at}.Config"), format!("{cfg_path:?} is missing")))?;
+    let cfg_bytes = cfg_file
+        .content
+        .clone()
+        .ok_or_else(|| ctx.err(real_cfg, "config is not a small JSON document"))?;
+    let config: Value = serde_json::from_slice(&cfg_bytes)
+        .map_err(|e| ctx.err(real_cfg, format!("invalid JSON: {e}")))?;
+    let cfg_digest = cfg_file.digest.clone();
+    let platform = check_config_platform(ctx, &config, at)?;
+    let diff_ids = diff_ids(ctx, &config, real_cfg)?;
+    let layer_paths: Vec<&str> = e
+        .get("Layers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if layer_paths.len() != diff_ids.len() {
+        return Err(ctx.err(
+            &format!("{at}.Layers"),
+            format!(
+                "{} layers but the config has {} diff_ids",
+                layer_paths.len(),
+                diff_ids.len()
+            ),
+        ));
+    }
+    let mut labels = BTreeMap::new();
+    labels.insert(
+        "containerd.io/gc.ref.content.config".to_string(),
+        cfg_digest.clone(),
+    );
+    let (layers, mlayers) =
+        plan_docker_layers(ctx, plan, at, &layer_paths, &diff_ids, &mut labels)?;
+    // docker schema2 manifest for config + layers (docker save has none of its own).
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": MT_DOCKER_MANIFEST,
+        "config": {"mediaType": MT_DOCKER_CONFIG, "size": cfg_file.size, "digest": cfg_digest},
+        "layers": mlayers,
+    });
+    let mbytes = serde_json::to_vec(&manifest).map_err(|e| ctx.err(at, e.to_string()))?;
+    let mdigest = sha256_digest(&mbytes);
+    plan.add_blob(Blob {
+        digest: cfg_digest.clone(),
+        size: cfg_bytes.len() as u64,
+        media_type: MT_DOCKER_CONFIG.into(),
+        source: Source::Memory(cfg_bytes),
+        labels: BTreeMap::new(),
+    });
+    plan.add_blob(Blob {
+        digest: mdigest.clone(),
+        size: mbytes.len() as u64,
+        media_type: MT_DOCKER_MANIFEST.into(),
+        source: Source::Memory(mbytes.clone()),
+        labels,
+    });
+    let mut names = Vec::new();
+    for t in e
+        .get("RepoTags")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        names.push(normalize_ref(t).map_err(|r| ctx.err(&format!("{at}.RepoTags"), r))?);
+    }
+    if names.is_empty() {
+        plan.skipped.push(format!("{at}: no RepoTags"));
+        return Ok(());
+    }
+    plan.images.push(ImagePlan {
+        names,
+        target_digest: mdigest,
+        target_size: mbytes.len() as u64,
+        target_media_type: MT_DOCKER_MANIFEST.into(),
+        config_digest: cfg_digest,
+        layers,
+        platform,
+    });
+    Ok(())
+}
+
+/// The entry's layer files as blobs (their media type from their compression), each listed
+/// in `labels`; returns the layers and their schema2 manifest descriptors.
+fn plan_docker_layers(
+    ctx: &Ctx,
+    plan: &mut Plan,
+    at: &str,
+    layer_paths: &[&str],
+    diff_ids: &[String],
+    labels: &mut BTreeMap<String, String>,
+) -> Result<(Vec<Layer>, Vec<Value>)> {
+    let mut layers = Vec::new();
+    let mut mlayers = Vec::new();
+    for (j, lp) in layer_paths.iter().enumerate() {
+        let (real, f) = ctx
+            .scan
+            .resolve(lp)
+            .ok_or_else(|| ctx.err(&format!("{at}.Layers[{j}]"), format!("{lp:?} is missing")))?;
+        let mt = match Compression::detect(&f.head) {
+            Compression::Gzip => MT_DOCKER_LAYER_GZIP,
+            Compression::Zstd => MT_DOCKER_LAYER_ZSTD,
+            Compression::None => MT_DOCKER_LAYER,
+        };
+        if mt == MT_DOCKER_LAYER && f.digest != diff_ids[j] {
+            return Err(ctx.err(
+                real,
+                format!(
+                    "uncompressed layer hashes to {} but the config says {}: corrupt archive",
+                    f.digest, diff_ids[j]
+                ),
+            ));
+        }
+        labels.insert(
+            format!("containerd.io/gc.ref.content.l.{j}"),
+            f.digest.clone(),
+        );
+        let mut llabels = BTreeMap::new();
+        llabels.insert(
+            "containerd.io/uncompressed".to_string(),
+            diff_ids[j].clone(),
+        );
+        plan.add_blob(Blob {
+            digest: f.digest.clone(),
+            size: f.size,
+            media_type: mt.into(),
+            source: Source::Archive(real.to_string()),
+            labels: llabels,
+        });
+        mlayers.push(serde_json::json!({"mediaType": mt, "size": f.size, "digest": f.digest}));
+        layers.push(Layer {
+            digest: f.digest.clone(),
+            size: f.size,
+            media_type: mt.into(),
+            diff_id: diff_ids[j].clone(),
+        });
+    }
+    Ok((layers, mlayers))
 }
 
 #[cfg(test)]

@@ -208,37 +208,69 @@ pub fn spawn(cfg: ImagesDirConfig, report: Report) -> std::io::Result<ImagesDirH
 
 fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>) {
     tracing::info!(dir = %cfg.dir.display(), "images directory watcher started");
-    let mut state = load_state(&cfg.root_dir);
-    // Failed files are remembered in memory only: retried when they change or after a restart.
-    let mut failed: BTreeMap<String, (u64, u128)> = BTreeMap::new();
-    let mut client: Option<Client> = None;
-    // The last refusal of the directory itself, reported once until it changes.
-    let mut refused: Option<String> = None;
+    let mut w = Importer {
+        state: load_state(&cfg.root_dir),
+        cfg,
+        report,
+        failed: BTreeMap::new(),
+        client: None,
+        refused: None,
+    };
     loop {
-        let mut todo: Vec<_> = pending(&cfg.dir, &state)
+        let todo = w.todo();
+        w.import(todo);
+        w.forget_gone();
+        if !wait_for_change(&rx) {
+            return;
+        }
+    }
+}
+
+/// The images-directory thread's state between passes.
+struct Importer {
+    cfg: ImagesDirConfig,
+    report: Report,
+    /// The imported files.
+    state: BTreeMap<String, FileStamp>,
+    /// Failed files are remembered in memory only: retried when they change or after a restart.
+    failed: BTreeMap<String, (u64, u128)>,
+    client: Option<Client>,
+    /// The last refusal of the directory itself, reported once until it changes.
+    refused: Option<String>,
+}
+
+impl Importer {
+    /// The archives to import now (name, size, mtime): new or changed, not failed as they are,
+    /// and (unless insecure is allowed) in a safe directory and safe themselves.
+    fn todo(&mut self) -> Vec<(String, u64, u128)> {
+        let mut todo: Vec<_> = pending(&self.cfg.dir, &self.state)
             .into_iter()
-            .filter(|(n, s, m)| failed.get(n) != Some(&(*s, *m)))
+            .filter(|(n, s, m)| self.failed.get(n) != Some(&(*s, *m)))
             .collect();
-        if !cfg.allow_insecure {
-            match crate::source::file::check_dir_chain(&cfg.dir, "images directory", IMAGES_RISK) {
-                Ok(()) => refused = None,
+        if !self.cfg.allow_insecure {
+            match crate::source::file::check_dir_chain(
+                &self.cfg.dir,
+                "images directory",
+                IMAGES_RISK,
+            ) {
+                Ok(()) => self.refused = None,
                 Err(e) => {
                     let reason = e.to_string();
-                    if refused.as_ref() != Some(&reason) {
-                        tracing::error!(dir = %cfg.dir.display(), "images directory not imported: {reason}");
-                        report(
-                            &cfg.dir.display().to_string(),
+                    if self.refused.as_ref() != Some(&reason) {
+                        tracing::error!(dir = %self.cfg.dir.display(), "images directory not imported: {reason}");
+                        (self.report)(
+                            &self.cfg.dir.display().to_string(),
                             true,
                             "ImageImportFailed",
                             &reason,
                         );
-                        refused = Some(reason);
+                        self.refused = Some(reason);
                     }
                     todo.clear();
                 }
             }
             todo.retain(|(name, size, mtime)| {
-                let path = cfg.dir.join(name);
+                let path = self.cfg.dir.join(name);
                 let checked = std::fs::metadata(&path)
                     .map_err(|e| e.to_string())
                     .and_then(|m| {
@@ -253,31 +285,36 @@ fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>) {
                     Ok(()) => true,
                     Err(reason) => {
                         tracing::error!(file = %path.display(), "not importing: {reason}");
-                        report(name, true, "ImageImportFailed", &reason);
+                        (self.report)(name, true, "ImageImportFailed", &reason);
                         // Retried when the file changes (a chmod changes ctime, not mtime:
                         // also after a restart).
-                        failed.insert(name.clone(), (*size, *mtime));
+                        self.failed.insert(name.clone(), (*size, *mtime));
                         false
                     }
                 }
             });
         }
+        todo
+    }
+
+    /// Imports each archive, connecting to containerd first if needed, and records the outcome.
+    fn import(&mut self, todo: Vec<(String, u64, u128)>) {
         for (name, size, mtime) in todo {
-            if client.is_none() {
-                match Client::connect(&cfg.endpoint, &cfg.snapshotter) {
-                    Ok(c) => client = Some(c),
+            if self.client.is_none() {
+                match Client::connect(&self.cfg.endpoint, &self.cfg.snapshotter) {
+                    Ok(c) => self.client = Some(c),
                     Err(e) => {
                         tracing::error!(error = %e, "images directory: cannot create a containerd client");
                         break;
                     }
                 }
             }
-            let Some(c) = client.as_ref() else { break };
-            let path = cfg.dir.join(&name);
+            let Some(c) = self.client.as_ref() else { break };
+            let path = self.cfg.dir.join(&name);
             let opts = ImportOptions {
                 platform: Platform::host(),
                 forced_platform: false,
-                root_dir: Some(cfg.root_dir.clone()),
+                root_dir: Some(self.cfg.root_dir.clone()),
             };
             let started = Instant::now();
             tracing::info!(file = %path.display(), size, "importing image archive");
@@ -292,9 +329,9 @@ fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>) {
                         started.elapsed().as_secs_f64()
                     );
                     tracing::info!(file = %path.display(), images = ?names, "{msg}");
-                    report(&name, false, "ImageImported", &msg);
-                    failed.remove(&name);
-                    state.insert(
+                    (self.report)(&name, false, "ImageImported", &msg);
+                    self.failed.remove(&name);
+                    self.state.insert(
                         name,
                         FileStamp {
                             size,
@@ -302,12 +339,12 @@ fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>) {
                             images: names,
                         },
                     );
-                    save_state(&cfg.root_dir, &state);
+                    save_state(&self.cfg.root_dir, &self.state);
                 }
                 Err(e) => {
                     let unavailable = e.is_unavailable();
                     tracing::error!(file = %path.display(), error = %e, "importing image archive failed");
-                    report(
+                    (self.report)(
                         &name,
                         true,
                         "ImageImportFailed",
@@ -315,32 +352,41 @@ fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>) {
                     );
                     if !unavailable {
                         // containerd down: retry at the next re-list; a bad file: when it changes.
-                        failed.insert(name, (size, mtime));
+                        self.failed.insert(name, (size, mtime));
                     }
                 }
             }
-        }
-        // Forget state of files that are gone (a file put back is imported again).
-        let before = state.len();
-        state.retain(|n, _| cfg.dir.join(n).is_file());
-        if state.len() != before {
-            save_state(&cfg.root_dir, &state);
-        }
-        match rx.recv_timeout(RELIST) {
-            Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
-            Ok(Msg::Changed) => {
-                let start = Instant::now();
-                loop {
-                    match rx.recv_timeout(SETTLE) {
-                        Ok(Msg::Changed) if start.elapsed() < MAX_SETTLE => continue,
-                        Ok(Msg::Changed) | Err(RecvTimeoutError::Timeout) => break,
-                        Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
-                    }
-                }
-            }
-            Err(RecvTimeoutError::Timeout) => {}
         }
     }
+
+    /// Forgets the state of files that are gone (a file put back is imported again).
+    fn forget_gone(&mut self) {
+        let before = self.state.len();
+        self.state.retain(|n, _| self.cfg.dir.join(n).is_file());
+        if self.state.len() != before {
+            save_state(&self.cfg.root_dir, &self.state);
+        }
+    }
+}
+
+/// Waits for the next pass: a re-list period, or a change once the directory settles;
+/// `false` when the watcher stops.
+fn wait_for_change(rx: &Receiver<Msg>) -> bool {
+    match rx.recv_timeout(RELIST) {
+        Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return false,
+        Ok(Msg::Changed) => {
+            let start = Instant::now();
+            loop {
+                match rx.recv_timeout(SETTLE) {
+                    Ok(Msg::Changed) if start.elapsed() < MAX_SETTLE => continue,
+                    Ok(Msg::Changed) | Err(RecvTimeoutError::Timeout) => break,
+                    Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return false,
+                }
+            }
+        }
+        Err(RecvTimeoutError::Timeout) => {}
+    }
+    true
 }
 
 #[cfg(test)]

@@ -158,8 +158,17 @@ fn import_planned(
     plan: &Plan,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<Imported>> {
+    let missing = missing_blobs(client, file, plan)?;
+    write_missing_blobs(client, file, plan, &missing, progress)?;
+    plan.images
+        .iter()
+        .map(|img| unpack_and_name(client, file, plan, img, missing.len(), progress))
+        .collect()
+}
+
+/// Which of the plan's blobs containerd lacks; present ones get any label they lack.
+fn missing_blobs(client: &Client, file: &Path, plan: &Plan) -> Result<BTreeSet<String>> {
     let err = ctd_err(file);
-    // Which blobs are missing; present ones get any label they lack.
     let mut missing: BTreeSet<String> = BTreeSet::new();
     for b in &plan.blobs {
         match client.content_info(&b.digest).map_err(&err)? {
@@ -179,6 +188,18 @@ fn import_planned(
             }
         }
     }
+    Ok(missing)
+}
+
+/// Writes the missing blobs: layers straight from the archive, then those held in memory.
+fn write_missing_blobs(
+    client: &Client,
+    file: &Path,
+    plan: &Plan,
+    missing: &BTreeSet<String>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<()> {
+    let err = ctd_err(file);
     // Pass 2: layers straight from the archive.
     let wanted: BTreeMap<String, &archive::Blob> = plan
         .blobs
@@ -227,65 +248,74 @@ fn import_planned(
                 .map_err(&err)?;
         }
     }
-    let mut out = Vec::new();
-    for img in &plan.images {
-        let name = img.names.first().cloned().unwrap_or_default();
-        let diff_ids: Vec<String> = img.layers.iter().map(|l| l.diff_id.clone()).collect();
-        let chain = archive::chain_ids(&diff_ids);
-        let mut unpacked = 0;
-        for (i, layer) in img.layers.iter().enumerate() {
-            let existed = client.snapshot_exists(&chain[i]).map_err(&err)?;
-            progress(Progress::Unpack {
-                image: name.clone(),
-                index: i,
-                count: img.layers.len(),
-                existed,
-            });
-            if !existed {
-                let parent = if i == 0 { "" } else { chain[i - 1].as_str() };
-                client
-                    .unpack_layer(layer, &chain[i], parent)
-                    .map_err(&err)?;
-                unpacked += 1;
-            }
-        }
-        if let Some(top) = chain.last() {
-            let mut l = BTreeMap::new();
-            l.insert(
-                format!("containerd.io/gc.ref.snapshot.{}", client.snapshotter),
-                top.clone(),
-            );
-            client
-                .content_set_labels(&img.config_digest, &l)
-                .map_err(&err)?;
-        }
-        let mut labels = HashMap::new();
-        labels.insert(LABEL_CRI_MANAGED.to_string(), "managed".to_string());
-        labels.insert(LABEL_CRI_PINNED.to_string(), "pinned".to_string());
-        for n in &img.names {
-            client
-                .put_image(&ImageRecord {
-                    name: n.clone(),
-                    labels: labels.clone(),
-                    target_digest: img.target_digest.clone(),
-                    target_media_type: img.target_media_type.clone(),
-                    target_size: img.target_size as i64,
-                })
-                .map_err(&err)?;
-        }
-        let blobs_of_image = plan.blobs.len();
-        let written = missing.len();
-        out.push(Imported {
-            names: img.names.clone(),
-            digest: img.target_digest.clone(),
-            config_digest: img.config_digest.clone(),
-            platform: img.platform.clone(),
-            written,
-            reused: blobs_of_image - written,
-            unpacked,
+    Ok(())
+}
+
+/// Unpacks one image's layers (those not yet snapshotted) and creates its image records;
+/// `written` blobs of the plan were new.
+fn unpack_and_name(
+    client: &Client,
+    file: &Path,
+    plan: &Plan,
+    img: &archive::ImagePlan,
+    written: usize,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Imported> {
+    let err = ctd_err(file);
+    let name = img.names.first().cloned().unwrap_or_default();
+    let diff_ids: Vec<String> = img.layers.iter().map(|l| l.diff_id.clone()).collect();
+    let chain = archive::chain_ids(&diff_ids);
+    let mut unpacked = 0;
+    for (i, layer) in img.layers.iter().enumerate() {
+        let existed = client.snapshot_exists(&chain[i]).map_err(&err)?;
+        progress(Progress::Unpack {
+            image: name.clone(),
+            index: i,
+            count: img.layers.len(),
+            existed,
         });
+        if !existed {
+            let parent = if i == 0 { "" } else { chain[i - 1].as_str() };
+            client
+                .unpack_layer(layer, &chain[i], parent)
+                .map_err(&err)?;
+            unpacked += 1;
+        }
     }
-    Ok(out)
+    if let Some(top) = chain.last() {
+        let mut l = BTreeMap::new();
+        l.insert(
+            format!("containerd.io/gc.ref.snapshot.{}", client.snapshotter),
+            top.clone(),
+        );
+        client
+            .content_set_labels(&img.config_digest, &l)
+            .map_err(&err)?;
+    }
+    let mut labels = HashMap::new();
+    labels.insert(LABEL_CRI_MANAGED.to_string(), "managed".to_string());
+    labels.insert(LABEL_CRI_PINNED.to_string(), "pinned".to_string());
+    for n in &img.names {
+        client
+            .put_image(&ImageRecord {
+                name: n.clone(),
+                labels: labels.clone(),
+                target_digest: img.target_digest.clone(),
+                target_media_type: img.target_media_type.clone(),
+                target_size: img.target_size as i64,
+            })
+            .map_err(&err)?;
+    }
+    let blobs_of_image = plan.blobs.len();
+    Ok(Imported {
+        names: img.names.clone(),
+        digest: img.target_digest.clone(),
+        config_digest: img.config_digest.clone(),
+        platform: img.platform.clone(),
+        written,
+        reused: blobs_of_image - written,
+        unpacked,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

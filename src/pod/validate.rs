@@ -461,6 +461,12 @@ fn validate_spec(pod: &Pod, e: &mut Errs) {
         }
     }
 
+    validate_static_pod_create(s, e);
+}
+
+/// What the kubelet refuses when it creates a static pod: fields set only through the API and
+/// references to API objects.
+fn validate_static_pod_create(s: &super::types::PodSpec, e: &mut Errs) {
     // ValidatePodCreate, which the kubelet runs on static pods after setting spec.nodeName.
     if s.extra
         .get("ephemeralContainers")
@@ -630,6 +636,13 @@ fn validate_container<'a>(
         _ => {}
     }
 
+    validate_ports(c, path, host_network, e);
+    validate_env_and_mounts(c, path, volumes, e);
+    validate_resources(c, path, e);
+}
+
+/// A container's ports: numbers, protocols and unique names.
+fn validate_ports(c: &Container, path: &str, host_network: bool, e: &mut Errs) {
     let mut port_names: BTreeSet<&str> = BTreeSet::new();
     for (j, p) in c.ports.iter().enumerate() {
         let pp = format!("{path}.ports[{j}]");
@@ -673,7 +686,10 @@ fn validate_container<'a>(
             }
         }
     }
+}
 
+/// A container's environment variable names and its volume mounts (of the pod's `volumes`).
+fn validate_env_and_mounts(c: &Container, path: &str, volumes: &BTreeSet<&str>, e: &mut Errs) {
     for (j, env) in c.env.iter().enumerate() {
         let ep = format!("{path}.env[{j}]");
         if env.name.is_empty() {
@@ -709,8 +725,6 @@ fn validate_container<'a>(
             }
         }
     }
-
-    validate_resources(c, path, e);
 }
 
 fn validate_resources(c: &Container, path: &str, e: &mut Errs) {

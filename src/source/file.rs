@@ -697,6 +697,41 @@ fn list_dir_cached(
             });
         }
     };
+    let mut paths = manifest_paths(dir, entries, allow_insecure, &mut errors)?;
+    paths.sort();
+    cache.files.retain(|p, _| paths.contains(p));
+
+    let (raws, shown_origins) = decode_files(paths, cache, &mut errors);
+    let pods: Vec<SourcePod> = build_pods(
+        raws,
+        node_name,
+        SourceKind::File,
+        seen,
+        |origin| {
+            shown_origins
+                .get(origin)
+                .cloned()
+                .unwrap_or_else(|| escape_text(origin))
+        },
+        &mut errors,
+    );
+    let pods = dedupe_by_name(pods, &mut errors);
+    Ok(Snapshot {
+        source: SourceKind::File,
+        pods,
+        errors,
+        ready: true,
+    })
+}
+
+/// The manifest files among `entries` that may be read; names that are not UTF-8, entries
+/// that are not regular files and (unless `allow_insecure`) insecure files are `errors`.
+fn manifest_paths(
+    dir: &Path,
+    entries: std::fs::ReadDir,
+    allow_insecure: bool,
+    errors: &mut Vec<ManifestError>,
+) -> Result<Vec<PathBuf>, FileSourceError> {
     let mut paths: Vec<PathBuf> = Vec::new();
     for entry in entries {
         let entry = match entry {
@@ -755,9 +790,22 @@ fn list_dir_cached(
             }),
         }
     }
-    paths.sort();
-    cache.files.retain(|p, _| paths.contains(p));
+    Ok(paths)
+}
 
+/// Decoded pods as [`build_pods`] takes them, and each origin as shown (escaped).
+type DecodedFiles = (
+    Vec<(crate::pod::Pod, String, String)>,
+    std::collections::HashMap<String, String>,
+);
+
+/// Reads and decodes (through `cache`) each manifest file: the pods with their origins, and
+/// each origin as shown (escaped); what fails is in `errors`.
+fn decode_files(
+    paths: Vec<PathBuf>,
+    cache: &mut DecodeCache,
+    errors: &mut Vec<ManifestError>,
+) -> DecodedFiles {
     let mut raws = Vec::new();
     // Pods and errors name the file escaped; the UID keeps hashing the (lossy) path as before.
     let mut shown_origins = std::collections::HashMap::new();
@@ -790,26 +838,7 @@ fn list_dir_cached(
             Err(e) => errors.push(e),
         }
     }
-    let pods: Vec<SourcePod> = build_pods(
-        raws,
-        node_name,
-        SourceKind::File,
-        seen,
-        |origin| {
-            shown_origins
-                .get(origin)
-                .cloned()
-                .unwrap_or_else(|| escape_text(origin))
-        },
-        &mut errors,
-    );
-    let pods = dedupe_by_name(pods, &mut errors);
-    Ok(Snapshot {
-        source: SourceKind::File,
-        pods,
-        errors,
-        ready: true,
-    })
+    (raws, shown_origins)
 }
 
 #[cfg(test)]

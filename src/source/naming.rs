@@ -76,6 +76,63 @@ fn decode_document(
     origin: &str,
     notes: &mut Vec<String>,
 ) -> Result<DecodedDoc, ManifestError> {
+    let value = parse_document(bytes, origin, notes)?;
+    let Value::Object(obj) = &value else {
+        return Err(merr(
+            origin,
+            "",
+            "manifest must be an object (a Pod or a PodList)",
+        ));
+    };
+    let kind = v1_kind(obj, origin)?;
+    // Go's JSON type rules for every v1 Pod field (pod::schema), before anything reads them.
+    let type_error = match kind {
+        "Pod" => crate::pod::schema::type_errors(&value, &crate::pod::schema::POD)
+            .into_iter()
+            .next(),
+        "PodList" => value
+            .get("items")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .find_map(|(i, item)| {
+                crate::pod::schema::type_errors(item, &crate::pod::schema::POD)
+                    .into_iter()
+                    .next()
+                    .map(|(p, r)| (format!("items[{i}].{p}"), r))
+            }),
+        _ => None,
+    };
+    if let Some((field, reason)) = type_error {
+        return Err(merr(origin, field, reason));
+    }
+    match kind {
+        "Pod" => {
+            let pod: Pod =
+                serde_path_to_error::deserialize(&value).map_err(|e| path_error(origin, "", e))?;
+            Ok(DecodedDoc::Pod(Box::new(pod)))
+        }
+        "PodList" => {
+            let list: RawPodList =
+                serde_path_to_error::deserialize(&value).map_err(|e| path_error(origin, "", e))?;
+            Ok(DecodedDoc::PodList(list.items))
+        }
+        other => Err(merr(
+            origin,
+            "kind",
+            format!("Unsupported value: {other:?}: supported values: \"Pod\", \"PodList\""),
+        )),
+    }
+}
+
+/// The manifest's first document as JSON, refusing what is too large, not UTF-8, empty or
+/// nested absurdly deep; a note tells of further YAML documents.
+fn parse_document(
+    bytes: &[u8],
+    origin: &str,
+    notes: &mut Vec<String>,
+) -> Result<Value, ManifestError> {
     if bytes.len() > MAX_MANIFEST_BYTES {
         return Err(merr(
             origin,
@@ -117,13 +174,14 @@ fn decode_document(
             decoded.more_documents
         ));
     }
-    let Value::Object(obj) = &value else {
-        return Err(merr(
-            origin,
-            "",
-            "manifest must be an object (a Pod or a PodList)",
-        ));
-    };
+    Ok(value)
+}
+
+/// The document's `kind`, once `apiVersion` and `kind` are strings and the version is `v1`.
+fn v1_kind<'a>(
+    obj: &'a serde_json::Map<String, Value>,
+    origin: &str,
+) -> Result<&'a str, ManifestError> {
     let api_version = match obj.get("apiVersion") {
         None | Some(Value::Null) => "",
         Some(Value::String(s)) => s.as_str(),
@@ -163,45 +221,7 @@ fn decode_document(
             ),
         ));
     }
-    // Go's JSON type rules for every v1 Pod field (pod::schema), before anything reads them.
-    let type_error = match kind {
-        "Pod" => crate::pod::schema::type_errors(&value, &crate::pod::schema::POD)
-            .into_iter()
-            .next(),
-        "PodList" => value
-            .get("items")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .find_map(|(i, item)| {
-                crate::pod::schema::type_errors(item, &crate::pod::schema::POD)
-                    .into_iter()
-                    .next()
-                    .map(|(p, r)| (format!("items[{i}].{p}"), r))
-            }),
-        _ => None,
-    };
-    if let Some((field, reason)) = type_error {
-        return Err(merr(origin, field, reason));
-    }
-    match kind {
-        "Pod" => {
-            let pod: Pod =
-                serde_path_to_error::deserialize(&value).map_err(|e| path_error(origin, "", e))?;
-            Ok(DecodedDoc::Pod(Box::new(pod)))
-        }
-        "PodList" => {
-            let list: RawPodList =
-                serde_path_to_error::deserialize(&value).map_err(|e| path_error(origin, "", e))?;
-            Ok(DecodedDoc::PodList(list.items))
-        }
-        other => Err(merr(
-            origin,
-            "kind",
-            format!("Unsupported value: {other:?}: supported values: \"Pod\", \"PodList\""),
-        )),
-    }
+    Ok(kind)
 }
 
 const MAX_FLOW_NESTING: usize = 100;

@@ -165,36 +165,79 @@ pub fn compute_pod_actions(
     probes: &BTreeMap<String, ProbeView>,
     now: Now,
 ) -> PodActions {
-    let policy = pod.spec.restart_policy.as_str();
-    let mut a = PodActions::default();
-
-    // --- sandbox -------------------------------------------------------------------------
-    let ready: Vec<_> = state.sandboxes.iter().filter(|s| s.ready).collect();
-    let newest = state.newest_sandbox();
-    let reason = match newest {
-        None => Some("no sandbox"),
-        Some(s) if !s.ready => Some("sandbox is not ready"),
-        Some(_) if ready.len() > 1 => Some("more than one ready sandbox"),
-        Some(s) if !pod.spec.host_network && s.ip.is_empty() => Some("sandbox has no IP"),
-        Some(_) => None,
+    let inputs = Inputs {
+        pod,
+        state,
+        backoff,
+        probes,
+        now,
+        policy: pod.spec.restart_policy.as_str(),
     };
-    if let Some(reason) = reason {
+    let mut a = PodActions::default();
+    let newest = state.newest_sandbox();
+    if let Some(reason) = inputs.sandbox_reason() {
+        inputs.plan_new_sandbox(reason, &mut a);
+        return a;
+    }
+    a.sandbox_id = newest.map(|s| s.id.clone());
+    if inputs.plan_init_containers(&mut a) {
+        inputs.plan_regular_containers(&mut a);
+    }
+    a
+}
+
+/// The inputs of one [`compute_pod_actions`] call.
+struct Inputs<'a> {
+    pod: &'a Pod,
+    state: &'a PodRuntimeState,
+    backoff: &'a Backoff,
+    probes: &'a BTreeMap<String, ProbeView>,
+    now: Now,
+    policy: &'a str,
+}
+
+impl Inputs<'_> {
+    /// Why the pod needs a new sandbox, if it does.
+    fn sandbox_reason(&self) -> Option<&'static str> {
+        let Inputs { pod, state, .. } = *self;
+        let ready: Vec<_> = state.sandboxes.iter().filter(|s| s.ready).collect();
+        let newest = state.newest_sandbox();
+        match newest {
+            None => Some("no sandbox"),
+            Some(s) if !s.ready => Some("sandbox is not ready"),
+            Some(_) if ready.len() > 1 => Some("more than one ready sandbox"),
+            Some(s) if !pod.spec.host_network && s.ip.is_empty() => Some("sandbox has no IP"),
+            Some(_) => None,
+        }
+    }
+
+    /// Plans a new sandbox: what is left is killed, then the first init container or the
+    /// regular containers start.
+    fn plan_new_sandbox(&self, reason: &str, a: &mut PodActions) {
+        let Inputs {
+            pod,
+            state,
+            backoff,
+            now,
+            policy,
+            ..
+        } = *self;
         a.sandbox_reason = reason.to_string();
-        a.attempt = newest.map(|s| s.attempt + 1).unwrap_or(0);
+        a.attempt = state.newest_sandbox().map(|s| s.attempt + 1).unwrap_or(0);
         a.kill_pod = !state.is_empty();
         a.create_sandbox = true;
         // kubelet: with restartPolicy Never, a pod whose containers already ran does not get a
         // new sandbox; it is left dead.
         if policy == "Never" && a.attempt != 0 && !state.containers.is_empty() {
             a.create_sandbox = false;
-            return a;
+            return;
         }
         if let Some(first) = pod.spec.init_containers.first() {
             match backoff_wait(pod, first, true, state, backoff, now) {
                 Some(w) => a.backoff.push(w),
                 None => a.init_to_start = Some(0),
             }
-            return a;
+            return;
         }
         for (i, c) in pod.spec.containers.iter().enumerate() {
             if policy == "OnFailure" && succeeded(state, &c.name) {
@@ -212,167 +255,177 @@ pub fn compute_pod_actions(
         if a.containers_to_start.is_empty() && a.backoff.is_empty() {
             a.create_sandbox = false;
         }
-        return a;
     }
-    a.sandbox_id = newest.map(|s| s.id.clone());
 
-    // --- init containers -----------------------------------------------------------------
-    let mut init_done = true;
-    for (i, c) in pod.spec.init_containers.iter().enumerate() {
-        let latest = state.latest(&c.name);
-        if is_sidecar(c) {
-            // A sidecar counts as done once it runs; it is restarted whenever it is not running.
+    /// Plans the init containers, sidecars included; `true` once initialization is done.
+    fn plan_init_containers(&self, a: &mut PodActions) -> bool {
+        let Inputs {
+            pod,
+            state,
+            backoff,
+            probes,
+            now,
+            policy,
+        } = *self;
+        for (i, c) in pod.spec.init_containers.iter().enumerate() {
+            let latest = state.latest(&c.name);
+            if is_sidecar(c) {
+                // A sidecar counts as done once it runs; it is restarted whenever it is not running.
+                match latest {
+                    Some(l) if l.state == ContainerState::Running => {
+                        let probe_kill = probes
+                            .get(&c.name)
+                            .and_then(|v| v.kill.as_ref())
+                            .filter(|k| k.container_id == l.id);
+                        if let Some(k) = probe_kill {
+                            a.containers_to_kill.push(KillAction {
+                                id: l.id.clone(),
+                                name: c.name.clone(),
+                                reason: k.message.clone(),
+                                grace_override: k.grace_override,
+                            });
+                            a.init_to_start = Some(i);
+                            continue;
+                        }
+                        if l.hash != container_hash(c) {
+                            a.containers_to_kill.push(KillAction {
+                                id: l.id.clone(),
+                                name: c.name.clone(),
+                                reason: format!("Init container {} definition changed", c.name),
+                                grace_override: None,
+                            });
+                            a.init_to_start = Some(i);
+                            return false;
+                        }
+                        // kubelet computeInitContainerActions: a sidecar with a startup probe
+                        // counts as initialized only once that probe succeeded (for this
+                        // container); until then nothing after it starts. A pod that already
+                        // initialized (a regular container exists) is not held back.
+                        let started = probes
+                            .get(&c.name)
+                            .filter(|v| v.container_id == l.id)
+                            .and_then(|v| v.started)
+                            .unwrap_or(false);
+                        let initialized_before = pod
+                            .spec
+                            .containers
+                            .iter()
+                            .any(|rc| state.latest(&rc.name).is_some());
+                        if probe_of(c, ProbeKind::Startup).is_some()
+                            && !started
+                            && !initialized_before
+                        {
+                            return false;
+                        }
+                        continue;
+                    }
+                    Some(l) if l.state == ContainerState::Exited => {
+                        match backoff_wait(pod, c, true, state, backoff, now) {
+                            Some(w) => a.backoff.push(w),
+                            None => a.init_to_start = Some(i),
+                        }
+                        // An exited sidecar that had started before does not block the pod.
+                        continue;
+                    }
+                    _ => {
+                        a.init_to_start = Some(i);
+                        return false;
+                    }
+                }
+            }
+            match latest {
+                None => {
+                    a.init_to_start = Some(i);
+                    return false;
+                }
+                Some(l) => match l.state {
+                    ContainerState::Running => {
+                        return false;
+                    }
+                    ContainerState::Exited if l.exit_code == 0 => continue,
+                    ContainerState::Exited => {
+                        if policy == "Never" {
+                            a.init_failed = true;
+                            a.kill_pod = true;
+                        } else {
+                            match backoff_wait(pod, c, true, state, backoff, now) {
+                                Some(w) => a.backoff.push(w),
+                                None => a.init_to_start = Some(i),
+                            }
+                        }
+                        return false;
+                    }
+                    ContainerState::Created | ContainerState::Unknown => {
+                        a.init_to_start = Some(i);
+                        return false;
+                    }
+                },
+            }
+        }
+        true
+    }
+
+    /// Plans the regular containers: restart, kill or keep each; stop the pod when none runs.
+    fn plan_regular_containers(&self, a: &mut PodActions) {
+        let Inputs {
+            pod,
+            state,
+            backoff,
+            probes,
+            now,
+            policy,
+        } = *self;
+        let mut keep = 0usize;
+        for (i, c) in pod.spec.containers.iter().enumerate() {
+            let latest = state.latest(&c.name);
             match latest {
                 Some(l) if l.state == ContainerState::Running => {
                     let probe_kill = probes
                         .get(&c.name)
                         .and_then(|v| v.kill.as_ref())
                         .filter(|k| k.container_id == l.id);
-                    if let Some(k) = probe_kill {
+                    if l.hash != container_hash(c) {
+                        // Restart regardless of the restart policy: the definition changed.
+                        a.containers_to_kill.push(KillAction {
+                            id: l.id.clone(),
+                            name: c.name.clone(),
+                            reason: format!("Container {} definition changed", c.name),
+                            grace_override: None,
+                        });
+                        a.containers_to_start.push(i);
+                    } else if let Some(k) = probe_kill {
+                        // Liveness/startup failure: kill, then restart unless restartPolicy is Never
+                        // (the kubelet's shouldRestartOnFailure).
                         a.containers_to_kill.push(KillAction {
                             id: l.id.clone(),
                             name: c.name.clone(),
                             reason: k.message.clone(),
                             grace_override: k.grace_override,
                         });
-                        a.init_to_start = Some(i);
-                        continue;
+                        if policy != "Never" {
+                            a.containers_to_start.push(i);
+                        }
+                    } else {
+                        keep += 1;
                     }
-                    if l.hash != container_hash(c) {
-                        a.containers_to_kill.push(KillAction {
-                            id: l.id.clone(),
-                            name: c.name.clone(),
-                            reason: format!("Init container {} definition changed", c.name),
-                            grace_override: None,
-                        });
-                        a.init_to_start = Some(i);
-                        init_done = false;
-                        break;
-                    }
-                    // kubelet computeInitContainerActions: a sidecar with a startup probe
-                    // counts as initialized only once that probe succeeded (for this
-                    // container); until then nothing after it starts. A pod that already
-                    // initialized (a regular container exists) is not held back.
-                    let started = probes
-                        .get(&c.name)
-                        .filter(|v| v.container_id == l.id)
-                        .and_then(|v| v.started)
-                        .unwrap_or(false);
-                    let initialized_before = pod
-                        .spec
-                        .containers
-                        .iter()
-                        .any(|rc| state.latest(&rc.name).is_some());
-                    if probe_of(c, ProbeKind::Startup).is_some() && !started && !initialized_before
-                    {
-                        init_done = false;
-                        break;
-                    }
-                    continue;
-                }
-                Some(l) if l.state == ContainerState::Exited => {
-                    match backoff_wait(pod, c, true, state, backoff, now) {
-                        Some(w) => a.backoff.push(w),
-                        None => a.init_to_start = Some(i),
-                    }
-                    // An exited sidecar that had started before does not block the pod.
-                    continue;
                 }
                 _ => {
-                    a.init_to_start = Some(i);
-                    init_done = false;
-                    break;
-                }
-            }
-        }
-        match latest {
-            None => {
-                a.init_to_start = Some(i);
-                init_done = false;
-                break;
-            }
-            Some(l) => match l.state {
-                ContainerState::Running => {
-                    init_done = false;
-                    break;
-                }
-                ContainerState::Exited if l.exit_code == 0 => continue,
-                ContainerState::Exited => {
-                    init_done = false;
-                    if policy == "Never" {
-                        a.init_failed = true;
-                        a.kill_pod = true;
-                    } else {
-                        match backoff_wait(pod, c, true, state, backoff, now) {
+                    if should_restart(policy, latest) {
+                        match backoff_wait(pod, c, false, state, backoff, now) {
                             Some(w) => a.backoff.push(w),
-                            None => a.init_to_start = Some(i),
+                            None => a.containers_to_start.push(i),
                         }
                     }
-                    break;
-                }
-                ContainerState::Created | ContainerState::Unknown => {
-                    a.init_to_start = Some(i);
-                    init_done = false;
-                    break;
-                }
-            },
-        }
-    }
-    if !init_done {
-        return a;
-    }
-
-    // --- regular containers --------------------------------------------------------------
-    let mut keep = 0usize;
-    for (i, c) in pod.spec.containers.iter().enumerate() {
-        let latest = state.latest(&c.name);
-        match latest {
-            Some(l) if l.state == ContainerState::Running => {
-                let probe_kill = probes
-                    .get(&c.name)
-                    .and_then(|v| v.kill.as_ref())
-                    .filter(|k| k.container_id == l.id);
-                if l.hash != container_hash(c) {
-                    // Restart regardless of the restart policy: the definition changed.
-                    a.containers_to_kill.push(KillAction {
-                        id: l.id.clone(),
-                        name: c.name.clone(),
-                        reason: format!("Container {} definition changed", c.name),
-                        grace_override: None,
-                    });
-                    a.containers_to_start.push(i);
-                } else if let Some(k) = probe_kill {
-                    // Liveness/startup failure: kill, then restart unless restartPolicy is Never
-                    // (the kubelet's shouldRestartOnFailure).
-                    a.containers_to_kill.push(KillAction {
-                        id: l.id.clone(),
-                        name: c.name.clone(),
-                        reason: k.message.clone(),
-                        grace_override: k.grace_override,
-                    });
-                    if policy != "Never" {
-                        a.containers_to_start.push(i);
-                    }
-                } else {
-                    keep += 1;
-                }
-            }
-            _ => {
-                if should_restart(policy, latest) {
-                    match backoff_wait(pod, c, false, state, backoff, now) {
-                        Some(w) => a.backoff.push(w),
-                        None => a.containers_to_start.push(i),
-                    }
                 }
             }
         }
+        if keep == 0 && a.containers_to_start.is_empty() && a.backoff.is_empty() {
+            // Nothing runs and nothing will: stop the sandbox (kubelet: KillPod when keepCount == 0).
+            a.kill_pod =
+                state.sandboxes.iter().any(|s| s.ready) || state.running().next().is_some();
+            a.sandbox_id = None;
+        }
     }
-    if keep == 0 && a.containers_to_start.is_empty() && a.backoff.is_empty() {
-        // Nothing runs and nothing will: stop the sandbox (kubelet: KillPod when keepCount == 0).
-        a.kill_pod = state.sandboxes.iter().any(|s| s.ready) || state.running().next().is_some();
-        a.sandbox_id = None;
-    }
-    a
 }
 
 #[cfg(test)]

@@ -309,7 +309,51 @@ pub fn compute(
         &old.container_statuses,
     );
 
-    let mut phase = phase(pod, &init, &regular).to_string();
+    let (phase, reason, message) = phase_and_reason(pod, inputs, old, &init, &regular);
+    let mut regular = regular;
+    let mut init = init;
+    if phase == "Succeeded" || phase == "Failed" {
+        for s in regular.iter_mut().chain(init.iter_mut()) {
+            s.ready = false;
+        }
+    }
+
+    let conditions = conditions(pod, state, inputs, old, &init, &regular, &phase);
+    let (pod_ip, pod_ips) = pod_ips(pod, state, inputs, old, &phase);
+
+    PodStatus {
+        phase,
+        conditions,
+        message,
+        reason,
+        host_ip: inputs.host_ips.first().cloned().unwrap_or_default(),
+        host_ips: inputs
+            .host_ips
+            .iter()
+            .map(|ip| IpEntry { ip: ip.clone() })
+            .collect(),
+        pod_ip,
+        pod_ips,
+        start_time: old
+            .start_time
+            .clone()
+            .or_else(|| inputs.start_time_nanos.and_then(ts)),
+        init_container_statuses: init,
+        container_statuses: regular,
+        qos_class: qos_class(pod),
+    }
+}
+
+/// The pod's phase, reason and message: from its containers, a failure the pod worker
+/// reported, or the old status once terminal.
+fn phase_and_reason(
+    pod: &Pod,
+    inputs: &StatusInputs,
+    old: &PodStatus,
+    init: &[ContainerStatus],
+    regular: &[ContainerStatus],
+) -> (String, String, String) {
+    let mut phase = phase(pod, init, regular).to_string();
     let mut reason = String::new();
     let mut message = String::new();
     if let Some((r, m)) = &inputs.failed_reason {
@@ -325,15 +369,20 @@ pub fn compute(
             message = old.message.clone();
         }
     }
-    let mut regular = regular;
-    let mut init = init;
-    if phase == "Succeeded" || phase == "Failed" {
-        for s in regular.iter_mut().chain(init.iter_mut()) {
-            s.ready = false;
-        }
-    }
+    (phase, reason, message)
+}
 
-    // --- conditions (order as the kubelet reports them) -------------------------------
+/// The pod's conditions, in the order the kubelet reports them, with transition times kept
+/// from the old status while unchanged.
+fn conditions(
+    pod: &Pod,
+    state: &PodRuntimeState,
+    inputs: &StatusInputs,
+    old: &PodStatus,
+    init: &[ContainerStatus],
+    regular: &[ContainerStatus],
+    phase: &str,
+) -> Vec<PodCondition> {
     let sandbox_ready = state.newest_sandbox().is_some_and(|s| s.ready);
     let ready_to_start = cond(
         "PodReadyToStartContainers",
@@ -346,7 +395,7 @@ pub fn compute(
         .spec
         .init_containers
         .iter()
-        .zip(&init)
+        .zip(init)
         .filter(|(spec, s)| {
             if crate::pod::helpers::is_sidecar(spec) {
                 s.started != Some(true)
@@ -373,7 +422,7 @@ pub fn compute(
         .filter(|s| !s.ready)
         .map(|s| s.name.as_str())
         .collect();
-    for (spec, s) in pod.spec.init_containers.iter().zip(&init) {
+    for (spec, s) in pod.spec.init_containers.iter().zip(init) {
         if crate::pod::helpers::is_sidecar(spec) && !s.ready {
             unready.push(spec.name.as_str());
         }
@@ -418,8 +467,19 @@ pub fn compute(
             _ => ts(inputs.now_nanos),
         };
     }
+    conditions
+}
 
-    let (pod_ip, pod_ips) = if pod.spec.host_network {
+/// The pod's IP and IPs: the node's for hostNetwork, else the ready sandbox's (or the old ones
+/// while the pod is torn down).
+fn pod_ips(
+    pod: &Pod,
+    state: &PodRuntimeState,
+    inputs: &StatusInputs,
+    old: &PodStatus,
+    phase: &str,
+) -> (String, Vec<IpEntry>) {
+    if pod.spec.host_network {
         // kubelet generateAPIPodStatus: a hostNetwork pod's podIPs are the node's IPs.
         (
             inputs.host_ips.first().cloned().unwrap_or_default(),
@@ -440,33 +500,11 @@ pub fn compute(
                 (s.ip.clone(), ips)
             }
             // Keep the last known IP while the pod is being torn down, as the kubelet does.
-            None if inputs.terminating || matches!(phase.as_str(), "Succeeded" | "Failed") => {
+            None if inputs.terminating || matches!(phase, "Succeeded" | "Failed") => {
                 (old.pod_ip.clone(), old.pod_ips.clone())
             }
             None => (String::new(), vec![]),
         }
-    };
-
-    PodStatus {
-        phase,
-        conditions,
-        message,
-        reason,
-        host_ip: inputs.host_ips.first().cloned().unwrap_or_default(),
-        host_ips: inputs
-            .host_ips
-            .iter()
-            .map(|ip| IpEntry { ip: ip.clone() })
-            .collect(),
-        pod_ip,
-        pod_ips,
-        start_time: old
-            .start_time
-            .clone()
-            .or_else(|| inputs.start_time_nanos.and_then(ts)),
-        init_container_statuses: init,
-        container_statuses: regular,
-        qos_class: qos_class(pod),
     }
 }
 

@@ -296,6 +296,21 @@ impl SyncLoop {
     /// kubelet rejects it (phase Failed, reason OutOfpods) and admitted later when room appears
     /// (nanolet goes further than the kubelet here: static pods have nowhere else to go).
     fn admit(&mut self, pod: &Pod) -> bool {
+        match self.admission_rejection(pod) {
+            None => {
+                self.warn_unenforced_isolation(pod);
+                true
+            }
+            Some((reason, message)) => {
+                self.reject(pod, reason, message);
+                false
+            }
+        }
+    }
+
+    /// Why admission refuses `pod` (reason, message), or `None` when it is admitted: security
+    /// policy, isolation, node affinity, host ports, node pressure, then pods, cpu and memory.
+    fn admission_rejection(&self, pod: &Pod) -> Option<(&'static str, String)> {
         let active: Vec<&Pod> = self
             .workers
             .values()
@@ -326,7 +341,7 @@ impl SyncLoop {
             .iter()
             .map(|p| pod_requests(p))
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        let rejection = if let Some(message) = policy::violation(pod, &settings.security) {
+        if let Some(message) = policy::violation(pod, &settings.security) {
             Some((policy::REASON, message))
         } else if let Some((reason, message)) =
             crate::pod::security::unsupported_isolation(pod, settings.host_security)
@@ -377,35 +392,41 @@ impl SyncLoop {
             ))
         } else {
             None
-        };
-        let Some((reason, message)) = rejection else {
-            // Admitted. Isolation the runtime is told about but this host does not enforce
-            // (seLinuxOptions without SELinux) is said once, in the log and as an event.
-            for warning in crate::pod::security::unenforced_isolation(pod, settings.host_security) {
-                let name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
-                if self.warned.len() > 1024 {
-                    let desired = &self.desired;
-                    self.warned.retain(|(uid, _)| desired.contains_key(uid));
-                }
-                if self
-                    .warned
-                    .insert((pod.metadata.uid.clone(), warning.clone()))
-                {
-                    warn!(pod = %name, "{warning}");
-                    self.ctx.store.events().record(
-                        &crate::events::PodRef::pod(
-                            &pod.metadata.namespace,
-                            &pod.metadata.name,
-                            &pod.metadata.uid,
-                        ),
-                        crate::events::EventType::Warning,
-                        "IsolationNotEnforced",
-                        &warning,
-                    );
-                }
+        }
+    }
+
+    /// Isolation the runtime is told about but this host does not enforce (seLinuxOptions
+    /// without SELinux) is said once per pod, in the log and as an event.
+    fn warn_unenforced_isolation(&mut self, pod: &Pod) {
+        let host = self.ctx.settings.host_security;
+        for warning in crate::pod::security::unenforced_isolation(pod, host) {
+            let name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
+            if self.warned.len() > 1024 {
+                let desired = &self.desired;
+                self.warned.retain(|(uid, _)| desired.contains_key(uid));
             }
-            return true;
-        };
+            if self
+                .warned
+                .insert((pod.metadata.uid.clone(), warning.clone()))
+            {
+                warn!(pod = %name, "{warning}");
+                self.ctx.store.events().record(
+                    &crate::events::PodRef::pod(
+                        &pod.metadata.namespace,
+                        &pod.metadata.name,
+                        &pod.metadata.uid,
+                    ),
+                    crate::events::EventType::Warning,
+                    "IsolationNotEnforced",
+                    &warning,
+                );
+            }
+        }
+    }
+
+    /// Marks `pod` rejected (phase Failed with `reason`), with a warning and an event when the
+    /// reason is new.
+    fn reject(&mut self, pod: &Pod, reason: &'static str, message: String) {
         let mut rejected = pod.clone();
         rejected.status = Some(crate::pod::PodStatus {
             phase: "Failed".into(),
@@ -434,7 +455,6 @@ impl SyncLoop {
             );
         }
         self.ctx.store.set_pod(rejected);
-        false
     }
 
     /// Pods in the runtime that no source has: only once every source delivered its first

@@ -859,31 +859,7 @@ impl PodWorker {
         log_path: String,
     ) -> Result<ContainerConfig, WaitingReason> {
         let p = &self.pod;
-        let mut labels = BTreeMap::new();
-        labels.insert(LABEL_POD_NAME.to_string(), p.metadata.name.clone());
-        labels.insert(
-            LABEL_POD_NAMESPACE.to_string(),
-            p.metadata.namespace.clone(),
-        );
-        labels.insert(LABEL_POD_UID.to_string(), p.metadata.uid.clone());
-        labels.insert(LABEL_CONTAINER_NAME.to_string(), c.name.clone());
-        labels.insert(LABEL_MANAGED_BY.to_string(), "nanolet".into());
-        let mut ann = BTreeMap::new();
-        ann.insert(ANN_CONTAINER_HASH.to_string(), container_hash(c));
-        ann.insert(ANN_RESTART_COUNT.to_string(), restart_count.to_string());
-        ann.insert(
-            ANN_TERMINATION_MESSAGE_PATH.to_string(),
-            c.termination_message_path.clone(),
-        );
-        ann.insert(
-            ANN_TERMINATION_MESSAGE_POLICY.to_string(),
-            c.termination_message_policy.clone(),
-        );
-        ann.insert(
-            ANN_POD_TERMINATION_GRACE.to_string(),
-            self.grace_seconds(None).to_string(),
-        );
-        ann.insert(ANN_CONTAINER_TYPE.to_string(), kind.to_string());
+        let (labels, ann) = self.container_metadata(c, kind, restart_count);
         // Environment (value, fieldRef, resourceFieldRef) with $(VAR) expansion, as the kubelet
         // builds it; a bad reference keeps the container waiting (CreateContainerConfigError).
         let env_ctx = self.env_context();
@@ -919,6 +895,70 @@ impl PodWorker {
             })?;
         }
         let mut mounts = volumes;
+        self.add_runtime_mounts(c, restart_count, &mut mounts);
+        Ok(ContainerConfig {
+            name: c.name.clone(),
+            attempt: restart_count,
+            image: c.image.clone(),
+            command: expand_all(&c.command, &envs),
+            args: expand_all(&c.args, &envs),
+            working_dir: c.working_dir.clone(),
+            envs,
+            mounts,
+            labels,
+            annotations: ann,
+            log_path,
+            stdin: c.stdin,
+            stdin_once: c.stdin_once,
+            tty: c.tty,
+            resources: Some(LinuxResources {
+                oom_score_adj: oom_score_adj(p, c, crate::node::capacity().memory_bytes),
+                ..linux_resources(c)
+            }),
+            security,
+        })
+    }
+
+    /// The container's labels (pod, container, manager) and annotations (hash, restart count,
+    /// termination message, grace period, type) that the pod worker reads back from the runtime.
+    fn container_metadata(
+        &self,
+        c: &Container,
+        kind: &str,
+        restart_count: u32,
+    ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let p = &self.pod;
+        let mut labels = BTreeMap::new();
+        labels.insert(LABEL_POD_NAME.to_string(), p.metadata.name.clone());
+        labels.insert(
+            LABEL_POD_NAMESPACE.to_string(),
+            p.metadata.namespace.clone(),
+        );
+        labels.insert(LABEL_POD_UID.to_string(), p.metadata.uid.clone());
+        labels.insert(LABEL_CONTAINER_NAME.to_string(), c.name.clone());
+        labels.insert(LABEL_MANAGED_BY.to_string(), "nanolet".into());
+        let mut ann = BTreeMap::new();
+        ann.insert(ANN_CONTAINER_HASH.to_string(), container_hash(c));
+        ann.insert(ANN_RESTART_COUNT.to_string(), restart_count.to_string());
+        ann.insert(
+            ANN_TERMINATION_MESSAGE_PATH.to_string(),
+            c.termination_message_path.clone(),
+        );
+        ann.insert(
+            ANN_TERMINATION_MESSAGE_POLICY.to_string(),
+            c.termination_message_policy.clone(),
+        );
+        ann.insert(
+            ANN_POD_TERMINATION_GRACE.to_string(),
+            self.grace_seconds(None).to_string(),
+        );
+        ann.insert(ANN_CONTAINER_TYPE.to_string(), kind.to_string());
+        (labels, ann)
+    }
+
+    /// Adds the mounts the kubelet adds itself: the pod's /etc/hosts (unless a volume mounts
+    /// one) and the container's termination message file.
+    fn add_runtime_mounts(&self, c: &Container, restart_count: u32, mounts: &mut Vec<Mount>) {
         if let Some(hosts) = self.hosts_file() {
             if !mounts.iter().any(|m| m.container_path == "/etc/hosts") {
                 mounts.push(Mount {
@@ -954,27 +994,6 @@ impl PodWorker {
                 }
             }
         }
-        Ok(ContainerConfig {
-            name: c.name.clone(),
-            attempt: restart_count,
-            image: c.image.clone(),
-            command: expand_all(&c.command, &envs),
-            args: expand_all(&c.args, &envs),
-            working_dir: c.working_dir.clone(),
-            envs,
-            mounts,
-            labels,
-            annotations: ann,
-            log_path,
-            stdin: c.stdin,
-            stdin_once: c.stdin_once,
-            tty: c.tty,
-            resources: Some(LinuxResources {
-                oom_score_adj: oom_score_adj(p, c, crate::node::capacity().memory_bytes),
-                ..linux_resources(c)
-            }),
-            security,
-        })
     }
 
     fn link_legacy_log(&self, name: &str, id: &str, log_rel: &str) {
