@@ -664,6 +664,10 @@ fn root_dir_full_keeps_nanolet_serving_and_evicting() {
         &ctd,
         &[
             format!("--root-dir={}", small.display()),
+            // The nodefs signal is the fuller of the root dir and the pod logs dir: both on
+            // the small filesystem, so the test machine's own disk (8 % free here once) does
+            // not put the node under DiskPressure before the ballast does.
+            format!("--pod-logs-dir={}", small.join("log/pods").display()),
             "--eviction-hard=nodefs.available<10%".into(),
             "--eviction-monitoring-period=1s".into(),
             "--eviction-pressure-transition-period=3s".into(),
