@@ -142,6 +142,12 @@ fn with_containerd_down_warnings_back_off_instead_of_repeating_every_second() {
             "--healthz-port=0".into(),
             "--hostname-override=node1".into(),
             "--images-dir=".into(),
+            // Eviction and image GC off, as in the harness: on a test machine with a nearly
+            // full disk the default imagefs.available<15% would refuse every pod at admission
+            // (DiskPressure) and no sync would ever fail.
+            "--eviction-hard=memory.available<0%".into(),
+            "--image-gc-high-threshold=100".into(),
+            "--image-gc-low-threshold=99".into(),
         ])
         .env_remove("JOURNAL_STREAM")
         .env_remove("RUST_LOG")
