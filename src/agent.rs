@@ -547,14 +547,14 @@ impl Wiring<'_> {
                 eviction_transition: cfg.eviction.pressure_transition_period,
                 cgroup_driver: cfg.cgroup_driver,
                 security: cfg.security.clone(),
-                host_security: crate::pod::security::HostSecurity::detect(),
+                host_security: crate::api::security::HostSecurity::detect(),
                 node_labels: crate::sync::predicates::node_labels(&cfg.node_name, &cfg.node_labels),
-                host_dns: Arc::new(crate::pod::dns::HostResolvConf::new(
+                host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                     cfg.resolv_conf.clone(),
                     // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.
                     std::env::var_os("NANOLET_SYSTEMD_RESOLVED_RESOLV_CONF")
                         .map(std::path::PathBuf::from)
-                        .unwrap_or_else(|| crate::pod::dns::SYSTEMD_RESOLVED_UPSTREAM.into()),
+                        .unwrap_or_else(|| crate::api::dns::SYSTEMD_RESOLVED_UPSTREAM.into()),
                 )),
             },
         })

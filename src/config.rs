@@ -1436,7 +1436,7 @@ fn finish_eviction(cfg: &mut Config) -> Result<(), ConfigError> {
     ] {
         for (k, v) in map {
             let bad = |reason: String| ConfigError::Eviction(format!("{field}: {k}: {reason}"));
-            let q = crate::pod::quantity::parse_quantity_str(v)
+            let q = crate::api::quantity::parse_quantity_str(v)
                 .map_err(|e| bad(format!("invalid quantity {v:?}: {e}")))?;
             if q.is_negative() {
                 return Err(bad(format!("must not be negative, got {v:?}")));
@@ -1490,10 +1490,10 @@ impl Taint {
         if self.key.is_empty() {
             return Err(format!("invalid taint spec {spec:?}: the key is empty"));
         }
-        if let Some(e) = crate::pod::validate::qualified_name_errors(&self.key).first() {
+        if let Some(e) = crate::api::validate::qualified_name_errors(&self.key).first() {
             return Err(format!("invalid taint spec {spec:?}: key: {e}"));
         }
-        if let Some(e) = crate::pod::validate::label_value_errors(&self.value).first() {
+        if let Some(e) = crate::api::validate::label_value_errors(&self.value).first() {
             return Err(format!("invalid taint spec {spec:?}: value: {e}"));
         }
         if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&self.effect.as_str()) {
@@ -1607,7 +1607,7 @@ fn port_from_int(n: i64) -> Result<u16, String> {
 }
 
 fn parse_log_size(s: &str) -> Result<u64, String> {
-    let q = crate::pod::quantity::parse_quantity(&serde_json::Value::String(s.to_string()))?;
+    let q = crate::api::quantity::parse_quantity(&serde_json::Value::String(s.to_string()))?;
     u64::try_from(q.value())
         .ok()
         .filter(|v| *v > 0)

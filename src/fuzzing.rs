@@ -56,7 +56,7 @@ fn store() -> &'static Arc<StatusStore> {
     STORE.get_or_init(|| {
         let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
         store.mark_sync();
-        let pod: Result<crate::pod::Pod, _> = serde_json::from_str(
+        let pod: Result<crate::api::Pod, _> = serde_json::from_str(
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-node1","namespace":"default","uid":"0123456789abcdef0123456789abcdef"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}"#,
         );
         if let Ok(pod) = pod {

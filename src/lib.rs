@@ -5,6 +5,7 @@
 //! PLEG (events + relist) --> sync loop; status store --> HTTP server.
 
 pub mod agent;
+pub mod api;
 pub mod apiclient;
 pub mod cli;
 pub mod cm;
@@ -26,7 +27,6 @@ pub mod malloc;
 pub mod metrics;
 pub mod node;
 pub mod pleg;
-pub mod pod;
 pub mod podconfig;
 pub mod prober;
 pub mod runtime;

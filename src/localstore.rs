@@ -277,16 +277,16 @@ impl LocalStore {
     }
 }
 
-impl crate::pod::env::ConfigMapsAndSecrets for LocalStore {
+impl crate::api::env::ConfigMapsAndSecrets for LocalStore {
     fn config_map(
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Data, crate::pod::env::LookupError> {
+    ) -> Result<Data, crate::api::env::LookupError> {
         Ok(LocalStore::config_map(self, namespace, name)?)
     }
 
-    fn secret(&self, namespace: &str, name: &str) -> Result<Data, crate::pod::env::LookupError> {
+    fn secret(&self, namespace: &str, name: &str) -> Result<Data, crate::api::env::LookupError> {
         Ok(LocalStore::secret(self, namespace, name)?)
     }
 
@@ -296,7 +296,7 @@ impl crate::pod::env::ConfigMapsAndSecrets for LocalStore {
         namespace: &str,
         name: &str,
         key: &str,
-    ) -> Result<Vec<u8>, crate::pod::env::LookupError> {
+    ) -> Result<Vec<u8>, crate::api::env::LookupError> {
         Ok(LocalStore::key(self, secret, namespace, name, key)?)
     }
 }

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use crate::pod::Pod;
+use crate::api::Pod;
 
 /// The kubelet's PLEG relist histogram buckets (`metrics.DefBuckets`-like, in seconds).
 const RELIST_BUCKETS: &[f64] = &[

@@ -181,7 +181,7 @@ impl PodConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::Pod;
+    use crate::api::Pod;
 
     fn sp(name: &str, uid: &str, origin: &str) -> SourcePod {
         let mut pod = Pod::default();

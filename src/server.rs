@@ -26,9 +26,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::api::PodList;
 use crate::httpd::{self, Limits};
 use crate::kubeapi::{self, ApiOutcome, LogFollow, NodeContext};
-use crate::pod::PodList;
 use crate::status::{HealthCheck, StatusStore};
 
 /// A running server. `stop()` or dropping it stops its threads and closes the socket.
@@ -604,7 +604,7 @@ mod tests {
     use std::net::TcpStream;
     use std::time::Duration;
 
-    use crate::pod::{ObjectMeta, Pod};
+    use crate::api::{ObjectMeta, Pod};
     use crate::source::ManifestError;
 
     fn pod() -> Pod {

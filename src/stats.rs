@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
-use crate::pod::Pod;
+use crate::api::Pod;
 use crate::runtime::{ContainerStats, LABEL_MANAGED_BY, LABEL_POD_UID, Runtime};
 use crate::timeutil::{from_unix_nanos, rfc3339};
 

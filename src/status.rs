@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::api::Pod;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
-use crate::pod::Pod;
 use crate::source::ManifestError;
 
 /// One named health check for `/healthz`.
@@ -131,7 +131,7 @@ impl StatusStore {
     }
 
     /// The eviction manager publishes the pressure conditions that are true now.
-    pub fn set_node_conditions(&self, conditions: &[crate::pod::helpers::NodeCondition]) {
+    pub fn set_node_conditions(&self, conditions: &[crate::api::helpers::NodeCondition]) {
         let mut g = self.lock();
         let now = std::time::SystemTime::now();
         let names: Vec<&'static str> = conditions.iter().map(|c| c.as_str()).collect();

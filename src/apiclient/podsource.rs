@@ -32,7 +32,7 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use super::client::{ApiClient, ApiError};
-use crate::pod::Pod;
+use crate::api::Pod;
 use crate::source::naming::{
     CONFIG_HASH_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
 };

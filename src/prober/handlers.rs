@@ -4,7 +4,7 @@
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use crate::pod::Container;
+use crate::api::Container;
 use crate::runtime::{ErrorKind, Runtime};
 
 use super::spec::{Handler, HttpGetAction, resolve_port};

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use crate::pod::{Container, Pod};
+use crate::api::{Container, Pod};
 use crate::runtime::Runtime;
 
 use handlers::{ProbeResult, Target};
@@ -207,7 +207,7 @@ impl Prober {
                 .spec
                 .init_containers
                 .iter()
-                .filter(|c| crate::pod::helpers::is_sidecar(c))
+                .filter(|c| crate::api::helpers::is_sidecar(c))
                 .chain(&pod.spec.containers)
             {
                 let Some(rc) = running.iter().find(|r| r.name == c.name) else {

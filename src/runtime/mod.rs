@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::pod::dns::DnsConfig;
-// The security settings are computed from the pod (pod::security) and passed on as they are.
-pub use crate::pod::security::{ContainerSecurity, SecurityProfile};
+use crate::api::dns::DnsConfig;
+// The security settings are computed from the pod (api::security) and passed on as they are.
+pub use crate::api::security::{ContainerSecurity, SecurityProfile};
 
 pub(crate) mod containerd_api;
 pub mod cri;

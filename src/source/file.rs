@@ -661,7 +661,7 @@ impl DecodeCache {
 }
 
 #[cfg(test)]
-fn doc_pods(doc: &DecodedDoc) -> Vec<&crate::pod::Pod> {
+fn doc_pods(doc: &DecodedDoc) -> Vec<&crate::api::Pod> {
     match doc {
         DecodedDoc::Pod(p) => vec![p],
         DecodedDoc::PodList(items) => items.iter().collect(),
@@ -795,7 +795,7 @@ fn manifest_paths(
 
 /// Decoded pods as [`build_pods`] takes them, and each origin as shown (escaped).
 type DecodedFiles = (
-    Vec<(crate::pod::Pod, String, String)>,
+    Vec<(crate::api::Pod, String, String)>,
     std::collections::HashMap<String, String>,
 );
 

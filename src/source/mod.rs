@@ -2,7 +2,7 @@
 //! never diffs. A source that has not delivered its first snapshot blocks cleanup of pods it
 //! might own (see `podconfig`).
 
-use crate::pod::Pod;
+use crate::api::Pod;
 
 pub mod file;
 pub mod naming;
@@ -133,7 +133,7 @@ impl SeenCache {
 /// the exact origin. Nothing is logged here: this runs on every listing, and the rejections are
 /// logged where a snapshot is received (once per snapshot that carries them).
 pub fn build_pods(
-    raws: Vec<(crate::pod::Pod, String, String)>,
+    raws: Vec<(crate::api::Pod, String, String)>,
     node_name: &str,
     source: SourceKind,
     seen: &str,

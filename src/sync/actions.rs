@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::pod::helpers::is_sidecar;
-use crate::pod::{Container, Pod};
+use crate::api::helpers::is_sidecar;
+use crate::api::{Container, Pod};
 use crate::prober::spec::probe_of;
 use crate::prober::{ProbeKind, ProbeView};
 use crate::runtime::ContainerState;
@@ -431,7 +431,7 @@ impl Inputs<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::{Container, Pod};
+    use crate::api::{Container, Pod};
     use crate::sync::state::ObservedSandbox;
 
     fn pod(policy: &str, containers: &[&str], inits: &[&str]) -> Pod {

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use crate::api::Pod;
+use crate::api::helpers::pod_requests;
 use crate::pleg::RuntimePodRef;
-use crate::pod::Pod;
-use crate::pod::helpers::pod_requests;
 use crate::source::ManifestError;
 
 pub use worker::{SyncSettings, WorkerContext, WorkerMsg, WorkerReport};
@@ -79,7 +79,7 @@ pub struct SyncLoop {
     evicted: HashMap<
         String,
         (
-            Option<crate::pod::helpers::NodeCondition>,
+            Option<crate::api::helpers::NodeCondition>,
             std::time::Instant,
         ),
     >,
@@ -333,9 +333,9 @@ impl SyncLoop {
         // (priority >= 2000000000) always get in.
         let pressure: Vec<&str> = self.ctx.store.node_conditions().into_keys().collect();
         let refused_for_pressure = !pressure.is_empty()
-            && !crate::pod::helpers::is_critical(pod)
+            && !crate::api::helpers::is_critical(pod)
             && (pressure.iter().any(|c| *c != "MemoryPressure")
-                || crate::pod::helpers::qos_class(pod) == "BestEffort");
+                || crate::api::helpers::qos_class(pod) == "BestEffort");
         let (want_cpu, want_mem) = pod_requests(pod);
         let (used_cpu, used_mem) = active
             .iter()
@@ -344,7 +344,7 @@ impl SyncLoop {
         if let Some(message) = policy::violation(pod, &settings.security) {
             Some((policy::REASON, message))
         } else if let Some((reason, message)) =
-            crate::pod::security::unsupported_isolation(pod, settings.host_security)
+            crate::api::security::unsupported_isolation(pod, settings.host_security)
         {
             Some((reason, message))
         } else if !predicates::node_affinity_matches(
@@ -399,7 +399,7 @@ impl SyncLoop {
     /// without SELinux) is said once per pod, in the log and as an event.
     fn warn_unenforced_isolation(&mut self, pod: &Pod) {
         let host = self.ctx.settings.host_security;
-        for warning in crate::pod::security::unenforced_isolation(pod, host) {
+        for warning in crate::api::security::unenforced_isolation(pod, host) {
             let name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
             if self.warned.len() > 1024 {
                 let desired = &self.desired;
@@ -428,7 +428,7 @@ impl SyncLoop {
     /// reason is new.
     fn reject(&mut self, pod: &Pod, reason: &'static str, message: String) {
         let mut rejected = pod.clone();
-        rejected.status = Some(crate::pod::PodStatus {
+        rejected.status = Some(crate::api::PodStatus {
             phase: "Failed".into(),
             reason: reason.into(),
             message: message.clone(),
@@ -536,8 +536,8 @@ impl SyncLoop {
 mod tests {
     //! The sync loop, pod workers and PLEG together over the fake runtime.
     use super::*;
+    use crate::api::{Container, PodStatus};
     use crate::pleg::{Pleg, PlegEvent};
-    use crate::pod::{Container, PodStatus};
     use crate::runtime::fake::FakeRuntime;
     use crate::runtime::{ContainerState, Runtime};
     use crate::status::StatusStore;
@@ -597,7 +597,7 @@ mod tests {
                         "node1",
                         &[("site".into(), "test".into())],
                     ),
-                    host_dns: Arc::new(crate::pod::dns::HostResolvConf::new(
+                    host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                         None,
                         std::path::PathBuf::new(),
                     )),
@@ -1456,7 +1456,7 @@ mod tests {
         );
         here.spec.containers[0]
             .ports
-            .push(crate::pod::ContainerPort {
+            .push(crate::api::ContainerPort {
                 container_port: 80,
                 host_port: Some(8080),
                 ..Default::default()
@@ -1480,7 +1480,7 @@ mod tests {
         let mut clash = pod("u3", "clash", "Always", &["c"]);
         clash.spec.containers[0]
             .ports
-            .push(crate::pod::ContainerPort {
+            .push(crate::api::ContainerPort {
                 container_port: 8080,
                 host_port: Some(8080),
                 ..Default::default()
