@@ -11,12 +11,12 @@ use tracing::{error, info, warn};
 
 use crate::apiclient::client::ApiClient;
 use crate::config::Config;
+use crate::cri::Runtime;
+use crate::cri::client::CriRuntime;
+use crate::cri::instrumented::InstrumentedRuntime;
 use crate::kubeapi::NodeContext;
 use crate::pleg::Pleg;
 use crate::podconfig::PodConfig;
-use crate::runtime::Runtime;
-use crate::runtime::cri::CriRuntime;
-use crate::runtime::instrumented::InstrumentedRuntime;
 use crate::server::{self, ReadOnlyOptions};
 use crate::source::naming::CONFIG_SOURCE_ANNOTATION;
 use crate::source::{Snapshot, SourceKind};
@@ -31,7 +31,7 @@ pub enum AgentError {
     #[error("container runtime {endpoint}")]
     Runtime {
         endpoint: String,
-        source: crate::runtime::RuntimeError,
+        source: crate::cri::RuntimeError,
     },
     #[error("{what} on {addr}")]
     Bind {

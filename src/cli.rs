@@ -737,7 +737,7 @@ fn logs(o: &Opts) -> anyhow::Result<()> {
 pub struct ExitStatus(pub i32);
 
 fn exec(o: &Opts) -> anyhow::Result<()> {
-    use crate::runtime::{
+    use crate::cri::{
         ContainerState, LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME,
         LABEL_POD_NAMESPACE, Runtime,
     };
@@ -749,14 +749,13 @@ fn exec(o: &Opts) -> anyhow::Result<()> {
     let endpoint = o
         .endpoint
         .clone()
-        .unwrap_or_else(|| crate::runtime::DEFAULT_ENDPOINT.into());
+        .unwrap_or_else(|| crate::cri::DEFAULT_ENDPOINT.into());
     let timeout = match &o.timeout {
         Some(t) => crate::timeutil::parse_go_duration(t).map_err(|e| anyhow!("--timeout: {e}"))?,
         None => std::time::Duration::from_secs(300),
     };
-    let rt =
-        crate::runtime::cri::CriRuntime::connect(&endpoint, std::time::Duration::from_secs(30))
-            .map_err(|e| anyhow!("cannot reach the container runtime at {endpoint}: {e}"))?;
+    let rt = crate::cri::client::CriRuntime::connect(&endpoint, std::time::Duration::from_secs(30))
+        .map_err(|e| anyhow!("cannot reach the container runtime at {endpoint}: {e}"))?;
     let containers = rt
         .list_containers()
         .map_err(|e| anyhow!("listing containers at {endpoint}: {e}"))?;

@@ -205,7 +205,7 @@ impl Config {
             file_check_frequency: Duration::from_secs(20),
             http_check_frequency: Duration::from_secs(20),
             sync_frequency: Duration::from_secs(60),
-            runtime_endpoint: crate::runtime::DEFAULT_ENDPOINT.into(),
+            runtime_endpoint: crate::cri::DEFAULT_ENDPOINT.into(),
             runtime_request_timeout: Duration::from_secs(120),
             node_name,
             root_dir: PathBuf::from("/var/lib/nanolet"),
@@ -498,7 +498,7 @@ const FLAGS: &[FlagSpec] = &[
         shorthand: None,
         kind: Kind::Value,
         value_name: "string",
-        default: crate::runtime::DEFAULT_ENDPOINT,
+        default: crate::cri::DEFAULT_ENDPOINT,
         help: "CRI endpoint of containerd (config: containerRuntimeEndpoint)",
     },
     FlagSpec {

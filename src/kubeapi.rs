@@ -23,8 +23,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
+use crate::cri::Runtime;
 use crate::events::Event;
-use crate::runtime::Runtime;
 use crate::status::StatusStore;
 use crate::timeutil::{parse_rfc3339, rfc3339};
 

@@ -17,8 +17,8 @@ use serde_json::Value;
 use crate::api::env::EnvContext;
 use crate::api::quantity::parse_quantity;
 use crate::api::{Container, Pod};
+use crate::cri::{Mount, MountPropagation};
 use crate::localstore::{Data, LocalStore};
-use crate::runtime::{Mount, MountPropagation};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VolumeError {

@@ -497,7 +497,7 @@ impl ApiPodSource {
 pub struct StatusWriter {
     client: Arc<ApiClient>,
     store: Arc<crate::status::StatusStore>,
-    runtime: Arc<dyn crate::runtime::Runtime>,
+    runtime: Arc<dyn crate::cri::Runtime>,
     view: Arc<Mutex<ApiView>>,
     mirrors: Option<super::mirror::MirrorManager>,
     /// Status key (pod UID, plus the mirror UID for static pods) -> the body last sent.
@@ -510,7 +510,7 @@ impl StatusWriter {
     pub fn new(
         client: Arc<ApiClient>,
         store: Arc<crate::status::StatusStore>,
-        runtime: Arc<dyn crate::runtime::Runtime>,
+        runtime: Arc<dyn crate::cri::Runtime>,
         view: Arc<Mutex<ApiView>>,
         mirrors: Option<super::mirror::MirrorManager>,
     ) -> StatusWriter {
@@ -591,7 +591,7 @@ impl StatusWriter {
     /// ready sandbox (the kubelet's `podResourcesAreReclaimed`, minus volumes, which nanolet
     /// keeps on the host). A runtime error means "not yet".
     fn stopped(&self, uid: &str) -> bool {
-        use crate::runtime::{ContainerState, LABEL_POD_UID, SandboxState};
+        use crate::cri::{ContainerState, LABEL_POD_UID, SandboxState};
         let (Ok(sandboxes), Ok(containers)) = (
             self.runtime.list_pod_sandboxes(),
             self.runtime.list_containers(),

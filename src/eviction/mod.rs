@@ -39,7 +39,7 @@ use tracing::{info, warn};
 use crate::api::Pod;
 use crate::api::helpers::NodeCondition;
 use crate::api::quantity::parse_quantity;
-use crate::runtime::Runtime;
+use crate::cri::Runtime;
 use crate::status::StatusStore;
 use threshold::{Observations, PressureState, RawThresholds, Resource, Signal, Threshold};
 

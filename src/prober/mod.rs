@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use crate::api::{Container, Pod};
-use crate::runtime::Runtime;
+use crate::cri::Runtime;
 
 use handlers::{ProbeResult, Target};
 pub use spec::ProbeKind;

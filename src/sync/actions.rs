@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use crate::api::helpers::is_sidecar;
 use crate::api::{Container, Pod};
+use crate::cri::ContainerState;
 use crate::prober::spec::probe_of;
 use crate::prober::{ProbeKind, ProbeView};
-use crate::runtime::ContainerState;
 
 use super::state::{ObservedContainer, PodRuntimeState};
 use crate::util::backoff::Backoff;

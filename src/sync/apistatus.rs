@@ -9,7 +9,7 @@ use crate::api::{
     ContainerStateView, ContainerStatus, IpEntry, Pod, PodCondition, PodStatus, StateRunning,
     StateTerminated, StateWaiting,
 };
-use crate::runtime::ContainerState;
+use crate::cri::ContainerState;
 use crate::timeutil;
 
 use super::state::{ObservedContainer, PodRuntimeState};

@@ -537,9 +537,9 @@ mod tests {
     //! The sync loop, pod workers and PLEG together over the fake runtime.
     use super::*;
     use crate::api::{Container, PodStatus};
+    use crate::cri::fake::FakeRuntime;
+    use crate::cri::{ContainerState, Runtime};
     use crate::pleg::{Pleg, PlegEvent};
-    use crate::runtime::fake::FakeRuntime;
-    use crate::runtime::{ContainerState, Runtime};
     use crate::status::StatusStore;
     use std::time::Instant;
 
@@ -803,7 +803,7 @@ mod tests {
             h.rt.count_calls("subscribe_events") >= 1
         });
         let id = h.rt.running("a")[0].clone();
-        h.rt.publish(crate::runtime::RuntimeEvent::TaskExit {
+        h.rt.publish(crate::cri::RuntimeEvent::TaskExit {
             id: id.clone(),
             exit_code: 1,
         });
@@ -1013,7 +1013,7 @@ mod tests {
         let Some(id) = running.first() else {
             panic!("container a is not running");
         };
-        rt.publish(crate::runtime::RuntimeEvent::TaskStart { id: id.clone() });
+        rt.publish(crate::cri::RuntimeEvent::TaskStart { id: id.clone() });
         // Wait for at least two PLEG relists so the sync loop has seen the runtime pods.
         h.wait("two relists", |h| {
             h.rt.count_calls("list_pod_sandboxes") >= before + 2
@@ -1114,7 +1114,7 @@ mod tests {
         h.wait("new sandbox", |h| {
             h.rt.list_pod_sandboxes().is_ok_and(|l| {
                 l.iter()
-                    .any(|s| s.attempt == 1 && s.state == crate::runtime::SandboxState::Ready)
+                    .any(|s| s.attempt == 1 && s.state == crate::cri::SandboxState::Ready)
             })
         });
         h.wait("running again", |h| h.rt.running("a").len() == 1);

@@ -17,15 +17,15 @@ use crate::api::env::{EnvContext, expand_all, resolve_env};
 use crate::api::helpers::{is_sidecar, pod_log_dir_name};
 use crate::api::quantity::parse_quantity;
 use crate::api::{Container, Pod};
-use crate::prober::handlers::Target;
-use crate::prober::spec::{Handler, lifecycle_of};
-use crate::runtime::{
+use crate::cri::{
     ANN_CONTAINER_HASH, ANN_CONTAINER_TYPE, ANN_POD_TERMINATION_GRACE, ANN_RESTART_COUNT,
     ANN_TERMINATION_MESSAGE_PATH, ANN_TERMINATION_MESSAGE_POLICY, ContainerConfig, ContainerState,
     ErrorKind, LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE,
     LABEL_POD_UID, LinuxResources, Mount, PodSandboxConfig, PortMapping, Protocol, Runtime,
     RuntimeError,
 };
+use crate::prober::handlers::Target;
+use crate::prober::spec::{Handler, lifecycle_of};
 use crate::status::StatusStore;
 
 use super::actions::{Now, PodActions, backoff_key, compute_pod_actions, container_hash};
