@@ -15,13 +15,13 @@ use crate::cri::Runtime;
 use crate::cri::client::CriRuntime;
 use crate::cri::instrumented::InstrumentedRuntime;
 use crate::kubeapi::NodeContext;
+use crate::kubelet::{DesiredPods, LoopMsg, SyncLoop, SyncSettings, WorkerContext};
 use crate::pleg::Pleg;
 use crate::podconfig::PodConfig;
 use crate::server::{self, ReadOnlyOptions};
 use crate::source::naming::CONFIG_SOURCE_ANNOTATION;
 use crate::source::{Snapshot, SourceKind};
 use crate::status::StatusStore;
-use crate::sync::{DesiredPods, LoopMsg, SyncLoop, SyncSettings, WorkerContext};
 use crate::util::shutdown::Shutdown;
 
 #[derive(Debug, thiserror::Error)]
@@ -548,7 +548,10 @@ impl Wiring<'_> {
                 cgroup_driver: cfg.cgroup_driver,
                 security: cfg.security.clone(),
                 host_security: crate::api::security::HostSecurity::detect(),
-                node_labels: crate::sync::predicates::node_labels(&cfg.node_name, &cfg.node_labels),
+                node_labels: crate::kubelet::admission::node_labels(
+                    &cfg.node_name,
+                    &cfg.node_labels,
+                ),
                 host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                     cfg.resolv_conf.clone(),
                     // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.

@@ -101,7 +101,7 @@ pub struct Config {
     /// Admission hardening: `--allow-privileged`, `--allowed-host-paths`,
     /// `--deny-host-namespaces` (config `allowPrivileged`, `allowedHostPaths`,
     /// `denyHostNamespaces`).
-    pub security: crate::sync::policy::SecurityPolicy,
+    pub security: crate::kubelet::policy::SecurityPolicy,
     pub file_check_frequency: Duration,
     pub http_check_frequency: Duration,
     pub sync_frequency: Duration,
@@ -201,7 +201,7 @@ impl Config {
             manifest_url_client_cert: None,
             manifest_url_client_key: None,
             allow_insecure_manifest_dir: false,
-            security: crate::sync::policy::SecurityPolicy::default(),
+            security: crate::kubelet::policy::SecurityPolicy::default(),
             file_check_frequency: Duration::from_secs(20),
             http_check_frequency: Duration::from_secs(20),
             sync_frequency: Duration::from_secs(60),
@@ -2832,7 +2832,10 @@ mod tests {
     #[test]
     fn security_options_from_flags_and_file() {
         let c = parse(&[]).unwrap();
-        assert_eq!(c.security, crate::sync::policy::SecurityPolicy::default());
+        assert_eq!(
+            c.security,
+            crate::kubelet::policy::SecurityPolicy::default()
+        );
         assert!(c.security.allow_privileged && !c.allow_insecure_manifest_dir);
         let c = parse(&[
             "--allow-privileged=false",

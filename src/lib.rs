@@ -22,6 +22,8 @@ pub mod fuzzing;
 pub mod httpd;
 pub mod images;
 pub mod kubeapi;
+pub mod kubelet;
+pub mod kuberuntime;
 pub mod localstore;
 pub mod logrotate;
 pub mod malloc;
@@ -38,7 +40,6 @@ pub mod stats;
 pub mod status;
 #[cfg(test)]
 mod structure_tests;
-pub mod sync;
 pub mod timeutil;
 pub mod util;
 pub mod volumes;

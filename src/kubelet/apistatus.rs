@@ -12,7 +12,7 @@ use crate::api::{
 use crate::cri::ContainerState;
 use crate::timeutil;
 
-use super::state::{ObservedContainer, PodRuntimeState};
+use crate::kuberuntime::state::{ObservedContainer, PodRuntimeState};
 
 /// Why a container is waiting, as the worker last saw it (CrashLoopBackOff, ErrImagePull, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -512,8 +512,8 @@ fn pod_ips(
 mod tests {
     use super::*;
     use crate::api::Container;
+    use crate::kuberuntime::state::{ObservedContainer, ObservedSandbox};
     use crate::prober::ProbeView;
-    use crate::sync::state::{ObservedContainer, ObservedSandbox};
 
     fn running(id: &str) -> ObservedContainer {
         ObservedContainer {

@@ -4,13 +4,6 @@
 //! Static pods are serialised by full name, as in the kubelet: a new UID for `ns/name` (an
 //! edited manifest) starts only after the previous UID is fully terminated.
 
-pub mod actions;
-pub mod apistatus;
-pub mod policy;
-pub mod predicates;
-pub mod state;
-pub mod worker;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
@@ -21,10 +14,9 @@ use tracing::{info, warn};
 
 use crate::api::Pod;
 use crate::api::helpers::pod_requests;
+use crate::kubelet::pod_workers::{WorkerContext, WorkerMsg, WorkerReport};
 use crate::pleg::RuntimePodRef;
 use crate::source::ManifestError;
-
-pub use worker::{SyncSettings, WorkerContext, WorkerMsg, WorkerReport};
 
 /// The merged desired set, as the sync loop consumes it.
 #[derive(Debug, Clone, Default)]
@@ -341,25 +333,25 @@ impl SyncLoop {
             .iter()
             .map(|p| pod_requests(p))
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        if let Some(message) = policy::violation(pod, &settings.security) {
-            Some((policy::REASON, message))
+        if let Some(message) = crate::kubelet::policy::violation(pod, &settings.security) {
+            Some((crate::kubelet::policy::REASON, message))
         } else if let Some((reason, message)) =
             crate::api::security::unsupported_isolation(pod, settings.host_security)
         {
             Some((reason, message))
-        } else if !predicates::node_affinity_matches(
+        } else if !crate::kubelet::admission::node_affinity_matches(
             pod,
             &settings.node_labels,
             &settings.node_name,
         ) {
             Some((
-                predicates::NODE_AFFINITY.0,
-                predicates::NODE_AFFINITY.1.to_string(),
+                crate::kubelet::admission::NODE_AFFINITY.0,
+                crate::kubelet::admission::NODE_AFFINITY.1.to_string(),
             ))
-        } else if predicates::host_port_conflict(pod, active.iter().copied()) {
+        } else if crate::kubelet::admission::host_port_conflict(pod, active.iter().copied()) {
             Some((
-                predicates::NODE_PORTS.0,
-                predicates::NODE_PORTS.1.to_string(),
+                crate::kubelet::admission::NODE_PORTS.0,
+                crate::kubelet::admission::NODE_PORTS.1.to_string(),
             ))
         } else if refused_for_pressure {
             Some((
@@ -494,7 +486,7 @@ impl SyncLoop {
         }
         let (tx, rx) = channel();
         let full_name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
-        let worker = worker::PodWorker::new(self.ctx.clone(), pod.clone());
+        let worker = crate::kubelet::pod_workers::PodWorker::new(self.ctx.clone(), pod.clone());
         let reports = self.tx.clone();
         let _ = tx.send(if terminate {
             WorkerMsg::Terminate
@@ -539,6 +531,7 @@ mod tests {
     use crate::api::{Container, PodStatus};
     use crate::cri::fake::FakeRuntime;
     use crate::cri::{ContainerState, Runtime};
+    use crate::kubelet::SyncSettings;
     use crate::pleg::{Pleg, PlegEvent};
     use crate::status::StatusStore;
     use std::time::Instant;
@@ -591,9 +584,9 @@ mod tests {
                     allocatable_memory_bytes: 8 << 30,
                     eviction_transition: Duration::from_secs(300),
                     cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
-                    security: policy::SecurityPolicy::default(),
+                    security: crate::kubelet::policy::SecurityPolicy::default(),
                     host_security: Default::default(),
-                    node_labels: predicates::node_labels(
+                    node_labels: crate::kubelet::admission::node_labels(
                         "node1",
                         &[("site".into(), "test".into())],
                     ),

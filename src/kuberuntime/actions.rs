@@ -432,7 +432,7 @@ impl Inputs<'_> {
 mod tests {
     use super::*;
     use crate::api::{Container, Pod};
-    use crate::sync::state::ObservedSandbox;
+    use crate::kuberuntime::state::ObservedSandbox;
 
     fn pod(policy: &str, containers: &[&str], inits: &[&str]) -> Pod {
         let mut p = Pod::default();

@@ -28,9 +28,11 @@ use crate::prober::handlers::Target;
 use crate::prober::spec::{Handler, lifecycle_of};
 use crate::status::StatusStore;
 
-use super::actions::{Now, PodActions, backoff_key, compute_pod_actions, container_hash};
 use super::apistatus::{self, StatusInputs, WaitingReason};
-use super::state::{PodRuntimeState, observe_pod};
+use crate::kuberuntime::actions::{
+    Now, PodActions, backoff_key, compute_pod_actions, container_hash,
+};
+use crate::kuberuntime::state::{PodRuntimeState, observe_pod};
 use crate::util::backoff::Backoff;
 
 /// The kubelet always gives containers at least this long to stop unless told otherwise
