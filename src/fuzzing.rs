@@ -28,15 +28,15 @@ pub fn manifest(data: &[u8]) {
 }
 
 /// A manifest URL body: a Pod or a PodList, decoded, defaulted, validated and deduplicated
-/// into a snapshot (`source::url::parse_body`).
+/// into a snapshot (`config::http::parse_body`).
 pub fn podlist(data: &[u8]) {
-    let _ = crate::source::url::parse_body(data, "https://fuzz.example/pods", "node1", "t");
+    let _ = crate::config::http::parse_body(data, "https://fuzz.example/pods", "node1", "t");
 }
 
 /// A KubeletConfiguration file (`--config`): parsed, applied over the defaults and checked.
 pub fn config(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = crate::config::parse_config_text(
+        let _ = crate::kubeletconfig::parse_config_text(
             std::path::Path::new("/etc/nanolet/config.yaml"),
             text,
         );

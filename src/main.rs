@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use nanolet::config::{self, ParseOutcome};
+use nanolet::kubeletconfig::{self, ParseOutcome};
 
 const USAGE: &str = "nanolet: a standalone static-pod runner for edge devices
 
@@ -116,7 +116,7 @@ fn run(args: &[String]) -> ExitCode {
         print!("{}", version_text());
         return ExitCode::SUCCESS;
     }
-    let cfg = match config::parse_run_args(args) {
+    let cfg = match kubeletconfig::parse_run_args(args) {
         Ok(ParseOutcome::Run(cfg)) => cfg,
         Ok(ParseOutcome::Help(text)) => {
             print!("{text}");
@@ -242,7 +242,7 @@ where
 
 /// How every log line's fields (the message included, and span fields) are written:
 /// tracing-subscriber's default `name=value` format with each control character escaped by
-/// `nanolet::source::write_escaped` (`\n`, `\0`, `\u{1b}`). This is the one place that escapes
+/// `nanolet::config::write_escaped` (`\n`, `\0`, `\u{1b}`). This is the one place that escapes
 /// logs: manifest names, file names, URLs and error texts reach many log statements, as
 /// `%Display` fields (which tracing writes raw) or inside messages, and an escape here covers
 /// them all, so a NUL or ESC in a manifest never reaches the terminal or journal raw and a
@@ -269,7 +269,7 @@ struct Escaping<'a, 'w>(&'a mut tracing_subscriber::fmt::format::Writer<'w>);
 
 impl std::fmt::Write for Escaping<'_, '_> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        nanolet::source::write_escaped(&mut *self.0, s)
+        nanolet::config::write_escaped(&mut *self.0, s)
     }
 }
 

@@ -605,7 +605,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::api::{ObjectMeta, Pod};
-    use crate::source::ManifestError;
+    use crate::config::ManifestError;
 
     fn pod() -> Pod {
         Pod {

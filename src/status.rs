@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::api::Pod;
+use crate::config::ManifestError;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
-use crate::source::ManifestError;
 
 /// One named health check for `/healthz`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

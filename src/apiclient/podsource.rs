@@ -33,10 +33,10 @@ use tracing::{debug, info, warn};
 
 use super::client::{ApiClient, ApiError};
 use crate::api::Pod;
-use crate::source::naming::{
+use crate::config::naming::{
     CONFIG_HASH_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
 };
-use crate::source::{ManifestError, Snapshot, SourceKind, SourcePod};
+use crate::config::{ManifestError, Snapshot, SourceKind, SourcePod};
 
 /// The server-side timeout asked for on each watch (the kubelet's reflector uses 5-10 min).
 const WATCH_TIMEOUT_SECONDS: u64 = 300;
@@ -162,7 +162,7 @@ impl PodSet {
     fn snapshot(&mut self) -> Snapshot {
         let mut pods = vec![];
         let mut errors = vec![];
-        let now = crate::source::now_rfc3339_nano();
+        let now = crate::config::now_rfc3339_nano();
         for (uid, v) in &self.pods {
             if !v["metadata"]["deletionTimestamp"].is_null() || is_mirror(v) {
                 continue;

@@ -14,9 +14,9 @@ use tracing::{info, warn};
 
 use crate::api::Pod;
 use crate::api::helpers::pod_requests;
+use crate::config::ManifestError;
 use crate::kubelet::pod_workers::{WorkerContext, WorkerMsg, WorkerReport};
 use crate::pleg::RuntimePodRef;
-use crate::source::ManifestError;
 
 /// The merged desired set, as the sync loop consumes it.
 #[derive(Debug, Clone, Default)]

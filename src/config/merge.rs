@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::source::{ManifestError, Snapshot, SourceKind, SourcePod};
+use crate::config::{ManifestError, Snapshot, SourceKind, SourcePod};
 
 /// The merged desired state.
 #[derive(Debug, Clone, PartialEq, Default)]
