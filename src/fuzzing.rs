@@ -24,7 +24,8 @@ pub const TARGETS: [(&str, Target); 6] = [
 /// A static pod manifest file: decode (YAML/JSON), default, validate, name and hash: the path
 /// `nanolet validate` and the file source take.
 pub fn manifest(data: &[u8]) {
-    let _ = crate::cli::validate_bytes(data, "/etc/kubernetes/manifests/fuzz.yaml", "node1");
+    let _ =
+        crate::cmd::client::validate_bytes(data, "/etc/kubernetes/manifests/fuzz.yaml", "node1");
 }
 
 /// A manifest URL body: a Pod or a PodList, decoded, defaulted, validated and deduplicated

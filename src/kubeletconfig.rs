@@ -872,7 +872,7 @@ const FLAGS: &[FlagSpec] = &[
 ];
 
 /// One flag of `nanolet run`, read-only, for documentation generated from the flag table
-/// (`nanolet man`, `nanolet completion`: src/docgen.rs).
+/// (`nanolet man`, `nanolet completion`: src/cmd/docgen.rs).
 #[derive(Debug, Clone, Copy)]
 pub struct FlagDoc {
     pub name: &'static str,

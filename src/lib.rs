@@ -7,11 +7,10 @@
 pub mod agent;
 pub mod api;
 pub mod apiclient;
-pub mod cli;
 pub mod cm;
+pub mod cmd;
 pub mod config;
 pub mod cri;
-pub mod docgen;
 pub mod events;
 pub mod eviction;
 #[cfg(test)]

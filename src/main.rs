@@ -45,10 +45,13 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some("man") => {
-            print!("{}", nanolet::docgen::man_page());
+            print!("{}", nanolet::cmd::docgen::man_page());
             ExitCode::SUCCESS
         }
-        Some("completion") => match args.get(1).and_then(|s| nanolet::docgen::completion(s)) {
+        Some("completion") => match args
+            .get(1)
+            .and_then(|s| nanolet::cmd::docgen::completion(s))
+        {
             Some(script) if args.len() == 2 => {
                 print!("{script}");
                 ExitCode::SUCCESS
@@ -56,17 +59,20 @@ fn main() -> ExitCode {
             _ => {
                 eprintln!(
                     "Usage: nanolet completion SHELL   (SHELL: {})",
-                    nanolet::docgen::SHELLS.join(" or ")
+                    nanolet::cmd::docgen::SHELLS.join(" or ")
                 );
                 ExitCode::from(2)
             }
         },
         Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate" | "exec" | "images")) => {
-            match nanolet::cli::run(cmd, &args[1..]) {
+            match nanolet::cmd::client::run(cmd, &args[1..]) {
                 Some(Ok(())) => ExitCode::SUCCESS,
-                Some(Err(e)) if e.downcast_ref::<nanolet::cli::ExitStatus>().is_some() => {
+                Some(Err(e))
+                    if e.downcast_ref::<nanolet::cmd::client::ExitStatus>()
+                        .is_some() =>
+                {
                     let code = e
-                        .downcast_ref::<nanolet::cli::ExitStatus>()
+                        .downcast_ref::<nanolet::cmd::client::ExitStatus>()
                         .map_or(1, |s| s.0);
                     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
                 }
@@ -78,7 +84,7 @@ fn main() -> ExitCode {
             }
         }
         Some("help" | "--help" | "-h") | None => {
-            print!("{USAGE}\n{}", nanolet::cli::USAGE);
+            print!("{USAGE}\n{}", nanolet::cmd::client::USAGE);
             if args.is_empty() {
                 ExitCode::from(2)
             } else {
