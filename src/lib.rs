@@ -18,7 +18,6 @@ mod function_length_tests;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod httpd;
 pub mod images;
 pub mod kubeapi;
 pub mod kubelet;
