@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use nanolet::runtime::cri::CriRuntime;
-use nanolet::runtime::{
+use nanolet::cri::client::CriRuntime;
+use nanolet::cri::{
     ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_NAME, PodSandboxConfig, Runtime,
 };
 use serde_json::{Value, json};
@@ -969,8 +969,7 @@ impl Bench<'_> {
             !running
                 && self.rt.list_pod_sandboxes().is_ok_and(|s| {
                     !s.iter().any(|sb| {
-                        fulls.contains(&sb.name)
-                            && sb.state == nanolet::runtime::SandboxState::Ready
+                        fulls.contains(&sb.name) && sb.state == nanolet::cri::SandboxState::Ready
                     })
                 })
         })
@@ -1545,9 +1544,9 @@ impl Bench<'_> {
 /// The fake has no gRPC cost, so this isolates nanolet's own work per pass; the real relist
 /// against containerd is in the CPU table ("PLEG relist mean").
 fn sync_sweep(report: &mut Report) {
+    use nanolet::cri::fake::FakeRuntime;
+    use nanolet::cri::{LABEL_MANAGED_BY, LABEL_POD_UID};
     use nanolet::pleg::Pleg;
-    use nanolet::runtime::fake::FakeRuntime;
-    use nanolet::runtime::{LABEL_MANAGED_BY, LABEL_POD_UID};
     use nanolet::status::StatusStore;
     use std::sync::Arc;
 

@@ -10,18 +10,18 @@ use std::time::Duration;
 use tracing::{error, info, warn};
 
 use crate::apiclient::client::ApiClient;
-use crate::config::Config;
+use crate::config::merge::PodConfig;
+use crate::config::naming::CONFIG_SOURCE_ANNOTATION;
+use crate::config::{Snapshot, SourceKind};
+use crate::cri::Runtime;
+use crate::cri::client::CriRuntime;
+use crate::cri::instrumented::InstrumentedRuntime;
 use crate::kubeapi::NodeContext;
+use crate::kubelet::{DesiredPods, LoopMsg, SyncLoop, SyncSettings, WorkerContext};
+use crate::kubeletconfig::Config;
 use crate::pleg::Pleg;
-use crate::podconfig::PodConfig;
-use crate::runtime::Runtime;
-use crate::runtime::cri::CriRuntime;
-use crate::runtime::instrumented::InstrumentedRuntime;
 use crate::server::{self, ReadOnlyOptions};
-use crate::source::naming::CONFIG_SOURCE_ANNOTATION;
-use crate::source::{Snapshot, SourceKind};
 use crate::status::StatusStore;
-use crate::sync::{DesiredPods, LoopMsg, SyncLoop, SyncSettings, WorkerContext};
 use crate::util::shutdown::Shutdown;
 
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +31,7 @@ pub enum AgentError {
     #[error("container runtime {endpoint}")]
     Runtime {
         endpoint: String,
-        source: crate::runtime::RuntimeError,
+        source: crate::cri::RuntimeError,
     },
     #[error("{what} on {addr}")]
     Bind {
@@ -52,7 +52,7 @@ pub enum AgentError {
     ApiClient(String),
     #[error("read-only token file {}: {reason}", path.display())]
     TokenFile { path: PathBuf, reason: String },
-    /// The manifest directory is writable by others (see `source::file::check_secure`).
+    /// The manifest directory is writable by others (see `config::file::check_secure`).
     #[error("refusing to start: {0}")]
     ManifestDir(String),
 }
@@ -180,7 +180,7 @@ fn check_manifest_dir(cfg: &Config) -> Result<(), AgentError> {
         warn!(dir = %cfg.pod_manifest_path.display(), "--allow-insecure-manifest-dir: manifest directory and file permissions are not checked");
         return Ok(());
     }
-    crate::source::file::check_dir_secure(&cfg.pod_manifest_path)
+    crate::config::file::check_dir_secure(&cfg.pod_manifest_path)
         .map_err(|e| AgentError::ManifestDir(e.to_string()))
 }
 
@@ -316,8 +316,8 @@ impl Wiring<'_> {
             .spawn(move || podconfig.run(snap_rx))
             .map_err(start_error("podconfig"))?;
         if file_enabled {
-            let file = crate::source::file::FileSource::spawn(
-                crate::source::file::FileSourceConfig {
+            let file = crate::config::file::FileSource::spawn(
+                crate::config::file::FileSourceConfig {
                     dir: cfg.pod_manifest_path.clone(),
                     node_name: cfg.node_name.clone(),
                     check_frequency: cfg.file_check_frequency,
@@ -329,13 +329,13 @@ impl Wiring<'_> {
             self.shutdown.hold(file);
         }
         if let Some(url) = &cfg.manifest_url {
-            let source = crate::source::url::UrlSource::spawn(
-                crate::source::url::UrlSourceConfig {
+            let source = crate::config::http::UrlSource::spawn(
+                crate::config::http::UrlSourceConfig {
                     url: url.clone(),
                     headers: cfg.manifest_url_headers.clone(),
                     node_name: cfg.node_name.clone(),
                     check_frequency: cfg.http_check_frequency,
-                    tls: crate::source::url::UrlTlsFiles {
+                    tls: crate::config::http::UrlTlsFiles {
                         ca_file: cfg.manifest_url_ca_file.clone(),
                         client_cert: cfg.manifest_url_client_cert.clone(),
                         client_key: cfg.manifest_url_client_key.clone(),
@@ -547,14 +547,17 @@ impl Wiring<'_> {
                 eviction_transition: cfg.eviction.pressure_transition_period,
                 cgroup_driver: cfg.cgroup_driver,
                 security: cfg.security.clone(),
-                host_security: crate::pod::security::HostSecurity::detect(),
-                node_labels: crate::sync::predicates::node_labels(&cfg.node_name, &cfg.node_labels),
-                host_dns: Arc::new(crate::pod::dns::HostResolvConf::new(
+                host_security: crate::api::security::HostSecurity::detect(),
+                node_labels: crate::kubelet::admission::node_labels(
+                    &cfg.node_name,
+                    &cfg.node_labels,
+                ),
+                host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                     cfg.resolv_conf.clone(),
                     // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.
                     std::env::var_os("NANOLET_SYSTEMD_RESOLVED_RESOLV_CONF")
                         .map(std::path::PathBuf::from)
-                        .unwrap_or_else(|| crate::pod::dns::SYSTEMD_RESOLVED_UPSTREAM.into()),
+                        .unwrap_or_else(|| crate::api::dns::SYSTEMD_RESOLVED_UPSTREAM.into()),
                 )),
             },
         })
@@ -638,9 +641,9 @@ impl MirrorFilter {
     fn update(
         &mut self,
         store: &StatusStore,
-        pods: &std::collections::BTreeMap<String, crate::source::SourcePod>,
+        pods: &std::collections::BTreeMap<String, crate::config::SourcePod>,
         all_sources_ready: bool,
-        errors: &mut Vec<crate::source::ManifestError>,
+        errors: &mut Vec<crate::config::ManifestError>,
     ) {
         let mut statics = crate::apiclient::mirror::StaticPods {
             pods: vec![],
@@ -683,9 +686,9 @@ impl MirrorFilter {
 /// API server's NodeRestriction admission refuses in mirror pods and the kubelet rejects since
 /// PreventStaticPodAPIReferences). nanolet still runs the pod from the local configMap/secret
 /// store; the error is reported on `/manifests/errors` and as a `MirrorPodRefused` event.
-fn no_mirror_reason(sp: &crate::source::SourcePod) -> Option<crate::source::ManifestError> {
+fn no_mirror_reason(sp: &crate::config::SourcePod) -> Option<crate::config::ManifestError> {
     let (field, resource) = crate::apiclient::mirror::api_object_reference(&sp.pod)?;
-    Some(crate::source::ManifestError {
+    Some(crate::config::ManifestError {
         origin: sp.origin.clone(),
         field,
         reason: format!(
@@ -696,7 +699,7 @@ fn no_mirror_reason(sp: &crate::source::SourcePod) -> Option<crate::source::Mani
 
 /// A `FailedValidation` Warning event for a rejected manifest. The pod never existed, so the
 /// event names the manifest (the file name without extension, or the URL) in `default`.
-fn record_failed_validation(store: &StatusStore, e: &crate::source::ManifestError) {
+fn record_failed_validation(store: &StatusStore, e: &crate::config::ManifestError) {
     let name = std::path::Path::new(&e.origin)
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use tracing::debug;
 
-use crate::pod::Pod;
-use crate::pod::quantity::parse_quantity;
+use crate::api::Pod;
+use crate::api::quantity::parse_quantity;
 
 /// `cgroupDriver`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,7 +47,7 @@ impl CgroupDriver {
 
 /// The QoS level of the pod's cgroup: "" (Guaranteed), "burstable", "besteffort".
 fn qos_level(pod: &Pod) -> &'static str {
-    match crate::pod::helpers::qos_class(pod).as_str() {
+    match crate::api::helpers::qos_class(pod).as_str() {
         "Guaranteed" => "",
         "Burstable" => "burstable",
         _ => "besteffort",
@@ -135,7 +135,7 @@ pub fn pod_resources(pod: &Pod) -> PodCgroupResources {
             mem_lim = mem_lim.max(v);
         }
     }
-    let qos = crate::pod::helpers::qos_class(pod);
+    let qos = crate::api::helpers::qos_class(pod);
     if qos == "BestEffort" {
         return PodCgroupResources {
             cpu_shares: 2,

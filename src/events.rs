@@ -74,7 +74,7 @@ impl PodRef {
 }
 
 /// The event object for one container of `pod` (init or regular, from the spec).
-pub fn container_ref(pod: &crate::pod::Pod, container: &str) -> PodRef {
+pub fn container_ref(pod: &crate::api::Pod, container: &str) -> PodRef {
     let m = &pod.metadata;
     let init = pod.spec.init_containers.iter().any(|c| c.name == container);
     PodRef::pod(&m.namespace, &m.name, &m.uid).container(container, init)

@@ -505,8 +505,8 @@ fn module_files_map_to_their_directories() {
         Path::new("src/yaml")
     );
     assert_eq!(
-        child_module_dir(Path::new("src/sync/mod.rs")),
-        Path::new("src/sync")
+        child_module_dir(Path::new("src/kubelet/mod.rs")),
+        Path::new("src/kubelet")
     );
     assert_eq!(child_module_dir(Path::new("src/lib.rs")), Path::new("src"));
 }

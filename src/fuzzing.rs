@@ -24,19 +24,20 @@ pub const TARGETS: [(&str, Target); 6] = [
 /// A static pod manifest file: decode (YAML/JSON), default, validate, name and hash: the path
 /// `nanolet validate` and the file source take.
 pub fn manifest(data: &[u8]) {
-    let _ = crate::cli::validate_bytes(data, "/etc/kubernetes/manifests/fuzz.yaml", "node1");
+    let _ =
+        crate::cmd::client::validate_bytes(data, "/etc/kubernetes/manifests/fuzz.yaml", "node1");
 }
 
 /// A manifest URL body: a Pod or a PodList, decoded, defaulted, validated and deduplicated
-/// into a snapshot (`source::url::parse_body`).
+/// into a snapshot (`config::http::parse_body`).
 pub fn podlist(data: &[u8]) {
-    let _ = crate::source::url::parse_body(data, "https://fuzz.example/pods", "node1", "t");
+    let _ = crate::config::http::parse_body(data, "https://fuzz.example/pods", "node1", "t");
 }
 
 /// A KubeletConfiguration file (`--config`): parsed, applied over the defaults and checked.
 pub fn config(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = crate::config::parse_config_text(
+        let _ = crate::kubeletconfig::parse_config_text(
             std::path::Path::new("/etc/nanolet/config.yaml"),
             text,
         );
@@ -56,7 +57,7 @@ fn store() -> &'static Arc<StatusStore> {
     STORE.get_or_init(|| {
         let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
         store.mark_sync();
-        let pod: Result<crate::pod::Pod, _> = serde_json::from_str(
+        let pod: Result<crate::api::Pod, _> = serde_json::from_str(
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-node1","namespace":"default","uid":"0123456789abcdef0123456789abcdef"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}"#,
         );
         if let Ok(pod) = pod {

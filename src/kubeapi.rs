@@ -23,8 +23,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
+use crate::cri::Runtime;
 use crate::events::Event;
-use crate::runtime::Runtime;
 use crate::status::StatusStore;
 use crate::timeutil::{parse_rfc3339, rfc3339};
 
@@ -342,7 +342,7 @@ fn list(kind: &str, items: Vec<Value>) -> Value {
 
 /// A pod from the store as the API serves it: kind/apiVersion set, and a creationTimestamp
 /// (static pods have none; the time the source first saw it, else the start time).
-fn pod_view(p: &crate::pod::Pod) -> Value {
+fn pod_view(p: &crate::api::Pod) -> Value {
     let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
     if !v.is_object() {
         return v;
@@ -1481,7 +1481,7 @@ fn log_query(q: &BTreeMap<String, String>) -> Result<(bool, bool, LogOptions), S
 
 /// The container whose log is asked for: `container`, or the pod's only container.
 fn log_container(
-    pod: &crate::pod::Pod,
+    pod: &crate::api::Pod,
     name: &str,
     q: &BTreeMap<String, String>,
 ) -> Result<String, String> {
@@ -1602,7 +1602,7 @@ garbage\n\
 
     #[test]
     fn follow_streams_growth_and_rotation_and_ends_when_the_container_stops() {
-        use crate::pod::{ContainerStateView, ContainerStatus, Pod, PodStatus, StateRunning};
+        use crate::api::{ContainerStateView, ContainerStatus, Pod, PodStatus, StateRunning};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.log");
         std::fs::write(&path, "2026-11-22T18:00:00Z stdout F one\n").unwrap();

@@ -5,11 +5,12 @@
 //! PLEG (events + relist) --> sync loop; status store --> HTTP server.
 
 pub mod agent;
+pub mod api;
 pub mod apiclient;
-pub mod cli;
 pub mod cm;
+pub mod cmd;
 pub mod config;
-pub mod docgen;
+pub mod cri;
 pub mod events;
 pub mod eviction;
 #[cfg(test)]
@@ -17,28 +18,25 @@ mod function_length_tests;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod httpd;
 pub mod images;
 pub mod kubeapi;
+pub mod kubelet;
+pub mod kubeletconfig;
+pub mod kuberuntime;
 pub mod localstore;
 pub mod logrotate;
 pub mod malloc;
 pub mod metrics;
 pub mod node;
 pub mod pleg;
-pub mod pod;
-pub mod podconfig;
 pub mod prober;
-pub mod runtime;
 pub mod sdnotify;
 pub mod server;
-pub mod source;
 pub mod statefile;
 pub mod stats;
 pub mod status;
 #[cfg(test)]
 mod structure_tests;
-pub mod sync;
 pub mod timeutil;
 pub mod util;
 pub mod volumes;

@@ -119,7 +119,7 @@ impl LocalStore {
     }
 
     /// The first object of `kind` named `namespace/name` in `dir`. With permission checks on,
-    /// `dir` and its parents must pass [`crate::source::file::check_secure_for`] (else the
+    /// `dir` and its parents must pass [`crate::config::file::check_secure_for`] (else the
     /// error names the path and the risk), and files that do not are skipped with a warning.
     fn find(
         &self,
@@ -134,7 +134,7 @@ impl LocalStore {
             "configmap directory"
         };
         if !self.allow_insecure {
-            crate::source::file::check_dir_chain(dir, what, STORE_RISK)
+            crate::config::file::check_dir_chain(dir, what, STORE_RISK)
                 .map_err(|e| e.to_string())?;
         }
         let Ok(rd) = std::fs::read_dir(dir) else {
@@ -159,7 +159,7 @@ impl LocalStore {
                 let checked = std::fs::metadata(&f)
                     .map_err(|e| e.to_string())
                     .and_then(|m| {
-                        crate::source::file::check_secure_for(&f, &m, "file", STORE_RISK)
+                        crate::config::file::check_secure_for(&f, &m, "file", STORE_RISK)
                     });
                 if let Err(reason) = checked {
                     tracing::warn!(file = %f.display(), "skipping {kind} manifest: {reason}");
@@ -277,16 +277,16 @@ impl LocalStore {
     }
 }
 
-impl crate::pod::env::ConfigMapsAndSecrets for LocalStore {
+impl crate::api::env::ConfigMapsAndSecrets for LocalStore {
     fn config_map(
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Data, crate::pod::env::LookupError> {
+    ) -> Result<Data, crate::api::env::LookupError> {
         Ok(LocalStore::config_map(self, namespace, name)?)
     }
 
-    fn secret(&self, namespace: &str, name: &str) -> Result<Data, crate::pod::env::LookupError> {
+    fn secret(&self, namespace: &str, name: &str) -> Result<Data, crate::api::env::LookupError> {
         Ok(LocalStore::secret(self, namespace, name)?)
     }
 
@@ -296,7 +296,7 @@ impl crate::pod::env::ConfigMapsAndSecrets for LocalStore {
         namespace: &str,
         name: &str,
         key: &str,
-    ) -> Result<Vec<u8>, crate::pod::env::LookupError> {
+    ) -> Result<Vec<u8>, crate::api::env::LookupError> {
         Ok(LocalStore::key(self, secret, namespace, name, key)?)
     }
 }

@@ -18,7 +18,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 use tracing::{debug, info, warn};
 
-use crate::runtime::{ContainerState, LABEL_MANAGED_BY, Runtime};
+use crate::cri::{ContainerState, LABEL_MANAGED_BY, Runtime};
 
 /// The kubelet's containerLogMonitorInterval default.
 pub const MONITOR_INTERVAL: Duration = Duration::from_secs(10);
@@ -316,7 +316,7 @@ impl<'a> Rotator<'a> {
         let Ok(list) = self.rt.list_containers() else {
             return;
         };
-        let managed = |c: &&crate::runtime::ContainerInfo| c.labels.contains_key(LABEL_MANAGED_BY);
+        let managed = |c: &&crate::cri::ContainerInfo| c.labels.contains_key(LABEL_MANAGED_BY);
         let running: Vec<_> = list
             .iter()
             .filter(managed)
@@ -625,8 +625,8 @@ pub fn run(rt: Arc<dyn Runtime>, policy: RotationPolicy, pod_logs_dir: PathBuf, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::fake::FakeRuntime;
-    use crate::runtime::{ContainerConfig, PodSandboxConfig};
+    use crate::cri::fake::FakeRuntime;
+    use crate::cri::{ContainerConfig, PodSandboxConfig};
 
     /// A container's log path never changes: full passes ask the runtime once per container.
     #[test]
@@ -721,10 +721,7 @@ mod tests {
         assert_eq!(text, "y".repeat(150));
         // Reopen failure: the rename is undone.
         std::fs::write(&log, vec![b'z'; 150]).expect("write");
-        rt.inject_error(
-            "reopen_container_log",
-            crate::runtime::ErrorKind::Unavailable,
-        );
+        rt.inject_error("reopen_container_log", crate::cri::ErrorKind::Unavailable);
         assert!(!rotate_if_needed(&rt, &id, &log, policy));
         assert_eq!(
             std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0),

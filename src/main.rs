@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use nanolet::config::{self, ParseOutcome};
+use nanolet::kubeletconfig::{self, ParseOutcome};
 
 const USAGE: &str = "nanolet: a standalone static-pod runner for edge devices
 
@@ -45,10 +45,13 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some("man") => {
-            print!("{}", nanolet::docgen::man_page());
+            print!("{}", nanolet::cmd::docgen::man_page());
             ExitCode::SUCCESS
         }
-        Some("completion") => match args.get(1).and_then(|s| nanolet::docgen::completion(s)) {
+        Some("completion") => match args
+            .get(1)
+            .and_then(|s| nanolet::cmd::docgen::completion(s))
+        {
             Some(script) if args.len() == 2 => {
                 print!("{script}");
                 ExitCode::SUCCESS
@@ -56,17 +59,20 @@ fn main() -> ExitCode {
             _ => {
                 eprintln!(
                     "Usage: nanolet completion SHELL   (SHELL: {})",
-                    nanolet::docgen::SHELLS.join(" or ")
+                    nanolet::cmd::docgen::SHELLS.join(" or ")
                 );
                 ExitCode::from(2)
             }
         },
         Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate" | "exec" | "images")) => {
-            match nanolet::cli::run(cmd, &args[1..]) {
+            match nanolet::cmd::client::run(cmd, &args[1..]) {
                 Some(Ok(())) => ExitCode::SUCCESS,
-                Some(Err(e)) if e.downcast_ref::<nanolet::cli::ExitStatus>().is_some() => {
+                Some(Err(e))
+                    if e.downcast_ref::<nanolet::cmd::client::ExitStatus>()
+                        .is_some() =>
+                {
                     let code = e
-                        .downcast_ref::<nanolet::cli::ExitStatus>()
+                        .downcast_ref::<nanolet::cmd::client::ExitStatus>()
                         .map_or(1, |s| s.0);
                     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
                 }
@@ -78,7 +84,7 @@ fn main() -> ExitCode {
             }
         }
         Some("help" | "--help" | "-h") | None => {
-            print!("{USAGE}\n{}", nanolet::cli::USAGE);
+            print!("{USAGE}\n{}", nanolet::cmd::client::USAGE);
             if args.is_empty() {
                 ExitCode::from(2)
             } else {
@@ -116,7 +122,7 @@ fn run(args: &[String]) -> ExitCode {
         print!("{}", version_text());
         return ExitCode::SUCCESS;
     }
-    let cfg = match config::parse_run_args(args) {
+    let cfg = match kubeletconfig::parse_run_args(args) {
         Ok(ParseOutcome::Run(cfg)) => cfg,
         Ok(ParseOutcome::Help(text)) => {
             print!("{text}");
@@ -242,7 +248,7 @@ where
 
 /// How every log line's fields (the message included, and span fields) are written:
 /// tracing-subscriber's default `name=value` format with each control character escaped by
-/// `nanolet::source::write_escaped` (`\n`, `\0`, `\u{1b}`). This is the one place that escapes
+/// `nanolet::config::write_escaped` (`\n`, `\0`, `\u{1b}`). This is the one place that escapes
 /// logs: manifest names, file names, URLs and error texts reach many log statements, as
 /// `%Display` fields (which tracing writes raw) or inside messages, and an escape here covers
 /// them all, so a NUL or ESC in a manifest never reaches the terminal or journal raw and a
@@ -269,7 +275,7 @@ struct Escaping<'a, 'w>(&'a mut tracing_subscriber::fmt::format::Writer<'w>);
 
 impl std::fmt::Write for Escaping<'_, '_> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        nanolet::source::write_escaped(&mut *self.0, s)
+        nanolet::config::write_escaped(&mut *self.0, s)
     }
 }
 

@@ -1,7 +1,7 @@
 //! nanolet's own metrics, rendered in the Prometheus text exposition format (0.0.4) on
 //! `/metrics`, with the kubelet's metric names where one exists.
 //!
-//! Counters live here (runtime operations, counted by [`crate::runtime::instrumented`]; the
+//! Counters live here (runtime operations, counted by [`crate::cri::instrumented`]; the
 //! PLEG relist histogram, fed by the PLEG); gauges are computed at scrape time from the status
 //! store and `/proc/self`.
 
@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use crate::pod::Pod;
+use crate::api::Pod;
 
 /// The kubelet's PLEG relist histogram buckets (`metrics.DefBuckets`-like, in seconds).
 const RELIST_BUCKETS: &[f64] = &[

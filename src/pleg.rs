@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use crate::runtime::{
+use crate::cri::{
     ANN_POD_TERMINATION_GRACE, LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE,
     LABEL_POD_UID, Runtime, RuntimeEvent,
 };

@@ -16,8 +16,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
-use crate::pod::Pod;
-use crate::runtime::{ContainerStats, LABEL_MANAGED_BY, LABEL_POD_UID, Runtime};
+use crate::api::Pod;
+use crate::cri::{ContainerStats, LABEL_MANAGED_BY, LABEL_POD_UID, Runtime};
 use crate::timeutil::{from_unix_nanos, rfc3339};
 
 /// Per-scrape state: the previous cumulative CPU samples (key → (time ns, core-ns)).

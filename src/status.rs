@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::api::Pod;
+use crate::config::ManifestError;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
-use crate::pod::Pod;
-use crate::source::ManifestError;
 
 /// One named health check for `/healthz`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -131,7 +131,7 @@ impl StatusStore {
     }
 
     /// The eviction manager publishes the pressure conditions that are true now.
-    pub fn set_node_conditions(&self, conditions: &[crate::pod::helpers::NodeCondition]) {
+    pub fn set_node_conditions(&self, conditions: &[crate::api::helpers::NodeCondition]) {
         let mut g = self.lock();
         let now = std::time::SystemTime::now();
         let names: Vec<&'static str> = conditions.iter().map(|c| c.as_str()).collect();

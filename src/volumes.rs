@@ -14,11 +14,11 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::api::env::EnvContext;
+use crate::api::quantity::parse_quantity;
+use crate::api::{Container, Pod};
+use crate::cri::{Mount, MountPropagation};
 use crate::localstore::{Data, LocalStore};
-use crate::pod::env::EnvContext;
-use crate::pod::quantity::parse_quantity;
-use crate::pod::{Container, Pod};
-use crate::runtime::{Mount, MountPropagation};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VolumeError {
@@ -189,7 +189,7 @@ fn downward_items(
                 .get("fieldPath")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            crate::pod::env::field_ref(pod, &ctx.env, fp)?
+            crate::api::env::field_ref(pod, &ctx.env, fp)?
         } else if let Some(rf) = it.get("resourceFieldRef") {
             let cname = rf
                 .get("containerName")
@@ -202,7 +202,7 @@ fn downward_items(
                 .chain(&pod.spec.init_containers)
                 .find(|c| c.name == cname)
                 .ok_or_else(|| format!("resourceFieldRef: container \"{cname}\" not found"))?;
-            crate::pod::env::resource_field_ref(c, &ctx.env, rf)?
+            crate::api::env::resource_field_ref(c, &ctx.env, rf)?
         } else {
             return Err(format!(
                 "downwardAPI item \"{path}\" needs fieldRef or resourceFieldRef"
@@ -594,7 +594,7 @@ pub fn mounts_for(
                         .find(|(k, _)| k == n)
                         .map(|(_, v)| v.clone())
                 };
-                Some(crate::pod::env::expand(expr, &lookup))
+                Some(crate::api::env::expand(expr, &lookup))
             }
             _ => None,
         };

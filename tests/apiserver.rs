@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::agent::Nanolet;
 use common::apiserver::FakeApiServer;
 use common::{Containerd, wait_for};
-use nanolet::runtime::Runtime;
+use nanolet::cri::Runtime;
 use serde_json::Value;
 
 const TOKEN: &str = "t0ken-for-the-test";
@@ -280,7 +280,7 @@ fn running_containers(rt: &impl Runtime, pod: &str) -> usize {
         .into_iter()
         .filter(|c| {
             c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some(pod)
-                && c.state == nanolet::runtime::ContainerState::Running
+                && c.state == nanolet::cri::ContainerState::Running
         })
         .count()
 }

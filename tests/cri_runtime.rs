@@ -7,8 +7,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{BUSYBOX_IMAGE, Containerd, wait_for};
-use nanolet::runtime::cri::CriRuntime;
-use nanolet::runtime::{
+use nanolet::cri::client::CriRuntime;
+use nanolet::cri::{
     ContainerConfig, ContainerState, ErrorKind, LABEL_CONTAINER_NAME, LABEL_MANAGED_BY,
     LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, Runtime, RuntimeEvent,
     SandboxState,
@@ -70,7 +70,7 @@ fn cleanup(rt: &CriRuntime, sandbox_id: &str) {
     assert_eq!(err.kind, ErrorKind::NotFound, "{err}");
 }
 
-fn wait_exited(rt: &CriRuntime, cid: &str, timeout: Duration) -> nanolet::runtime::ContainerStatus {
+fn wait_exited(rt: &CriRuntime, cid: &str, timeout: Duration) -> nanolet::cri::ContainerStatus {
     wait_for(timeout, || {
         rt.container_status(cid)
             .ok()

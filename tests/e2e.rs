@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Containerd, wait_for};
-use nanolet::runtime::{ContainerState, Runtime};
+use nanolet::cri::{ContainerState, Runtime};
 use serde_json::Value;
 
 use common::agent::{NODE, Nanolet, TIMEOUT, free_port};
@@ -75,7 +75,7 @@ fn assert_refused_as_root(n: &Nanolet, ctd: &Containerd, name: &str) -> Value {
     p
 }
 
-fn cri_containers(rt: &dyn Runtime, name: &str) -> Vec<nanolet::runtime::ContainerInfo> {
+fn cri_containers(rt: &dyn Runtime, name: &str) -> Vec<nanolet::cri::ContainerInfo> {
     let full = format!("{name}-{}", NODE.to_lowercase());
     let mut v: Vec<_> = rt
         .list_containers()

@@ -475,7 +475,7 @@ fn import(ctd: &Containerd, pins: &Path, archive: &Path) {
 /// running pod uses are kept.
 #[test]
 fn image_gc_removes_unused_unpinned_images_only() {
-    use nanolet::runtime::Runtime;
+    use nanolet::cri::Runtime;
     let _serial = serial();
     let ctd = Containerd::start();
     let work = ctd.tmp().join("gc-images");

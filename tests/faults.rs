@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::agent::Nanolet;
 use common::{Containerd, wait_for};
-use nanolet::runtime::{ContainerState, Runtime, SandboxState};
+use nanolet::cri::{ContainerState, Runtime, SandboxState};
 
 /// A small deterministic PRNG (xorshift): the test is reproducible from its seed.
 struct Rng(u64);

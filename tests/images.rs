@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::agent::{NODE, Nanolet};
 use common::{Containerd, test_images, wait_for};
-use nanolet::runtime::Runtime;
+use nanolet::cri::Runtime;
 use serde_json::Value;
 
 fn nanolet_bin() -> &'static str {

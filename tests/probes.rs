@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::Containerd;
 use common::agent::{NODE, Nanolet};
-use nanolet::runtime::Runtime;
+use nanolet::cri::Runtime;
 use nanolet::timeutil::parse_rfc3339;
 use serde_json::Value;
 

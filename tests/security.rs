@@ -272,7 +272,7 @@ fn hardening_options_reject_pods_at_admission_until_the_manifest_changes() {
     }
     // Nothing of them reached containerd.
     let rt = ctd.runtime();
-    use nanolet::runtime::Runtime;
+    use nanolet::cri::Runtime;
     let sandboxes = rt.list_pod_sandboxes().expect("list sandboxes");
     assert!(sandboxes.is_empty(), "{sandboxes:?}");
 

@@ -25,8 +25,8 @@ use tracing::{debug, info, warn};
 
 use super::client::{ApiClient, ApiError};
 use super::podsource::{ApiView, CONFIG_MIRROR_ANNOTATION};
-use crate::pod::Pod;
-use crate::source::naming::CONFIG_HASH_ANNOTATION;
+use crate::api::Pod;
+use crate::config::naming::CONFIG_HASH_ANNOTATION;
 
 /// How long a created (or deleted) mirror pod is given to show up in (or leave) the watch before
 /// the manager acts on it again.

@@ -37,7 +37,7 @@ pub struct NodeSettings {
     pub labels: Vec<(String, String)>,
     /// `--register-with-taints`: `spec.taints` of the registered Node (set at registration
     /// only, as the kubelet does; later changes belong to the cluster).
-    pub taints: Vec<crate::config::Taint>,
+    pub taints: Vec<crate::kubeletconfig::Taint>,
     /// `nodeStatusUpdateFrequency` (10 s).
     pub status_update_frequency: Duration,
 }
@@ -296,8 +296,10 @@ mod tests {
             &store,
             &NodeSettings {
                 labels: vec![("node-role.kubernetes.io/edge".into(), "".into())],
-                taints: crate::config::parse_taints("dedicated=edge:NoSchedule,gpu:NoExecute")
-                    .expect("taints"),
+                taints: crate::kubeletconfig::parse_taints(
+                    "dedicated=edge:NoSchedule,gpu:NoExecute",
+                )
+                .expect("taints"),
                 status_update_frequency: Duration::from_secs(10),
             },
         );

@@ -32,11 +32,11 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use super::client::{ApiClient, ApiError};
-use crate::pod::Pod;
-use crate::source::naming::{
+use crate::api::Pod;
+use crate::config::naming::{
     CONFIG_HASH_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
 };
-use crate::source::{ManifestError, Snapshot, SourceKind, SourcePod};
+use crate::config::{ManifestError, Snapshot, SourceKind, SourcePod};
 
 /// The server-side timeout asked for on each watch (the kubelet's reflector uses 5-10 min).
 const WATCH_TIMEOUT_SECONDS: u64 = 300;
@@ -162,7 +162,7 @@ impl PodSet {
     fn snapshot(&mut self) -> Snapshot {
         let mut pods = vec![];
         let mut errors = vec![];
-        let now = crate::source::now_rfc3339_nano();
+        let now = crate::config::now_rfc3339_nano();
         for (uid, v) in &self.pods {
             if !v["metadata"]["deletionTimestamp"].is_null() || is_mirror(v) {
                 continue;
@@ -497,7 +497,7 @@ impl ApiPodSource {
 pub struct StatusWriter {
     client: Arc<ApiClient>,
     store: Arc<crate::status::StatusStore>,
-    runtime: Arc<dyn crate::runtime::Runtime>,
+    runtime: Arc<dyn crate::cri::Runtime>,
     view: Arc<Mutex<ApiView>>,
     mirrors: Option<super::mirror::MirrorManager>,
     /// Status key (pod UID, plus the mirror UID for static pods) -> the body last sent.
@@ -510,7 +510,7 @@ impl StatusWriter {
     pub fn new(
         client: Arc<ApiClient>,
         store: Arc<crate::status::StatusStore>,
-        runtime: Arc<dyn crate::runtime::Runtime>,
+        runtime: Arc<dyn crate::cri::Runtime>,
         view: Arc<Mutex<ApiView>>,
         mirrors: Option<super::mirror::MirrorManager>,
     ) -> StatusWriter {
@@ -591,7 +591,7 @@ impl StatusWriter {
     /// ready sandbox (the kubelet's `podResourcesAreReclaimed`, minus volumes, which nanolet
     /// keeps on the host). A runtime error means "not yet".
     fn stopped(&self, uid: &str) -> bool {
-        use crate::runtime::{ContainerState, LABEL_POD_UID, SandboxState};
+        use crate::cri::{ContainerState, LABEL_POD_UID, SandboxState};
         let (Ok(sandboxes), Ok(containers)) = (
             self.runtime.list_pod_sandboxes(),
             self.runtime.list_containers(),

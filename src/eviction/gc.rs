@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use crate::runtime::{ContainerState, ImageInfo, LABEL_POD_UID, Runtime, SandboxState};
+use crate::cri::{ContainerState, ImageInfo, LABEL_POD_UID, Runtime, SandboxState};
 
 /// Image GC policy (KubeletConfiguration names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,10 +36,10 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use crate::pod::Pod;
-use crate::pod::helpers::NodeCondition;
-use crate::pod::quantity::parse_quantity;
-use crate::runtime::Runtime;
+use crate::api::Pod;
+use crate::api::helpers::NodeCondition;
+use crate::api::quantity::parse_quantity;
+use crate::cri::Runtime;
 use crate::status::StatusStore;
 use threshold::{Observations, PressureState, RawThresholds, Resource, Signal, Threshold};
 
@@ -137,7 +137,7 @@ fn format_amount(resource: Resource, v: i64) -> String {
 }
 
 /// A container's limit or request for `name` in bytes (0 when unset).
-fn container_quantity(c: &crate::pod::Container, limits: bool, name: &str) -> i64 {
+fn container_quantity(c: &crate::api::Container, limits: bool, name: &str) -> i64 {
     let m = if limits {
         &c.resources.limits
     } else {
@@ -152,7 +152,7 @@ fn container_quantity(c: &crate::pod::Container, limits: bool, name: &str) -> i6
 /// A pod's request of `resource` (memory, ephemeral-storage; requests default to limits).
 pub fn pod_request(pod: &Pod, resource: Resource) -> i64 {
     match resource {
-        Resource::Memory => crate::pod::helpers::pod_requests(pod).1,
+        Resource::Memory => crate::api::helpers::pod_requests(pod).1,
         Resource::EphemeralStorage => pod
             .spec
             .containers
@@ -398,7 +398,7 @@ impl Manager {
                         log_dir: self
                             .paths
                             .pod_logs_dir
-                            .join(crate::pod::helpers::pod_log_dir_name(p)),
+                            .join(crate::api::helpers::pod_log_dir_name(p)),
                         pod_dir: self.paths.root_dir.join("pods").join(&uid),
                         cgroup: &cgroup,
                     },
@@ -552,7 +552,7 @@ impl Manager {
     ) -> Vec<String> {
         let mut evicted_local = vec![];
         for p in pods {
-            if crate::pod::helpers::is_critical(p) {
+            if crate::api::helpers::is_critical(p) {
                 continue;
             }
             if let Some(msg) = usage
@@ -640,7 +640,7 @@ impl Manager {
                 let u = usage.get(&p.metadata.uid).cloned().unwrap_or_default();
                 rank::Candidate {
                     uid: p.metadata.uid.clone(),
-                    priority: crate::pod::helpers::priority(p),
+                    priority: crate::api::helpers::priority(p),
                     usage: match resource {
                         Resource::Memory => u.memory,
                         Resource::EphemeralStorage => u.disk,

@@ -17,7 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::threshold::{Observation, Observations, Signal};
-use crate::runtime::{ContainerStats, LABEL_POD_UID, Runtime};
+use crate::cri::{ContainerStats, LABEL_POD_UID, Runtime};
 
 /// Filesystem figures from statvfs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -14,7 +14,7 @@
 use std::cmp::Ordering;
 
 use super::threshold::Resource;
-use crate::pod::helpers::CRITICAL_PRIORITY;
+use crate::api::helpers::CRITICAL_PRIORITY;
 
 /// One pod's measured usage of the resource being ranked, and its request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,8 +67,8 @@ pub fn compare(resource: Resource, a: &Candidate, b: &Candidate) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::Pod;
-    use crate::pod::helpers::{is_critical, priority};
+    use crate::api::Pod;
+    use crate::api::helpers::{is_critical, priority};
 
     fn c(uid: &str, priority: i64, usage: i64, request: i64) -> Candidate {
         Candidate {

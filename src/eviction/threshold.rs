@@ -2,12 +2,12 @@
 //! defaults, "is this threshold met", soft-threshold grace periods and the node pressure
 //! conditions with their transition period. Pure: observations come in as numbers.
 
-use crate::pod::helpers::NodeCondition;
+use crate::api::helpers::NodeCondition;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::pod::quantity::parse_quantity_str;
+use crate::api::quantity::parse_quantity_str;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ThresholdError {

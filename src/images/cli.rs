@@ -28,7 +28,7 @@ struct Opts {
 
 fn parse(args: &[String]) -> anyhow::Result<Opts> {
     let mut o = Opts {
-        endpoint: crate::runtime::DEFAULT_ENDPOINT.into(),
+        endpoint: crate::cri::DEFAULT_ENDPOINT.into(),
         root_dir: PathBuf::from("/var/lib/nanolet"),
         snapshotter: DEFAULT_SNAPSHOTTER.into(),
         arch: None,
@@ -199,7 +199,7 @@ fn ls(o: &Opts) -> anyhow::Result<()> {
     imgs.sort_by(|a, b| a.name.cmp(&b.name));
     // Sizes as CRI reports them (the unpacked size of the host platform's image).
     let cri =
-        crate::runtime::cri::CriRuntime::connect(&o.endpoint, std::time::Duration::from_secs(30))
+        crate::cri::client::CriRuntime::connect(&o.endpoint, std::time::Duration::from_secs(30))
             .map_err(|e| anyhow!("cannot reach containerd at {}: {e}", o.endpoint))?;
     let sizes = cri.list_images().unwrap_or_default();
     let pins = super::pinned_images(&o.root_dir).unwrap_or_else(|e| {

@@ -1,9 +1,9 @@
 //! The gRPC side of image import: containerd's native content, images, snapshots, diff and
-//! leases services (our subset of containerd's API in proto/containerd/, `runtime::containerd_api`), all in namespace `k8s.io`.
+//! leases services (our subset of containerd's API in proto/containerd/, `cri::containerd_api`), all in namespace `k8s.io`.
 //!
-//! Like `runtime::cri`, a dedicated thread drives a current-thread tokio runtime and every
+//! Like `cri::client`, a dedicated thread drives a current-thread tokio runtime and every
 //! call blocks the caller on a std channel; the Unix-socket channel comes from
-//! [`crate::runtime::cri::unix_channel`]. Requests carry the `containerd-namespace` metadata
+//! [`crate::cri::client::unix_channel`]. Requests carry the `containerd-namespace` metadata
 //! and, while an import runs, `containerd-lease` so containerd's garbage collector keeps what
 //! was written until the image records reference it.
 
@@ -13,23 +13,23 @@ use std::io::Read;
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, SystemTime};
 
-use crate::runtime::containerd_api::services::content::v1::{
+use crate::cri::containerd_api::services::content::v1::{
     self as content, content_client::ContentClient,
 };
-use crate::runtime::containerd_api::services::diff::v1::{self as diff, diff_client::DiffClient};
-use crate::runtime::containerd_api::services::images::v1::{
+use crate::cri::containerd_api::services::diff::v1::{self as diff, diff_client::DiffClient};
+use crate::cri::containerd_api::services::images::v1::{
     self as images, images_client::ImagesClient,
 };
-use crate::runtime::containerd_api::services::leases::v1::{
+use crate::cri::containerd_api::services::leases::v1::{
     self as leases, leases_client::LeasesClient,
 };
-use crate::runtime::containerd_api::services::snapshots::v1::{
+use crate::cri::containerd_api::services::snapshots::v1::{
     self as snap, snapshots_client::SnapshotsClient,
 };
-use crate::runtime::containerd_api::types::{Descriptor, Mount};
+use crate::cri::containerd_api::types::{Descriptor, Mount};
 use tonic::transport::Channel;
 
-use crate::runtime::cri::K8S_NAMESPACE;
+use crate::cri::client::K8S_NAMESPACE;
 
 /// Chunk size of Content.Write (containerd's gRPC limit is 16 MiB per message).
 const CHUNK: usize = 1 << 20;
@@ -137,7 +137,7 @@ fn local(
 impl Client {
     /// Creates the client (does not dial: the first call does).
     pub fn connect(endpoint: &str, snapshotter: &str) -> Result<Client> {
-        let socket = crate::runtime::cri::socket_path(endpoint)
+        let socket = crate::cri::client::socket_path(endpoint)
             .map_err(|e| local("connect", endpoint, e.message))?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -145,7 +145,7 @@ impl Client {
             .build()
             .map_err(|e| local("connect", endpoint, format!("tokio runtime: {e}")))?;
         let handle = rt.handle().clone();
-        let channel = crate::runtime::cri::unix_channel(&socket, &handle);
+        let channel = crate::cri::client::unix_channel(&socket, &handle);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("containerd-images".into())

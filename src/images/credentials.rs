@@ -339,8 +339,8 @@ pub fn credentials_for(
 }
 
 impl Credential {
-    fn to_auth(&self) -> crate::runtime::RegistryAuth {
-        crate::runtime::RegistryAuth {
+    fn to_auth(&self) -> crate::cri::RegistryAuth {
+        crate::cri::RegistryAuth {
             username: self.username.clone(),
             password: self.password.clone(),
             identity_token: self.identity_token.clone(),
@@ -353,14 +353,14 @@ impl Credential {
 /// works, anonymously when none matches. When all fail the errors are aggregated (the
 /// kubelet's `[e1, e2]`); they come from containerd and never contain the credentials.
 pub fn pull(
-    rt: &dyn crate::runtime::Runtime,
+    rt: &dyn crate::cri::Runtime,
     image: &str,
     creds: &[Credential],
-) -> Result<String, crate::runtime::RuntimeError> {
+) -> Result<String, crate::cri::RuntimeError> {
     if creds.is_empty() {
         return rt.pull_image_with_auth(image, None);
     }
-    let mut errors: Vec<crate::runtime::RuntimeError> = Vec::new();
+    let mut errors: Vec<crate::cri::RuntimeError> = Vec::new();
     for c in creds {
         match rt.pull_image_with_auth(image, Some(&c.to_auth())) {
             Ok(r) => {
@@ -374,10 +374,10 @@ pub fn pull(
         }
     }
     let mut last = errors.pop().unwrap_or_else(|| {
-        crate::runtime::RuntimeError::new(
+        crate::cri::RuntimeError::new(
             "PullImage",
             image,
-            crate::runtime::ErrorKind::Other,
+            crate::cri::ErrorKind::Other,
             "no credentials tried",
         )
     });

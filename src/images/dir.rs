@@ -248,7 +248,7 @@ impl Importer {
             .filter(|(n, s, m)| self.failed.get(n) != Some(&(*s, *m)))
             .collect();
         if !self.cfg.allow_insecure {
-            match crate::source::file::check_dir_chain(
+            match crate::config::file::check_dir_chain(
                 &self.cfg.dir,
                 "images directory",
                 IMAGES_RISK,
@@ -274,7 +274,7 @@ impl Importer {
                 let checked = std::fs::metadata(&path)
                     .map_err(|e| e.to_string())
                     .and_then(|m| {
-                        crate::source::file::check_secure_for(
+                        crate::config::file::check_secure_for(
                             &path,
                             &m,
                             "image archive",

@@ -4,8 +4,8 @@
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use crate::pod::Container;
-use crate::runtime::{ErrorKind, Runtime};
+use crate::api::Container;
+use crate::cri::{ErrorKind, Runtime};
 
 use super::spec::{Handler, HttpGetAction, resolve_port};
 
@@ -255,7 +255,7 @@ fn http_get(t: &Target<'_>, g: &HttpGetAction, timeout: Duration) -> Result<Prob
 }
 
 fn grpc(host: &str, port: u16, service: &str, timeout: Duration) -> ProbeResult {
-    match crate::runtime::grpc_health::check(host, port, service, timeout) {
+    match crate::cri::grpc_health::check(host, port, service, timeout) {
         Ok(1) => ProbeResult::ok(),
         Ok(status) => ProbeResult::fail(format!(
             "service unhealthy (responded with \"{}\")",
@@ -273,8 +273,8 @@ fn grpc(host: &str, port: u16, service: &str, timeout: Duration) -> ProbeResult 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cri::fake::FakeRuntime;
     use crate::prober::spec::{HttpHeader, IntOrString};
-    use crate::runtime::fake::FakeRuntime;
     use std::sync::mpsc;
 
     fn serve(

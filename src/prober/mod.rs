@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use crate::pod::{Container, Pod};
-use crate::runtime::Runtime;
+use crate::api::{Container, Pod};
+use crate::cri::Runtime;
 
 use handlers::{ProbeResult, Target};
 pub use spec::ProbeKind;
@@ -207,7 +207,7 @@ impl Prober {
                 .spec
                 .init_containers
                 .iter()
-                .filter(|c| crate::pod::helpers::is_sidecar(c))
+                .filter(|c| crate::api::helpers::is_sidecar(c))
                 .chain(&pod.spec.containers)
             {
                 let Some(rc) = running.iter().find(|r| r.name == c.name) else {

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::pod::Container;
+use crate::api::Container;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ProbeKind {
@@ -207,7 +207,7 @@ pub fn resolve_port(c: &Container, port: &IntOrString) -> Result<u16, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::ContainerPort;
+    use crate::api::ContainerPort;
 
     fn container(probe: &str) -> Container {
         let mut c = Container {

@@ -21,8 +21,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use nanolet::runtime::Runtime;
-use nanolet::runtime::cri::CriRuntime;
+use nanolet::cri::Runtime;
+use nanolet::cri::client::CriRuntime;
 
 pub mod agent;
 pub mod apiserver;

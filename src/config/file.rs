@@ -24,7 +24,7 @@ use super::{
     ManifestError, SeenCache, Snapshot, SourceKind, SourcePod, bounded, build_pods, dedupe_by_name,
     escape_path, escape_text, now_rfc3339_nano,
 };
-use crate::source::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
+use crate::config::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
 
 /// How long the directory must be quiet after an event before re-listing.
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -661,7 +661,7 @@ impl DecodeCache {
 }
 
 #[cfg(test)]
-fn doc_pods(doc: &DecodedDoc) -> Vec<&crate::pod::Pod> {
+fn doc_pods(doc: &DecodedDoc) -> Vec<&crate::api::Pod> {
     match doc {
         DecodedDoc::Pod(p) => vec![p],
         DecodedDoc::PodList(items) => items.iter().collect(),
@@ -795,7 +795,7 @@ fn manifest_paths(
 
 /// Decoded pods as [`build_pods`] takes them, and each origin as shown (escaped).
 type DecodedFiles = (
-    Vec<(crate::pod::Pod, String, String)>,
+    Vec<(crate::api::Pod, String, String)>,
     std::collections::HashMap<String, String>,
 );
 
@@ -1246,7 +1246,7 @@ mod tests {
             .find(|e| e.origin.ends_with("quote.yaml"))
             .expect("quote.yaml");
         assert!(
-            quoted.reason.len() < 2 * crate::source::MAX_ERROR_TEXT,
+            quoted.reason.len() < 2 * crate::config::MAX_ERROR_TEXT,
             "{}",
             quoted.reason.len()
         );
@@ -1478,7 +1478,7 @@ mod tests {
             .pod
             .metadata
             .annotations
-            .get(crate::source::naming::CONFIG_SEEN_ANNOTATION)
+            .get(crate::config::naming::CONFIG_SEEN_ANNOTATION)
             .cloned();
         // Many relists happen in 500ms; none may produce a snapshot.
         assert!(rx.recv_timeout(Duration::from_millis(500)).is_err());
@@ -1489,7 +1489,7 @@ mod tests {
             .pod
             .metadata
             .annotations
-            .get(crate::source::naming::CONFIG_SEEN_ANNOTATION)
+            .get(crate::config::naming::CONFIG_SEEN_ANNOTATION)
             .cloned();
         assert_eq!(seen1, seen2);
         drop(handle);

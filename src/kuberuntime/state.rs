@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::runtime::{
+use crate::cri::{
     ANN_CONTAINER_HASH, ANN_CONTAINER_TYPE, ANN_RESTART_COUNT, ContainerState, LABEL_MANAGED_BY,
     LABEL_POD_UID, Runtime, RuntimeError, SandboxState,
 };

@@ -2,7 +2,7 @@
 //!
 //! Everything above this module talks to containers through [`Runtime`]; nothing above it
 //! imports tokio, tonic or prost. Implementations:
-//! - [`cri::CriRuntime`]: tonic over containerd's Unix socket (CRI `runtime.v1`), plus
+//! - [`client::CriRuntime`]: tonic over containerd's Unix socket (CRI `runtime.v1`), plus
 //!   containerd's native event stream for task exits.
 //! - [`fake::FakeRuntime`]: in memory, with a call log, error injection and simulated exits,
 //!   for unit tests of the decision logic.
@@ -14,12 +14,12 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::pod::dns::DnsConfig;
-// The security settings are computed from the pod (pod::security) and passed on as they are.
-pub use crate::pod::security::{ContainerSecurity, SecurityProfile};
+use crate::api::dns::DnsConfig;
+// The security settings are computed from the pod (api::security) and passed on as they are.
+pub use crate::api::security::{ContainerSecurity, SecurityProfile};
 
+pub mod client;
 pub(crate) mod containerd_api;
-pub mod cri;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod grpc_health;

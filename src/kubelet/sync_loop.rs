@@ -4,13 +4,6 @@
 //! Static pods are serialised by full name, as in the kubelet: a new UID for `ns/name` (an
 //! edited manifest) starts only after the previous UID is fully terminated.
 
-pub mod actions;
-pub mod apistatus;
-pub mod policy;
-pub mod predicates;
-pub mod state;
-pub mod worker;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
@@ -19,12 +12,11 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use crate::api::Pod;
+use crate::api::helpers::pod_requests;
+use crate::config::ManifestError;
+use crate::kubelet::pod_workers::{WorkerContext, WorkerMsg, WorkerReport};
 use crate::pleg::RuntimePodRef;
-use crate::pod::Pod;
-use crate::pod::helpers::pod_requests;
-use crate::source::ManifestError;
-
-pub use worker::{SyncSettings, WorkerContext, WorkerMsg, WorkerReport};
 
 /// The merged desired set, as the sync loop consumes it.
 #[derive(Debug, Clone, Default)]
@@ -79,7 +71,7 @@ pub struct SyncLoop {
     evicted: HashMap<
         String,
         (
-            Option<crate::pod::helpers::NodeCondition>,
+            Option<crate::api::helpers::NodeCondition>,
             std::time::Instant,
         ),
     >,
@@ -333,33 +325,33 @@ impl SyncLoop {
         // (priority >= 2000000000) always get in.
         let pressure: Vec<&str> = self.ctx.store.node_conditions().into_keys().collect();
         let refused_for_pressure = !pressure.is_empty()
-            && !crate::pod::helpers::is_critical(pod)
+            && !crate::api::helpers::is_critical(pod)
             && (pressure.iter().any(|c| *c != "MemoryPressure")
-                || crate::pod::helpers::qos_class(pod) == "BestEffort");
+                || crate::api::helpers::qos_class(pod) == "BestEffort");
         let (want_cpu, want_mem) = pod_requests(pod);
         let (used_cpu, used_mem) = active
             .iter()
             .map(|p| pod_requests(p))
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        if let Some(message) = policy::violation(pod, &settings.security) {
-            Some((policy::REASON, message))
+        if let Some(message) = crate::kubelet::policy::violation(pod, &settings.security) {
+            Some((crate::kubelet::policy::REASON, message))
         } else if let Some((reason, message)) =
-            crate::pod::security::unsupported_isolation(pod, settings.host_security)
+            crate::api::security::unsupported_isolation(pod, settings.host_security)
         {
             Some((reason, message))
-        } else if !predicates::node_affinity_matches(
+        } else if !crate::kubelet::admission::node_affinity_matches(
             pod,
             &settings.node_labels,
             &settings.node_name,
         ) {
             Some((
-                predicates::NODE_AFFINITY.0,
-                predicates::NODE_AFFINITY.1.to_string(),
+                crate::kubelet::admission::NODE_AFFINITY.0,
+                crate::kubelet::admission::NODE_AFFINITY.1.to_string(),
             ))
-        } else if predicates::host_port_conflict(pod, active.iter().copied()) {
+        } else if crate::kubelet::admission::host_port_conflict(pod, active.iter().copied()) {
             Some((
-                predicates::NODE_PORTS.0,
-                predicates::NODE_PORTS.1.to_string(),
+                crate::kubelet::admission::NODE_PORTS.0,
+                crate::kubelet::admission::NODE_PORTS.1.to_string(),
             ))
         } else if refused_for_pressure {
             Some((
@@ -399,7 +391,7 @@ impl SyncLoop {
     /// without SELinux) is said once per pod, in the log and as an event.
     fn warn_unenforced_isolation(&mut self, pod: &Pod) {
         let host = self.ctx.settings.host_security;
-        for warning in crate::pod::security::unenforced_isolation(pod, host) {
+        for warning in crate::api::security::unenforced_isolation(pod, host) {
             let name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
             if self.warned.len() > 1024 {
                 let desired = &self.desired;
@@ -428,7 +420,7 @@ impl SyncLoop {
     /// reason is new.
     fn reject(&mut self, pod: &Pod, reason: &'static str, message: String) {
         let mut rejected = pod.clone();
-        rejected.status = Some(crate::pod::PodStatus {
+        rejected.status = Some(crate::api::PodStatus {
             phase: "Failed".into(),
             reason: reason.into(),
             message: message.clone(),
@@ -494,7 +486,7 @@ impl SyncLoop {
         }
         let (tx, rx) = channel();
         let full_name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
-        let worker = worker::PodWorker::new(self.ctx.clone(), pod.clone());
+        let worker = crate::kubelet::pod_workers::PodWorker::new(self.ctx.clone(), pod.clone());
         let reports = self.tx.clone();
         let _ = tx.send(if terminate {
             WorkerMsg::Terminate
@@ -536,10 +528,11 @@ impl SyncLoop {
 mod tests {
     //! The sync loop, pod workers and PLEG together over the fake runtime.
     use super::*;
+    use crate::api::{Container, PodStatus};
+    use crate::cri::fake::FakeRuntime;
+    use crate::cri::{ContainerState, Runtime};
+    use crate::kubelet::SyncSettings;
     use crate::pleg::{Pleg, PlegEvent};
-    use crate::pod::{Container, PodStatus};
-    use crate::runtime::fake::FakeRuntime;
-    use crate::runtime::{ContainerState, Runtime};
     use crate::status::StatusStore;
     use std::time::Instant;
 
@@ -591,13 +584,13 @@ mod tests {
                     allocatable_memory_bytes: 8 << 30,
                     eviction_transition: Duration::from_secs(300),
                     cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
-                    security: policy::SecurityPolicy::default(),
+                    security: crate::kubelet::policy::SecurityPolicy::default(),
                     host_security: Default::default(),
-                    node_labels: predicates::node_labels(
+                    node_labels: crate::kubelet::admission::node_labels(
                         "node1",
                         &[("site".into(), "test".into())],
                     ),
-                    host_dns: Arc::new(crate::pod::dns::HostResolvConf::new(
+                    host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                         None,
                         std::path::PathBuf::new(),
                     )),
@@ -803,7 +796,7 @@ mod tests {
             h.rt.count_calls("subscribe_events") >= 1
         });
         let id = h.rt.running("a")[0].clone();
-        h.rt.publish(crate::runtime::RuntimeEvent::TaskExit {
+        h.rt.publish(crate::cri::RuntimeEvent::TaskExit {
             id: id.clone(),
             exit_code: 1,
         });
@@ -1013,7 +1006,7 @@ mod tests {
         let Some(id) = running.first() else {
             panic!("container a is not running");
         };
-        rt.publish(crate::runtime::RuntimeEvent::TaskStart { id: id.clone() });
+        rt.publish(crate::cri::RuntimeEvent::TaskStart { id: id.clone() });
         // Wait for at least two PLEG relists so the sync loop has seen the runtime pods.
         h.wait("two relists", |h| {
             h.rt.count_calls("list_pod_sandboxes") >= before + 2
@@ -1114,7 +1107,7 @@ mod tests {
         h.wait("new sandbox", |h| {
             h.rt.list_pod_sandboxes().is_ok_and(|l| {
                 l.iter()
-                    .any(|s| s.attempt == 1 && s.state == crate::runtime::SandboxState::Ready)
+                    .any(|s| s.attempt == 1 && s.state == crate::cri::SandboxState::Ready)
             })
         });
         h.wait("running again", |h| h.rt.running("a").len() == 1);
@@ -1456,7 +1449,7 @@ mod tests {
         );
         here.spec.containers[0]
             .ports
-            .push(crate::pod::ContainerPort {
+            .push(crate::api::ContainerPort {
                 container_port: 80,
                 host_port: Some(8080),
                 ..Default::default()
@@ -1480,7 +1473,7 @@ mod tests {
         let mut clash = pod("u3", "clash", "Always", &["c"]);
         clash.spec.containers[0]
             .ports
-            .push(crate::pod::ContainerPort {
+            .push(crate::api::ContainerPort {
                 container_port: 8080,
                 host_port: Some(8080),
                 ..Default::default()

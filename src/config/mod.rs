@@ -2,11 +2,12 @@
 //! never diffs. A source that has not delivered its first snapshot blocks cleanup of pods it
 //! might own (see `podconfig`).
 
-use crate::pod::Pod;
+use crate::api::Pod;
 
 pub mod file;
+pub mod http;
+pub mod merge;
 pub mod naming;
-pub mod url;
 
 /// Which source a pod came from; also the value of `kubernetes.io/config.source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,7 +73,7 @@ pub struct Snapshot {
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::source::naming::{CONFIG_SEEN_ANNOTATION, make_static_pod};
+use crate::config::naming::{CONFIG_SEEN_ANNOTATION, make_static_pod};
 
 /// Current time as RFC 3339 with nanoseconds, trailing zeros trimmed (Go's RFC3339Nano).
 pub fn now_rfc3339_nano() -> String {
@@ -96,7 +97,7 @@ impl Snapshot {
             && self.errors == other.errors
             && self.pods.len() == other.pods.len()
             && self.pods.iter().zip(other.pods.iter()).all(|(a, b)| {
-                a.origin == b.origin && crate::source::naming::same_content(&a.pod, &b.pod)
+                a.origin == b.origin && crate::config::naming::same_content(&a.pod, &b.pod)
             })
     }
 }
@@ -133,7 +134,7 @@ impl SeenCache {
 /// the exact origin. Nothing is logged here: this runs on every listing, and the rejections are
 /// logged where a snapshot is received (once per snapshot that carries them).
 pub fn build_pods(
-    raws: Vec<(crate::pod::Pod, String, String)>,
+    raws: Vec<(crate::api::Pod, String, String)>,
     node_name: &str,
     source: SourceKind,
     seen: &str,

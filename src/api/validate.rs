@@ -790,7 +790,7 @@ fn display_value(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::types::{ContainerPort, EnvVar};
+    use crate::api::types::{ContainerPort, EnvVar};
     use serde_json::json;
 
     fn pod() -> Pod {

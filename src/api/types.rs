@@ -157,7 +157,7 @@ pub struct EnvVar {
     pub value_from: Option<Value>,
 }
 
-/// Quantities are kept as the user wrote them (string or number); see `pod::quantity`.
+/// Quantities are kept as the user wrote them (string or number); see `api::quantity`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRequirements {

@@ -4,15 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use crate::pod::helpers::qos_class;
-use crate::pod::{
+use crate::api::helpers::qos_class;
+use crate::api::{
     ContainerStateView, ContainerStatus, IpEntry, Pod, PodCondition, PodStatus, StateRunning,
     StateTerminated, StateWaiting,
 };
-use crate::runtime::ContainerState;
+use crate::cri::ContainerState;
 use crate::timeutil;
 
-use super::state::{ObservedContainer, PodRuntimeState};
+use crate::kuberuntime::state::{ObservedContainer, PodRuntimeState};
 
 /// Why a container is waiting, as the worker last saw it (CrashLoopBackOff, ErrImagePull, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +99,7 @@ fn state_of(c: &ObservedContainer) -> ContainerStateView {
 }
 
 fn container_statuses(
-    specs: &[crate::pod::Container],
+    specs: &[crate::api::Container],
     state: &PodRuntimeState,
     inputs: &StatusInputs,
     default_waiting: &str,
@@ -203,7 +203,7 @@ pub fn phase(pod: &Pod, init: &[ContainerStatus], regular: &[ContainerStatus]) -
     let mut pending_init = 0;
     let mut failed_init = 0;
     for (spec, s) in pod.spec.init_containers.iter().zip(init) {
-        if crate::pod::helpers::is_sidecar(spec) {
+        if crate::api::helpers::is_sidecar(spec) {
             if s.state.running.is_none() {
                 pending_init += 1;
             }
@@ -397,7 +397,7 @@ fn conditions(
         .iter()
         .zip(init)
         .filter(|(spec, s)| {
-            if crate::pod::helpers::is_sidecar(spec) {
+            if crate::api::helpers::is_sidecar(spec) {
                 s.started != Some(true)
             } else {
                 is_terminated(s).is_none_or(|t| t.exit_code != 0)
@@ -423,7 +423,7 @@ fn conditions(
         .map(|s| s.name.as_str())
         .collect();
     for (spec, s) in pod.spec.init_containers.iter().zip(init) {
-        if crate::pod::helpers::is_sidecar(spec) && !s.ready {
+        if crate::api::helpers::is_sidecar(spec) && !s.ready {
             unready.push(spec.name.as_str());
         }
     }
@@ -511,9 +511,9 @@ fn pod_ips(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::Container;
+    use crate::api::Container;
+    use crate::kuberuntime::state::{ObservedContainer, ObservedSandbox};
     use crate::prober::ProbeView;
-    use crate::sync::state::{ObservedContainer, ObservedSandbox};
 
     fn running(id: &str) -> ObservedContainer {
         ObservedContainer {

@@ -11,8 +11,8 @@ use std::path::Path;
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
-use crate::source::SourceKind;
-use crate::source::naming::{DecodedDoc, decode_manifest_with_notes, make_static_pod};
+use crate::config::SourceKind;
+use crate::config::naming::{DecodedDoc, decode_manifest_with_notes, make_static_pod};
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:10255";
 
@@ -737,7 +737,7 @@ fn logs(o: &Opts) -> anyhow::Result<()> {
 pub struct ExitStatus(pub i32);
 
 fn exec(o: &Opts) -> anyhow::Result<()> {
-    use crate::runtime::{
+    use crate::cri::{
         ContainerState, LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME,
         LABEL_POD_NAMESPACE, Runtime,
     };
@@ -749,14 +749,13 @@ fn exec(o: &Opts) -> anyhow::Result<()> {
     let endpoint = o
         .endpoint
         .clone()
-        .unwrap_or_else(|| crate::runtime::DEFAULT_ENDPOINT.into());
+        .unwrap_or_else(|| crate::cri::DEFAULT_ENDPOINT.into());
     let timeout = match &o.timeout {
         Some(t) => crate::timeutil::parse_go_duration(t).map_err(|e| anyhow!("--timeout: {e}"))?,
         None => std::time::Duration::from_secs(300),
     };
-    let rt =
-        crate::runtime::cri::CriRuntime::connect(&endpoint, std::time::Duration::from_secs(30))
-            .map_err(|e| anyhow!("cannot reach the container runtime at {endpoint}: {e}"))?;
+    let rt = crate::cri::client::CriRuntime::connect(&endpoint, std::time::Duration::from_secs(30))
+        .map_err(|e| anyhow!("cannot reach the container runtime at {endpoint}: {e}"))?;
     let containers = rt
         .list_containers()
         .map_err(|e| anyhow!("listing containers at {endpoint}: {e}"))?;
@@ -814,7 +813,7 @@ fn exec(o: &Opts) -> anyhow::Result<()> {
 
 /// Errors of one manifest file, as `nanolet run` would report them (`field: reason`, field may
 /// be empty for whole-document problems). The file is read as the file source reads it
-/// ([`crate::source::file::read_manifest`]): a regular file (or a symbolic link to one) of at
+/// ([`crate::config::file::read_manifest`]): a regular file (or a symbolic link to one) of at
 /// most 10 MiB; a FIFO, device, directory or socket is refused without being opened for long
 /// or read, a larger file without being read.
 pub fn validate_file(path: &Path, node_name: &str) -> Vec<(String, String)> {
@@ -825,7 +824,7 @@ pub fn validate_file(path: &Path, node_name: &str) -> Vec<(String, String)> {
 /// documents, which the kubelet ignores).
 pub fn validate_file_report(path: &Path, node_name: &str) -> (Vec<(String, String)>, Vec<String>) {
     let origin = path.to_string_lossy().into_owned();
-    let bytes = match crate::source::file::read_manifest(path) {
+    let bytes = match crate::config::file::read_manifest(path) {
         Ok(b) => b,
         Err(e) => return (vec![(String::new(), e.to_string())], Vec::new()),
     };
@@ -833,7 +832,7 @@ pub fn validate_file_report(path: &Path, node_name: &str) -> (Vec<(String, Strin
 }
 
 /// [`validate_file`] for a manifest already read (the fuzz target `manifest` drives it).
-/// Messages are bounded as `run` bounds them ([`crate::source::bounded`]).
+/// Messages are bounded as `run` bounds them ([`crate::config::bounded`]).
 pub fn validate_bytes(bytes: &[u8], origin: &str, node_name: &str) -> Vec<(String, String)> {
     validate_bytes_report(bytes, origin, node_name).0
 }
@@ -847,7 +846,7 @@ fn validate_bytes_report(
         Ok((doc, notes)) => (Ok(doc), notes),
         Err(e) => (Err(e), Vec::new()),
     };
-    let errors = match decoded.map_err(crate::source::bounded) {
+    let errors = match decoded.map_err(crate::config::bounded) {
         Err(e) => vec![(e.field, e.reason)],
         Ok(DecodedDoc::PodList(_)) => vec![(
             "kind".into(),
@@ -880,7 +879,7 @@ fn validate(o: &Opts) -> anyhow::Result<()> {
         let (errs, notes) = validate_file_report(Path::new(f), &node);
         // File names and manifest text may hold control characters: shown escaped, as `run`
         // logs them.
-        let esc = crate::source::escape_text;
+        let esc = crate::config::escape_text;
         let f = esc(f);
         if errs.is_empty() {
             println!("{f}: valid");

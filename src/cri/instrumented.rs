@@ -152,7 +152,7 @@ impl Runtime for InstrumentedRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::fake::FakeRuntime;
+    use crate::cri::fake::FakeRuntime;
 
     #[test]
     fn counts_calls_and_errors() {

@@ -333,7 +333,7 @@ pub fn expand_all(items: &[String], env: &[(String, String)]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::EnvVar;
+    use crate::api::EnvVar;
     use serde_json::json;
 
     fn lookup(n: &str) -> Option<String> {

@@ -23,7 +23,7 @@ use super::{
     ManifestError, SeenCache, Snapshot, SourceKind, bounded, build_pods, dedupe_by_name,
     now_rfc3339_nano,
 };
-use crate::source::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
+use crate::config::naming::{DecodedDoc, MAX_MANIFEST_BYTES, decode_manifest};
 
 /// Default request timeout (the kubelet's).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);

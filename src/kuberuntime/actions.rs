@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::pod::helpers::is_sidecar;
-use crate::pod::{Container, Pod};
+use crate::api::helpers::is_sidecar;
+use crate::api::{Container, Pod};
+use crate::cri::ContainerState;
 use crate::prober::spec::probe_of;
 use crate::prober::{ProbeKind, ProbeView};
-use crate::runtime::ContainerState;
 
 use super::state::{ObservedContainer, PodRuntimeState};
 use crate::util::backoff::Backoff;
@@ -431,8 +431,8 @@ impl Inputs<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::{Container, Pod};
-    use crate::sync::state::ObservedSandbox;
+    use crate::api::{Container, Pod};
+    use crate::kuberuntime::state::ObservedSandbox;
 
     fn pod(policy: &str, containers: &[&str], inits: &[&str]) -> Pod {
         let mut p = Pod::default();

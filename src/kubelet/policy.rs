@@ -11,7 +11,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::pod::Pod;
+use crate::api::Pod;
 
 /// The status reason of a pod rejected by the node's security policy.
 pub const REASON: &str = "Forbidden";

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::pod::Pod;
+use crate::api::Pod;
 
 /// The kubelet's rejection of a failed predicate: reason = the predicate's name.
 pub const NODE_AFFINITY: (&str, &str) = (
@@ -173,7 +173,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::pod::{Container, ContainerPort};
+    use crate::api::{Container, ContainerPort};
 
     fn pod_with(spec: Value) -> Pod {
         let mut p = Pod::default();

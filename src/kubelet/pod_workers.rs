@@ -13,24 +13,26 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use crate::pod::env::{EnvContext, expand_all, resolve_env};
-use crate::pod::helpers::{is_sidecar, pod_log_dir_name};
-use crate::pod::quantity::parse_quantity;
-use crate::pod::{Container, Pod};
-use crate::prober::handlers::Target;
-use crate::prober::spec::{Handler, lifecycle_of};
-use crate::runtime::{
+use crate::api::env::{EnvContext, expand_all, resolve_env};
+use crate::api::helpers::{is_sidecar, pod_log_dir_name};
+use crate::api::quantity::parse_quantity;
+use crate::api::{Container, Pod};
+use crate::cri::{
     ANN_CONTAINER_HASH, ANN_CONTAINER_TYPE, ANN_POD_TERMINATION_GRACE, ANN_RESTART_COUNT,
     ANN_TERMINATION_MESSAGE_PATH, ANN_TERMINATION_MESSAGE_POLICY, ContainerConfig, ContainerState,
     ErrorKind, LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE,
     LABEL_POD_UID, LinuxResources, Mount, PodSandboxConfig, PortMapping, Protocol, Runtime,
     RuntimeError,
 };
+use crate::prober::handlers::Target;
+use crate::prober::spec::{Handler, lifecycle_of};
 use crate::status::StatusStore;
 
-use super::actions::{Now, PodActions, backoff_key, compute_pod_actions, container_hash};
 use super::apistatus::{self, StatusInputs, WaitingReason};
-use super::state::{PodRuntimeState, observe_pod};
+use crate::kuberuntime::actions::{
+    Now, PodActions, backoff_key, compute_pod_actions, container_hash,
+};
+use crate::kuberuntime::state::{PodRuntimeState, observe_pod};
 use crate::util::backoff::Backoff;
 
 /// The kubelet always gives containers at least this long to stop unless told otherwise
@@ -68,11 +70,11 @@ pub struct SyncSettings {
     /// The operator's hardening options, checked at admission.
     pub security: super::policy::SecurityPolicy,
     /// What the host's kernel enforces (AppArmor, SELinux), checked at admission.
-    pub host_security: crate::pod::security::HostSecurity,
+    pub host_security: crate::api::security::HostSecurity,
     /// The node's labels (well-known + `--node-labels`) for nodeSelector/nodeAffinity.
     pub node_labels: std::collections::BTreeMap<String, String>,
     /// The node's resolv.conf (`--resolv-conf`), read at every sandbox creation.
-    pub host_dns: Arc<crate::pod::dns::HostResolvConf>,
+    pub host_dns: Arc<crate::api::dns::HostResolvConf>,
 }
 
 pub struct WorkerContext {
@@ -124,7 +126,7 @@ pub enum SyncError {
     Dns {
         pod: String,
         #[source]
-        source: crate::pod::dns::DnsError,
+        source: crate::api::dns::DnsError,
     },
 }
 
@@ -448,7 +450,7 @@ impl PodWorker {
                     pod: self.full_name.clone(),
                     source,
                 })?;
-            sandbox_cfg.dns = Some(crate::pod::dns::pod_dns(&self.pod, &host));
+            sandbox_cfg.dns = Some(crate::api::dns::pod_dns(&self.pod, &host));
             sandbox = Some(self.create_sandbox(&sandbox_cfg)?);
         }
         for w in &acts.backoff {
@@ -612,9 +614,9 @@ impl PodWorker {
             labels,
             annotations: p.metadata.annotations.clone(),
             cgroup_parent: crate::cm::pod_cgroup_parent(p, self.ctx.settings.cgroup_driver),
-            share_pid: crate::pod::security::share_process_namespace(p),
-            security: crate::pod::security::sandbox_security(p, &self.ctx.settings.root_dir),
-            sysctls: crate::pod::security::sysctls(p),
+            share_pid: crate::api::security::share_process_namespace(p),
+            security: crate::api::security::sandbox_security(p, &self.ctx.settings.root_dir),
+            sysctls: crate::api::security::sysctls(p),
         }
     }
 
@@ -872,7 +874,7 @@ impl PodWorker {
         let vctx = crate::volumes::VolumeContext {
             store: self.ctx.settings.store.clone(),
             env: env_ctx,
-            fs_group: crate::pod::security::fs_group(p),
+            fs_group: crate::api::security::fs_group(p),
         };
         let volumes = crate::volumes::prepare(p, &self.pod_dir(), &vctx)
             .and_then(|v| crate::volumes::mounts_for(c, &v, &envs))
@@ -881,13 +883,13 @@ impl PodWorker {
                 message: e.to_string(),
             })?;
         // Security context, and the kubelet's runAsNonRoot check against the image's user.
-        let security = crate::pod::security::container_security(p, c, &self.ctx.settings.root_dir);
-        if crate::pod::security::run_as_non_root(p, c) {
+        let security = crate::api::security::container_security(p, c, &self.ctx.settings.root_dir);
+        if crate::api::security::run_as_non_root(p, c) {
             let img = self.rt().image_status(&c.image).ok().flatten();
             let (uid, user) = img
                 .map(|i| (i.uid, i.username))
                 .unwrap_or((None, String::new()));
-            crate::pod::security::verify_run_as_non_root(p, c, uid, &user).map_err(|message| {
+            crate::api::security::verify_run_as_non_root(p, c, uid, &user).map_err(|message| {
                 WaitingReason {
                     reason: "CreateContainerConfigError".into(),
                     message,
@@ -1109,7 +1111,7 @@ impl PodWorker {
     fn hosts_file(&self) -> Option<PathBuf> {
         let p = &self.pod;
         let content = if p.spec.host_network {
-            let aliases = crate::pod::dns::host_aliases(p);
+            let aliases = crate::api::dns::host_aliases(p);
             if aliases.is_empty() {
                 return None;
             }
@@ -1120,7 +1122,7 @@ impl PodWorker {
             } else {
                 p.spec.hostname.clone()
             };
-            crate::pod::dns::managed_hosts(p, &self.pod_ip, &hostname)
+            crate::api::dns::managed_hosts(p, &self.pod_ip, &hostname)
         };
         let path = self.pod_dir().join("etc-hosts");
         if std::fs::read_to_string(&path).ok().as_deref() != Some(content.as_str()) {
@@ -1154,7 +1156,7 @@ impl PodWorker {
                 .settings
                 .store
                 .clone()
-                .map(|s| Arc::new(s) as Arc<dyn crate::pod::env::ConfigMapsAndSecrets>),
+                .map(|s| Arc::new(s) as Arc<dyn crate::api::env::ConfigMapsAndSecrets>),
         }
     }
 
@@ -1181,7 +1183,7 @@ impl PodWorker {
         let vctx = crate::volumes::VolumeContext {
             store: self.ctx.settings.store.clone(),
             env: self.env_context(),
-            fs_group: crate::pod::security::fs_group(&self.pod),
+            fs_group: crate::api::security::fs_group(&self.pod),
         };
         if let Err(e) = crate::volumes::prepare(&self.pod, &self.pod_dir(), &vctx) {
             debug!(pod = %self.full_name, error = %e, "refreshing volumes");
@@ -1416,7 +1418,7 @@ pub fn oom_score_adj(pod: &Pod, c: &Container, memory_capacity: i64) -> i64 {
     if pod.spec.priority_class_name == "system-node-critical" {
         return GUARANTEED;
     }
-    match crate::pod::helpers::qos_class(pod).as_str() {
+    match crate::api::helpers::qos_class(pod).as_str() {
         "Guaranteed" => GUARANTEED,
         "BestEffort" => BEST_EFFORT,
         _ => {

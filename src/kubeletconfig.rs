@@ -101,7 +101,7 @@ pub struct Config {
     /// Admission hardening: `--allow-privileged`, `--allowed-host-paths`,
     /// `--deny-host-namespaces` (config `allowPrivileged`, `allowedHostPaths`,
     /// `denyHostNamespaces`).
-    pub security: crate::sync::policy::SecurityPolicy,
+    pub security: crate::kubelet::policy::SecurityPolicy,
     pub file_check_frequency: Duration,
     pub http_check_frequency: Duration,
     pub sync_frequency: Duration,
@@ -201,11 +201,11 @@ impl Config {
             manifest_url_client_cert: None,
             manifest_url_client_key: None,
             allow_insecure_manifest_dir: false,
-            security: crate::sync::policy::SecurityPolicy::default(),
+            security: crate::kubelet::policy::SecurityPolicy::default(),
             file_check_frequency: Duration::from_secs(20),
             http_check_frequency: Duration::from_secs(20),
             sync_frequency: Duration::from_secs(60),
-            runtime_endpoint: crate::runtime::DEFAULT_ENDPOINT.into(),
+            runtime_endpoint: crate::cri::DEFAULT_ENDPOINT.into(),
             runtime_request_timeout: Duration::from_secs(120),
             node_name,
             root_dir: PathBuf::from("/var/lib/nanolet"),
@@ -498,7 +498,7 @@ const FLAGS: &[FlagSpec] = &[
         shorthand: None,
         kind: Kind::Value,
         value_name: "string",
-        default: crate::runtime::DEFAULT_ENDPOINT,
+        default: crate::cri::DEFAULT_ENDPOINT,
         help: "CRI endpoint of containerd (config: containerRuntimeEndpoint)",
     },
     FlagSpec {
@@ -872,7 +872,7 @@ const FLAGS: &[FlagSpec] = &[
 ];
 
 /// One flag of `nanolet run`, read-only, for documentation generated from the flag table
-/// (`nanolet man`, `nanolet completion`: src/docgen.rs).
+/// (`nanolet man`, `nanolet completion`: src/cmd/docgen.rs).
 #[derive(Debug, Clone, Copy)]
 pub struct FlagDoc {
     pub name: &'static str,
@@ -1436,7 +1436,7 @@ fn finish_eviction(cfg: &mut Config) -> Result<(), ConfigError> {
     ] {
         for (k, v) in map {
             let bad = |reason: String| ConfigError::Eviction(format!("{field}: {k}: {reason}"));
-            let q = crate::pod::quantity::parse_quantity_str(v)
+            let q = crate::api::quantity::parse_quantity_str(v)
                 .map_err(|e| bad(format!("invalid quantity {v:?}: {e}")))?;
             if q.is_negative() {
                 return Err(bad(format!("must not be negative, got {v:?}")));
@@ -1490,10 +1490,10 @@ impl Taint {
         if self.key.is_empty() {
             return Err(format!("invalid taint spec {spec:?}: the key is empty"));
         }
-        if let Some(e) = crate::pod::validate::qualified_name_errors(&self.key).first() {
+        if let Some(e) = crate::api::validate::qualified_name_errors(&self.key).first() {
             return Err(format!("invalid taint spec {spec:?}: key: {e}"));
         }
-        if let Some(e) = crate::pod::validate::label_value_errors(&self.value).first() {
+        if let Some(e) = crate::api::validate::label_value_errors(&self.value).first() {
             return Err(format!("invalid taint spec {spec:?}: value: {e}"));
         }
         if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&self.effect.as_str()) {
@@ -1607,7 +1607,7 @@ fn port_from_int(n: i64) -> Result<u16, String> {
 }
 
 fn parse_log_size(s: &str) -> Result<u64, String> {
-    let q = crate::pod::quantity::parse_quantity(&serde_json::Value::String(s.to_string()))?;
+    let q = crate::api::quantity::parse_quantity(&serde_json::Value::String(s.to_string()))?;
     u64::try_from(q.value())
         .ok()
         .filter(|v| *v > 0)
@@ -2832,7 +2832,10 @@ mod tests {
     #[test]
     fn security_options_from_flags_and_file() {
         let c = parse(&[]).unwrap();
-        assert_eq!(c.security, crate::sync::policy::SecurityPolicy::default());
+        assert_eq!(
+            c.security,
+            crate::kubelet::policy::SecurityPolicy::default()
+        );
         assert!(c.security.allow_privileged && !c.allow_insecure_manifest_dir);
         let c = parse(&[
             "--allow-privileged=false",

@@ -1,4 +1,4 @@
-//! The local HTTP endpoints, on [`crate::httpd`] (bounded: one reactor thread, a small worker
+//! The local HTTP endpoints, on [`crate::server::httpd`] (bounded: one reactor thread, a small worker
 //! pool, connection/size/time limits per server).
 //!
 //! - healthz server (`--healthz-bind-address:--healthz-port`, default 127.0.0.1:10248):
@@ -21,14 +21,16 @@
 //! paths); unknown paths are 404. `follow=true` log requests are streamed on a thread of their
 //! own (at most [`MAX_FOLLOWERS`] at once) so they never block the server.
 
+pub mod httpd;
+
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::httpd::{self, Limits};
+use crate::api::PodList;
 use crate::kubeapi::{self, ApiOutcome, LogFollow, NodeContext};
-use crate::pod::PodList;
+use crate::server::httpd::Limits;
 use crate::status::{HealthCheck, StatusStore};
 
 /// A running server. `stop()` or dropping it stops its threads and closes the socket.
@@ -604,8 +606,8 @@ mod tests {
     use std::net::TcpStream;
     use std::time::Duration;
 
-    use crate::pod::{ObjectMeta, Pod};
-    use crate::source::ManifestError;
+    use crate::api::{ObjectMeta, Pod};
+    use crate::config::ManifestError;
 
     fn pod() -> Pod {
         Pod {

@@ -19,8 +19,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{ManifestError, SourceKind};
-use crate::pod::Pod;
-use crate::pod::validate::{FieldError, apply_api_defaults, validate};
+use crate::api::Pod;
+use crate::api::validate::{FieldError, apply_api_defaults, validate};
 
 pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
@@ -85,9 +85,9 @@ fn decode_document(
         ));
     };
     let kind = v1_kind(obj, origin)?;
-    // Go's JSON type rules for every v1 Pod field (pod::schema), before anything reads them.
+    // Go's JSON type rules for every v1 Pod field (api::schema), before anything reads them.
     let type_error = match kind {
-        "Pod" => crate::pod::schema::type_errors(&value, &crate::pod::schema::POD)
+        "Pod" => crate::api::schema::type_errors(&value, &crate::api::schema::POD)
             .into_iter()
             .next(),
         "PodList" => value
@@ -97,7 +97,7 @@ fn decode_document(
             .flatten()
             .enumerate()
             .find_map(|(i, item)| {
-                crate::pod::schema::type_errors(item, &crate::pod::schema::POD)
+                crate::api::schema::type_errors(item, &crate::api::schema::POD)
                     .into_iter()
                     .next()
                     .map(|(p, r)| (format!("items[{i}].{p}"), r))

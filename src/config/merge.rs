@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::source::{ManifestError, Snapshot, SourceKind, SourcePod};
+use crate::config::{ManifestError, Snapshot, SourceKind, SourcePod};
 
 /// The merged desired state.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -181,7 +181,7 @@ impl PodConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::Pod;
+    use crate::api::Pod;
 
     fn sp(name: &str, uid: &str, origin: &str) -> SourcePod {
         let mut pod = Pod::default();
