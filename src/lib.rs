@@ -1,8 +1,9 @@
 //! nanolet: a standalone static-pod runner for edge devices.
 //!
 //! Data flows one way (see ARCHITECTURE.md):
-//! sources --snapshots--> podconfig --desired set--> sync loop --> pod workers --> runtime (CRI)
-//! PLEG (events + relist) --> sync loop; status store --> HTTP server.
+//! config (sources --snapshots--> merge) --desired set--> kubelet (sync loop --> pod workers)
+//! --> cri (containerd);
+//! PLEG (events + relist) --> sync loop; status store --> server (HTTP).
 
 pub mod agent;
 pub mod api;
