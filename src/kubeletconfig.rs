@@ -28,6 +28,29 @@ use crate::util::redact::{REDACTED, redact_url};
 const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 const CONFIG_KIND: &str = "KubeletConfiguration";
 
+/// What the operator allows on this node: the admission hardening options, checked by
+/// `kubelet::policy` (`--allow-privileged`, `--allowed-host-paths`, `--deny-host-namespaces`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecurityPolicy {
+    /// `--allow-privileged` (the kubelet's flag; default true).
+    pub allow_privileged: bool,
+    /// `--allowed-host-paths`: hostPath volumes must lie below one of these (whole path
+    /// components); empty allows every path.
+    pub allowed_host_paths: Vec<PathBuf>,
+    /// `--deny-host-namespaces`: refuse hostNetwork, hostPID and hostIPC.
+    pub deny_host_namespaces: bool,
+}
+
+impl Default for SecurityPolicy {
+    fn default() -> SecurityPolicy {
+        SecurityPolicy {
+            allow_privileged: true,
+            allowed_host_paths: Vec::new(),
+            deny_host_namespaces: false,
+        }
+    }
+}
+
 /// Errors from flags or the config file. Messages name the flag or the file and field.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -101,7 +124,7 @@ pub struct Config {
     /// Admission hardening: `--allow-privileged`, `--allowed-host-paths`,
     /// `--deny-host-namespaces` (config `allowPrivileged`, `allowedHostPaths`,
     /// `denyHostNamespaces`).
-    pub security: crate::kubelet::policy::SecurityPolicy,
+    pub security: SecurityPolicy,
     pub file_check_frequency: Duration,
     pub http_check_frequency: Duration,
     pub sync_frequency: Duration,
@@ -201,7 +224,7 @@ impl Config {
             manifest_url_client_cert: None,
             manifest_url_client_key: None,
             allow_insecure_manifest_dir: false,
-            security: crate::kubelet::policy::SecurityPolicy::default(),
+            security: SecurityPolicy::default(),
             file_check_frequency: Duration::from_secs(20),
             http_check_frequency: Duration::from_secs(20),
             sync_frequency: Duration::from_secs(60),
@@ -2834,7 +2857,7 @@ mod tests {
         let c = parse(&[]).unwrap();
         assert_eq!(
             c.security,
-            crate::kubelet::policy::SecurityPolicy::default()
+            SecurityPolicy::default()
         );
         assert!(c.security.allow_privileged && !c.allow_insecure_manifest_dir);
         let c = parse(&[

@@ -12,31 +12,10 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::Value;
 
 use crate::api::Pod;
+pub use crate::kubeletconfig::SecurityPolicy;
 
 /// The status reason of a pod rejected by the node's security policy.
 pub const REASON: &str = "Forbidden";
-
-/// What the operator allows on this node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecurityPolicy {
-    /// `--allow-privileged` (the kubelet's flag; default true).
-    pub allow_privileged: bool,
-    /// `--allowed-host-paths`: hostPath volumes must lie below one of these (whole path
-    /// components); empty allows every path.
-    pub allowed_host_paths: Vec<PathBuf>,
-    /// `--deny-host-namespaces`: refuse hostNetwork, hostPID and hostIPC.
-    pub deny_host_namespaces: bool,
-}
-
-impl Default for SecurityPolicy {
-    fn default() -> SecurityPolicy {
-        SecurityPolicy {
-            allow_privileged: true,
-            allowed_host_paths: Vec::new(),
-            deny_host_namespaces: false,
-        }
-    }
-}
 
 /// The first violation of `policy` in `pod`: a message that starts with the field path.
 pub fn violation(pod: &Pod, policy: &SecurityPolicy) -> Option<String> {
