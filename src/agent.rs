@@ -16,7 +16,7 @@ use crate::config::{Snapshot, SourceKind};
 use crate::cri::Runtime;
 use crate::cri::client::CriRuntime;
 use crate::cri::instrumented::InstrumentedRuntime;
-use crate::kubeapi::NodeContext;
+use crate::nodestatus::NodeContext;
 use crate::kubelet::{DesiredPods, LoopMsg, SyncLoop, SyncSettings, WorkerContext};
 use crate::kubeletconfig::Config;
 use crate::pleg::Pleg;
@@ -294,7 +294,7 @@ impl Wiring<'_> {
             expected.push(SourceKind::Http);
         }
         let api_client = api_client(cfg)?;
-        let static_pods: Arc<std::sync::Mutex<crate::apiclient::mirror::StaticPods>> =
+        let static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>> =
             Arc::default();
         if let Some(client) = &api_client {
             expected.push(SourceKind::Api);
@@ -355,10 +355,10 @@ impl Wiring<'_> {
         &mut self,
         client: &Arc<ApiClient>,
         snap_tx: Sender<Snapshot>,
-        static_pods: Arc<std::sync::Mutex<crate::apiclient::mirror::StaticPods>>,
+        static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>>,
     ) -> Result<(), AgentError> {
-        let api_view: Arc<std::sync::Mutex<crate::apiclient::podsource::ApiView>> = Arc::default();
-        let source = crate::apiclient::podsource::ApiPodSource::new(
+        let api_view: Arc<std::sync::Mutex<crate::config::apiserver::ApiView>> = Arc::default();
+        let source = crate::config::apiserver::ApiPodSource::new(
             client.clone(),
             &self.cfg.node_name,
             snap_tx,
@@ -371,13 +371,13 @@ impl Wiring<'_> {
             .stack_size(1024 * 1024)
             .spawn(move || source.run(stop))
             .map_err(start_error("API pod source"))?;
-        let mirrors = crate::apiclient::mirror::MirrorManager::new(
+        let mirrors = crate::nodestatus::mirror::MirrorManager::new(
             client.clone(),
             &self.cfg.node_name,
             api_view.clone(),
             static_pods,
         );
-        let writer = crate::apiclient::podsource::StatusWriter::new(
+        let writer = crate::nodestatus::status_writer::StatusWriter::new(
             client.clone(),
             self.store.clone(),
             self.runtime.clone(),
@@ -489,11 +489,11 @@ impl Wiring<'_> {
 
     /// API-server mode: register the Node, keep its Lease and status fresh.
     fn start_node_agent(&mut self, client: &Arc<ApiClient>) -> Result<(), AgentError> {
-        let agent = crate::apiclient::node::NodeAgent::new(
+        let agent = crate::nodestatus::heartbeat::NodeAgent::new(
             client.clone(),
             Arc::new(self.node_context()),
             self.store.clone(),
-            crate::apiclient::node::NodeSettings {
+            crate::nodestatus::heartbeat::NodeSettings {
                 labels: self.cfg.node_labels.clone(),
                 taints: self.cfg.register_with_taints.clone(),
                 status_update_frequency: self.cfg.node_status_update_frequency,
@@ -633,7 +633,7 @@ impl PodConfigLoop {
 /// a static pod referencing API objects gets none, with an error and a `MirrorPodRefused`
 /// event once.
 struct MirrorFilter {
-    static_pods: Arc<std::sync::Mutex<crate::apiclient::mirror::StaticPods>>,
+    static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>>,
     flagged: std::collections::BTreeSet<String>,
 }
 
@@ -645,7 +645,7 @@ impl MirrorFilter {
         all_sources_ready: bool,
         errors: &mut Vec<crate::config::ManifestError>,
     ) {
-        let mut statics = crate::apiclient::mirror::StaticPods {
+        let mut statics = crate::nodestatus::mirror::StaticPods {
             pods: vec![],
             all_sources_ready,
         };
@@ -687,7 +687,7 @@ impl MirrorFilter {
 /// PreventStaticPodAPIReferences). nanolet still runs the pod from the local configMap/secret
 /// store; the error is reported on `/manifests/errors` and as a `MirrorPodRefused` event.
 fn no_mirror_reason(sp: &crate::config::SourcePod) -> Option<crate::config::ManifestError> {
-    let (field, resource) = crate::apiclient::mirror::api_object_reference(&sp.pod)?;
+    let (field, resource) = crate::nodestatus::mirror::api_object_reference(&sp.pod)?;
     Some(crate::config::ManifestError {
         origin: sp.origin.clone(),
         field,

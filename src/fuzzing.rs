@@ -48,7 +48,7 @@ pub fn config(data: &[u8]) {
 /// `nanolet logs` read them from files a container writes into.
 pub fn cri_log(data: &[u8]) {
     for line in data.split(|b| *b == b'\n') {
-        let _ = crate::kubeapi::parse_cri_line(line);
+        let _ = crate::server::api::logs::parse_cri_line(line);
     }
 }
 

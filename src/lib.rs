@@ -20,7 +20,6 @@ mod function_length_tests;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod images;
-pub mod kubeapi;
 pub mod kubelet;
 pub mod kubeletconfig;
 pub mod kuberuntime;
@@ -29,6 +28,7 @@ pub mod logrotate;
 pub mod malloc;
 pub mod metrics;
 pub mod node;
+pub mod nodestatus;
 pub mod pleg;
 pub mod prober;
 pub mod sdnotify;
@@ -42,6 +42,13 @@ pub mod timeutil;
 pub mod util;
 pub mod volumes;
 pub mod yaml;
+
+/// The version nanolet reports as its kubelet version: the kubelet API it follows with
+/// nanolet's version as semver build metadata, `v1.33.0+nanolet.<version>` (build.rs). Build
+/// metadata does not take part in ordering, so version-skew checks see v1.33.0 (a
+/// `v1.33.0-nanolet` pre-release sorts below v1.33.0).
+pub const KUBELET_VERSION: &str = env!("NANOLET_KUBELET_VERSION");
+
 
 /// nanolet's version: `NANOLET_VERSION` at build time (packagers stamp a package version in,
 /// e.g. `0.1.0-2`), else Cargo.toml's. `nanolet version` and the start-up log line show it.

@@ -61,33 +61,6 @@ struct RawObject {
     string_data: BTreeMap<String, String>,
 }
 
-/// Decode standard base64 (padding optional, whitespace ignored).
-pub fn base64_decode(s: &str) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let mut acc: u32 = 0;
-    let mut bits = 0;
-    for ch in s.bytes().filter(|b| !b.is_ascii_whitespace()) {
-        if ch == b'=' {
-            break;
-        }
-        let v = match ch {
-            b'A'..=b'Z' => ch - b'A',
-            b'a'..=b'z' => ch - b'a' + 26,
-            b'0'..=b'9' => ch - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return Err(format!("illegal base64 data: {:?}", ch as char)),
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    Ok(out)
-}
-
 /// The data of one ConfigMap or Secret, key -> bytes.
 pub type Data = BTreeMap<String, Vec<u8>>;
 
@@ -192,7 +165,7 @@ impl LocalStore {
             let mut data: Data = BTreeMap::new();
             if kind == "Secret" {
                 for (k, v) in &obj.data {
-                    match base64_decode(v) {
+                    match crate::util::base64::decode(v) {
                         Ok(b) => {
                             data.insert(k.clone(), b);
                         }
@@ -209,7 +182,7 @@ impl LocalStore {
                     data.insert(k, v.into_bytes());
                 }
                 for (k, v) in &obj.binary_data {
-                    if let Ok(b) = base64_decode(v) {
+                    if let Ok(b) = crate::util::base64::decode(v) {
                         data.insert(k.clone(), b);
                     }
                 }
@@ -304,21 +277,6 @@ impl crate::api::env::ConfigMapsAndSecrets for LocalStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_matches_reference_vectors() {
-        for (enc, dec) in [
-            ("", ""),
-            ("Zg==", "f"),
-            ("Zm8=", "fo"),
-            ("Zm9v", "foo"),
-            ("Zm9vYmFy", "foobar"),
-            ("Zm9v\nYmE=", "fooba"),
-        ] {
-            assert_eq!(base64_decode(enc).expect("decode"), dec.as_bytes(), "{enc}");
-        }
-        assert!(base64_decode("a*b").is_err());
-    }
 
     /// Issue 9: anyone who can write the store's directory or a file in it could change a
     /// pod's configuration or secrets, so such paths are refused unless allowed.

@@ -104,7 +104,7 @@ fn version_text() -> String {
     format!(
         "nanolet {} (kubelet API {})\ncommit: {}\ntarget: {}\nfeatures: {}\n",
         nanolet::VERSION,
-        nanolet::kubeapi::KUBELET_VERSION,
+        nanolet::KUBELET_VERSION,
         nanolet::GIT_COMMIT,
         nanolet::TARGET,
         if nanolet::FEATURES.is_empty() {

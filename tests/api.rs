@@ -291,7 +291,7 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         .unwrap_or_else(|| panic!("no node row:\n{out}"));
     assert!(row.contains(" Ready "), "{out}");
     assert!(row.contains("containerd://"), "{out}");
-    assert!(row.contains(nanolet::kubeapi::KUBELET_VERSION), "{out}");
+    assert!(row.contains(nanolet::KUBELET_VERSION), "{out}");
     let nodej: Value = serde_json::from_str(&ok(
         kubectl(&n, &["get", "node", &node(), "-o", "json"]),
         "get node -o json",

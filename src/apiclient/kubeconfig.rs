@@ -153,7 +153,7 @@ impl Kubeconfig {
             std::fs::read(&p).map_err(|e| field(f, format!("reading {}: {e}", p.display())))
         };
         let decode = |f: &str, d: &str| {
-            crate::localstore::base64_decode(d.trim())
+            crate::util::base64::decode(d.trim())
                 .map_err(|_| field(f, "not valid base64".into()))
         };
         let ca_pem = match (

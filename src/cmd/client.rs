@@ -1,5 +1,5 @@
 //! The client commands of the `nanolet` binary: `get pods`, `describe pod`, `logs` talk to a
-//! running agent's read-only port (the kubectl-compatible API of [`crate::kubeapi`]);
+//! running agent's read-only port (the kubectl-compatible API of [`crate::server::api`]);
 //! `validate` works offline, exactly as `nanolet run` decodes, defaults and validates manifests.
 //!
 //! Output reads like kubectl's. Errors are returned as `anyhow` (this is the CLI edge); `main`
@@ -568,10 +568,10 @@ pub fn describe_text(p: &Value, events: &[Value], now: std::time::SystemTime) ->
                     match first {
                         Some(f) if count > 1 => format!(
                             "{} (x{count} over {})",
-                            crate::kubeapi::human_duration(d),
-                            crate::kubeapi::human_duration(f)
+                            crate::server::api::printers::human_duration(d),
+                            crate::server::api::printers::human_duration(f)
                         ),
-                        _ => crate::kubeapi::human_duration(d),
+                        _ => crate::server::api::printers::human_duration(d),
                     }
                 })
                 .unwrap_or_else(|| "<unknown>".into());

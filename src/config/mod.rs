@@ -4,6 +4,7 @@
 
 use crate::api::Pod;
 
+pub mod apiserver;
 pub mod file;
 pub mod http;
 pub mod merge;

@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::localstore::{LocalStore, base64_decode};
+use crate::localstore::LocalStore;
+use crate::util::base64::decode as base64_decode;
 
 const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
 

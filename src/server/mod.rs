@@ -6,7 +6,7 @@
 //! - read-only server (`--address:--read-only-port`, default 127.0.0.1:10255): `/healthz`,
 //!   `/healthz/<check>`, `/pods` (a v1 PodList), `/manifests/errors` (nanolet extra),
 //!   `/configz` (the redacted configuration), `/metrics` (Prometheus text), and the read-only
-//!   Kubernetes API subset of [`crate::kubeapi`] (`/api`, `/apis`, `/version`, ...).
+//!   Kubernetes API subset of [`crate::server::api`] (`/api`, `/apis`, `/version`, ...).
 //!   With a token (`--read-only-token-file`) every request needs `Authorization: Bearer
 //!   <token>`; 401 otherwise. The token is never logged or served.
 //!
@@ -21,6 +21,7 @@
 //! paths); unknown paths are 404. `follow=true` log requests are streamed on a thread of their
 //! own (at most [`MAX_FOLLOWERS`] at once) so they never block the server.
 
+pub mod api;
 pub mod httpd;
 
 use std::io::{self, Write};
@@ -29,7 +30,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::api::PodList;
-use crate::kubeapi::{self, ApiOutcome, LogFollow, NodeContext};
+use crate::nodestatus::NodeContext;
+use self::api::{ApiOutcome, logs::LogFollow};
 use crate::server::httpd::Limits;
 use crate::status::{HealthCheck, StatusStore};
 
@@ -182,7 +184,7 @@ fn handle(
                 followers.fetch_sub(1, Ordering::SeqCst);
                 api_reply(
                     429,
-                    &kubeapi::status(
+                    &api::status(
                         429,
                         "TooManyRequests",
                         "too many log streams are open; try again later",
@@ -346,10 +348,10 @@ fn route_request(endpoints: &Endpoints, req: &Req, store: &StatusStore) -> Outco
     let (path, query) = split_url(&req.url);
     if let Some(token) = &opts.token {
         if !token_ok(&req.authorization, token) {
-            let mut r = if kubeapi::is_api_path(path) {
+            let mut r = if api::is_api_path(path) {
                 api_reply(
                     401,
-                    &kubeapi::status(401, "Unauthorized", "Unauthorized", None),
+                    &api::status(401, "Unauthorized", "Unauthorized", None),
                 )
             } else {
                 Reply::text(401, "Unauthorized\n".into())
@@ -358,13 +360,13 @@ fn route_request(endpoints: &Endpoints, req: &Req, store: &StatusStore) -> Outco
             return Outcome::Reply(r);
         }
     }
-    if kubeapi::is_api_path(path) {
+    if api::is_api_path(path) {
         if !is_read(&req.method) {
-            let mut r = api_reply(405, &kubeapi::method_not_allowed());
+            let mut r = api_reply(405, &api::method_not_allowed());
             r.headers.push(("Allow", "GET, HEAD"));
             return Outcome::Reply(r);
         }
-        return match kubeapi::handle(&opts.node, store, path, query, &req.accept) {
+        return match api::handle(&opts.node, store, path, query, &req.accept) {
             ApiOutcome::Follow(f) => Outcome::Follow(f),
             ApiOutcome::Response {
                 status,

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
-use super::client::{ApiClient, ApiError};
-use crate::kubeapi::NodeContext;
+use crate::apiclient::client::{ApiClient, ApiError};
+use crate::nodestatus::NodeContext;
 use crate::status::StatusStore;
 
 /// The kubelet's node lease duration (`nodeLeaseDurationSeconds`).
@@ -58,7 +58,7 @@ pub fn micro_time(t: SystemTime) -> String {
 
 /// The Node object nanolet registers: the read-only API's node view with `--node-labels`.
 pub fn node_for_registration(ctx: &NodeContext, store: &StatusStore, s: &NodeSettings) -> Value {
-    let mut node = crate::kubeapi::node_object(ctx, store);
+    let mut node = crate::nodestatus::node_object(ctx, store);
     if let Some(m) = node["metadata"].as_object_mut() {
         m.remove("uid");
         m.remove("creationTimestamp");
@@ -185,7 +185,7 @@ impl NodeAgent {
 
     /// Patches the node's status.
     pub fn update_status(&mut self) -> Result<(), ApiError> {
-        let node = crate::kubeapi::node_object(&self.ctx, &self.store);
+        let node = crate::nodestatus::node_object(&self.ctx, &self.store);
         let patch = json!({"status": node["status"]});
         match self.client.patch(
             &format!("/api/v1/nodes/{}/status", self.ctx.node_name),
@@ -278,7 +278,7 @@ mod tests {
         let mut ctx = NodeContext::new("edge-1");
         ctx.host_ips = vec!["192.0.2.5".into(), "2001:db8::5".into()];
         let store = StatusStore::new(Duration::from_secs(300));
-        let n = crate::kubeapi::node_object(&ctx, &store);
+        let n = crate::nodestatus::node_object(&ctx, &store);
         assert_eq!(
             n["status"]["addresses"],
             json!([{"type": "InternalIP", "address": "192.0.2.5"},

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
-use super::client::{ApiClient, ApiError};
-use super::podsource::{ApiView, CONFIG_MIRROR_ANNOTATION};
+use crate::apiclient::client::{ApiClient, ApiError};
+use crate::config::apiserver::{ApiView, CONFIG_MIRROR_ANNOTATION};
 use crate::api::Pod;
 use crate::config::naming::CONFIG_HASH_ANNOTATION;
 
