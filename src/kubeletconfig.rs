@@ -2855,10 +2855,7 @@ mod tests {
     #[test]
     fn security_options_from_flags_and_file() {
         let c = parse(&[]).unwrap();
-        assert_eq!(
-            c.security,
-            SecurityPolicy::default()
-        );
+        assert_eq!(c.security, SecurityPolicy::default());
         assert!(c.security.allow_privileged && !c.allow_insecure_manifest_dir);
         let c = parse(&[
             "--allow-privileged=false",

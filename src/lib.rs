@@ -5,7 +5,6 @@
 //! --> cri (containerd);
 //! PLEG (events + relist) --> sync loop; status store --> server (HTTP).
 
-pub mod agent;
 pub mod api;
 pub mod apiclient;
 pub mod cm;
@@ -48,7 +47,6 @@ pub mod yaml;
 /// metadata does not take part in ordering, so version-skew checks see v1.33.0 (a
 /// `v1.33.0-nanolet` pre-release sorts below v1.33.0).
 pub const KUBELET_VERSION: &str = env!("NANOLET_KUBELET_VERSION");
-
 
 /// nanolet's version: `NANOLET_VERSION` at build time (packagers stamp a package version in,
 /// e.g. `0.1.0-2`), else Cargo.toml's. `nanolet version` and the start-up log line show it.

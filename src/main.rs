@@ -176,7 +176,7 @@ fn run(args: &[String]) -> ExitCode {
         tracing::warn!("ignoring RUST_LOG={s:?}: {e}; using --v");
     }
     cfg.log_warnings();
-    match nanolet::agent::run(cfg) {
+    match nanolet::kubelet::run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let e = anyhow::Error::from(e);

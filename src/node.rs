@@ -1,5 +1,6 @@
-//! Facts about this node: capacity (CPU, memory) as the kubelet reports it.
+//! Facts about this node: capacity (CPU, memory) as the kubelet reports it, and its primary IP.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::OnceLock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +37,40 @@ pub fn capacity() -> Capacity {
             memory_bytes: (kib as i64).saturating_mul(1024),
         }
     })
+}
+
+/// The node's primary IPv4 address: the address of the interface carrying the default route,
+/// else the first non-loopback IPv4 address, else 127.0.0.1.
+pub fn detect_host_ip() -> IpAddr {
+    let default_iface = std::fs::read_to_string("/proc/net/route")
+        .ok()
+        .and_then(|s| {
+            s.lines().skip(1).find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() > 2 && f[1] == "00000000").then(|| f[0].to_string())
+            })
+        });
+    let mut first: Option<IpAddr> = None;
+    if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
+        for a in addrs {
+            let Some(ip) = a
+                .address
+                .as_ref()
+                .and_then(|s| s.as_sockaddr_in())
+                .map(|s| IpAddr::V4(s.ip()))
+            else {
+                continue;
+            };
+            if ip.is_loopback() {
+                continue;
+            }
+            if default_iface.as_deref() == Some(a.interface_name.as_str()) {
+                return ip;
+            }
+            first.get_or_insert(ip);
+        }
+    }
+    first.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
 #[cfg(test)]

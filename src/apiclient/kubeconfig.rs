@@ -153,8 +153,7 @@ impl Kubeconfig {
             std::fs::read(&p).map_err(|e| field(f, format!("reading {}: {e}", p.display())))
         };
         let decode = |f: &str, d: &str| {
-            crate::util::base64::decode(d.trim())
-                .map_err(|_| field(f, "not valid base64".into()))
+            crate::util::base64::decode(d.trim()).map_err(|_| field(f, "not valid base64".into()))
         };
         let ca_pem = match (
             &cluster.certificate_authority_data,

@@ -31,11 +31,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use crate::apiclient::client::{ApiClient, ApiError};
 use crate::api::Pod;
-use crate::config::naming::{
-    CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
-};
+use crate::apiclient::client::{ApiClient, ApiError};
+use crate::config::naming::{CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 use crate::config::{ManifestError, Snapshot, SourceKind, SourcePod};
 
 /// The server-side timeout asked for on each watch (the kubelet's reflector uses 5-10 min).

@@ -23,10 +23,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
-use crate::apiclient::client::{ApiClient, ApiError};
-use crate::config::apiserver::{ApiView, CONFIG_MIRROR_ANNOTATION};
 use crate::api::Pod;
-use crate::config::naming::CONFIG_HASH_ANNOTATION;
+use crate::apiclient::client::{ApiClient, ApiError};
+use crate::config::SourceKind;
+use crate::config::apiserver::{ApiView, CONFIG_MIRROR_ANNOTATION};
+use crate::config::naming::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+use crate::status::StatusStore;
 
 /// How long a created (or deleted) mirror pod is given to show up in (or leave) the watch before
 /// the manager acts on it again.
@@ -349,6 +351,82 @@ fn config_hash(pod: &Pod) -> String {
         .get(CONFIG_HASH_ANNOTATION)
         .cloned()
         .unwrap_or_default()
+}
+
+/// API-server mode: the static pods that get mirror pods (published for the status writer);
+/// a static pod referencing API objects gets none, with an error and a `MirrorPodRefused`
+/// event once.
+pub struct MirrorFilter {
+    static_pods: Arc<Mutex<StaticPods>>,
+    flagged: std::collections::BTreeSet<String>,
+}
+
+impl MirrorFilter {
+    /// Publishes into `static_pods`, which the mirror manager reads.
+    pub fn new(static_pods: Arc<Mutex<StaticPods>>) -> MirrorFilter {
+        MirrorFilter {
+            static_pods,
+            flagged: std::collections::BTreeSet::new(),
+        }
+    }
+
+    pub fn update(
+        &mut self,
+        store: &StatusStore,
+        pods: &std::collections::BTreeMap<String, crate::config::SourcePod>,
+        all_sources_ready: bool,
+        errors: &mut Vec<crate::config::ManifestError>,
+    ) {
+        let mut statics = StaticPods {
+            pods: vec![],
+            all_sources_ready,
+        };
+        let mut now_flagged = std::collections::BTreeSet::new();
+        for sp in pods.values() {
+            let meta = &sp.pod.metadata;
+            if meta
+                .annotations
+                .get(CONFIG_SOURCE_ANNOTATION)
+                .map(String::as_str)
+                == Some(SourceKind::Api.as_str())
+            {
+                continue;
+            }
+            match no_mirror_reason(sp) {
+                Some(e) => {
+                    if !self.flagged.contains(&meta.uid) {
+                        warn!(pod = %format!("{}/{}", meta.namespace, meta.name), error = %e, "no mirror pod for this static pod");
+                        store.events().record(
+                            &crate::events::PodRef::pod(&meta.namespace, &meta.name, &meta.uid),
+                            crate::events::EventType::Warning,
+                            "MirrorPodRefused",
+                            &e.to_string(),
+                        );
+                    }
+                    now_flagged.insert(meta.uid.clone());
+                    errors.push(e);
+                }
+                None => statics.pods.push(sp.pod.clone()),
+            }
+        }
+        self.flagged = now_flagged;
+        *self.static_pods.lock().unwrap_or_else(|e| e.into_inner()) = statics;
+    }
+}
+
+/// API-server mode: why a static pod gets no mirror pod (it references API objects, which the
+/// API server's NodeRestriction admission refuses in mirror pods and the kubelet rejects since
+/// PreventStaticPodAPIReferences). nanolet still runs the pod from the local configMap/secret
+/// store; the error is reported on `/manifests/errors` and as a `MirrorPodRefused` event.
+fn no_mirror_reason(sp: &crate::config::SourcePod) -> Option<crate::config::ManifestError> {
+    let (field, resource) = api_object_reference(&sp.pod)?;
+    Some(crate::config::ManifestError {
+        origin: sp.origin.clone(),
+        field,
+        reason: format!(
+            "static pods may not reference {resource}: no mirror pod is created in API-server mode (the pod runs from the local store)"
+        ),
+    })
 }
 
 #[cfg(test)]

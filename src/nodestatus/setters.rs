@@ -206,7 +206,6 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
 // ---------------------------------------------------------------------------------------------
 // Logs
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +228,4 @@ mod tests {
         assert_eq!(KUBELET_VERSION, format!("v1.33.0+nanolet.{plain}"));
         assert!(!KUBELET_VERSION.contains("-nanolet"));
     }
-
 }

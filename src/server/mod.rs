@@ -29,9 +29,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use self::api::{ApiOutcome, logs::LogFollow};
 use crate::api::PodList;
 use crate::nodestatus::NodeContext;
-use self::api::{ApiOutcome, logs::LogFollow};
 use crate::server::httpd::Limits;
 use crate::status::{HealthCheck, StatusStore};
 
@@ -349,10 +349,7 @@ fn route_request(endpoints: &Endpoints, req: &Req, store: &StatusStore) -> Outco
     if let Some(token) = &opts.token {
         if !token_ok(&req.authorization, token) {
             let mut r = if api::is_api_path(path) {
-                api_reply(
-                    401,
-                    &api::status(401, "Unauthorized", "Unauthorized", None),
-                )
+                api_reply(401, &api::status(401, "Unauthorized", "Unauthorized", None))
             } else {
                 Reply::text(401, "Unauthorized\n".into())
             };
@@ -599,6 +596,34 @@ fn healthz(checks: &[HealthCheck], query: &str, info: &str) -> Reply {
     out.push_str(info);
     out.push_str("healthz check passed\n");
     Reply::text(200, out)
+}
+
+/// The read-only server's token file is unusable (the token is never part of the message).
+#[derive(Debug, thiserror::Error)]
+#[error("read-only token file {}: {reason}", path.display())]
+pub struct TokenFileError {
+    pub path: std::path::PathBuf,
+    pub reason: String,
+}
+
+/// Reads the read-only server's bearer token (the file's content, trimmed). The token itself
+/// never appears in errors or logs.
+pub fn read_token_file(path: &std::path::Path) -> Result<String, TokenFileError> {
+    let err = |reason: String| TokenFileError {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(err("the file is empty".into()));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(err(
+            "the token must be one line without spaces or control characters".into(),
+        ));
+    }
+    Ok(token.to_string())
 }
 
 #[cfg(test)]

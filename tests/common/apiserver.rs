@@ -86,7 +86,8 @@ impl SeenRequest {
 fn query_param(query: &str, key: &str) -> Option<String> {
     query.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (nanolet::server::api::percent_decode(k) == key).then(|| nanolet::server::api::percent_decode(v))
+        (nanolet::server::api::percent_decode(k) == key)
+            .then(|| nanolet::server::api::percent_decode(v))
     })
 }
 

@@ -7,11 +7,10 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-
 use super::{ApiOutcome, bad_request, fail, not_found};
 use crate::nodestatus::NodeContext;
-use crate::timeutil::parse_rfc3339;
 use crate::status::StatusStore;
+use crate::timeutil::parse_rfc3339;
 
 /// One line of a CRI log file: `<RFC3339Nano> <stream> <tag> <content>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -413,7 +412,6 @@ fn log_container(
     Ok(container)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -543,5 +541,4 @@ garbage\n\
         store.set_pod(pod);
         t.join().unwrap().unwrap();
     }
-
 }

@@ -404,7 +404,11 @@ pub(super) fn node_table(nodes: &[Value], q: &BTreeMap<String, String>, now: Sys
     table(columns, rows)
 }
 
-pub(super) fn event_table(events: &[Value], q: &BTreeMap<String, String>, now: SystemTime) -> Value {
+pub(super) fn event_table(
+    events: &[Value],
+    q: &BTreeMap<String, String>,
+    now: SystemTime,
+) -> Value {
     let columns = vec![
         column(
             "Last Seen",
@@ -495,7 +499,6 @@ pub(super) fn event_table(events: &[Value], q: &BTreeMap<String, String>, now: S
 
 // ---------------------------------------------------------------------------------------------
 // Events
-
 
 #[cfg(test)]
 mod tests {
@@ -601,5 +604,4 @@ mod tests {
             ("0/2".into(), "Completed".into(), "0".into())
         );
     }
-
 }

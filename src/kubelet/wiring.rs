@@ -1,7 +1,12 @@
-//! `nanolet run`: wires sources, podconfig, the sync loop, PLEG, the runtime and the HTTP
-//! endpoints together. Everything here is plain threads and channels.
+//! `nanolet run` (upstream `NewMainKubelet` + `Kubelet.Run`): [`Kubelet::new`] takes the
+//! settings and the [`Dependencies`] (runtime, status store, API client, node IPs) and checks
+//! what must hold before anything starts; [`Kubelet::run`] starts every part (HTTP servers,
+//! sources and podconfig, images directory, log rotation, PLEG, eviction, node status, prober),
+//! each registering its stop with one [`Shutdown`], runs the sync loop until SIGTERM/SIGINT,
+//! then stops them all. Construction only: what each part does lives in its module. The
+//! producers' events (PLEG, eviction, prober) are adapted to the sync loop's messages here.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Sender};
@@ -9,23 +14,24 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
+use super::podconfig::PodConfigLoop;
+use super::{LoopMsg, SyncLoop, SyncSettings, WorkerContext};
 use crate::apiclient::client::ApiClient;
 use crate::config::merge::PodConfig;
-use crate::config::naming::CONFIG_SOURCE_ANNOTATION;
 use crate::config::{Snapshot, SourceKind};
 use crate::cri::Runtime;
 use crate::cri::client::CriRuntime;
 use crate::cri::instrumented::InstrumentedRuntime;
-use crate::nodestatus::NodeContext;
-use crate::kubelet::{DesiredPods, LoopMsg, SyncLoop, SyncSettings, WorkerContext};
 use crate::kubeletconfig::Config;
+use crate::nodestatus::NodeContext;
+use crate::nodestatus::mirror::MirrorFilter;
 use crate::pleg::Pleg;
 use crate::server::{self, ReadOnlyOptions};
 use crate::status::StatusStore;
 use crate::util::shutdown::Shutdown;
 
 #[derive(Debug, thiserror::Error)]
-pub enum AgentError {
+pub enum KubeletError {
     // `source` fields are the error's source: main prints the chain with `{:#}`, so the
     // messages do not repeat them.
     #[error("container runtime {endpoint}")]
@@ -49,66 +55,12 @@ pub enum AgentError {
     #[error("{0}")]
     ApiServer(crate::apiclient::kubeconfig::KubeconfigError),
     #[error("API server client: {0}")]
-    ApiClient(String),
-    #[error("read-only token file {}: {reason}", path.display())]
-    TokenFile { path: PathBuf, reason: String },
+    ApiClient(crate::apiclient::client::ApiError),
+    #[error(transparent)]
+    TokenFile(#[from] crate::server::TokenFileError),
     /// The manifest directory is writable by others (see `config::file::check_secure`).
     #[error("refusing to start: {0}")]
-    ManifestDir(String),
-}
-
-/// Reads the read-only server's bearer token (the file's content, trimmed). The token itself
-/// never appears in errors or logs.
-pub fn read_token_file(path: &std::path::Path) -> Result<String, AgentError> {
-    let err = |reason: String| AgentError::TokenFile {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(err("the file is empty".into()));
-    }
-    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(err(
-            "the token must be one line without spaces or control characters".into(),
-        ));
-    }
-    Ok(token.to_string())
-}
-
-/// The node's primary IPv4 address: the address of the interface carrying the default route,
-/// else the first non-loopback IPv4 address, else 127.0.0.1.
-pub fn detect_host_ip() -> IpAddr {
-    let default_iface = std::fs::read_to_string("/proc/net/route")
-        .ok()
-        .and_then(|s| {
-            s.lines().skip(1).find_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() > 2 && f[1] == "00000000").then(|| f[0].to_string())
-            })
-        });
-    let mut first: Option<IpAddr> = None;
-    if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
-        for a in addrs {
-            let Some(ip) = a
-                .address
-                .as_ref()
-                .and_then(|s| s.as_sockaddr_in())
-                .map(|s| IpAddr::V4(s.ip()))
-            else {
-                continue;
-            };
-            if ip.is_loopback() {
-                continue;
-            }
-            if default_iface.as_deref() == Some(a.interface_name.as_str()) {
-                return ip;
-            }
-            first.get_or_insert(ip);
-        }
-    }
-    first.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    ManifestDir(crate::config::file::FileSourceError),
 }
 
 /// The legacy `/var/log/containers` directory: the `containers` sibling of podLogsDir.
@@ -119,60 +71,109 @@ pub fn container_logs_dir(pod_logs_dir: &std::path::Path) -> PathBuf {
     }
 }
 
-/// Run the agent until SIGTERM/SIGINT. Pods keep running after nanolet exits.
-pub fn run(cfg: Config) -> Result<(), AgentError> {
+/// Run nanolet until SIGTERM/SIGINT. Pods keep running after nanolet exits.
+pub fn run(cfg: Config) -> Result<(), KubeletError> {
+    // Before any thread exists, so every thread inherits the mask.
     let sigs = block_stop_signals()?;
-    let health_deadline = (cfg.sync_frequency * 2).max(Duration::from_secs(300));
-    let store = Arc::new(StatusStore::new(health_deadline));
-    let token = match &cfg.read_only_token_file {
-        Some(path) if cfg.read_only_port != 0 => Some(read_token_file(path)?),
-        _ => None,
-    };
-    check_manifest_dir(&cfg)?;
-    let runtime = connect_runtime(&cfg, &store)?;
-    let host_ips = node_ips(&cfg);
-    info!(version = crate::VERSION, node = %cfg.node_name, host_ip = %host_ips.join(","), "starting nanolet");
-    let (loop_tx, loop_rx) = mpsc::channel::<LoopMsg>();
-    let mut w = Wiring {
-        cfg: &cfg,
-        store,
-        runtime,
-        host_ips,
-        loop_tx,
-        shutdown: Shutdown::new(),
-        probes: Arc::default(),
-    };
-    w.start_servers(token)?;
-    let api_client = w.start_sources()?;
-    w.start_images_dir()?;
-    w.start_log_rotation()?;
-    w.start_pleg()?;
-    w.start_eviction()?;
-    if let Some(client) = &api_client {
-        w.start_node_agent(client)?;
+    let deps = Dependencies::connect(&cfg)?;
+    Kubelet::new(cfg, deps)?.run(sigs)
+}
+
+/// What the kubelet is built from besides its settings (upstream `kubelet.Dependencies`).
+pub struct Dependencies {
+    /// The container runtime (CRI), every call counted for /metrics.
+    pub runtime: Arc<dyn Runtime>,
+    /// The status store every part reports into and the HTTP servers read.
+    pub store: Arc<StatusStore>,
+    /// API-server mode (a kubeconfig is given): one client for the pod source, the status
+    /// writer and the node heartbeat.
+    pub api_client: Option<Arc<ApiClient>>,
+    /// The node's IPs, primary first: `--node-ip`, else the default route's interface address.
+    pub host_ips: Vec<String>,
+}
+
+impl Dependencies {
+    /// The real dependencies of `cfg`: dials the runtime (it need not answer yet), loads the
+    /// kubeconfig. Nothing is started.
+    pub fn connect(cfg: &Config) -> Result<Dependencies, KubeletError> {
+        let health_deadline = (cfg.sync_frequency * 2).max(Duration::from_secs(300));
+        let store = Arc::new(StatusStore::new(health_deadline));
+        Ok(Dependencies {
+            runtime: connect_runtime(cfg, &store)?,
+            store,
+            api_client: api_client(cfg)?,
+            host_ips: node_ips(cfg),
+        })
     }
-    spawn_signal_waiter(sigs, w.loop_tx.clone())?;
-    // systemd Type=notify: READY=1 after the first sync, watchdog pings tied to healthz.
-    crate::sdnotify::spawn(w.store.clone());
-    let ctx = w.worker_context();
-    SyncLoop::new(ctx, w.loop_tx.clone()).run(loop_rx);
-    w.shutdown.trigger();
-    let _ = crate::sdnotify::notify("STOPPING=1");
-    info!("nanolet stopped; pods keep running");
-    Ok(())
+}
+
+/// nanolet, built and not yet running.
+pub struct Kubelet {
+    cfg: Config,
+    deps: Dependencies,
+    /// The read-only port's bearer token (`--read-only-token-file`).
+    token: Option<String>,
+}
+
+impl Kubelet {
+    /// Checks what must hold before anything starts: the read-only token file, the manifest
+    /// directory's permissions.
+    pub fn new(cfg: Config, deps: Dependencies) -> Result<Kubelet, KubeletError> {
+        let token = match &cfg.read_only_token_file {
+            Some(path) if cfg.read_only_port != 0 => Some(server::read_token_file(path)?),
+            _ => None,
+        };
+        check_manifest_dir(&cfg)?;
+        Ok(Kubelet { cfg, deps, token })
+    }
+
+    /// Starts every part, runs the sync loop until a signal of `stop_signals` arrives (they
+    /// must be blocked in every thread), then stops every part through one [`Shutdown`].
+    pub fn run(self, stop_signals: nix::sys::signal::SigSet) -> Result<(), KubeletError> {
+        let Kubelet { cfg, deps, token } = self;
+        info!(version = crate::VERSION, node = %cfg.node_name, host_ip = %deps.host_ips.join(","), "starting nanolet");
+        let (loop_tx, loop_rx) = mpsc::channel::<LoopMsg>();
+        let mut w = Wiring {
+            cfg: &cfg,
+            store: deps.store,
+            runtime: deps.runtime,
+            host_ips: deps.host_ips,
+            loop_tx,
+            shutdown: Shutdown::new(),
+            probes: Arc::default(),
+        };
+        w.start_servers(token)?;
+        w.start_sources(deps.api_client.as_ref())?;
+        w.start_images_dir()?;
+        w.start_log_rotation()?;
+        w.start_pleg()?;
+        w.start_eviction()?;
+        if let Some(client) = &deps.api_client {
+            w.start_node_heartbeat(client)?;
+        }
+        spawn_signal_waiter(stop_signals, w.loop_tx.clone())?;
+        // systemd Type=notify: READY=1 after the first sync, watchdog pings tied to healthz.
+        crate::sdnotify::spawn(w.store.clone());
+        let ctx = w.worker_context();
+        SyncLoop::new(ctx, w.loop_tx.clone()).run(loop_rx);
+        w.shutdown.trigger();
+        let _ = crate::sdnotify::notify("STOPPING=1");
+        info!("nanolet stopped; pods keep running");
+        Ok(())
+    }
 }
 
 /// Block the stop signals in every thread (threads inherit the mask); one thread waits for them.
-fn block_stop_signals() -> Result<nix::sys::signal::SigSet, AgentError> {
+fn block_stop_signals() -> Result<nix::sys::signal::SigSet, KubeletError> {
     let mut sigs = nix::sys::signal::SigSet::empty();
     sigs.add(nix::sys::signal::Signal::SIGTERM);
     sigs.add(nix::sys::signal::Signal::SIGINT);
-    sigs.thread_block().map_err(AgentError::Signals)?;
+    sigs.thread_block().map_err(KubeletError::Signals)?;
     Ok(sigs)
 }
 
 /// The static-pod directory's permission check (unless `--allow-insecure-manifest-dir`).
-fn check_manifest_dir(cfg: &Config) -> Result<(), AgentError> {
+fn check_manifest_dir(cfg: &Config) -> Result<(), KubeletError> {
     if cfg.pod_manifest_path.as_os_str().is_empty() {
         return Ok(());
     }
@@ -180,15 +181,14 @@ fn check_manifest_dir(cfg: &Config) -> Result<(), AgentError> {
         warn!(dir = %cfg.pod_manifest_path.display(), "--allow-insecure-manifest-dir: manifest directory and file permissions are not checked");
         return Ok(());
     }
-    crate::config::file::check_dir_secure(&cfg.pod_manifest_path)
-        .map_err(|e| AgentError::ManifestDir(e.to_string()))
+    crate::config::file::check_dir_secure(&cfg.pod_manifest_path).map_err(KubeletError::ManifestDir)
 }
 
 /// The CRI client, every call counted for /metrics (kubelet_runtime_operations_total).
-fn connect_runtime(cfg: &Config, store: &StatusStore) -> Result<Arc<dyn Runtime>, AgentError> {
+fn connect_runtime(cfg: &Config, store: &StatusStore) -> Result<Arc<dyn Runtime>, KubeletError> {
     let cri: Arc<dyn Runtime> = Arc::new(
         CriRuntime::connect(&cfg.runtime_endpoint, cfg.runtime_request_timeout).map_err(
-            |source| AgentError::Runtime {
+            |source| KubeletError::Runtime {
                 endpoint: cfg.runtime_endpoint.clone(),
                 source,
             },
@@ -208,7 +208,7 @@ fn connect_runtime(cfg: &Config, store: &StatusStore) -> Result<Arc<dyn Runtime>
 /// --node-ip, else the default route's interface address.
 fn node_ips(cfg: &Config) -> Vec<String> {
     if cfg.node_ips.is_empty() {
-        vec![detect_host_ip().to_string()]
+        vec![crate::node::detect_host_ip().to_string()]
     } else {
         cfg.node_ips.iter().map(IpAddr::to_string).collect()
     }
@@ -227,8 +227,8 @@ struct Wiring<'a> {
     probes: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>>,
 }
 
-fn start_error(what: &'static str) -> impl FnOnce(std::io::Error) -> AgentError {
-    move |source| AgentError::Start { what, source }
+fn start_error(what: &'static str) -> impl FnOnce(std::io::Error) -> KubeletError {
+    move |source| KubeletError::Start { what, source }
 }
 
 impl Wiring<'_> {
@@ -244,12 +244,12 @@ impl Wiring<'_> {
     }
 
     /// The healthz server and the read-only port.
-    fn start_servers(&mut self, token: Option<String>) -> Result<(), AgentError> {
+    fn start_servers(&mut self, token: Option<String>) -> Result<(), KubeletError> {
         let cfg = self.cfg;
         if cfg.healthz_port != 0 {
             let addr = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
             let healthz = server::spawn_healthz(addr, self.store.clone()).map_err(|source| {
-                AgentError::Bind {
+                KubeletError::Bind {
                     what: "healthz",
                     addr,
                     source,
@@ -268,7 +268,7 @@ impl Wiring<'_> {
             };
             let read_only =
                 server::spawn_read_only(addr, self.store.clone(), options).map_err(|source| {
-                    AgentError::Bind {
+                    KubeletError::Bind {
                         what: "read-only server",
                         addr,
                         source,
@@ -281,7 +281,7 @@ impl Wiring<'_> {
 
     /// Sources -> podconfig -> sync loop: the file and URL sources and, with a kubeconfig, the
     /// API pod source and status writer. Returns the API client (API-server mode).
-    fn start_sources(&mut self) -> Result<Option<Arc<ApiClient>>, AgentError> {
+    fn start_sources(&mut self, api_client: Option<&Arc<ApiClient>>) -> Result<(), KubeletError> {
         let cfg = self.cfg;
         let (snap_tx, snap_rx) = mpsc::channel::<Snapshot>();
         // An empty staticPodPath disables the file source, as in the kubelet.
@@ -293,24 +293,19 @@ impl Wiring<'_> {
         if cfg.manifest_url.is_some() {
             expected.push(SourceKind::Http);
         }
-        let api_client = api_client(cfg)?;
         let static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>> =
             Arc::default();
-        if let Some(client) = &api_client {
+        if let Some(client) = api_client {
             expected.push(SourceKind::Api);
             self.start_api_pods(client, snap_tx.clone(), static_pods.clone())?;
         }
-        let mirrors = api_client.as_ref().map(|_| MirrorFilter {
-            static_pods,
-            flagged: std::collections::BTreeSet::new(),
-        });
-        let podconfig = PodConfigLoop {
-            pc: PodConfig::new(&expected),
-            store: self.store.clone(),
-            loop_tx: self.loop_tx.clone(),
-            reported: std::collections::HashMap::new(),
+        let mirrors = api_client.map(|_| MirrorFilter::new(static_pods));
+        let podconfig = PodConfigLoop::new(
+            PodConfig::new(&expected),
+            self.store.clone(),
+            self.loop_tx.clone(),
             mirrors,
-        };
+        );
         std::thread::Builder::new()
             .name("podconfig".into())
             .spawn(move || podconfig.run(snap_rx))
@@ -346,7 +341,7 @@ impl Wiring<'_> {
             .map_err(start_error("URL source"))?;
             self.shutdown.hold(source);
         }
-        Ok(api_client)
+        Ok(())
     }
 
     /// API-server mode: this node's pods as the third source, and the status writer (with
@@ -356,7 +351,7 @@ impl Wiring<'_> {
         client: &Arc<ApiClient>,
         snap_tx: Sender<Snapshot>,
         static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>>,
-    ) -> Result<(), AgentError> {
+    ) -> Result<(), KubeletError> {
         let api_view: Arc<std::sync::Mutex<crate::config::apiserver::ApiView>> = Arc::default();
         let source = crate::config::apiserver::ApiPodSource::new(
             client.clone(),
@@ -394,7 +389,7 @@ impl Wiring<'_> {
     }
 
     /// Air-gapped images: archives in the images directory are imported into containerd.
-    fn start_images_dir(&mut self) -> Result<(), AgentError> {
+    fn start_images_dir(&mut self) -> Result<(), KubeletError> {
         let Some(dir) = self.cfg.images_dir() else {
             return Ok(());
         };
@@ -433,7 +428,7 @@ impl Wiring<'_> {
 
     /// Container log rotation (the kubelet's job, not containerd's). It waits in poll(2) on
     /// inotify and a stop pipe.
-    fn start_log_rotation(&mut self) -> Result<(), AgentError> {
+    fn start_log_rotation(&mut self) -> Result<(), KubeletError> {
         let stop = self.shutdown.pipe().map_err(start_error("log rotation"))?;
         let rt = self.runtime.clone();
         let policy = crate::logrotate::RotationPolicy {
@@ -449,7 +444,7 @@ impl Wiring<'_> {
         Ok(())
     }
 
-    fn start_pleg(&mut self) -> Result<(), AgentError> {
+    fn start_pleg(&mut self) -> Result<(), KubeletError> {
         let pleg = Pleg::new(
             self.runtime.clone(),
             self.store.clone(),
@@ -464,7 +459,7 @@ impl Wiring<'_> {
     }
 
     /// The eviction manager (node pressure, local storage limits, image GC).
-    fn start_eviction(&mut self) -> Result<(), AgentError> {
+    fn start_eviction(&mut self) -> Result<(), KubeletError> {
         let rt = self.runtime.clone();
         let root = self.cfg.root_dir.clone();
         let manager = crate::eviction::Manager::new(
@@ -488,7 +483,7 @@ impl Wiring<'_> {
     }
 
     /// API-server mode: register the Node, keep its Lease and status fresh.
-    fn start_node_agent(&mut self, client: &Arc<ApiClient>) -> Result<(), AgentError> {
+    fn start_node_heartbeat(&mut self, client: &Arc<ApiClient>) -> Result<(), KubeletError> {
         let agent = crate::nodestatus::heartbeat::NodeAgent::new(
             client.clone(),
             Arc::new(self.node_context()),
@@ -565,152 +560,16 @@ impl Wiring<'_> {
 }
 
 /// API-server mode (a kubeconfig is given): one client for the pod source, the status writer
-/// and the node agent.
-fn api_client(cfg: &Config) -> Result<Option<Arc<ApiClient>>, AgentError> {
+/// and the node heartbeat.
+fn api_client(cfg: &Config) -> Result<Option<Arc<ApiClient>>, KubeletError> {
     let Some(path) = &cfg.kubeconfig else {
         return Ok(None);
     };
-    let kc = crate::apiclient::kubeconfig::Kubeconfig::load(path).map_err(AgentError::ApiServer)?;
-    let client = ApiClient::new(&kc, Duration::from_secs(10))
-        .map_err(|e| AgentError::ApiClient(e.to_string()))?;
+    let kc =
+        crate::apiclient::kubeconfig::Kubeconfig::load(path).map_err(KubeletError::ApiServer)?;
+    let client = ApiClient::new(&kc, Duration::from_secs(10)).map_err(KubeletError::ApiClient)?;
     info!(server = %kc.server, "API-server mode: joining the cluster");
     Ok(Some(Arc::new(client)))
-}
-
-/// The podconfig thread: merges the sources' snapshots and hands the desired pods to the sync
-/// loop. Each source's rejected manifests are logged (and recorded as an event) once, when
-/// they appear, not on every re-list.
-struct PodConfigLoop {
-    pc: PodConfig,
-    store: Arc<StatusStore>,
-    loop_tx: Sender<LoopMsg>,
-    reported: std::collections::HashMap<SourceKind, std::collections::BTreeSet<String>>,
-    /// API-server mode: which static pods get mirror pods.
-    mirrors: Option<MirrorFilter>,
-}
-
-impl PodConfigLoop {
-    fn run(mut self, snaps: mpsc::Receiver<Snapshot>) {
-        for snap in snaps.iter() {
-            self.report_new_errors(&snap);
-            let Some(d) = self.pc.update(snap) else {
-                continue;
-            };
-            let mut errors = d.errors;
-            if let Some(m) = &mut self.mirrors {
-                m.update(&self.store, &d.pods, d.all_sources_ready, &mut errors);
-            }
-            let desired = DesiredPods {
-                pods: d.pods.into_iter().map(|(uid, sp)| (uid, sp.pod)).collect(),
-                errors,
-                all_sources_ready: d.all_sources_ready,
-            };
-            if self
-                .loop_tx
-                .send(LoopMsg::Desired(Box::new(desired)))
-                .is_err()
-            {
-                return;
-            }
-        }
-    }
-
-    fn report_new_errors(&mut self, snap: &Snapshot) {
-        let now: std::collections::BTreeSet<String> =
-            snap.errors.iter().map(ToString::to_string).collect();
-        let before = self.reported.remove(&snap.source).unwrap_or_default();
-        for e in &snap.errors {
-            if !before.contains(&e.to_string()) {
-                warn!(error = %e, "manifest rejected");
-                record_failed_validation(&self.store, e);
-            }
-        }
-        self.reported.insert(snap.source, now);
-    }
-}
-
-/// API-server mode: the static pods that get mirror pods (published for the status writer);
-/// a static pod referencing API objects gets none, with an error and a `MirrorPodRefused`
-/// event once.
-struct MirrorFilter {
-    static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>>,
-    flagged: std::collections::BTreeSet<String>,
-}
-
-impl MirrorFilter {
-    fn update(
-        &mut self,
-        store: &StatusStore,
-        pods: &std::collections::BTreeMap<String, crate::config::SourcePod>,
-        all_sources_ready: bool,
-        errors: &mut Vec<crate::config::ManifestError>,
-    ) {
-        let mut statics = crate::nodestatus::mirror::StaticPods {
-            pods: vec![],
-            all_sources_ready,
-        };
-        let mut now_flagged = std::collections::BTreeSet::new();
-        for sp in pods.values() {
-            let meta = &sp.pod.metadata;
-            if meta
-                .annotations
-                .get(CONFIG_SOURCE_ANNOTATION)
-                .map(String::as_str)
-                == Some(SourceKind::Api.as_str())
-            {
-                continue;
-            }
-            match no_mirror_reason(sp) {
-                Some(e) => {
-                    if !self.flagged.contains(&meta.uid) {
-                        warn!(pod = %format!("{}/{}", meta.namespace, meta.name), error = %e, "no mirror pod for this static pod");
-                        store.events().record(
-                            &crate::events::PodRef::pod(&meta.namespace, &meta.name, &meta.uid),
-                            crate::events::EventType::Warning,
-                            "MirrorPodRefused",
-                            &e.to_string(),
-                        );
-                    }
-                    now_flagged.insert(meta.uid.clone());
-                    errors.push(e);
-                }
-                None => statics.pods.push(sp.pod.clone()),
-            }
-        }
-        self.flagged = now_flagged;
-        *self.static_pods.lock().unwrap_or_else(|e| e.into_inner()) = statics;
-    }
-}
-
-/// API-server mode: why a static pod gets no mirror pod (it references API objects, which the
-/// API server's NodeRestriction admission refuses in mirror pods and the kubelet rejects since
-/// PreventStaticPodAPIReferences). nanolet still runs the pod from the local configMap/secret
-/// store; the error is reported on `/manifests/errors` and as a `MirrorPodRefused` event.
-fn no_mirror_reason(sp: &crate::config::SourcePod) -> Option<crate::config::ManifestError> {
-    let (field, resource) = crate::nodestatus::mirror::api_object_reference(&sp.pod)?;
-    Some(crate::config::ManifestError {
-        origin: sp.origin.clone(),
-        field,
-        reason: format!(
-            "static pods may not reference {resource}: no mirror pod is created in API-server mode (the pod runs from the local store)"
-        ),
-    })
-}
-
-/// A `FailedValidation` Warning event for a rejected manifest. The pod never existed, so the
-/// event names the manifest (the file name without extension, or the URL) in `default`.
-fn record_failed_validation(store: &StatusStore, e: &crate::config::ManifestError) {
-    let name = std::path::Path::new(&e.origin)
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .filter(|s| !e.origin.contains("://") && !s.is_empty())
-        .unwrap_or_else(|| e.origin.clone());
-    store.events().record(
-        &crate::events::PodRef::pod("default", &name, ""),
-        crate::events::EventType::Warning,
-        "FailedValidation",
-        &e.to_string(),
-    );
 }
 
 /// The PLEG's events, as sync loop messages (false once the loop is gone).
@@ -745,7 +604,7 @@ fn probe_updates_to_loop(tx: Sender<LoopMsg>) -> crate::prober::ResultUpdates {
 fn spawn_signal_waiter(
     sigs: nix::sys::signal::SigSet,
     tx: Sender<LoopMsg>,
-) -> Result<(), AgentError> {
+) -> Result<(), KubeletError> {
     std::thread::Builder::new()
         .name("signals".into())
         .stack_size(64 * 1024)
@@ -757,7 +616,7 @@ fn spawn_signal_waiter(
             Err(e) => error!(error = %e, "waiting for signals failed"),
         })
         .map(|_| ())
-        .map_err(|source| AgentError::Start {
+        .map_err(|source| KubeletError::Start {
             what: "signal waiter",
             source,
         })
