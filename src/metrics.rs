@@ -294,9 +294,19 @@ fn render_pods(out: &mut String, pods: &[Pod]) {
     );
 }
 
-/// One prober counter: (namespace, pod, container, probe type, result, count), as
-/// `Prober::totals` reports them.
-pub type ProbeTotal = (String, String, String, &'static str, &'static str, u64);
+/// One prober counter, as `Prober::totals` reports them. Ordered by its fields in this order
+/// (the rendering order).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ProbeTotal {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    /// `Liveness`, `Readiness` or `Startup`.
+    pub probe_type: &'static str,
+    /// `successful`, `failed` or `unknown`.
+    pub result: &'static str,
+    pub count: u64,
+}
 
 fn label_value(s: &str) -> String {
     s.replace('\\', "\\\\")
@@ -313,13 +323,16 @@ pub fn render_probes(totals: &[ProbeTotal]) -> String {
     );
     let mut sorted: Vec<&ProbeTotal> = totals.iter().collect();
     sorted.sort();
-    for (ns, pod, container, kind, result, n) in sorted {
+    for t in sorted {
         let _ = writeln!(
             out,
-            "prober_probe_total{{container=\"{}\",namespace=\"{}\",pod=\"{}\",probe_type=\"{kind}\",result=\"{result}\"}} {n}",
-            label_value(container),
-            label_value(ns),
-            label_value(pod)
+            "prober_probe_total{{container=\"{}\",namespace=\"{}\",pod=\"{}\",probe_type=\"{}\",result=\"{}\"}} {}",
+            label_value(&t.container),
+            label_value(&t.namespace),
+            label_value(&t.pod),
+            t.probe_type,
+            t.result,
+            t.count
         );
     }
     out
@@ -448,14 +461,14 @@ mod tests {
 
     #[test]
     fn probe_totals() {
-        let t = render_probes(&[(
-            "default".into(),
-            "web-node1".into(),
-            "c".into(),
-            "Readiness",
-            "successful",
-            3,
-        )]);
+        let t = render_probes(&[ProbeTotal {
+            namespace: "default".into(),
+            pod: "web-node1".into(),
+            container: "c".into(),
+            probe_type: "Readiness",
+            result: "successful",
+            count: 3,
+        }]);
         assert_eq!(
             t,
             "# HELP prober_probe_total Cumulative number of a liveness, readiness or startup probe for a container by result.\n# TYPE prober_probe_total counter\nprober_probe_total{container=\"c\",namespace=\"default\",pod=\"web-node1\",probe_type=\"Readiness\",result=\"successful\"} 3\n"

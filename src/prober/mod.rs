@@ -349,20 +349,20 @@ impl Prober {
     }
 
     /// Counters per (pod, container, kind, result) for metrics: ("successful"/"failed"/...).
-    pub fn totals(&self) -> Vec<(String, String, String, &'static str, &'static str, u64)> {
+    pub fn totals(&self) -> Vec<crate::metrics::ProbeTotal> {
         let st = self.lock();
         let mut v = vec![];
         for (k, w) in &st.workers {
             let (ns, name) = w.pod_name.split_once('/').unwrap_or(("", &w.pod_name));
             for (res, n) in &w.total {
-                v.push((
-                    ns.to_string(),
-                    name.to_string(),
-                    k.container.clone(),
-                    k.kind.title(),
-                    *res,
-                    *n,
-                ));
+                v.push(crate::metrics::ProbeTotal {
+                    namespace: ns.to_string(),
+                    pod: name.to_string(),
+                    container: k.container.clone(),
+                    probe_type: k.kind.title(),
+                    result: res,
+                    count: *n,
+                });
             }
         }
         v
