@@ -57,7 +57,10 @@ pub enum YamlError {
         tag: String,
     },
     #[error("line {line}: invalid !!binary value: {reason}")]
-    Binary { line: usize, reason: String },
+    Binary {
+        line: usize,
+        reason: crate::util::base64::Base64Error,
+    },
     #[error("line {line}: map merge requires map or sequence of maps as the value")]
     MergeNotMap { line: usize },
     #[error("line {line}: invalid map key: {reason}")]
@@ -576,7 +579,7 @@ fn resolve_scalar(
         None if !implicit => Ok(Scalar::Str(value.to_string())),
         None => Ok(resolve_implicit(value)),
         Some("str") => Ok(Scalar::Str(value.to_string())),
-        Some("binary") => decode_base64(value)
+        Some("binary") => crate::util::base64::decode_strict(value)
             .map(|bytes| Scalar::Str(String::from_utf8_lossy(&bytes).into_owned()))
             .map_err(|reason| YamlError::Binary { line, reason }),
         Some(t @ ("bool" | "int" | "float" | "null" | "timestamp")) => {
@@ -774,41 +777,6 @@ fn looks_like_timestamp(s: &str) -> bool {
         })
     };
     ok_num(parts.next(), 12) && ok_num(parts.next(), 31) && parts.next().is_none()
-}
-
-/// RFC 4648 base64 (go-yaml decodes `!!binary` with `base64.StdEncoding` after removing
-/// line breaks).
-fn decode_base64(s: &str) -> Result<Vec<u8>, String> {
-    let clean: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
-    if clean.len() % 4 != 0 {
-        return Err("length is not a multiple of 4".into());
-    }
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => (c - b'A') as u32,
-            b'a'..=b'z' => (c - b'a' + 26) as u32,
-            b'0'..=b'9' => (c - b'0' + 52) as u32,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        })
-    };
-    let mut out = Vec::with_capacity(clean.len() / 4 * 3);
-    for (n, chunk) in clean.chunks(4).enumerate() {
-        let last = n + 1 == clean.len() / 4;
-        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return Err("misplaced padding".into());
-        }
-        let mut acc = 0u32;
-        for &c in &chunk[..4 - pad] {
-            acc = acc << 6 | val(c).ok_or_else(|| format!("invalid character {:?}", c as char))?;
-        }
-        acc <<= 6 * pad as u32;
-        let bytes = [(acc >> 16) as u8, (acc >> 8) as u8, acc as u8];
-        out.extend_from_slice(&bytes[..3 - pad]);
-    }
-    Ok(out)
 }
 
 /// A resolved scalar as `encoding/json` marshals it.
