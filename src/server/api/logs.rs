@@ -7,7 +7,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::{ApiOutcome, bad_request, fail, not_found};
+use super::{ApiOutcome, QueryError, bad_request, fail, not_found};
 use crate::nodestatus::NodeContext;
 use crate::status::StatusStore;
 use crate::timeutil::parse_rfc3339;
@@ -245,20 +245,26 @@ impl LogFollow {
     }
 }
 
-fn parse_bool(q: &BTreeMap<String, String>, key: &str) -> Result<bool, String> {
+fn parse_bool(q: &BTreeMap<String, String>, key: &str) -> Result<bool, QueryError> {
     match q.get(key).map(String::as_str) {
         None | Some("false") | Some("0") => Ok(false),
         Some("" | "true" | "1") => Ok(true),
-        Some(v) => Err(format!("{key}: invalid boolean {v:?}")),
+        Some(v) => Err(QueryError::Bool {
+            key: key.into(),
+            value: v.into(),
+        }),
     }
 }
 
-fn parse_positive(q: &BTreeMap<String, String>, key: &str) -> Result<Option<i64>, String> {
+fn parse_positive(q: &BTreeMap<String, String>, key: &str) -> Result<Option<i64>, QueryError> {
     match q.get(key) {
         None => Ok(None),
         Some(v) => match v.parse::<i64>() {
             Ok(n) if n >= 0 => Ok(Some(n)),
-            _ => Err(format!("{key}: must be a non-negative integer, got {v:?}")),
+            _ => Err(QueryError::NonNegative {
+                key: key.into(),
+                value: v.clone(),
+            }),
         },
     }
 }
@@ -284,13 +290,17 @@ pub(super) fn pod_log(
     else {
         return not_found("pods", name);
     };
-    let (follow, previous, opts) = match log_query(q) {
+    let LogQuery {
+        follow,
+        previous,
+        format: opts,
+    } = match log_query(q) {
         Ok(v) => v,
-        Err(m) => return bad_request(&m),
+        Err(e) => return bad_request(&e.to_string()),
     };
     let container = match log_container(&pod, name, q) {
         Ok(c) => c,
-        Err(m) => return bad_request(&m),
+        Err(e) => return bad_request(&e.to_string()),
     };
     let status = pod.status.as_ref().and_then(|st| {
         st.container_statuses
@@ -361,8 +371,16 @@ pub(super) fn pod_log(
     }
 }
 
-/// The log query's parameters: (follow, previous, how to format the log).
-fn log_query(q: &BTreeMap<String, String>) -> Result<(bool, bool, LogOptions), String> {
+/// A `kubectl logs` query.
+struct LogQuery {
+    follow: bool,
+    /// The previous instance's log (restart count - 1).
+    previous: bool,
+    format: LogOptions,
+}
+
+/// The log query's parameters.
+fn log_query(q: &BTreeMap<String, String>) -> Result<LogQuery, QueryError> {
     let follow = parse_bool(q, "follow")?;
     let previous = parse_bool(q, "previous")?;
     let timestamps = parse_bool(q, "timestamps")?;
@@ -370,17 +388,17 @@ fn log_query(q: &BTreeMap<String, String>) -> Result<(bool, bool, LogOptions), S
     let mut since = parse_positive(q, "sinceSeconds")?
         .map(|s| SystemTime::now() - Duration::from_secs(s.unsigned_abs()));
     if let Some(t) = q.get("sinceTime") {
-        since = Some(parse_rfc3339(t).ok_or_else(|| format!("sinceTime: invalid time {t:?}"))?);
+        since = Some(parse_rfc3339(t).ok_or_else(|| QueryError::SinceTime(t.clone()))?);
     }
-    Ok((
+    Ok(LogQuery {
         follow,
         previous,
-        LogOptions {
+        format: LogOptions {
             timestamps,
             tail_lines,
             since,
         },
-    ))
+    })
 }
 
 /// The container whose log is asked for: `container`, or the pod's only container.
@@ -388,7 +406,7 @@ fn log_container(
     pod: &crate::api::Pod,
     name: &str,
     q: &BTreeMap<String, String>,
-) -> Result<String, String> {
+) -> Result<String, QueryError> {
     let names: Vec<&str> = pod
         .spec
         .init_containers
@@ -400,14 +418,17 @@ fn log_container(
         Some(c) => c.clone(),
         None if pod.spec.containers.len() == 1 => pod.spec.containers[0].name.clone(),
         None => {
-            return Err(format!(
-                "a container name must be specified for pod {name}, choose one of: [{}]",
-                names.join(" ")
-            ));
+            return Err(QueryError::ContainerRequired {
+                pod: name.into(),
+                choices: names.join(" "),
+            });
         }
     };
     if !names.contains(&container.as_str()) {
-        return Err(format!("container {container} is not valid for pod {name}"));
+        return Err(QueryError::UnknownContainer {
+            container,
+            pod: name.into(),
+        });
     }
     Ok(container)
 }

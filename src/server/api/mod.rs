@@ -31,6 +31,25 @@ use crate::nodestatus::{NodeContext, node_object};
 use logs::{LogFollow, pod_log};
 use printers::{event_table, node_table, pod_table};
 
+/// A query parameter the API refuses (400 BadRequest; the message is the Status message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    #[error("{key}: invalid boolean {value:?}")]
+    Bool { key: String, value: String },
+    #[error("{key}: must be a non-negative integer, got {value:?}")]
+    NonNegative { key: String, value: String },
+    #[error("sinceTime: invalid time {0:?}")]
+    SinceTime(String),
+    #[error("a container name must be specified for pod {pod}, choose one of: [{choices}]")]
+    ContainerRequired { pod: String, choices: String },
+    #[error("container {container} is not valid for pod {pod}")]
+    UnknownContainer { container: String, pod: String },
+    #[error("invalid selector: {0:?}")]
+    Selector(String),
+    #[error("field label not supported: {0}")]
+    FieldLabel(String),
+}
+
 /// An API answer.
 #[derive(Debug)]
 pub enum ApiOutcome {
@@ -361,14 +380,14 @@ fn list_pods(
 
 /// `fieldSelector` on events: `involvedObject.{kind,name,namespace,uid,fieldPath}`, `type`,
 /// `reason`, `metadata.namespace`, `metadata.name`, with `=`, `==` or `!=`.
-fn event_field_matches(selector: &str, e: &Value) -> Result<bool, String> {
+fn event_field_matches(selector: &str, e: &Value) -> Result<bool, QueryError> {
     for req in selector.split(',').map(str::trim).filter(|r| !r.is_empty()) {
         let (key, want, negate) = if let Some((k, v)) = req.split_once("!=") {
             (k, v, true)
         } else if let Some((k, v)) = req.split_once("==").or_else(|| req.split_once('=')) {
             (k, v, false)
         } else {
-            return Err(format!("invalid selector: {req:?}"));
+            return Err(QueryError::Selector(req.into()));
         };
         let got = match key.trim() {
             "involvedObject.kind" => &e["involvedObject"]["kind"],
@@ -383,7 +402,7 @@ fn event_field_matches(selector: &str, e: &Value) -> Result<bool, String> {
             "metadata.namespace" => &e["metadata"]["namespace"],
             "metadata.name" => &e["metadata"]["name"],
             other => {
-                return Err(format!("field label not supported: {other}"));
+                return Err(QueryError::FieldLabel(other.into()));
             }
         };
         let eq = got.as_str().unwrap_or("") == want.trim();
@@ -411,7 +430,7 @@ fn list_events(
         match event_field_matches(selector, &v) {
             Ok(true) => items.push(v),
             Ok(false) => {}
-            Err(m) => return bad_request(&m),
+            Err(e) => return bad_request(&e.to_string()),
         }
     }
     if table {
