@@ -133,6 +133,7 @@ impl LocalStore {
                     .map_err(|e| e.to_string())
                     .and_then(|m| {
                         crate::config::file::check_secure_for(&f, &m, "file", STORE_RISK)
+                            .map_err(|e| e.to_string())
                     });
                 if let Err(reason) = checked {
                     tracing::warn!(file = %f.display(), "skipping {kind} manifest: {reason}");

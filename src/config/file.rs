@@ -46,8 +46,38 @@ pub enum FileSourceError {
         source: notify::Error,
     },
     /// The directory (or one of its parents) is writable by others: see [`check_secure`].
-    #[error("{0}")]
-    Insecure(String),
+    #[error(transparent)]
+    Insecure(InsecurePath),
+}
+
+/// A path others than root or nanolet's user can change (see [`check_secure_for`]). `what`
+/// names the path ("manifest directory", "parent directory", ...), `risk` says what someone
+/// who can write there could do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InsecurePath {
+    #[error(
+        "{what} {} is world-writable (mode {mode:04o}): {risk}; remove the write permission \
+         (chmod o-w) or, for development only, pass --allow-insecure-manifest-dir",
+        path.display()
+    )]
+    WorldWritable {
+        what: String,
+        path: PathBuf,
+        mode: u32,
+        risk: String,
+    },
+    #[error(
+        "{what} {} is owned by uid {uid}, not root or nanolet's uid {me}: {risk}; chown it or, \
+         for development only, pass --allow-insecure-manifest-dir",
+        path.display()
+    )]
+    ForeignOwner {
+        what: String,
+        path: PathBuf,
+        uid: u32,
+        me: u32,
+        risk: String,
+    },
 }
 
 /// Why a manifest file was not read (the caller's error names the file).
@@ -166,7 +196,7 @@ pub fn read_manifest(path: &Path) -> Result<Vec<u8>, ReadError> {
 /// - it is owned by a user other than root or nanolet's effective user.
 ///
 /// `what` names the path in the message ("manifest directory", "manifest file").
-pub fn check_secure(path: &Path, meta: &std::fs::Metadata, what: &str) -> Result<(), String> {
+pub fn check_secure(path: &Path, meta: &std::fs::Metadata, what: &str) -> Result<(), InsecurePath> {
     check_secure_for(path, meta, what, MANIFEST_RISK)
 }
 
@@ -182,26 +212,27 @@ pub fn check_secure_for(
     meta: &std::fs::Metadata,
     what: &str,
     risk: &str,
-) -> Result<(), String> {
+) -> Result<(), InsecurePath> {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();
     let mode = meta.mode() & 0o7777;
     let sticky_parent = what == "parent directory" && mode & 0o1000 != 0;
-    let fix = risk;
     if mode & 0o002 != 0 && !sticky_parent {
-        return Err(format!(
-            "{what} {} is world-writable (mode {mode:04o}): {fix}; remove the write permission \
-             (chmod o-w) or, for development only, pass --allow-insecure-manifest-dir",
-            path.display()
-        ));
+        return Err(InsecurePath::WorldWritable {
+            what: what.into(),
+            path: path.into(),
+            mode,
+            risk: risk.into(),
+        });
     }
     if meta.uid() != 0 && meta.uid() != me {
-        return Err(format!(
-            "{what} {} is owned by uid {}, not root or nanolet's uid {me}: {fix}; chown it or, \
-             for development only, pass --allow-insecure-manifest-dir",
-            path.display(),
-            meta.uid()
-        ));
+        return Err(InsecurePath::ForeignOwner {
+            what: what.into(),
+            path: path.into(),
+            uid: meta.uid(),
+            me,
+            risk: risk.into(),
+        });
     }
     Ok(())
 }
@@ -776,7 +807,7 @@ fn manifest_paths(
                 Err(reason) if !allow_insecure => errors.push(ManifestError {
                     origin: escape_path(&path),
                     field: String::new(),
-                    reason: escape_text(&reason),
+                    reason: escape_text(&reason.to_string()),
                 }),
                 _ => paths.push(path),
             },

@@ -280,6 +280,7 @@ impl Importer {
                             "image archive",
                             IMAGES_RISK,
                         )
+                        .map_err(|e| e.to_string())
                     });
                 match checked {
                     Ok(()) => true,
