@@ -1630,7 +1630,8 @@ fn port_from_int(n: i64) -> Result<u16, String> {
 }
 
 fn parse_log_size(s: &str) -> Result<u64, String> {
-    let q = crate::api::quantity::parse_quantity(&serde_json::Value::String(s.to_string()))?;
+    let q = crate::api::quantity::parse_quantity(&serde_json::Value::String(s.to_string()))
+        .map_err(|e| e.to_string())?;
     u64::try_from(q.value())
         .ok()
         .filter(|v| *v > 0)

@@ -117,14 +117,11 @@ impl Quantity {
 }
 
 /// Parse a quantity given as a JSON string or number.
-pub fn parse_quantity(v: &Value) -> Result<Quantity, String> {
+pub fn parse_quantity(v: &Value) -> Result<Quantity, QuantityError> {
     match v {
         Value::String(s) => parse_quantity_str(s),
         Value::Number(n) => parse_quantity_str(&n.to_string()),
-        other => Err(format!(
-            "quantities must be a string or a number, got {}",
-            type_name(other)
-        )),
+        other => Err(QuantityError::Type(type_name(other))),
     }
 }
 
@@ -139,16 +136,32 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-const FORMAT_HINT: &str = "quantities must match the regular expression \
-'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+/// Why a quantity does not parse; the messages are the apiserver's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    #[error("quantities must be a string or a number, got {0}")]
+    Type(&'static str),
+    #[error("quantities must not be empty")]
+    Empty,
+    #[error("quantity is too long ({0} bytes)")]
+    TooLong(usize),
+    #[error(
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    )]
+    Format,
+    #[error("unable to parse quantity's suffix {0:?}")]
+    Suffix(String),
+    #[error("quantity exponent {0:?} is out of range")]
+    Exponent(String),
+}
 
 /// Parse the string form of a quantity.
-pub fn parse_quantity_str(s: &str) -> Result<Quantity, String> {
+pub fn parse_quantity_str(s: &str) -> Result<Quantity, QuantityError> {
     if s.is_empty() {
-        return Err("quantities must not be empty".to_string());
+        return Err(QuantityError::Empty);
     }
     if s.len() > MAX_LEN {
-        return Err(format!("quantity is too long ({} bytes)", s.len()));
+        return Err(QuantityError::TooLong(s.len()));
     }
     let bytes = s.as_bytes();
     let mut i = 0;
@@ -195,7 +208,7 @@ pub fn parse_quantity_str(s: &str) -> Result<Quantity, String> {
             i += 1;
         } else if c == b'.' {
             if seen_dot {
-                return Err(FORMAT_HINT.to_string());
+                return Err(QuantityError::Format);
             }
             seen_dot = true;
             i += 1;
@@ -204,7 +217,7 @@ pub fn parse_quantity_str(s: &str) -> Result<Quantity, String> {
         }
     }
     if !any_digit {
-        return Err(FORMAT_HINT.to_string());
+        return Err(QuantityError::Format);
     }
     let suffix = &s[i..];
     let mut exp2 = 0u32;
@@ -229,20 +242,20 @@ pub fn parse_quantity_str(s: &str) -> Result<Quantity, String> {
             let rest = suffix
                 .strip_prefix('e')
                 .or_else(|| suffix.strip_prefix('E'))
-                .ok_or_else(|| format!("unable to parse quantity's suffix {suffix:?}"))?;
+                .ok_or_else(|| QuantityError::Suffix(suffix.into()))?;
             let (sign, digits) = match rest.as_bytes().first() {
                 Some(b'-') => (-1i32, &rest[1..]),
                 Some(b'+') => (1, &rest[1..]),
                 _ => (1, rest),
             };
             if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("unable to parse quantity's suffix {suffix:?}"));
+                return Err(QuantityError::Suffix(suffix.into()));
             }
             let e: i32 = digits
                 .parse()
-                .map_err(|_| format!("quantity exponent {suffix:?} is out of range"))?;
+                .map_err(|_| QuantityError::Exponent(suffix.into()))?;
             if e > 1000 {
-                return Err(format!("quantity exponent {suffix:?} is out of range"));
+                return Err(QuantityError::Exponent(suffix.into()));
             }
             exp10 += sign * e;
         }
@@ -256,12 +269,12 @@ pub fn parse_quantity_str(s: &str) -> Result<Quantity, String> {
 }
 
 /// CPU amount in millicores (rounded up, as the kubelet does).
-pub fn cpu_millis(v: &Value) -> Result<i64, String> {
+pub fn cpu_millis(v: &Value) -> Result<i64, QuantityError> {
     parse_quantity(v).map(|q| q.milli_value())
 }
 
 /// Memory (or storage) amount in bytes (rounded up).
-pub fn memory_bytes(v: &Value) -> Result<i64, String> {
+pub fn memory_bytes(v: &Value) -> Result<i64, QuantityError> {
     parse_quantity(v).map(|q| q.value())
 }
 
