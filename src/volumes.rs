@@ -32,6 +32,37 @@ pub enum VolumeError {
     },
 }
 
+/// Why the files of a configMap, secret, downwardAPI or projected volume cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DataSourceError {
+    #[error("{what} has no key \"{key}\"")]
+    NoKey { what: String, key: String },
+    #[error("no local configmap/secret store configured")]
+    NoStore,
+    /// The local store's error, as text (it names the file).
+    #[error("{0}")]
+    Store(String),
+    #[error(transparent)]
+    Ref(#[from] crate::api::env::RefError),
+    #[error("resourceFieldRef: container \"{0}\" not found")]
+    NoContainer(String),
+    #[error("downwardAPI item \"{0}\" needs fieldRef or resourceFieldRef")]
+    NoRef(String),
+    #[error("projected source not supported (serviceAccountToken needs an API server)")]
+    Projected,
+    #[error(transparent)]
+    Path(#[from] SubPathError),
+}
+
+/// A `subPath` (or an item's `path`) that would leave its volume.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubPathError {
+    #[error("subPath \"{0}\" must be a relative path")]
+    Absolute(String),
+    #[error("subPath \"{0}\" must not contain '..'")]
+    ParentDir(String),
+}
+
 fn setup_err(volume: &str, reason: impl Into<String>) -> VolumeError {
     VolumeError::SetUp {
         volume: volume.to_string(),
@@ -103,7 +134,7 @@ fn key_files(
     default_mode: u32,
     what: &str,
     files: &mut Files,
-) -> Result<(), String> {
+) -> Result<(), DataSourceError> {
     match src.get("items").and_then(Value::as_array) {
         Some(items) if !items.is_empty() => {
             for it in items {
@@ -121,7 +152,12 @@ fn key_files(
                         .get("optional")
                         .and_then(Value::as_bool)
                         .unwrap_or(false) => {}
-                    None => return Err(format!("{what} has no key \"{key}\"")),
+                    None => {
+                        return Err(DataSourceError::NoKey {
+                            what: what.into(),
+                            key: key.into(),
+                        });
+                    }
                 }
             }
         }
@@ -141,7 +177,7 @@ fn store_source(
     secret: bool,
     default_mode: u32,
     files: &mut Files,
-) -> Result<(), String> {
+) -> Result<(), DataSourceError> {
     let name_field = if secret { "secretName" } else { "name" };
     let name = src
         .get(name_field)
@@ -154,7 +190,7 @@ fn store_source(
         if secret { "secret" } else { "configmap" }
     );
     let Some(store) = ctx.store.as_ref() else {
-        return Err("no local configmap/secret store configured".into());
+        return Err(DataSourceError::NoStore);
     };
     match if secret {
         store.secret(ns, name)
@@ -170,7 +206,7 @@ fn store_source(
         {
             Ok(())
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(DataSourceError::Store(e.to_string())),
     }
 }
 
@@ -180,7 +216,7 @@ fn downward_items(
     items: Option<&Value>,
     default_mode: u32,
     files: &mut Files,
-) -> Result<(), String> {
+) -> Result<(), DataSourceError> {
     for it in items.and_then(Value::as_array).into_iter().flatten() {
         let path = it.get("path").and_then(Value::as_str).unwrap_or_default();
         clean_relative(path)?;
@@ -201,12 +237,10 @@ fn downward_items(
                 .iter()
                 .chain(&pod.spec.init_containers)
                 .find(|c| c.name == cname)
-                .ok_or_else(|| format!("resourceFieldRef: container \"{cname}\" not found"))?;
+                .ok_or_else(|| DataSourceError::NoContainer(cname.into()))?;
             crate::api::env::resource_field_ref(c, &ctx.env, rf)?
         } else {
-            return Err(format!(
-                "downwardAPI item \"{path}\" needs fieldRef or resourceFieldRef"
-            ));
+            return Err(DataSourceError::NoRef(path.into()));
         };
         files.insert(
             path.to_string(),
@@ -222,7 +256,7 @@ fn api_data_volume(
     pod: &Pod,
     v: &Value,
     ctx: &VolumeContext,
-) -> Option<(Result<Files, String>, bool)> {
+) -> Option<(Result<Files, DataSourceError>, bool)> {
     let mut files = Files::new();
     if let Some(src) = v.get("configMap") {
         let dm = mode_of(src.get("defaultMode"), 0o644);
@@ -258,10 +292,7 @@ fn api_data_volume(
                 } else if let Some(d) = s.get("downwardAPI") {
                     downward_items(pod, ctx, d.get("items"), dm, &mut files)
                 } else {
-                    Err(
-                        "projected source not supported (serviceAccountToken needs an API server)"
-                            .into(),
-                    )
+                    Err(DataSourceError::Projected)
                 }
             });
         }
@@ -506,7 +537,7 @@ pub fn prepare(
             }
             out.insert(name, dir);
         } else if let Some((files, tmpfs)) = api_data_volume(pod, v, ctx) {
-            let files = files.map_err(|e| setup_err(&name, e))?;
+            let files = files.map_err(|e| setup_err(&name, e.to_string()))?;
             let dir = pod_dir.join("volumes").join(plugin_dir(v)).join(&name);
             std::fs::create_dir_all(&dir)
                 .map_err(|e| setup_err(&name, format!("creating {}: {e}", dir.display())))?;
@@ -543,13 +574,13 @@ pub fn prepare(
     Ok(out)
 }
 
-fn clean_relative(p: &str) -> Result<PathBuf, String> {
+fn clean_relative(p: &str) -> Result<PathBuf, SubPathError> {
     let path = Path::new(p);
     if path.is_absolute() {
-        return Err(format!("subPath \"{p}\" must be a relative path"));
+        return Err(SubPathError::Absolute(p.into()));
     }
     if path.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(format!("subPath \"{p}\" must not contain '..'"));
+        return Err(SubPathError::ParentDir(p.into()));
     }
     Ok(path.to_path_buf())
 }
@@ -600,7 +631,7 @@ pub fn mounts_for(
         };
         let host = match sub {
             Some(s) => {
-                let rel = clean_relative(&s).map_err(err)?;
+                let rel = clean_relative(&s).map_err(|e| err(e.to_string()))?;
                 let p = base.join(rel);
                 if !p.exists() && base.is_dir() {
                     // The kubelet creates a missing subPath as a directory.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::quantity::parse_quantity;
+use super::quantity::{QuantityError, parse_quantity};
 use super::{Container, Pod};
 
 /// What the environment may refer to beyond the pod itself.
@@ -57,6 +57,22 @@ pub struct EnvError {
     pub reason: String,
 }
 
+/// Why a `fieldRef` or `resourceFieldRef` cannot be resolved (the apiserver's messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefError {
+    #[error("Unsupported value: \"{0}\"")]
+    Unsupported(String),
+    #[error("resource: Required value")]
+    ResourceRequired,
+    #[error("divisor: {0}")]
+    Divisor(QuantityError),
+    #[error("{resource}: {source}")]
+    Quantity {
+        resource: String,
+        source: QuantityError,
+    },
+}
+
 /// `$(VAR)` expansion with the kubelet's rules: `$$` is an escaped `$`; a reference to an
 /// undefined variable is left as written; a `$` not followed by `(` or `$` stays.
 pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
@@ -96,7 +112,7 @@ pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
     out
 }
 
-pub fn field_ref(pod: &Pod, ctx: &EnvContext, path: &str) -> Result<String, String> {
+pub fn field_ref(pod: &Pod, ctx: &EnvContext, path: &str) -> Result<String, RefError> {
     let m = &pod.metadata;
     let quoted_key = |prefix: &str| -> Option<String> {
         let rest = path.strip_prefix(prefix)?.strip_suffix("']")?;
@@ -126,26 +142,30 @@ pub fn field_ref(pod: &Pod, ctx: &EnvContext, path: &str) -> Result<String, Stri
         "status.podIPs" => ctx.pod_ips.join(","),
         "status.hostIP" => ctx.host_ips.first().cloned().unwrap_or_default(),
         "status.hostIPs" => ctx.host_ips.join(","),
-        other => return Err(format!("Unsupported value: \"{other}\"")),
+        other => return Err(RefError::Unsupported(other.into())),
     })
 }
 
-pub fn resource_field_ref(c: &Container, ctx: &EnvContext, spec: &Value) -> Result<String, String> {
+pub fn resource_field_ref(
+    c: &Container,
+    ctx: &EnvContext,
+    spec: &Value,
+) -> Result<String, RefError> {
     let resource = spec
         .get("resource")
         .and_then(Value::as_str)
-        .ok_or("resource: Required value")?;
+        .ok_or(RefError::ResourceRequired)?;
     let divisor = match spec.get("divisor") {
         None | Some(Value::Null) => None,
-        Some(d) => Some(parse_quantity(d).map_err(|e| format!("divisor: {e}"))?),
+        Some(d) => Some(parse_quantity(d).map_err(RefError::Divisor)?),
     };
     let (kind, name) = resource
         .split_once('.')
-        .ok_or_else(|| format!("Unsupported value: \"{resource}\""))?;
+        .ok_or_else(|| RefError::Unsupported(resource.into()))?;
     let map = match kind {
         "limits" => &c.resources.limits,
         "requests" => &c.resources.requests,
-        _ => return Err(format!("Unsupported value: \"{resource}\"")),
+        _ => return Err(RefError::Unsupported(resource.into())),
     };
     // Requests default to limits (API defaulting); unset limits are node allocatable.
     let set = map.get(name).or_else(|| {
@@ -157,7 +177,10 @@ pub fn resource_field_ref(c: &Container, ctx: &EnvContext, spec: &Value) -> Resu
     });
     let value_milli: i64 = match (name, set) {
         (_, Some(v)) => parse_quantity(v)
-            .map_err(|e| format!("{resource}: {e}"))?
+            .map_err(|source| RefError::Quantity {
+                resource: resource.into(),
+                source,
+            })?
             .milli_value(),
         ("cpu", None) if kind == "limits" => ctx.node_cpu_millis,
         ("memory", None) if kind == "limits" => ctx.node_memory_bytes.saturating_mul(1000),
@@ -165,7 +188,7 @@ pub fn resource_field_ref(c: &Container, ctx: &EnvContext, spec: &Value) -> Resu
             ctx.node_ephemeral_bytes.saturating_mul(1000)
         }
         ("cpu" | "memory" | "ephemeral-storage", None) => 0,
-        _ => return Err(format!("Unsupported value: \"{resource}\"")),
+        _ => return Err(RefError::Unsupported(resource.into())),
     };
     let divisor_milli = divisor
         .map(|d| d.milli_value())
@@ -259,14 +282,14 @@ pub fn resolve_env(
                         .get("fieldPath")
                         .and_then(Value::as_str)
                         .unwrap_or_default();
-                    field_ref(pod, ctx, path).map_err(|reason| EnvError {
+                    field_ref(pod, ctx, path).map_err(|e| EnvError {
                         field: field(".valueFrom.fieldRef.fieldPath"),
-                        reason,
+                        reason: e.to_string(),
                     })?
                 } else if let Some(rf) = from.get("resourceFieldRef") {
-                    resource_field_ref(c, ctx, rf).map_err(|reason| EnvError {
+                    resource_field_ref(c, ctx, rf).map_err(|e| EnvError {
                         field: field(".valueFrom.resourceFieldRef"),
-                        reason,
+                        reason: e.to_string(),
                     })?
                 } else if let Some((sub, secret, r)) = from
                     .get("configMapKeyRef")
