@@ -53,6 +53,28 @@ pub enum ArchiveError {
 
 type Result<T> = std::result::Result<T, ArchiveError>;
 
+/// A `--arch` value that names no platform.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlatformError {
+    #[error("{0:?}: expected ARCH, ARCH/VARIANT or OS/ARCH[/VARIANT]")]
+    Form(String),
+    #[error("{0:?}: empty architecture or OS")]
+    Empty(String),
+}
+
+/// An image name docker and containerd would not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImageRefError {
+    #[error("empty image name")]
+    Empty,
+    #[error("{0:?}: image names have no whitespace")]
+    Whitespace(String),
+    #[error("{0:?}: empty repository or tag")]
+    EmptyPart(String),
+    #[error("{0:?}: repository names must be lowercase and not empty")]
+    Repository(String),
+}
+
 /// Outer compression of the archive file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
@@ -584,27 +606,33 @@ pub fn scan_reader(
     Ok(out)
 }
 
+/// Why pass 2 stopped: the archive could not be read, or the callback failed.
+#[derive(Debug)]
+pub enum EntryError<E> {
+    Archive(ArchiveError),
+    Callback(E),
+}
+
 /// Pass 2: calls `f(path, reader)` for each regular file in `wanted` (normalised paths), in
-/// archive order. The reader yields the member's data.
-pub fn for_each_entry(
+/// archive order. The reader yields the member's data. The first error stops the pass.
+pub fn for_each_entry<E>(
     file: &Path,
     wanted: &BTreeSet<String>,
-    f: &mut dyn FnMut(&str, &mut dyn Read) -> std::result::Result<(), String>,
-) -> Result<()> {
-    let (reader, _) = open(file)?;
+    f: &mut dyn FnMut(&str, &mut dyn Read) -> std::result::Result<(), E>,
+) -> std::result::Result<(), EntryError<E>> {
+    let (reader, _) = open(file).map_err(EntryError::Archive)?;
     let mut tar = TarReader::new(reader);
     let tar_err = |e: io::Error| ArchiveError::Tar {
         file: file.to_path_buf(),
         reason: e.to_string(),
     };
-    while let Some(e) = tar.next_entry().map_err(tar_err)? {
+    while let Some(e) = tar
+        .next_entry()
+        .map_err(|e| EntryError::Archive(tar_err(e)))?
+    {
         if e.kind == EntryKind::File && wanted.contains(&e.path) {
             let mut r = MemberReader { tar: &mut tar };
-            f(&e.path, &mut r).map_err(|reason| ArchiveError::Layout {
-                file: file.to_path_buf(),
-                path: e.path.clone(),
-                reason,
-            })?;
+            f(&e.path, &mut r).map_err(EntryError::Callback)?;
         }
     }
     Ok(())
@@ -684,7 +712,7 @@ impl Platform {
     }
 
     /// `amd64`, `arm64`, `arm/v7`, `linux/arm/v6`.
-    pub fn parse(s: &str) -> std::result::Result<Platform, String> {
+    pub fn parse(s: &str) -> std::result::Result<Platform, PlatformError> {
         let parts: Vec<&str> = s.split('/').collect();
         let (os, arch, variant) = match parts.as_slice() {
             [a] => ("linux", *a, ""),
@@ -692,13 +720,11 @@ impl Platform {
             [o, a] => (*o, *a, ""),
             [o, a, v] => (*o, *a, *v),
             _ => {
-                return Err(format!(
-                    "{s:?}: expected ARCH, ARCH/VARIANT or OS/ARCH[/VARIANT]"
-                ));
+                return Err(PlatformError::Form(s.into()));
             }
         };
         if arch.is_empty() || os.is_empty() {
-            return Err(format!("{s:?}: empty architecture or OS"));
+            return Err(PlatformError::Empty(s.into()));
         }
         let mut p = Platform {
             os: os.to_string(),
@@ -758,13 +784,13 @@ pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
 
 /// Normalises an image reference the way docker and containerd's CRI do
 /// (`busybox` -> `docker.io/library/busybox:latest`), so the names pods use find the image.
-pub fn normalize_ref(name: &str) -> std::result::Result<String, String> {
+pub fn normalize_ref(name: &str) -> std::result::Result<String, ImageRefError> {
     let name = name.trim();
     if name.is_empty() {
-        return Err("empty image name".into());
+        return Err(ImageRefError::Empty);
     }
     if name.chars().any(|c| c.is_whitespace()) {
-        return Err(format!("{name:?}: image names have no whitespace"));
+        return Err(ImageRefError::Whitespace(name.into()));
     }
     let (first, rest) = match name.split_once('/') {
         Some((f, r)) => (f, Some(r)),
@@ -782,16 +808,14 @@ pub fn normalize_ref(name: &str) -> std::result::Result<String, String> {
         (p.to_string(), format!("@{d}"))
     } else if let Some((p, t)) = path_and_tag.rsplit_once(':') {
         if p.is_empty() || t.is_empty() {
-            return Err(format!("{name:?}: empty repository or tag"));
+            return Err(ImageRefError::EmptyPart(name.into()));
         }
         (p.to_string(), format!(":{t}"))
     } else {
         (path_and_tag.clone(), ":latest".to_string())
     };
     if path.is_empty() || path.chars().any(|c| c.is_ascii_uppercase()) {
-        return Err(format!(
-            "{name:?}: repository names must be lowercase and not empty"
-        ));
+        return Err(ImageRefError::Repository(name.into()));
     }
     Ok(format!("{domain}/{path}{suffix}"))
 }
@@ -991,7 +1015,7 @@ fn plan_oci(ctx: &Ctx) -> Result<Plan> {
             ));
             continue;
         };
-        let name = normalize_ref(name).map_err(|e| ctx.err(&at, e))?;
+        let name = normalize_ref(name).map_err(|e| ctx.err(&at, e.to_string()))?;
         let img = plan_descriptor(ctx, &mut plan, d, &at, 0)?;
         if let Some(existing) = plan
             .images
@@ -1379,7 +1403,8 @@ fn plan_docker_image(ctx: &Ctx, plan: &mut Plan, at: &str, e: &Value) -> Result<
         .flatten()
         .filter_map(Value::as_str)
     {
-        names.push(normalize_ref(t).map_err(|r| ctx.err(&format!("{at}.RepoTags"), r))?);
+        names
+            .push(normalize_ref(t).map_err(|r| ctx.err(&format!("{at}.RepoTags"), r.to_string()))?);
     }
     if names.is_empty() {
         plan.skipped.push(format!("{at}: no RepoTags"));

@@ -212,7 +212,6 @@ fn write_missing_blobs(
         .collect();
     if !wanted.is_empty() {
         let paths: BTreeSet<String> = wanted.keys().cloned().collect();
-        let mut failure: Option<ContainerdError> = None;
         archive::for_each_entry(file, &paths, &mut |path, r: &mut dyn Read| {
             let Some(b) = wanted.get(path) else {
                 return Ok(());
@@ -224,20 +223,14 @@ fn write_missing_blobs(
                     total: b.size,
                 })
             };
-            client
-                .write_blob(&b.digest, b.size, &b.labels, r, &mut cb)
-                .map_err(|e| {
-                    let msg = e.to_string();
-                    failure = Some(e);
-                    msg
-                })
+            client.write_blob(&b.digest, b.size, &b.labels, r, &mut cb)
         })
-        .map_err(|e| match failure.take() {
-            Some(source) => ImageError::Containerd {
+        .map_err(|e| match e {
+            archive::EntryError::Callback(source) => ImageError::Containerd {
                 file: file.to_path_buf(),
                 source,
             },
-            None => ImageError::Archive(e),
+            archive::EntryError::Archive(e) => ImageError::Archive(e),
         })?;
     }
     for b in &plan.blobs {
