@@ -19,6 +19,11 @@ pub enum KubeconfigError {
     },
 }
 
+/// `current-context` names a context the file does not have.
+#[derive(Debug, thiserror::Error)]
+#[error("no context named {0:?}")]
+struct NoContext(String);
+
 /// What nanolet needs from a kubeconfig.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Kubeconfig {
@@ -134,7 +139,7 @@ impl Kubeconfig {
         let base = path.parent().unwrap_or_else(|| Path::new(""));
         let (cluster_name, user_name) = file
             .context_names()
-            .map_err(|r| field("current-context", r))?;
+            .map_err(|r| field("current-context", r.to_string()))?;
         let cluster = file
             .clusters
             .iter()
@@ -232,7 +237,7 @@ fn decode_file(path: &Path, text: &str) -> Result<File, KubeconfigError> {
 impl File {
     /// The (cluster, user) names of the current context (the first context when none is
     /// current; the first cluster and user when there is no context).
-    fn context_names(&self) -> Result<(String, String), String> {
+    fn context_names(&self) -> Result<(String, String), NoContext> {
         let ctx_name = if self.current_context.is_empty() {
             self.contexts
                 .first()
@@ -253,7 +258,7 @@ impl File {
                     .map(|u| u.name.clone())
                     .unwrap_or_default(),
             )),
-            None => Err(format!("no context named {ctx_name:?}")),
+            None => Err(NoContext(ctx_name)),
         }
     }
 }

@@ -9,8 +9,36 @@ mod pb {
     tonic::include_proto!("grpc.health.v1");
 }
 
-/// Returns the ServingStatus number (1 = SERVING) or an error message in the kubelet's words.
-pub fn check(host: &str, port: u16, service: &str, timeout: Duration) -> Result<i32, String> {
+/// Why a health check got no status; the messages are the kubelet's.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthCheckError {
+    #[error("starting the gRPC client: {0}")]
+    Client(std::io::Error),
+    #[error("invalid address {uri}: {source}")]
+    Address {
+        uri: String,
+        source: tonic::transport::Error,
+    },
+    #[error("timeout: failed to connect service {addr} within {}s", timeout.as_secs())]
+    ConnectTimeout { addr: String, timeout: Duration },
+    #[error("failed to connect service {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: tonic::transport::Error,
+    },
+    #[error("timeout: health rpc did not complete within {}s", .0.as_secs())]
+    RpcTimeout(Duration),
+    #[error("health rpc failed: {}: {}", .0.code(), .0.message())]
+    Rpc(tonic::Status),
+}
+
+/// Returns the ServingStatus number (1 = SERVING).
+pub fn check(
+    host: &str,
+    port: u16,
+    service: &str,
+    timeout: Duration,
+) -> Result<i32, HealthCheckError> {
     let host_part = if host.contains(':') {
         format!("[{host}]")
     } else {
@@ -20,35 +48,32 @@ pub fn check(host: &str, port: u16, service: &str, timeout: Duration) -> Result<
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("starting the gRPC client: {e}"))?;
+        .map_err(HealthCheckError::Client)?;
     rt.block_on(async move {
         let endpoint = tonic::transport::Endpoint::from_shared(uri.clone())
-            .map_err(|e| format!("invalid address {uri}: {e}"))?
+            .map_err(|source| HealthCheckError::Address {
+                uri: uri.clone(),
+                source,
+            })?
             .connect_timeout(timeout)
             .timeout(timeout);
         let channel = tokio::time::timeout(timeout, endpoint.connect())
             .await
-            .map_err(|_| {
-                format!(
-                    "timeout: failed to connect service {host_part}:{port} within {}s",
-                    timeout.as_secs()
-                )
+            .map_err(|_| HealthCheckError::ConnectTimeout {
+                addr: format!("{host_part}:{port}"),
+                timeout,
             })?
-            .map_err(|e| format!("failed to connect service {host_part}:{port}: {e}"))?;
+            .map_err(|source| HealthCheckError::Connect {
+                addr: format!("{host_part}:{port}"),
+                source,
+            })?;
         let mut client = pb::health_client::HealthClient::new(channel);
         let req = pb::HealthCheckRequest {
             service: service.to_string(),
         };
         match tokio::time::timeout(timeout, client.check(req)).await {
-            Err(_) => Err(format!(
-                "timeout: health rpc did not complete within {}s",
-                timeout.as_secs()
-            )),
-            Ok(Err(status)) => Err(format!(
-                "health rpc failed: {}: {}",
-                status.code(),
-                status.message()
-            )),
+            Err(_) => Err(HealthCheckError::RpcTimeout(timeout)),
+            Ok(Err(status)) => Err(HealthCheckError::Rpc(status)),
             Ok(Ok(resp)) => Ok(resp.into_inner().status),
         }
     })

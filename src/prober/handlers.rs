@@ -266,7 +266,7 @@ fn grpc(host: &str, port: u16, service: &str, timeout: Duration) -> ProbeResult 
                 _ => "UNRECOGNIZED",
             }
         )),
-        Err(e) => ProbeResult::fail(e),
+        Err(e) => ProbeResult::fail(e.to_string()),
     }
 }
 
