@@ -100,15 +100,14 @@ impl LocalStore {
         kind: &'static str,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<Data>, String> {
+    ) -> Result<Option<Data>, crate::config::file::FileSourceError> {
         let what = if kind == "Secret" {
             "secret directory"
         } else {
             "configmap directory"
         };
         if !self.allow_insecure {
-            crate::config::file::check_dir_chain(dir, what, STORE_RISK)
-                .map_err(|e| e.to_string())?;
+            crate::config::file::check_dir_chain(dir, what, STORE_RISK)?;
         }
         let Ok(rd) = std::fs::read_dir(dir) else {
             return Ok(None);
@@ -206,7 +205,7 @@ impl LocalStore {
                 kind: "configmap",
                 namespace: namespace.into(),
                 name: name.into(),
-                reason,
+                reason: reason.to_string(),
             }),
         }
     }
@@ -224,7 +223,7 @@ impl LocalStore {
                 kind: "secret",
                 namespace: namespace.into(),
                 name: name.into(),
-                reason,
+                reason: reason.to_string(),
             }),
         }
     }

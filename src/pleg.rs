@@ -108,7 +108,7 @@ impl Pleg {
                 if let Some(suppressed) = self.relist_warning.check(&e.to_string(), started) {
                     warn!(error = %e, suppressed, "PLEG relist failed (repeats are logged once per back-off step, 10 s doubling to 5 min, with the number suppressed)");
                 }
-                self.store.mark_relist(Err(e.to_string()));
+                self.store.mark_runtime_error(&e);
                 return true;
             }
         };
@@ -167,7 +167,7 @@ impl Pleg {
                 changed.push(uid.clone());
             }
         }
-        self.store.mark_relist(Ok(()));
+        self.store.mark_relist();
         self.store.metrics().observe_pleg_relist(started.elapsed());
         debug!(pods = now.len(), changed = changed.len(), took = ?started.elapsed(), "PLEG relist");
         if !changed.is_empty() {

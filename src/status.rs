@@ -118,16 +118,16 @@ impl StatusStore {
         self.lock().last_sync = Some(Instant::now());
     }
 
-    /// PLEG calls this after every relist; `Err` records that the runtime did not answer.
-    pub fn mark_relist(&self, result: Result<(), String>) {
+    /// PLEG calls this after every successful relist.
+    pub fn mark_relist(&self) {
         let mut g = self.lock();
-        match result {
-            Ok(()) => {
-                g.last_relist = Some(Instant::now());
-                g.runtime_error = None;
-            }
-            Err(e) => g.runtime_error = Some(e),
-        }
+        g.last_relist = Some(Instant::now());
+        g.runtime_error = None;
+    }
+
+    /// PLEG calls this when a relist failed: the runtime did not answer (shown by healthz).
+    pub fn mark_runtime_error(&self, error: &dyn std::fmt::Display) {
+        self.lock().runtime_error = Some(error.to_string());
     }
 
     /// The eviction manager publishes the pressure conditions that are true now.

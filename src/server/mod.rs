@@ -653,7 +653,7 @@ mod tests {
     fn healthy_store() -> Arc<StatusStore> {
         let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
         store.mark_sync();
-        store.mark_relist(Ok(()));
+        store.mark_relist();
         store.set_pod(pod());
         store.set_manifest_errors(vec![ManifestError {
             origin: "/etc/kubernetes/manifests/bad.yaml".into(),
@@ -909,7 +909,7 @@ mod tests {
         assert_eq!(request(addr, "POST", "/healthz").status, 405);
 
         // Runtime down: 500, always verbose, reason withheld in the aggregate.
-        store.mark_relist(Err("connection refused".into()));
+        store.mark_runtime_error(&"connection refused");
         let r = get(addr, "/healthz");
         assert_eq!(r.status, 500);
         assert_eq!(
