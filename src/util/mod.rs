@@ -1,5 +1,6 @@
 //! Small helpers with no nanolet dependencies, usable from every layer.
 
 pub mod backoff;
+pub mod flags;
 pub mod redact;
 pub mod shutdown;
