@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::config::SourceKind;
 use crate::config::naming::{DecodedDoc, decode_manifest_with_notes, make_static_pod};
+use crate::util::flags::{self, Arg, Flag};
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:10255";
 
@@ -51,53 +52,63 @@ struct Opts {
     command: Vec<String>,
 }
 
+/// The client commands' flags (kubectl's names and shorthands).
+const FLAGS: &[Flag] = &[
+    Flag::value("server").short('s'),
+    Flag::value("token-file"),
+    Flag::value("namespace").short('n'),
+    Flag::bool("all-namespaces").short('A'),
+    Flag::value("output").short('o'),
+    Flag::value("selector").short('l'),
+    Flag::value("container").short('c'),
+    Flag::bool("previous").short('p'),
+    Flag::bool("follow").short('f'),
+    Flag::bool("timestamps"),
+    Flag::value("tail"),
+    Flag::value("hostname-override"),
+    Flag::value("container-runtime-endpoint"),
+    Flag::value("timeout"),
+];
+
+/// Lexes the arguments (`util::flags`, Go's pflag conventions); everything after `--` is the
+/// command `exec` runs.
 fn parse_opts(args: &[String]) -> anyhow::Result<Opts> {
     let mut o = Opts::default();
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i].as_str();
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with('-') => (f, Some(v.to_string())),
-            _ => (a, None),
-        };
-        let mut value = || -> anyhow::Result<String> {
-            if let Some(v) = &inline {
-                return Ok(v.clone());
+    for arg in flags::lex(FLAGS, args) {
+        let (name, value) = match arg? {
+            Arg::Flag { spec, value } => (spec.name, value),
+            Arg::Positional(p) => {
+                o.positional.push(p);
+                continue;
             }
-            i += 1;
-            args.get(i)
-                .cloned()
-                .ok_or_else(|| anyhow!("flag needs an argument: {flag}"))
+            Arg::Rest(command) => {
+                o.command = command;
+                continue;
+            }
         };
-        match flag {
-            "--server" | "-s" => o.server = Some(value()?),
-            "--token-file" => o.token_file = Some(value()?),
-            "-n" | "--namespace" => o.namespace = Some(value()?),
-            "-A" | "--all-namespaces" => o.all_namespaces = true,
-            "-o" | "--output" => o.output = value()?,
-            "-l" | "--selector" => o.selector = value()?,
-            "-c" | "--container" => o.container = value()?,
-            "-p" | "--previous" => o.previous = true,
-            "-f" | "--follow" => o.follow = true,
-            "--timestamps" => o.timestamps = true,
-            "--tail" => {
-                let v = value()?;
+        match name {
+            "server" => o.server = Some(value),
+            "token-file" => o.token_file = Some(value),
+            "namespace" => o.namespace = Some(value),
+            "all-namespaces" => o.all_namespaces = value == "true",
+            "output" => o.output = value,
+            "selector" => o.selector = value,
+            "container" => o.container = value,
+            "previous" => o.previous = value == "true",
+            "follow" => o.follow = value == "true",
+            "timestamps" => o.timestamps = value == "true",
+            "tail" => {
                 o.tail = Some(
-                    v.parse()
-                        .map_err(|_| anyhow!("--tail: invalid number {v:?}"))?,
+                    value
+                        .parse()
+                        .map_err(|_| anyhow!("--tail: invalid number {value:?}"))?,
                 );
             }
-            "--hostname-override" => o.hostname = Some(value()?),
-            "--container-runtime-endpoint" => o.endpoint = Some(value()?),
-            "--timeout" => o.timeout = Some(value()?),
-            "--" => {
-                o.command.extend(args[i + 1..].iter().cloned());
-                break;
-            }
-            f if f.starts_with('-') && f.len() > 1 => bail!("unknown flag: {f}"),
-            _ => o.positional.push(a.to_string()),
+            "hostname-override" => o.hostname = Some(value),
+            "container-runtime-endpoint" => o.endpoint = Some(value),
+            "timeout" => o.timeout = Some(value),
+            other => bail!("unknown flag: --{other}"),
         }
-        i += 1;
     }
     Ok(o)
 }
@@ -954,6 +965,34 @@ mod tests {
         assert_eq!(o.positional, ["pods"]);
         assert!(parse_opts(&["--bogus".to_string()]).is_err());
         assert!(parse_opts(&["--tail".to_string()]).is_err());
+        // pflag's other spellings (util::flags): attached shorthand values, combined boolean
+        // shorthands, explicit booleans, and `--` ending the flags.
+        let args: Vec<String> = [
+            "x",
+            "-nkube-system",
+            "-pf",
+            "--timestamps=false",
+            "--",
+            "sh",
+            "-c",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let o = parse_opts(&args).unwrap();
+        assert_eq!(o.namespace.as_deref(), Some("kube-system"));
+        assert!(o.previous && o.follow && !o.timestamps);
+        assert_eq!(
+            (o.positional, o.command),
+            (
+                vec!["x".to_string()],
+                vec!["sh".to_string(), "-c".to_string()]
+            )
+        );
+        assert_eq!(
+            parse_opts(&["-Ax".to_string()]).unwrap_err().to_string(),
+            "unknown flag: -x"
+        );
         assert_eq!(encode("a=b,c d"), "a%3Db%2Cc%20d");
     }
 

@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail};
 use super::archive::Platform;
 use super::containerd::Client;
 use super::{DEFAULT_SNAPSHOTTER, ImportOptions, Progress, import_archive, is_pinned};
+use crate::util::flags::{self, Arg, Flag, FlagError};
 
 pub const USAGE: &str = "  nanolet images import [--arch ARCH] FILE...
                                import OCI-layout or docker-archive tarballs (.tar, .tar.gz,
@@ -26,6 +27,16 @@ struct Opts {
     files: Vec<String>,
 }
 
+/// The flags of `images import` and `images ls`.
+const FLAGS: &[Flag] = &[
+    Flag::value("container-runtime-endpoint"),
+    Flag::value("root-dir"),
+    Flag::value("snapshotter"),
+    Flag::value("arch"),
+    Flag::value("platform"),
+];
+
+/// Lexes the arguments (`util::flags`, Go's pflag conventions); the others are files.
 fn parse(args: &[String]) -> anyhow::Result<Opts> {
     let mut o = Opts {
         endpoint: crate::cri::DEFAULT_ENDPOINT.into(),
@@ -34,31 +45,27 @@ fn parse(args: &[String]) -> anyhow::Result<Opts> {
         arch: None,
         files: Vec::new(),
     };
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i].as_str();
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (a, None),
-        };
-        let mut value = || -> anyhow::Result<String> {
-            if let Some(v) = &inline {
-                return Ok(v.clone());
+    for arg in flags::lex(FLAGS, args) {
+        let (name, value) = match arg {
+            Ok(Arg::Flag { spec, value }) => (spec.name, value),
+            Ok(Arg::Positional(file)) => {
+                o.files.push(file);
+                continue;
             }
-            i += 1;
-            args.get(i)
-                .cloned()
-                .ok_or_else(|| anyhow!("flag needs an argument: {flag}"))
+            Ok(Arg::Rest(files)) => {
+                o.files.extend(files);
+                continue;
+            }
+            Err(FlagError::Unknown(f)) => bail!("unknown flag {f}\n{USAGE}"),
+            Err(e) => return Err(e.into()),
         };
-        match flag {
-            "--container-runtime-endpoint" => o.endpoint = value()?,
-            "--root-dir" => o.root_dir = PathBuf::from(value()?),
-            "--snapshotter" => o.snapshotter = value()?,
-            "--arch" | "--platform" => o.arch = Some(value()?),
-            f if f.starts_with('-') && f.len() > 1 => bail!("unknown flag {f}\n{USAGE}"),
-            _ => o.files.push(a.to_string()),
+        match name {
+            "container-runtime-endpoint" => o.endpoint = value,
+            "root-dir" => o.root_dir = PathBuf::from(value),
+            "snapshotter" => o.snapshotter = value,
+            "arch" | "platform" => o.arch = Some(value),
+            other => bail!("unknown flag --{other}\n{USAGE}"),
         }
-        i += 1;
     }
     Ok(o)
 }
@@ -253,4 +260,41 @@ fn ls(o: &Opts) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_and_files() {
+        let o = parse(&args(&[
+            "a.tar",
+            "--arch=arm64",
+            "--root-dir",
+            "/r",
+            "b.tar",
+            "--",
+            "--c.tar",
+        ]))
+        .unwrap();
+        assert_eq!(o.files, ["a.tar", "b.tar", "--c.tar"]);
+        assert_eq!(o.arch.as_deref(), Some("arm64"));
+        assert_eq!(o.root_dir, PathBuf::from("/r"));
+        assert_eq!(
+            parse(&args(&["--platform", "amd64"]))
+                .unwrap()
+                .arch
+                .as_deref(),
+            Some("amd64")
+        );
+        let e = parse(&args(&["--bogus=1"])).err().unwrap().to_string();
+        assert!(e.starts_with("unknown flag --bogus\n"), "{e}");
+        let e = parse(&args(&["--arch"])).err().unwrap().to_string();
+        assert_eq!(e, "flag needs an argument: --arch");
+    }
 }

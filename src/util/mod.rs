@@ -2,5 +2,6 @@
 
 pub mod backoff;
 pub mod base64;
+pub mod flags;
 pub mod redact;
 pub mod shutdown;

@@ -1,0 +1,371 @@
+//! `nanolet run` flags and the KubeletConfiguration file, merged into one validated [`Config`].
+//!
+//! Precedence is the current kubelet's: built-in defaults < config file (`--config`) < flags.
+//! Flag names, config-file field names and duration syntax are the kubelet's, so an existing
+//! kubelet command line or `KubeletConfiguration` file keeps working; fields nanolet does not
+//! support are warned about and ignored.
+//!
+//! Each setting is defined once, in `settings::SETTINGS`: its flag, its config-file field, its
+//! help and default, and the one `apply` that sets [`Config`] from either source; `--help`, the
+//! man page and completions (`cmd::docgen`) and `/configz` ([`Config::redacted_json`]) are
+//! generated from it. The flags are lexed by `util::flags` (Go's pflag conventions, shared with
+//! the client commands); `load` reads the file, applies both and checks the whole; `values`
+//! holds the value parsers shared by flags and fields.
+//!
+//! Secrets: the values of manifest URL headers (and credentials embedded in the manifest URL) are
+//! never printed: `Debug` is written by hand, error messages do not echo them, and
+//! [`Config::redacted_json`] replaces them with `"<redacted>"`.
+
+mod load;
+mod settings;
+#[cfg(test)]
+mod tests;
+mod values;
+
+pub use load::{parse_config_text, parse_run_args};
+pub use settings::{FlagDoc, flag_docs, help_text};
+pub use values::{Taint, ValueError, parse_node_ips, parse_taints};
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::util::redact::{REDACTED, redact_url};
+
+const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+const CONFIG_KIND: &str = "KubeletConfiguration";
+
+/// What the operator allows on this node: the admission hardening options, checked by
+/// `kubelet::policy` (`--allow-privileged`, `--allowed-host-paths`, `--deny-host-namespaces`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecurityPolicy {
+    /// `--allow-privileged` (the kubelet's flag; default true).
+    pub allow_privileged: bool,
+    /// `--allowed-host-paths`: hostPath volumes must lie below one of these (whole path
+    /// components); empty allows every path.
+    pub allowed_host_paths: Vec<PathBuf>,
+    /// `--deny-host-namespaces`: refuse hostNetwork, hostPID and hostIPC.
+    pub deny_host_namespaces: bool,
+}
+
+impl Default for SecurityPolicy {
+    fn default() -> SecurityPolicy {
+        SecurityPolicy {
+            allow_privileged: true,
+            allowed_host_paths: Vec::new(),
+            deny_host_namespaces: false,
+        }
+    }
+}
+
+/// Errors from flags or the config file. Messages name the flag or the file and field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("unknown flag: {0} (see `nanolet run --help`)")]
+    UnknownFlag(String),
+    #[error("flag needs an argument: {0}")]
+    MissingValue(String),
+    #[error("unexpected argument {0:?}: `nanolet run` takes only flags (see `nanolet run --help`)")]
+    UnexpectedArgument(String),
+    /// `--sync-frequency: invalid duration "x": ...`
+    #[error("{flag}: {reason}")]
+    InvalidFlag { flag: String, reason: ValueError },
+    #[error("reading config file {}: {source}", path.display())]
+    ReadFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file as a whole is unusable (syntax, wrong kind).
+    #[error("{}: {reason}", path.display())]
+    InvalidFile { path: PathBuf, reason: String },
+    /// `config.yaml: fileCheckFrequency: ...`
+    #[error("{}: {field}: {reason}", path.display())]
+    InvalidField {
+        path: PathBuf,
+        field: String,
+        reason: ValueError,
+    },
+    #[error("node name: {0}")]
+    NodeName(String),
+    /// Eviction and image GC settings that do not fit together (the error names the field).
+    #[error("{0}")]
+    Eviction(String),
+    /// The read-only port bound off loopback without a token.
+    #[error(
+        "--address {0} is not a loopback address: the read-only port would be reachable from the network; set --read-only-token-file (config: readOnlyTokenFile) to require a bearer token, or --read-only-port=0 to disable it"
+    )]
+    ReadOnlyNeedsToken(IpAddr),
+}
+
+/// What `nanolet run <args>` should do.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // built once at startup
+pub enum ParseOutcome {
+    Run(Config),
+    /// `--help` / `-h` was given: print this text and exit 0.
+    Help(String),
+}
+
+/// The validated configuration of `nanolet run`.
+#[derive(Clone, PartialEq)]
+pub struct Config {
+    /// Directory of static pod manifests (`staticPodPath`). An empty path disables the file
+    /// source, as in the kubelet.
+    pub pod_manifest_path: PathBuf,
+    /// `staticPodURL`; `None` disables the URL source.
+    pub manifest_url: Option<String>,
+    /// `staticPodURLHeader` as (name, value) pairs in the order they are sent. SECRET values.
+    pub manifest_url_headers: Vec<(String, String)>,
+    /// CA bundle (PEM) that verifies an https:// manifest URL instead of the built-in web
+    /// roots (`--manifest-url-ca-file`, config `staticPodURLCAFile`; nanolet only).
+    pub manifest_url_ca_file: Option<PathBuf>,
+    /// Client certificate and key (PEM) presented to an https:// manifest URL
+    /// (`--manifest-url-client-cert`/`--manifest-url-client-key`, config
+    /// `staticPodURLClientCertFile`/`staticPodURLClientKeyFile`; nanolet only). Both or neither.
+    /// The paths are not secret; the key file's content is, and is never logged or served.
+    pub manifest_url_client_cert: Option<PathBuf>,
+    pub manifest_url_client_key: Option<PathBuf>,
+    /// Run manifests from a world-writable or foreign-owned directory or file
+    /// (`--allow-insecure-manifest-dir`, config `allowInsecureManifestDir`; development only).
+    pub allow_insecure_manifest_dir: bool,
+    /// Admission hardening: `--allow-privileged`, `--allowed-host-paths`,
+    /// `--deny-host-namespaces` (config `allowPrivileged`, `allowedHostPaths`,
+    /// `denyHostNamespaces`).
+    pub security: SecurityPolicy,
+    pub file_check_frequency: Duration,
+    pub http_check_frequency: Duration,
+    pub sync_frequency: Duration,
+    /// `containerRuntimeEndpoint`, e.g. `unix:///run/containerd/containerd.sock`.
+    pub runtime_endpoint: String,
+    pub runtime_request_timeout: Duration,
+    /// `--hostname-override` or the machine hostname, lowercased; a DNS-1123 subdomain.
+    pub node_name: String,
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    /// Directory of ConfigMap manifests that static pods may reference (nanolet extension).
+    pub config_map_dir: PathBuf,
+    /// Directory of Secret manifests that static pods may reference (nanolet extension).
+    pub secret_dir: PathBuf,
+    /// Bind address of the read-only port.
+    pub address: IpAddr,
+    /// 0 disables the read-only server.
+    pub read_only_port: u16,
+    /// File holding the bearer token the read-only server requires (`readOnlyTokenFile`, a
+    /// nanolet extension). Required when `address` is not loopback. The path is not secret;
+    /// the file's content is, and is only read by the agent at start.
+    pub read_only_token_file: Option<PathBuf>,
+    /// `--resolv-conf` / `resolvConf`: the node's resolv.conf pods get; `None` for `""` (no
+    /// host DNS, the kubelet's rule).
+    pub resolv_conf: Option<PathBuf>,
+    /// `--node-ip`: at most one IPv4 and one IPv6 address, the first the primary; empty: the
+    /// address of the default route's interface (see `agent::detect_host_ip`).
+    pub node_ips: Vec<IpAddr>,
+    /// The images directory (`imagesDir`, nanolet only): image archives in it are imported at
+    /// start and whenever one appears. `None`: `<root-dir>/images`; an empty path disables it.
+    pub images_dir: Option<PathBuf>,
+    /// A docker `config.json` with registry credentials (`imageCredentialsFile`, nanolet only;
+    /// the kubelet reads /var/lib/kubelet/config.json). `None`: `<root-dir>/config.json`; an
+    /// empty path disables it. The path is not secret; the file's content is.
+    pub image_credentials_file: Option<PathBuf>,
+    /// The containerd snapshotter imported images are unpacked into (`imageSnapshotter`,
+    /// nanolet only; default `overlayfs`, containerd's CRI default).
+    pub image_snapshotter: String,
+    pub healthz_bind_address: IpAddr,
+    /// 0 disables the healthz server.
+    pub healthz_port: u16,
+    pub max_pods: u32,
+    /// `containerLogMaxSize` in bytes (default 10Mi): a running container's log is rotated
+    /// beyond it.
+    pub container_log_max_size: u64,
+    /// `containerLogMaxFiles` (default 5): log files kept per container, the current included.
+    pub container_log_max_files: usize,
+    /// `--kubeconfig`: API-server mode when set (nanolet stays standalone otherwise).
+    pub kubeconfig: Option<PathBuf>,
+    /// `--node-labels` added to the registered Node.
+    pub node_labels: Vec<(String, String)>,
+    /// `--register-with-taints` / `registerWithTaints`: taints of the registered Node.
+    pub register_with_taints: Vec<Taint>,
+    /// `nodeStatusUpdateFrequency` (10s).
+    pub node_status_update_frequency: Duration,
+    /// `cgroupDriver` (default cgroupfs).
+    pub cgroup_driver: crate::cm::CgroupDriver,
+    /// `containerLogMonitorInterval` (default 10s): how often logs are checked for rotation.
+    pub container_log_monitor_interval: Duration,
+    /// Eviction thresholds, reservations and image GC (evictionHard, systemReserved,
+    /// imageGCHighThresholdPercent, ...).
+    pub eviction: crate::eviction::EvictionConfig,
+    /// `--v`, 0..=10; see [`verbosity_level`].
+    pub verbosity: u8,
+    /// Warnings found while loading the config file (ignored fields, each naming the file and
+    /// field). Tracing is initialized only once the config (and `--v`) is known, so they are not
+    /// logged while parsing: `main` calls [`Config::log_warnings`] (`tracing::warn!`) after.
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// The effective images directory, `None` when disabled.
+    pub fn images_dir(&self) -> Option<PathBuf> {
+        match &self.images_dir {
+            None => Some(self.root_dir.join("images")),
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p.clone()),
+        }
+    }
+
+    /// The effective registry credentials file, `None` when disabled.
+    pub fn image_credentials_file(&self) -> Option<PathBuf> {
+        match &self.image_credentials_file {
+            None => Some(self.root_dir.join("config.json")),
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p.clone()),
+        }
+    }
+
+    /// The built-in defaults (before the config file and flags), for the given node name.
+    pub fn defaults(node_name: String) -> Config {
+        Config {
+            pod_manifest_path: PathBuf::from("/etc/kubernetes/manifests"),
+            manifest_url: None,
+            manifest_url_headers: Vec::new(),
+            manifest_url_ca_file: None,
+            manifest_url_client_cert: None,
+            manifest_url_client_key: None,
+            allow_insecure_manifest_dir: false,
+            security: SecurityPolicy::default(),
+            file_check_frequency: Duration::from_secs(20),
+            http_check_frequency: Duration::from_secs(20),
+            sync_frequency: Duration::from_secs(60),
+            runtime_endpoint: crate::cri::DEFAULT_ENDPOINT.into(),
+            runtime_request_timeout: Duration::from_secs(120),
+            node_name,
+            root_dir: PathBuf::from("/var/lib/nanolet"),
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            config_map_dir: PathBuf::from("/etc/nanolet/configmaps"),
+            secret_dir: PathBuf::from("/etc/nanolet/secrets"),
+            address: IpAddr::from([127, 0, 0, 1]),
+            read_only_port: 10255,
+            read_only_token_file: None,
+            resolv_conf: Some(PathBuf::from("/etc/resolv.conf")),
+            node_ips: Vec::new(),
+            images_dir: None,
+            image_credentials_file: None,
+            image_snapshotter: crate::images::DEFAULT_SNAPSHOTTER.into(),
+            healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
+            healthz_port: 10248,
+            max_pods: 110,
+            container_log_max_size: 10 << 20,
+            container_log_max_files: 5,
+            container_log_monitor_interval: Duration::from_secs(10),
+            cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
+            kubeconfig: None,
+            node_labels: Vec::new(),
+            register_with_taints: Vec::new(),
+            node_status_update_frequency: Duration::from_secs(10),
+            eviction: crate::eviction::EvictionConfig::default(),
+            verbosity: 0,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The tracing level for `self.verbosity`.
+    pub fn log_level(&self) -> tracing::Level {
+        verbosity_level(self.verbosity)
+    }
+
+    /// Logs [`Config::warnings`] through `tracing::warn!`.
+    pub fn log_warnings(&self) {
+        for w in &self.warnings {
+            tracing::warn!("{w}");
+        }
+    }
+
+    /// The configuration in KubeletConfiguration field names (for a `/configz`-style endpoint),
+    /// with header values and URL credentials replaced by `"<redacted>"`. Fields that are not
+    /// KubeletConfiguration fields (`nodeName`, `rootDir`, `verbosity`) use the same casing.
+    /// Each setting says what it shows (`configz` in `settings::SETTINGS`).
+    pub fn redacted_json(&self) -> serde_json::Value {
+        let mut doc = serde_json::Map::new();
+        doc.insert("kind".into(), CONFIG_KIND.into());
+        doc.insert("apiVersion".into(), CONFIG_API_VERSION.into());
+        for (key, show) in settings::SETTINGS.iter().filter_map(|s| s.configz) {
+            doc.insert(key.into(), show(self));
+        }
+        serde_json::Value::Object(doc)
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<String> = self
+            .manifest_url_headers
+            .iter()
+            .map(|(n, _)| format!("{n}: {REDACTED}"))
+            .collect();
+        f.debug_struct("Config")
+            .field("pod_manifest_path", &self.pod_manifest_path)
+            .field(
+                "manifest_url",
+                &self.manifest_url.as_deref().map(redact_url),
+            )
+            .field("manifest_url_headers", &headers)
+            .field("file_check_frequency", &self.file_check_frequency)
+            .field("http_check_frequency", &self.http_check_frequency)
+            .field("sync_frequency", &self.sync_frequency)
+            .field("runtime_endpoint", &self.runtime_endpoint)
+            .field("runtime_request_timeout", &self.runtime_request_timeout)
+            .field("node_name", &self.node_name)
+            .field("root_dir", &self.root_dir)
+            .field("pod_logs_dir", &self.pod_logs_dir)
+            .field("config_map_dir", &self.config_map_dir)
+            .field("secret_dir", &self.secret_dir)
+            .field("address", &self.address)
+            .field("read_only_port", &self.read_only_port)
+            .field("read_only_token_file", &self.read_only_token_file)
+            .field("resolv_conf", &self.resolv_conf)
+            .field("node_ips", &self.node_ips)
+            .field("manifest_url_ca_file", &self.manifest_url_ca_file)
+            .field("manifest_url_client_cert", &self.manifest_url_client_cert)
+            .field("manifest_url_client_key", &self.manifest_url_client_key)
+            .field(
+                "allow_insecure_manifest_dir",
+                &self.allow_insecure_manifest_dir,
+            )
+            .field("security", &self.security)
+            .field("images_dir", &self.images_dir)
+            .field("image_credentials_file", &self.image_credentials_file)
+            .field("image_snapshotter", &self.image_snapshotter)
+            .field("healthz_bind_address", &self.healthz_bind_address)
+            .field("healthz_port", &self.healthz_port)
+            .field("max_pods", &self.max_pods)
+            .field("container_log_max_size", &self.container_log_max_size)
+            .field("container_log_max_files", &self.container_log_max_files)
+            .field(
+                "container_log_monitor_interval",
+                &self.container_log_monitor_interval,
+            )
+            .field("cgroup_driver", &self.cgroup_driver)
+            .field("kubeconfig", &self.kubeconfig)
+            .field("node_labels", &self.node_labels)
+            .field("register_with_taints", &self.register_with_taints)
+            .field(
+                "node_status_update_frequency",
+                &self.node_status_update_frequency,
+            )
+            .field("eviction", &self.eviction)
+            .field("verbosity", &self.verbosity)
+            .field("warnings", &self.warnings)
+            .finish()
+    }
+}
+
+/// Maps `--v` to a tracing level, following the Kubernetes logging conventions
+/// (V(2) is the usual production level, V(4) is debug, V(5)+ is trace):
+/// 0-2 → INFO, 3-4 → DEBUG, 5-10 → TRACE.
+pub fn verbosity_level(v: u8) -> tracing::Level {
+    match v {
+        0..=2 => tracing::Level::INFO,
+        3..=4 => tracing::Level::DEBUG,
+        _ => tracing::Level::TRACE,
+    }
+}
