@@ -28,7 +28,7 @@ use crate::prober::handlers::Target;
 use crate::prober::spec::{Handler, lifecycle_of};
 use crate::status::StatusStore;
 
-use super::apistatus::{self, StatusInputs, WaitingReason};
+use super::apistatus::{self, PodFailure, StatusInputs, WaitingReason};
 use crate::kuberuntime::actions::{
     Now, PodActions, backoff_key, compute_pod_actions, container_hash,
 };
@@ -130,6 +130,16 @@ pub enum SyncError {
     },
 }
 
+/// An eviction the worker carries out: the pod is killed with `grace_seconds` and stays Failed
+/// until re-admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Eviction {
+    /// The grace period of the kill.
+    grace_seconds: i64,
+    /// The pod's volumes are released (once nothing runs any more).
+    volumes_released: bool,
+}
+
 fn now() -> Now {
     Now {
         instant: Instant::now(),
@@ -148,12 +158,11 @@ pub struct PodWorker {
     waiting: BTreeMap<String, WaitingReason>,
     start_time_nanos: Option<i64>,
     first_seen: Instant,
-    failed_reason: Option<(String, String)>,
+    failed_reason: Option<PodFailure>,
     last_state: PodRuntimeState,
     /// The pod IP as last seen (hooks connect to it).
     pod_ip: String,
-    /// Evicted: (grace period for the kill, volumes already released).
-    evicted: Option<(i64, bool)>,
+    evicted: Option<Eviction>,
     readmit: bool,
 }
 
@@ -270,8 +279,14 @@ impl PodWorker {
                         &message,
                     );
                 }
-                self.failed_reason = Some(("Evicted".into(), message));
-                self.evicted = Some((grace_seconds, false));
+                self.failed_reason = Some(PodFailure {
+                    reason: "Evicted".into(),
+                    message,
+                });
+                self.evicted = Some(Eviction {
+                    grace_seconds,
+                    volumes_released: false,
+                });
                 self.readmit = false;
             }
             WorkerMsg::Readmit => {
@@ -334,10 +349,11 @@ impl PodWorker {
             if active >= limit {
                 if self.failed_reason.is_none() {
                     info!(pod = %self.full_name, "active deadline exceeded; killing pod");
-                    self.failed_reason = Some((
-                        "DeadlineExceeded".into(),
-                        "Pod was active on the node longer than the specified deadline".into(),
-                    ));
+                    self.failed_reason = Some(PodFailure {
+                        reason: "DeadlineExceeded".into(),
+                        message: "Pod was active on the node longer than the specified deadline"
+                            .into(),
+                    });
                 }
             } else {
                 next = next.min(limit - active);
@@ -368,14 +384,14 @@ impl PodWorker {
         };
         if terminal {
             // Nothing starts any more; whatever still runs is stopped.
-            let grace = self.evicted.map(|(g, _)| g);
+            let grace = self.evicted.map(|e| e.grace_seconds);
             if state.running().next().is_some() || state.sandboxes.iter().any(|s| s.ready) {
                 self.kill_pod(&state, grace);
                 acted = true;
             }
             // An evicted pod gives back what it holds on the node: its volumes (emptyDir
             // data, tmpfs memory) and its dead containers' writable layers.
-            if let Some((g, false)) = self.evicted {
+            if let Some(eviction) = self.evicted.filter(|e| !e.volumes_released) {
                 let after = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
                 if after.running().next().is_none() {
                     crate::volumes::teardown(&self.pod_dir());
@@ -384,7 +400,10 @@ impl PodWorker {
                             .join("volumes")
                             .join("kubernetes.io~empty-dir"),
                     );
-                    self.evicted = Some((g, true));
+                    self.evicted = Some(Eviction {
+                        volumes_released: true,
+                        ..eviction
+                    });
                     info!(pod = %self.full_name, "evicted pod stopped; volumes released");
                 }
             }
