@@ -933,7 +933,7 @@ impl PodWorker {
             stdin_once: c.stdin_once,
             tty: c.tty,
             resources: Some(LinuxResources {
-                oom_score_adj: oom_score_adj(p, c, crate::node::capacity().memory_bytes),
+                oom_score_adj: crate::cm::oom_score_adj(p, c, crate::node::capacity().memory_bytes),
                 ..linux_resources(c)
             }),
             security,
@@ -1317,7 +1317,7 @@ impl PodWorker {
             }
         }
         let _ = std::fs::remove_dir_all(self.log_dir());
-        remove_pod_cgroups(self.uid());
+        crate::cm::remove_pod_cgroups(self.uid());
         crate::volumes::teardown(&self.pod_dir());
         let _ = std::fs::remove_dir_all(self.pod_dir());
         self.remove_legacy_links();
@@ -1406,65 +1406,6 @@ impl PodWorker {
 
 /// CPU and memory limits to CRI resources, as the kubelet does for cgroup v1/v2
 /// (shares from the request, CFS quota from the limit over a 100ms period).
-/// Remove the (empty) pod cgroup directories of `uid` in every hierarchy (cgroup v1
-/// controllers and the unified v2 tree). Only empty directories can be removed, so a cgroup
-/// still holding processes is left alone.
-pub fn remove_pod_cgroups(uid: &str) {
-    let Ok(roots) = std::fs::read_dir("/sys/fs/cgroup") else {
-        return;
-    };
-    let mut hierarchies: Vec<PathBuf> = vec![PathBuf::from("/sys/fs/cgroup")];
-    hierarchies.extend(roots.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
-    for h in hierarchies {
-        for qos in ["", "burstable/", "besteffort/"] {
-            let dir = h.join(format!("kubepods/{qos}pod{uid}"));
-            if dir.is_dir() {
-                if let Err(e) = std::fs::remove_dir(&dir) {
-                    debug!(dir = %dir.display(), error = %e, "removing pod cgroup");
-                }
-            }
-        }
-    }
-}
-
-/// oom_score_adj per QoS class (pkg/kubelet/qos/policy.go): Guaranteed -997, BestEffort 1000,
-/// Burstable 1000 - 1000 * memoryRequest / memoryCapacity, kept within [3, 999]; pods of the
-/// `system-node-critical` priority class get -997. Where the runtime refuses to lower the score
-/// (containerd's restrict_oom_score_adj), it clamps the value itself.
-pub fn oom_score_adj(pod: &Pod, c: &Container, memory_capacity: i64) -> i64 {
-    const GUARANTEED: i64 = -997;
-    const BEST_EFFORT: i64 = 1000;
-    if pod.spec.priority_class_name == "system-node-critical" {
-        return GUARANTEED;
-    }
-    match crate::api::helpers::qos_class(pod).as_str() {
-        "Guaranteed" => GUARANTEED,
-        "BestEffort" => BEST_EFFORT,
-        _ => {
-            let req = c
-                .resources
-                .requests
-                .get("memory")
-                .or_else(|| c.resources.limits.get("memory"))
-                .and_then(|v| parse_quantity(v).ok())
-                .map(|q| q.value())
-                .unwrap_or(0);
-            let adj = if memory_capacity > 0 {
-                1000 - (1000 * req as i128 / memory_capacity as i128) as i64
-            } else {
-                1000
-            };
-            if adj < 1000 + GUARANTEED {
-                1000 + GUARANTEED
-            } else if adj == BEST_EFFORT {
-                adj - 1
-            } else {
-                adj
-            }
-        }
-    }
-}
-
 pub fn linux_resources(c: &Container) -> LinuxResources {
     const PERIOD: i64 = 100_000;
     let milli = |m: &BTreeMap<String, serde_json::Value>, k: &str| {
@@ -1574,67 +1515,5 @@ mod tests {
         assert_eq!(log_tail(&f, 80, 2048), "DONE");
         std::fs::write(&f, "2026-11-22T00:00:00.1Z stdout F DONE\n").expect("write");
         assert_eq!(log_tail(&f, 80, 2048), "DONE\n");
-    }
-}
-
-#[cfg(test)]
-mod oom_tests {
-    use super::*;
-
-    #[test]
-    fn oom_score_adj_follows_the_kubelet_qos_policy() {
-        let gib = 1i64 << 30;
-        let mut p = Pod::default();
-        p.spec.containers.push(Container {
-            name: "c".into(),
-            ..Default::default()
-        });
-        assert_eq!(
-            oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
-            1000,
-            "BestEffort"
-        );
-        p.spec.containers[0]
-            .resources
-            .requests
-            .insert("memory".into(), serde_json::json!("2Gi"));
-        assert_eq!(
-            oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
-            750,
-            "Burstable: 1000 - 1000*2/8"
-        );
-        p.spec.containers[0]
-            .resources
-            .requests
-            .insert("memory".into(), serde_json::json!("8Gi"));
-        assert_eq!(
-            oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
-            3,
-            "never below 3"
-        );
-        p.spec.containers[0]
-            .resources
-            .requests
-            .insert("memory".into(), serde_json::json!("1"));
-        assert_eq!(
-            oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
-            999,
-            "never equal to BestEffort"
-        );
-        for r in ["cpu", "memory"] {
-            p.spec.containers[0]
-                .resources
-                .limits
-                .insert(r.into(), serde_json::json!("1"));
-            p.spec.containers[0]
-                .resources
-                .requests
-                .insert(r.into(), serde_json::json!("1"));
-        }
-        assert_eq!(
-            oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
-            -997,
-            "Guaranteed"
-        );
     }
 }
