@@ -10,13 +10,16 @@
 //! creates missing directories but sets no pod totals). With the systemd driver the parent is a
 //! slice name (`kubepods-burstable-pod<uid>.slice`) that the runtime creates through systemd;
 //! nanolet does not set pod totals there (it would need a D-Bus client; documented).
+//!
+//! Also: removing a terminated pod's (empty) cgroups ([`remove_pod_cgroups`]), and a
+//! container's OOM score by QoS class ([`oom_score_adj`], the kubelet's pkg/kubelet/qos).
 
 use std::path::{Path, PathBuf};
 
 use tracing::debug;
 
-use crate::api::Pod;
 use crate::api::quantity::parse_quantity;
+use crate::api::{Container, Pod};
 
 /// `cgroupDriver`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -221,6 +224,65 @@ pub fn apply(pod: &Pod, root: &Path) -> Vec<PathBuf> {
     done
 }
 
+/// Remove the (empty) pod cgroup directories of `uid` in every hierarchy (cgroup v1
+/// controllers and the unified v2 tree). Only empty directories can be removed, so a cgroup
+/// still holding processes is left alone.
+pub fn remove_pod_cgroups(uid: &str) {
+    let Ok(roots) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    let mut hierarchies: Vec<PathBuf> = vec![PathBuf::from("/sys/fs/cgroup")];
+    hierarchies.extend(roots.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    for h in hierarchies {
+        for qos in ["", "burstable/", "besteffort/"] {
+            let dir = h.join(format!("kubepods/{qos}pod{uid}"));
+            if dir.is_dir() {
+                if let Err(e) = std::fs::remove_dir(&dir) {
+                    debug!(dir = %dir.display(), error = %e, "removing pod cgroup");
+                }
+            }
+        }
+    }
+}
+
+/// oom_score_adj per QoS class (pkg/kubelet/qos/policy.go): Guaranteed -997, BestEffort 1000,
+/// Burstable 1000 - 1000 * memoryRequest / memoryCapacity, kept within [3, 999]; pods of the
+/// `system-node-critical` priority class get -997. Where the runtime refuses to lower the score
+/// (containerd's restrict_oom_score_adj), it clamps the value itself.
+pub fn oom_score_adj(pod: &Pod, c: &Container, memory_capacity: i64) -> i64 {
+    const GUARANTEED: i64 = -997;
+    const BEST_EFFORT: i64 = 1000;
+    if pod.spec.priority_class_name == "system-node-critical" {
+        return GUARANTEED;
+    }
+    match crate::api::helpers::qos_class(pod).as_str() {
+        "Guaranteed" => GUARANTEED,
+        "BestEffort" => BEST_EFFORT,
+        _ => {
+            let req = c
+                .resources
+                .requests
+                .get("memory")
+                .or_else(|| c.resources.limits.get("memory"))
+                .and_then(|v| parse_quantity(v).ok())
+                .map(|q| q.value())
+                .unwrap_or(0);
+            let adj = if memory_capacity > 0 {
+                1000 - (1000 * req as i128 / memory_capacity as i128) as i64
+            } else {
+                1000
+            };
+            if adj < 1000 + GUARANTEED {
+                1000 + GUARANTEED
+            } else if adj == BEST_EFFORT {
+                adj - 1
+            } else {
+                adj
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,6 +377,68 @@ mod tests {
         assert_eq!(
             read("memory/kubepods/pod0123-abcd/memory.limit_in_bytes"),
             (64u64 << 20).to_string()
+        );
+    }
+}
+
+#[cfg(test)]
+mod oom_tests {
+    use super::*;
+
+    #[test]
+    fn oom_score_adj_follows_the_kubelet_qos_policy() {
+        let gib = 1i64 << 30;
+        let mut p = Pod::default();
+        p.spec.containers.push(Container {
+            name: "c".into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
+            1000,
+            "BestEffort"
+        );
+        p.spec.containers[0]
+            .resources
+            .requests
+            .insert("memory".into(), serde_json::json!("2Gi"));
+        assert_eq!(
+            oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
+            750,
+            "Burstable: 1000 - 1000*2/8"
+        );
+        p.spec.containers[0]
+            .resources
+            .requests
+            .insert("memory".into(), serde_json::json!("8Gi"));
+        assert_eq!(
+            oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
+            3,
+            "never below 3"
+        );
+        p.spec.containers[0]
+            .resources
+            .requests
+            .insert("memory".into(), serde_json::json!("1"));
+        assert_eq!(
+            oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
+            999,
+            "never equal to BestEffort"
+        );
+        for r in ["cpu", "memory"] {
+            p.spec.containers[0]
+                .resources
+                .limits
+                .insert(r.into(), serde_json::json!("1"));
+            p.spec.containers[0]
+                .resources
+                .requests
+                .insert(r.into(), serde_json::json!("1"));
+        }
+        assert_eq!(
+            oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
+            -997,
+            "Guaranteed"
         );
     }
 }

@@ -1,6 +1,8 @@
 //! Images: air-gapped import of OCI-layout and docker-archive tarballs into containerd
 //! ([`import_archive`]), the pin record image GC must respect ([`pinned_images`]), the images
-//! directory watcher ([`dir`]) and registry credentials for pulls ([`credentials`]).
+//! directory watcher ([`dir`]), registry credentials for pulls ([`credentials`]) and a pod's
+//! image manager: pull policy, pull back-off and image events ([`manager`], the kubelet's
+//! pkg/kubelet/images).
 //!
 //! Import data flow (all in containerd namespace `k8s.io`, under one lease):
 //! archive --pass 1 (hash, keep JSON)--> [`archive::plan`] --> Content.Write of missing blobs
@@ -12,6 +14,7 @@ pub mod cli;
 pub mod containerd;
 pub mod credentials;
 pub mod dir;
+pub mod manager;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;

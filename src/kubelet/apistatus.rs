@@ -21,6 +21,13 @@ pub struct WaitingReason {
     pub message: String,
 }
 
+/// Why the pod fails as a whole (status.reason, status.message): DeadlineExceeded, Evicted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFailure {
+    pub reason: String,
+    pub message: String,
+}
+
 /// Inputs beside the spec and runtime state.
 #[derive(Debug, Clone, Default)]
 pub struct StatusInputs {
@@ -32,7 +39,7 @@ pub struct StatusInputs {
     pub start_time_nanos: Option<i64>,
     pub waiting: BTreeMap<String, WaitingReason>,
     /// Set when the pod must end Failed for a pod-level reason (DeadlineExceeded, init failure).
-    pub failed_reason: Option<(String, String)>,
+    pub failed_reason: Option<PodFailure>,
     /// The worker is terminating the pod (its manifest is gone).
     pub terminating: bool,
     /// What the probes say per container (ready/started); absent = no probe.
@@ -356,10 +363,10 @@ fn phase_and_reason(
     let mut phase = phase(pod, init, regular).to_string();
     let mut reason = String::new();
     let mut message = String::new();
-    if let Some((r, m)) = &inputs.failed_reason {
+    if let Some(f) = &inputs.failed_reason {
         phase = "Failed".into();
-        reason = r.clone();
-        message = m.clone();
+        reason = f.reason.clone();
+        message = f.message.clone();
     }
     // A terminal phase never goes back (the kubelet refuses Succeeded/Failed -> Running).
     if matches!(old.phase.as_str(), "Succeeded" | "Failed") {

@@ -572,28 +572,30 @@ mod tests {
                 store: store.clone(),
                 settings: SyncSettings {
                     node_name: "node1".into(),
-                    host_ips: vec!["192.0.2.10".into()],
-                    pod_logs_dir: logs.path().join("pods"),
-                    root_dir: logs.path().join("root"),
-                    store: None,
-                    registry_config: None,
-                    container_logs_dir: logs.path().join("containers"),
+                    runtime: crate::kuberuntime::RuntimeSettings {
+                        host_ips: vec!["192.0.2.10".into()],
+                        pod_logs_dir: logs.path().join("pods"),
+                        root_dir: logs.path().join("root"),
+                        store: None,
+                        registry_config: None,
+                        container_logs_dir: logs.path().join("containers"),
+                        cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
+                        host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
+                            None,
+                            std::path::PathBuf::new(),
+                        )),
+                    },
                     resync: Duration::from_secs(60),
                     max_pods,
                     allocatable_cpu_millis: 4000,
                     allocatable_memory_bytes: 8 << 30,
                     eviction_transition: Duration::from_secs(300),
-                    cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
                     security: crate::kubelet::policy::SecurityPolicy::default(),
                     host_security: Default::default(),
                     node_labels: crate::kubelet::admission::node_labels(
                         "node1",
                         &[("site".into(), "test".into())],
                     ),
-                    host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
-                        None,
-                        std::path::PathBuf::new(),
-                    )),
                 },
             });
             let sl = SyncLoop::new(ctx, tx.clone());

@@ -23,6 +23,7 @@ use crate::cri::Runtime;
 use crate::cri::client::CriRuntime;
 use crate::cri::instrumented::InstrumentedRuntime;
 use crate::kubeletconfig::Config;
+use crate::kuberuntime::RuntimeSettings;
 use crate::nodestatus::NodeContext;
 use crate::nodestatus::mirror::MirrorFilter;
 use crate::pleg::Pleg;
@@ -521,18 +522,28 @@ impl Wiring<'_> {
             store: self.store.clone(),
             settings: SyncSettings {
                 node_name: cfg.node_name.clone(),
-                host_ips: self.host_ips.clone(),
-                pod_logs_dir: cfg.pod_logs_dir.clone(),
-                root_dir: cfg.root_dir.clone(),
-                store: Some(
-                    crate::localstore::LocalStore::new(
-                        cfg.config_map_dir.clone(),
-                        cfg.secret_dir.clone(),
-                    )
-                    .allowing_insecure(cfg.allow_insecure_manifest_dir),
-                ),
-                registry_config: cfg.image_credentials_file(),
-                container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
+                runtime: RuntimeSettings {
+                    host_ips: self.host_ips.clone(),
+                    pod_logs_dir: cfg.pod_logs_dir.clone(),
+                    root_dir: cfg.root_dir.clone(),
+                    store: Some(
+                        crate::localstore::LocalStore::new(
+                            cfg.config_map_dir.clone(),
+                            cfg.secret_dir.clone(),
+                        )
+                        .allowing_insecure(cfg.allow_insecure_manifest_dir),
+                    ),
+                    registry_config: cfg.image_credentials_file(),
+                    container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
+                    cgroup_driver: cfg.cgroup_driver,
+                    host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
+                        cfg.resolv_conf.clone(),
+                        // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.
+                        std::env::var_os("NANOLET_SYSTEMD_RESOLVED_RESOLV_CONF")
+                            .map(std::path::PathBuf::from)
+                            .unwrap_or_else(|| crate::api::dns::SYSTEMD_RESOLVED_UPSTREAM.into()),
+                    )),
+                },
                 resync: cfg.sync_frequency,
                 max_pods: cfg.max_pods,
                 // Allocatable = capacity - systemReserved - kubeReserved - the hard
@@ -540,20 +551,12 @@ impl Wiring<'_> {
                 allocatable_cpu_millis,
                 allocatable_memory_bytes,
                 eviction_transition: cfg.eviction.pressure_transition_period,
-                cgroup_driver: cfg.cgroup_driver,
                 security: cfg.security.clone(),
                 host_security: crate::api::security::HostSecurity::detect(),
                 node_labels: crate::kubelet::admission::node_labels(
                     &cfg.node_name,
                     &cfg.node_labels,
                 ),
-                host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
-                    cfg.resolv_conf.clone(),
-                    // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.
-                    std::env::var_os("NANOLET_SYSTEMD_RESOLVED_RESOLV_CONF")
-                        .map(std::path::PathBuf::from)
-                        .unwrap_or_else(|| crate::api::dns::SYSTEMD_RESOLVED_UPSTREAM.into()),
-                )),
             },
         })
     }

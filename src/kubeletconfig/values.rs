@@ -37,7 +37,7 @@ pub enum ValueError {
     PortRange(i64),
     /// A quantity that does not parse (the quantity parser's reason).
     #[error("{0}")]
-    Quantity(String),
+    Quantity(crate::api::quantity::QuantityError),
     #[error("invalid size {0:?}: must be positive")]
     Size(String),
     #[error("invalid value {0:?}: must be an integer >= 2")]

@@ -1,5 +1,15 @@
 //! The runtime-facing half of a pod sync (Go's pkg/kubelet/kuberuntime): what the runtime
-//! holds for a pod (state) and the actions that bring it to the spec (compute_pod_actions).
+//! holds for a pod (`state`), the actions that bring it to the spec (`actions`), and the
+//! per-pod runtime manager that carries them out (`manager`; `sandbox`, `container`,
+//! `container_linux`, `labels`, `gc` after the upstream files of the same names).
 
 pub mod actions;
+pub mod container;
+pub mod container_linux;
+pub mod gc;
+pub mod labels;
+pub mod manager;
+pub mod sandbox;
 pub mod state;
+
+pub use manager::{MIN_GRACE_SECONDS, RuntimeManager, RuntimeManagerState, RuntimeSettings};

@@ -1,0 +1,162 @@
+//! The image manager of one pod (Go's pkg/kubelet/images/image_manager.go): `EnsureImageExists`
+//! with the pull policy, the per-image pull back-off and the kubelet's image events.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tracing::warn;
+
+use crate::api::{Container, Pod};
+use crate::cri::{Runtime, RuntimeError};
+use crate::events::{EventRecorder, EventType, container_ref};
+use crate::localstore::LocalStore;
+use crate::util::backoff::Backoff;
+
+use super::credentials;
+
+/// Why a container's image is not there (yet). The text is the waiting message the pod status
+/// shows; [`PullError::reason`] is its reason.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    /// The runtime could not say whether the image is present.
+    #[error(transparent)]
+    Inspect(RuntimeError),
+    /// Pull policy Never and the image is not present.
+    #[error("Container image \"{image}\" is not present with pull policy of Never")]
+    NeverPull { image: String },
+    /// An earlier pull failed and its back-off has `remaining` to run.
+    #[error("Back-off pulling image \"{image}\"")]
+    BackOff { image: String, remaining: Duration },
+    /// The pull failed; the next one waits for `delay`.
+    #[error("{}", .source.message)]
+    Pull {
+        source: RuntimeError,
+        delay: Duration,
+    },
+}
+
+impl PullError {
+    /// The container's waiting reason while this lasts.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PullError::Inspect(_) | PullError::Pull { .. } => "ErrImagePull",
+            PullError::NeverPull { .. } => "ErrImageNeverPull",
+            PullError::BackOff { .. } => "ImagePullBackOff",
+        }
+    }
+
+    /// How soon the pod should be synced again; `None`: at the next periodic resync.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            PullError::Inspect(_) => Some(Duration::from_secs(2)),
+            PullError::NeverPull { .. } => None,
+            PullError::BackOff { remaining, .. } => Some(*remaining),
+            // Sync again shortly so the status moves on to ImagePullBackOff while the back-off
+            // runs (as the kubelet shows it); the next pull waits for `delay`.
+            PullError::Pull { delay, .. } => Some((*delay).min(Duration::from_secs(1))),
+        }
+    }
+}
+
+/// Where pull credentials come from: the pod's imagePullSecrets (local store), then the node's
+/// registry credentials file.
+#[derive(Debug, Clone, Copy)]
+pub struct CredentialSources<'a> {
+    pub store: Option<&'a LocalStore>,
+    pub registry_config: Option<&'a PathBuf>,
+}
+
+/// One pod's image manager: the pull back-off of its images.
+#[derive(Debug, Default)]
+pub struct ImageManager {
+    backoff: Backoff,
+}
+
+impl ImageManager {
+    /// The kubelet's `EnsureImageExists`: pull `c`'s image as its pull policy says, unless an
+    /// earlier failed pull is still backing off; record the image events on the container.
+    /// `now` is when the sync began (the back-off check).
+    pub fn ensure_image_exists(
+        &mut self,
+        rt: &dyn Runtime,
+        events: &EventRecorder,
+        sources: CredentialSources<'_>,
+        pod: &Pod,
+        c: &Container,
+        now: Instant,
+    ) -> Result<(), PullError> {
+        let image = c.image.as_str();
+        let policy = c.image_pull_policy.as_str();
+        let present = rt
+            .image_status(image)
+            .map_err(PullError::Inspect)?
+            .is_some();
+        let must_pull = match policy {
+            "Always" => true,
+            "Never" if present => return Ok(()),
+            "Never" => {
+                return Err(PullError::NeverPull {
+                    image: image.to_string(),
+                });
+            }
+            _ => !present,
+        };
+        let event = |type_, reason, message: &str| {
+            events.record(&container_ref(pod, &c.name), type_, reason, message);
+        };
+        if !must_pull {
+            event(
+                EventType::Normal,
+                "Pulled",
+                &format!("Container image \"{image}\" already present on machine"),
+            );
+            return Ok(());
+        }
+        let key = format!("image:{}:{}", pod.metadata.uid, image);
+        if let Some(remaining) = self.backoff.remaining_since_update(&key, now) {
+            return Err(PullError::BackOff {
+                image: image.to_string(),
+                remaining,
+            });
+        }
+        // imagePullSecrets (local store), then the node's config.json, else anonymous.
+        let creds = credentials::credentials_for(
+            image,
+            &pod.metadata.namespace,
+            &credentials::pull_secret_names(&pod.spec.extra),
+            sources.store,
+            sources.registry_config,
+        );
+        let full_name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
+        match credentials::pull(rt, image, &creds) {
+            Ok(_) => {
+                event(
+                    EventType::Normal,
+                    "Pulled",
+                    &format!("Successfully pulled image \"{image}\""),
+                );
+                Ok(())
+            }
+            Err(e) if policy == "Always" && present => {
+                // An air-gapped box cannot reach the registry, but the image is here: use it.
+                warn!(pod = %full_name, container = %c.name, image, error = %e,
+                    "pulling image failed; using the local copy");
+                Ok(())
+            }
+            Err(e) => {
+                // The kubelet's image manager stamps the back-off when the pull fails
+                // (backOff.Next(key, Clock.Now())), not when the sync began: a slow sandbox
+                // start before the pull must not shorten the 10 s.
+                self.backoff.next(&key, Instant::now());
+                let delay = self.backoff.delay(&key).unwrap_or(Duration::from_secs(10));
+                warn!(pod = %full_name, container = %c.name, image, error = %e, "pulling image failed");
+                event(
+                    EventType::Warning,
+                    "Failed",
+                    &format!("Failed to pull image \"{image}\": {}", e.message),
+                );
+                Err(PullError::Pull { source: e, delay })
+            }
+        }
+    }
+}

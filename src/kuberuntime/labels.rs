@@ -1,0 +1,80 @@
+//! A container's labels and annotations (Go's pkg/kubelet/kuberuntime/labels.go): what the
+//! runtime keeps for nanolet and `state::observe_pod` reads back.
+
+use std::collections::BTreeMap;
+
+use crate::api::{Container, Pod};
+use crate::cri::{
+    ANN_CONTAINER_HASH, ANN_CONTAINER_TYPE, ANN_POD_TERMINATION_GRACE, ANN_RESTART_COUNT,
+    ANN_TERMINATION_MESSAGE_PATH, ANN_TERMINATION_MESSAGE_POLICY, LABEL_CONTAINER_NAME,
+    LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
+};
+
+use super::actions::container_hash;
+
+/// What a container is to its pod (the `io.kubernetes.container.type` annotation nanolet
+/// writes, read back as `ObservedContainer::kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerType {
+    Init,
+    /// An init container with `restartPolicy: Always`.
+    Sidecar,
+    Regular,
+}
+
+impl ContainerType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerType::Init => "init",
+            ContainerType::Sidecar => "sidecar",
+            ContainerType::Regular => "regular",
+        }
+    }
+}
+
+impl std::fmt::Display for ContainerType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `newContainerLabels`: pod name, namespace and UID, container name, and nanolet's mark.
+pub fn container_labels(p: &Pod, c: &Container) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    labels.insert(LABEL_POD_NAME.to_string(), p.metadata.name.clone());
+    labels.insert(
+        LABEL_POD_NAMESPACE.to_string(),
+        p.metadata.namespace.clone(),
+    );
+    labels.insert(LABEL_POD_UID.to_string(), p.metadata.uid.clone());
+    labels.insert(LABEL_CONTAINER_NAME.to_string(), c.name.clone());
+    labels.insert(LABEL_MANAGED_BY.to_string(), "nanolet".into());
+    labels
+}
+
+/// `newContainerAnnotations`: spec hash, restart count, termination message path and policy,
+/// the pod's grace period, and the container type.
+pub fn container_annotations(
+    c: &Container,
+    kind: ContainerType,
+    restart_count: u32,
+    grace_seconds: i64,
+) -> BTreeMap<String, String> {
+    let mut ann = BTreeMap::new();
+    ann.insert(ANN_CONTAINER_HASH.to_string(), container_hash(c));
+    ann.insert(ANN_RESTART_COUNT.to_string(), restart_count.to_string());
+    ann.insert(
+        ANN_TERMINATION_MESSAGE_PATH.to_string(),
+        c.termination_message_path.clone(),
+    );
+    ann.insert(
+        ANN_TERMINATION_MESSAGE_POLICY.to_string(),
+        c.termination_message_policy.clone(),
+    );
+    ann.insert(
+        ANN_POD_TERMINATION_GRACE.to_string(),
+        grace_seconds.to_string(),
+    );
+    ann.insert(ANN_CONTAINER_TYPE.to_string(), kind.as_str().to_string());
+    ann
+}

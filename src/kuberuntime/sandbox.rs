@@ -1,0 +1,151 @@
+//! A pod's sandbox (Go's pkg/kubelet/kuberuntime/kuberuntime_sandbox.go): its CRI config
+//! (`generatePodSandboxConfig`), its creation (`createPodSandbox`) and the pod IP
+//! (`determinePodSandboxIPs`).
+
+use tracing::info;
+
+use crate::api::Pod;
+use crate::cri::{
+    LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig,
+    PortMapping, Protocol, RuntimeError,
+};
+
+use super::manager::RuntimeManager;
+use super::state::PodRuntimeState;
+
+/// Why a sandbox could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("creating log directory {path}: {source}")]
+    LogDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The node's resolv.conf could not be read.
+    #[error(transparent)]
+    Dns(#[from] crate::api::dns::DnsError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+/// The pod IP probes and hooks connect to: the newest sandbox's IP, or the host IP for
+/// hostNetwork pods.
+pub fn pod_ip(pod: &Pod, host_ips: &[String], state: &PodRuntimeState) -> String {
+    if pod.spec.host_network {
+        return host_ips.first().cloned().unwrap_or_default();
+    }
+    state
+        .newest_sandbox()
+        .map(|s| s.ip.clone())
+        .unwrap_or_default()
+}
+
+/// The sandbox's hostname: empty for hostNetwork pods (the node's), else spec.hostname or the
+/// pod name (at most 63 characters, no trailing `-` or `.`).
+fn hostname(p: &Pod) -> String {
+    if p.spec.host_network {
+        String::new()
+    } else if !p.spec.hostname.is_empty() {
+        p.spec.hostname.clone()
+    } else {
+        p.metadata
+            .name
+            .chars()
+            .take(63)
+            .collect::<String>()
+            .trim_end_matches(['-', '.'])
+            .to_string()
+    }
+}
+
+/// The containers' hostPorts as CRI port mappings.
+fn port_mappings(p: &Pod) -> Vec<PortMapping> {
+    let mut port_mappings = vec![];
+    for c in &p.spec.containers {
+        for port in &c.ports {
+            let host_port = port.host_port.unwrap_or(0);
+            if host_port == 0 {
+                continue;
+            }
+            port_mappings.push(PortMapping {
+                protocol: match port.protocol.as_str() {
+                    "UDP" => Protocol::Udp,
+                    "SCTP" => Protocol::Sctp,
+                    _ => Protocol::Tcp,
+                },
+                container_port: port.container_port,
+                host_port,
+                host_ip: port.host_ip.clone(),
+            });
+        }
+    }
+    port_mappings
+}
+
+impl RuntimeManager<'_> {
+    /// Remember the newest sandbox's IP while it is ready.
+    pub fn observe_pod_ip(&mut self, state: &PodRuntimeState) {
+        if state.newest_sandbox().is_some_and(|s| s.ready) {
+            self.state.pod_ip = pod_ip(self.pod, &self.settings.host_ips, state);
+        }
+    }
+
+    /// The sandbox config of attempt `attempt` (without DNS: [`Self::create_sandbox`] adds it).
+    pub fn sandbox_config(&self, attempt: u32) -> PodSandboxConfig {
+        let p = self.pod;
+        let mut labels = p.metadata.labels.clone();
+        labels.insert(LABEL_POD_NAME.into(), p.metadata.name.clone());
+        labels.insert(LABEL_POD_NAMESPACE.into(), p.metadata.namespace.clone());
+        labels.insert(LABEL_POD_UID.into(), p.metadata.uid.clone());
+        labels.insert(LABEL_MANAGED_BY.into(), "nanolet".into());
+        PodSandboxConfig {
+            name: p.metadata.name.clone(),
+            namespace: p.metadata.namespace.clone(),
+            uid: p.metadata.uid.clone(),
+            attempt,
+            hostname: hostname(p),
+            log_directory: self.log_dir().to_string_lossy().into_owned(),
+            host_network: p.spec.host_network,
+            host_pid: p.spec.host_pid,
+            host_ipc: p.spec.host_ipc,
+            // Set in `create_sandbox`.
+            dns: None,
+            port_mappings: port_mappings(p),
+            labels,
+            annotations: p.metadata.annotations.clone(),
+            cgroup_parent: crate::cm::pod_cgroup_parent(p, self.settings.cgroup_driver),
+            share_pid: crate::api::security::share_process_namespace(p),
+            security: crate::api::security::sandbox_security(p, &self.settings.root_dir),
+            sysctls: crate::api::security::sysctls(p),
+        }
+    }
+
+    /// Create the sandbox of `cfg`: its DNS from the node's resolv.conf (kubelet
+    /// generatePodSandboxConfig -> GetPodDNS: only a new sandbox needs it), the pod's log
+    /// directory, the pod cgroup (cgroupfs driver), then RunPodSandbox. Remembers the pod IP.
+    pub fn create_sandbox(&mut self, cfg: &mut PodSandboxConfig) -> Result<String, SandboxError> {
+        let host = self.settings.host_dns.read()?;
+        cfg.dns = Some(crate::api::dns::pod_dns(self.pod, &host));
+        let dir = self.log_dir();
+        std::fs::create_dir_all(&dir).map_err(|source| SandboxError::LogDir {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        info!(pod = %self.full_name, attempt = cfg.attempt, "creating pod sandbox");
+        if self.settings.cgroup_driver == crate::cm::CgroupDriver::Cgroupfs {
+            // The pod cgroup with the pod's totals, before anything runs in it.
+            crate::cm::apply(self.pod, std::path::Path::new("/sys/fs/cgroup"));
+        }
+        let id = self.runtime.run_pod_sandbox(cfg)?;
+        self.state.pod_ip = if self.pod.spec.host_network {
+            self.settings.host_ips.first().cloned().unwrap_or_default()
+        } else {
+            self.runtime
+                .pod_sandbox_status(&id)
+                .map(|s| s.ip)
+                .unwrap_or_default()
+        };
+        Ok(id)
+    }
+}
