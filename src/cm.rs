@@ -29,14 +29,17 @@ pub enum CgroupDriver {
     Systemd,
 }
 
+/// A cgroupDriver other than `cgroupfs` or `systemd`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown cgroup driver {0:?} (cgroupfs or systemd)")]
+pub struct UnknownDriver(pub String);
+
 impl CgroupDriver {
-    pub fn parse(s: &str) -> Result<CgroupDriver, String> {
+    pub fn parse(s: &str) -> Result<CgroupDriver, UnknownDriver> {
         match s {
             "cgroupfs" => Ok(CgroupDriver::Cgroupfs),
             "systemd" => Ok(CgroupDriver::Systemd),
-            other => Err(format!(
-                "unknown cgroup driver {other:?} (cgroupfs or systemd)"
-            )),
+            other => Err(UnknownDriver(other.into())),
         }
     }
 

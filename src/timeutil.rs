@@ -161,12 +161,27 @@ pub fn from_unix_nanos(n: i64) -> SystemTime {
     }
 }
 
+/// Why a Go duration does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("negative duration {0:?} is not allowed")]
+    Negative(String),
+    #[error("invalid duration {0:?}")]
+    Invalid(String),
+    #[error("missing unit in duration {0:?}")]
+    MissingUnit(String),
+    #[error("unknown unit {unit:?} in duration {text:?}")]
+    UnknownUnit { unit: String, text: String },
+    #[error("duration {0:?} is too large")]
+    TooLarge(String),
+}
+
 /// Parses a Go `time.ParseDuration` string as Kubernetes writes durations in configuration:
 /// a sequence of decimal numbers, each with an optional fraction and a unit
 /// (`ns`, `us`/`µs`/`μs`, `ms`, `s`, `m`, `h`), e.g. `20s`, `1m0s`, `1h2m3.5s`, `500ms`.
 /// A bare `0` is accepted as in Go. Negative durations are rejected because nothing in nanolet's
 /// configuration can use one.
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
     let orig = s;
     let mut rest = s;
     if let Some(r) = rest.strip_prefix('+') {
@@ -175,13 +190,13 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
         if r == "0" {
             return Ok(Duration::ZERO);
         }
-        return Err(format!("negative duration {orig:?} is not allowed"));
+        return Err(DurationError::Negative(orig.into()));
     }
     if rest == "0" {
         return Ok(Duration::ZERO);
     }
     if rest.is_empty() {
-        return Err(format!("invalid duration {orig:?}"));
+        return Err(DurationError::Invalid(orig.into()));
     }
     let mut total: u128 = 0; // nanoseconds
     while !rest.is_empty() {
@@ -197,7 +212,7 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
             rest = &r[frac_len..];
         }
         if int_part.is_empty() && frac_part.is_empty() {
-            return Err(format!("invalid duration {orig:?}"));
+            return Err(DurationError::Invalid(orig.into()));
         }
         // Unit: everything up to the next digit or '.'.
         let unit_len = rest
@@ -213,10 +228,15 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
             "s" => 1_000_000_000,
             "m" => 60 * 1_000_000_000,
             "h" => 3600 * 1_000_000_000,
-            "" => return Err(format!("missing unit in duration {orig:?}")),
-            other => return Err(format!("unknown unit {other:?} in duration {orig:?}")),
+            "" => return Err(DurationError::MissingUnit(orig.into())),
+            other => {
+                return Err(DurationError::UnknownUnit {
+                    unit: other.into(),
+                    text: orig.into(),
+                });
+            }
         };
-        let too_big = || format!("duration {orig:?} is too large");
+        let too_big = || DurationError::TooLarge(orig.into());
         let int_val: u128 = if int_part.is_empty() {
             0
         } else {
@@ -470,7 +490,7 @@ mod tests {
             assert!(parse_go_duration(bad).is_err(), "{bad:?} should fail");
         }
         let e = parse_go_duration("1d").unwrap_err();
-        assert!(e.contains("unknown unit \"d\""), "{e}");
+        assert!(e.to_string().contains("unknown unit \"d\""), "{e}");
     }
 
     #[test]

@@ -151,21 +151,58 @@ pub fn container_security(pod: &Pod, c: &Container, root_dir: &Path) -> Containe
 pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
 
 /// The container's AppArmor profile as the kubelet picks it for a static pod: the container's
+/// An AppArmor setting that names no profile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AppArmorError {
+    #[error("appArmorProfile type Localhost needs a localhostProfile")]
+    NoLocalhostProfile,
+    #[error(
+        "unsupported appArmorProfile type {0:?}: supported values: \"Localhost\", \"RuntimeDefault\", \"Unconfined\""
+    )]
+    Type(String),
+    #[error(
+        "invalid AppArmor annotation {key}: {value:?}: must be runtime/default, unconfined or localhost/<profile>"
+    )]
+    Annotation { key: String, value: String },
+}
+
+/// runAsNonRoot cannot be honoured (the kubelet's messages; `pod` is `name_namespace(uid)`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NonRootError {
+    #[error(
+        "container's runAsUser breaks non-root policy (pod: \"{pod}\", container: {container})"
+    )]
+    RunAsUserRoot { pod: String, container: String },
+    #[error(
+        "container has runAsNonRoot and image will run as root (pod: \"{pod}\", container: {container})"
+    )]
+    ImageRoot { pod: String, container: String },
+    #[error(
+        "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: \"{pod}\", container: {container})"
+    )]
+    NonNumericUser {
+        user: String,
+        pod: String,
+        container: String,
+    },
+}
+
 /// `securityContext.appArmorProfile`, else the legacy annotation (static pods never had their
 /// annotations synced to fields by an API server), else the pod's `appArmorProfile`.
 /// `Some(Err(reason))` for a value that names no profile.
-pub fn apparmor_profile(pod: &Pod, c: &Container) -> Option<Result<SecurityProfile, String>> {
-    let field = |v: &Value| -> Result<SecurityProfile, String> {
+pub fn apparmor_profile(
+    pod: &Pod,
+    c: &Container,
+) -> Option<Result<SecurityProfile, AppArmorError>> {
+    let field = |v: &Value| -> Result<SecurityProfile, AppArmorError> {
         match v.get("type").and_then(Value::as_str).unwrap_or_default() {
             "RuntimeDefault" => Ok(SecurityProfile::RuntimeDefault),
             "Unconfined" => Ok(SecurityProfile::Unconfined),
             "Localhost" => match v.get("localhostProfile").and_then(Value::as_str) {
                 Some(p) if !p.is_empty() => Ok(SecurityProfile::Localhost(p.to_string())),
-                _ => Err("appArmorProfile type Localhost needs a localhostProfile".into()),
+                _ => Err(AppArmorError::NoLocalhostProfile),
             },
-            other => Err(format!(
-                "unsupported appArmorProfile type {other:?}: supported values: \"Localhost\", \"RuntimeDefault\", \"Unconfined\""
-            )),
+            other => Err(AppArmorError::Type(other.into())),
         }
     };
     if let Some(v) = container_sc(c).and_then(|m| m.get("appArmorProfile")) {
@@ -178,9 +215,10 @@ pub fn apparmor_profile(pod: &Pod, c: &Container) -> Option<Result<SecurityProfi
             "unconfined" => Ok(SecurityProfile::Unconfined),
             other => match other.strip_prefix("localhost/") {
                 Some(p) if !p.is_empty() => Ok(SecurityProfile::Localhost(p.to_string())),
-                _ => Err(format!(
-                    "invalid AppArmor annotation {key}: {other:?}: must be runtime/default, unconfined or localhost/<profile>"
-                )),
+                _ => Err(AppArmorError::Annotation {
+                    key: key.clone(),
+                    value: other.into(),
+                }),
             },
         });
     }
@@ -238,7 +276,7 @@ pub fn unsupported_isolation(pod: &Pod, host: HostSecurity) -> Option<(&'static 
     let containers = || pod.spec.init_containers.iter().chain(&pod.spec.containers);
     for c in containers() {
         match apparmor_profile(pod, c) {
-            Some(Err(reason)) => return Some(("AppArmor", reason)),
+            Some(Err(reason)) => return Some(("AppArmor", reason.to_string())),
             Some(Ok(p)) if p != SecurityProfile::Unconfined && !host.apparmor => {
                 return Some((
                     "AppArmor",
@@ -373,7 +411,7 @@ pub fn verify_run_as_non_root(
     c: &Container,
     image_uid: Option<i64>,
     image_user: &str,
-) -> Result<(), String> {
+) -> Result<(), NonRootError> {
     if !run_as_non_root(pod, c) {
         return Ok(());
     }
@@ -383,27 +421,28 @@ pub fn verify_run_as_non_root(
     );
     if let Some(uid) = effective(pod, c, "runAsUser").and_then(Value::as_i64) {
         if uid == 0 {
-            return Err(format!(
-                "container's runAsUser breaks non-root policy (pod: \"{fmt_pod}\", container: {})",
-                c.name
-            ));
+            return Err(NonRootError::RunAsUserRoot {
+                pod: fmt_pod,
+                container: c.name.clone(),
+            });
         }
         return Ok(());
     }
     match image_uid {
-        Some(0) | None if image_user.is_empty() => Err(format!(
-            "container has runAsNonRoot and image will run as root (pod: \"{fmt_pod}\", container: {})",
-            c.name
-        )),
-        Some(0) => Err(format!(
-            "container has runAsNonRoot and image will run as root (pod: \"{fmt_pod}\", container: {})",
-            c.name
-        )),
+        Some(0) | None if image_user.is_empty() => Err(NonRootError::ImageRoot {
+            pod: fmt_pod,
+            container: c.name.clone(),
+        }),
+        Some(0) => Err(NonRootError::ImageRoot {
+            pod: fmt_pod,
+            container: c.name.clone(),
+        }),
         Some(_) => Ok(()),
-        None => Err(format!(
-            "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root (pod: \"{fmt_pod}\", container: {})",
-            c.name
-        )),
+        None => Err(NonRootError::NonNumericUser {
+            user: image_user.into(),
+            pod: fmt_pod,
+            container: c.name.clone(),
+        }),
     }
 }
 
@@ -491,7 +530,7 @@ mod tests {
         let c = &p.spec.containers[0];
         let e = verify_run_as_non_root(&p, c, Some(0), "").expect_err("root image");
         assert_eq!(
-            e,
+            e.to_string(),
             "container has runAsNonRoot and image will run as root (pod: \"sec-node1_default(u1)\", container: c)"
         );
         assert!(
@@ -502,12 +541,14 @@ mod tests {
         assert!(
             verify_run_as_non_root(&p, c, None, "nginx")
                 .expect_err("non-numeric")
+                .to_string()
                 .contains("non-numeric user (nginx)")
         );
         let p2 = pod(json!({"runAsNonRoot": true, "runAsUser": 0}), json!({}));
         assert!(
             verify_run_as_non_root(&p2, &p2.spec.containers[0], Some(1000), "")
                 .expect_err("uid 0")
+                .to_string()
                 .contains("breaks non-root policy")
         );
         let p3 = pod(json!({"runAsNonRoot": true}), json!({"runAsUser": 1000}));

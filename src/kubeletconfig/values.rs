@@ -19,7 +19,10 @@ pub enum ValueError {
     #[error("invalid boolean {0:?}: use true or false")]
     Bool(String),
     #[error("invalid duration {text:?}: {reason}")]
-    Duration { text: String, reason: String },
+    Duration {
+        text: String,
+        reason: crate::timeutil::DurationError,
+    },
     #[error("must be greater than zero, got {0:?}")]
     NotPositive(String),
     #[error("invalid IP address {0:?}")]
@@ -100,7 +103,7 @@ pub enum ValueError {
     TaintDuplicate { key: String, effect: String },
     /// `--cgroup-driver` (the cgroup manager's reason).
     #[error("{0}")]
-    CgroupDriver(String),
+    CgroupDriver(crate::cm::UnknownDriver),
     /// Eviction thresholds, grace periods, reservations and labels in the flag form.
     #[error(transparent)]
     Threshold(Box<ThresholdError>),

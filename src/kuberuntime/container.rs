@@ -33,8 +33,8 @@ pub enum ConfigError {
     #[error(transparent)]
     Volumes(#[from] VolumeError),
     /// runAsNonRoot and the effective user is root or unknown (the kubelet's message).
-    #[error("{0}")]
-    RunAsNonRoot(String),
+    #[error(transparent)]
+    RunAsNonRoot(crate::api::security::NonRootError),
 }
 
 impl ConfigError {
@@ -91,8 +91,8 @@ pub enum HookError {
     #[error("{0}")]
     Failed(String),
     /// The handler could not be run (the prober's error).
-    #[error("{0}")]
-    Handler(String),
+    #[error(transparent)]
+    Handler(crate::prober::handlers::HandlerError),
 }
 
 /// The spec of the container (regular or init) called `name`.

@@ -54,8 +54,21 @@ pub struct Target<'a> {
     pub pod_ip: &'a str,
 }
 
+/// A handler that could not be run: a prober error, which the kubelet throws away (unlike a
+/// failed result).
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error(transparent)]
+    Port(#[from] super::spec::PortError),
+    /// The runtime could not run an exec handler (other than a timeout, which is a failure).
+    #[error(transparent)]
+    Runtime(#[from] crate::cri::RuntimeError),
+    #[error("missing probe handler")]
+    Missing,
+}
+
 /// Run a handler. `Err` is a prober error (the kubelet throws such results away).
-pub fn run(h: &Handler, t: &Target<'_>, timeout: Duration) -> Result<ProbeResult, String> {
+pub fn run(h: &Handler, t: &Target<'_>, timeout: Duration) -> Result<ProbeResult, HandlerError> {
     if let Some(e) = &h.exec {
         return exec(t, &e.command, timeout);
     }
@@ -72,7 +85,8 @@ pub fn run(h: &Handler, t: &Target<'_>, timeout: Duration) -> Result<ProbeResult
         return Ok(tcp(host, port, timeout));
     }
     if let Some(g) = &h.grpc {
-        let port = u16::try_from(g.port).map_err(|_| format!("invalid port number: {}", g.port))?;
+        let port =
+            u16::try_from(g.port).map_err(|_| super::spec::PortError::Number(g.port.into()))?;
         return Ok(grpc(
             t.pod_ip,
             port,
@@ -84,10 +98,10 @@ pub fn run(h: &Handler, t: &Target<'_>, timeout: Duration) -> Result<ProbeResult
         std::thread::sleep(Duration::from_secs(s.seconds.max(0) as u64).min(timeout));
         return Ok(ProbeResult::ok());
     }
-    Err("missing probe handler".into())
+    Err(HandlerError::Missing)
 }
 
-fn exec(t: &Target<'_>, cmd: &[String], timeout: Duration) -> Result<ProbeResult, String> {
+fn exec(t: &Target<'_>, cmd: &[String], timeout: Duration) -> Result<ProbeResult, HandlerError> {
     match t.runtime.exec_sync(t.container_id, cmd, timeout) {
         Ok(r) if r.exit_code == 0 => Ok(ProbeResult::ok()),
         Ok(r) => {
@@ -104,7 +118,7 @@ fn exec(t: &Target<'_>, cmd: &[String], timeout: Duration) -> Result<ProbeResult
         Err(e) if e.kind == ErrorKind::DeadlineExceeded => {
             Ok(ProbeResult::fail(format!("command {cmd:?} timed out")))
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -166,7 +180,11 @@ fn host_of(url: &str) -> String {
     }
 }
 
-fn http_get(t: &Target<'_>, g: &HttpGetAction, timeout: Duration) -> Result<ProbeResult, String> {
+fn http_get(
+    t: &Target<'_>,
+    g: &HttpGetAction,
+    timeout: Duration,
+) -> Result<ProbeResult, HandlerError> {
     let port = resolve_port(t.container, &g.port)?;
     let host = if g.host.is_empty() {
         t.pod_ip

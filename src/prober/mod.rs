@@ -119,7 +119,7 @@ enum Cmd {
     Done {
         key: Key,
         container_id: String,
-        result: Result<ProbeResult, String>,
+        result: Result<ProbeResult, handlers::HandlerError>,
     },
 }
 
@@ -421,7 +421,12 @@ impl Prober {
         (jobs, next)
     }
 
-    fn apply(&self, key: Key, container_id: String, result: Result<ProbeResult, String>) {
+    fn apply(
+        &self,
+        key: Key,
+        container_id: String,
+        result: Result<ProbeResult, handlers::HandlerError>,
+    ) {
         let mut changed = false;
         {
             let mut st = self.lock();

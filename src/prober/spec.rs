@@ -184,13 +184,22 @@ pub fn lifecycle_of(c: &Container) -> Lifecycle {
     parse::<Lifecycle>(c.extra.get("lifecycle")).unwrap_or_default()
 }
 
+/// A probe or hook port that names no port (the kubelet's messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PortError {
+    #[error("invalid port number: {0}")]
+    Number(i64),
+    #[error("couldn't find port: {name} in {container}")]
+    Name { name: String, container: String },
+}
+
 /// Resolve a port: a number, or the name of one of the container's ports.
-pub fn resolve_port(c: &Container, port: &IntOrString) -> Result<u16, String> {
+pub fn resolve_port(c: &Container, port: &IntOrString) -> Result<u16, PortError> {
     match port {
         IntOrString::Int(p) => u16::try_from(*p)
             .ok()
             .filter(|p| *p > 0)
-            .ok_or_else(|| format!("invalid port number: {p}")),
+            .ok_or(PortError::Number(i64::from(*p))),
         IntOrString::Str(s) => {
             if let Ok(n) = s.parse::<u16>() {
                 return Ok(n);
@@ -199,7 +208,10 @@ pub fn resolve_port(c: &Container, port: &IntOrString) -> Result<u16, String> {
                 .iter()
                 .find(|p| p.name == *s)
                 .and_then(|p| u16::try_from(p.container_port).ok())
-                .ok_or_else(|| format!("couldn't find port: {s} in {}", c.name))
+                .ok_or_else(|| PortError::Name {
+                    name: s.clone(),
+                    container: c.name.clone(),
+                })
         }
     }
 }
