@@ -5,13 +5,13 @@
 //! --> cri (containerd);
 //! PLEG (events + relist) --> sync loop; status store --> server (HTTP).
 
-pub mod api;
+pub(crate) mod api;
 pub mod apiclient;
-pub mod cm;
+pub(crate) mod cm;
 pub mod cmd;
 pub mod config;
 pub mod cri;
-pub mod events;
+pub(crate) mod events;
 pub mod eviction;
 #[cfg(test)]
 mod function_length_tests;
@@ -21,26 +21,26 @@ pub mod fuzzing;
 pub mod images;
 pub mod kubelet;
 pub mod kubeletconfig;
-pub mod kuberuntime;
-pub mod localstore;
-pub mod logrotate;
+pub(crate) mod kuberuntime;
+pub(crate) mod localstore;
+pub(crate) mod logrotate;
 pub mod malloc;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod node;
-pub mod nodestatus;
+pub(crate) mod nodestatus;
 pub mod pleg;
-pub mod prober;
-pub mod sdnotify;
+pub(crate) mod prober;
+pub(crate) mod sdnotify;
 pub mod server;
-pub mod statefile;
-pub mod stats;
+pub(crate) mod statefile;
+pub(crate) mod stats;
 pub mod status;
 #[cfg(test)]
 mod structure_tests;
 pub mod timeutil;
-pub mod util;
-pub mod volumes;
-pub mod yaml;
+pub(crate) mod util;
+pub(crate) mod volumes;
+pub(crate) mod yaml;
 
 /// The version nanolet reports as its kubelet version: the kubelet API it follows with
 /// nanolet's version as semver build metadata, `v1.33.0+nanolet.<version>` (build.rs). Build

@@ -68,6 +68,7 @@ fn stamp(t: SystemTime) -> String {
 }
 
 /// Rotate one container's log if it is over the limit. Returns true when it rotated.
+#[cfg(test)]
 pub fn rotate_if_needed(
     rt: &dyn Runtime,
     container_id: &str,

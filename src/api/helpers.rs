@@ -9,6 +9,7 @@ use super::{Container, Pod};
 
 /// The node conditions the signals map to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[allow(clippy::enum_variant_names)] // the Kubernetes condition types
 pub enum NodeCondition {
     MemoryPressure,
     DiskPressure,

@@ -22,11 +22,6 @@ pub struct Quantity {
 }
 
 impl Quantity {
-    /// True for a zero quantity (also `-0`).
-    pub fn is_zero(&self) -> bool {
-        self.mantissa == 0
-    }
-
     /// True for a quantity below zero.
     pub fn is_negative(&self) -> bool {
         self.negative && self.mantissa != 0
@@ -268,16 +263,6 @@ pub fn parse_quantity_str(s: &str) -> Result<Quantity, QuantityError> {
     })
 }
 
-/// CPU amount in millicores (rounded up, as the kubelet does).
-pub fn cpu_millis(v: &Value) -> Result<i64, QuantityError> {
-    parse_quantity(v).map(|q| q.milli_value())
-}
-
-/// Memory (or storage) amount in bytes (rounded up).
-pub fn memory_bytes(v: &Value) -> Result<i64, QuantityError> {
-    parse_quantity(v).map(|q| q.value())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,10 +319,16 @@ mod tests {
 
     #[test]
     fn json_numbers() {
-        assert_eq!(cpu_millis(&json!(2)), Ok(2000));
-        assert_eq!(cpu_millis(&json!(0.5)), Ok(500));
-        assert_eq!(memory_bytes(&json!(1024)), Ok(1024));
-        assert_eq!(memory_bytes(&json!("64Mi")), Ok(64 * 1024 * 1024));
+        assert_eq!(parse_quantity(&json!(2)).map(|q| q.milli_value()), Ok(2000));
+        assert_eq!(
+            parse_quantity(&json!(0.5)).map(|q| q.milli_value()),
+            Ok(500)
+        );
+        assert_eq!(parse_quantity(&json!(1024)).map(|q| q.value()), Ok(1024));
+        assert_eq!(
+            parse_quantity(&json!("64Mi")).map(|q| q.value()),
+            Ok(64 * 1024 * 1024)
+        );
         assert!(parse_quantity(&json!(null)).is_err());
         assert!(parse_quantity(&json!([1])).is_err());
         assert!(parse_quantity(&json!(true)).is_err());

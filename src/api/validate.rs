@@ -25,7 +25,9 @@ impl std::fmt::Display for FieldError {
 // ---------------------------------------------------------------------------------------------
 // Defaulting
 
-/// All defaults: the API-level ones (see [`apply_api_defaults`]) plus namespace `default`.
+/// All defaults: the API-level ones (see [`apply_api_defaults`]) plus namespace `default`
+/// (the namespace is set by `config::naming` in the real path).
+#[cfg(test)]
 pub fn apply_defaults(pod: &mut Pod) {
     apply_api_defaults(pod);
     if pod.metadata.namespace.is_empty() {

@@ -297,6 +297,7 @@ pub struct FileSourceHandle {
 
 impl FileSourceHandle {
     /// Stop the source and wait for its thread.
+    #[cfg(test)]
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -605,12 +606,14 @@ pub fn is_manifest_name(name: &str) -> bool {
 
 /// One complete listing of `dir`. A missing directory is an empty snapshot; other directory
 /// errors are returned (the caller keeps its previous snapshot).
+#[cfg(test)]
 pub fn list_dir(dir: &Path, node_name: &str, seen: &str) -> Result<Snapshot, FileSourceError> {
     list_dir_with(dir, node_name, seen, false)
 }
 
 /// [`list_dir`]; with `allow_insecure` false an insecure directory is an error (the previous
 /// snapshot stays) and an insecure file is a manifest error (see [`check_secure`]).
+#[cfg(test)]
 pub fn list_dir_with(
     dir: &Path,
     node_name: &str,

@@ -205,6 +205,7 @@ fn build_agent(cfg: &UrlSourceConfig) -> Result<ureq::Agent, UrlTlsError> {
 }
 
 impl UrlSourceConfig {
+    #[cfg(test)]
     pub fn new(url: impl Into<String>, node_name: impl Into<String>) -> Self {
         UrlSourceConfig {
             url: url.into(),
@@ -240,6 +241,7 @@ pub struct UrlSourceHandle {
 }
 
 impl UrlSourceHandle {
+    #[cfg(test)]
     pub fn stop(mut self) {
         self.shutdown();
     }

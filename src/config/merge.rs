@@ -26,6 +26,7 @@ pub struct Desired {
 
 impl Desired {
     /// Pods by `namespace/name` (the key the kubelet uses for static pods' full names).
+    #[cfg(test)]
     pub fn by_full_name(&self) -> BTreeMap<String, &SourcePod> {
         self.pods
             .values()
@@ -39,6 +40,7 @@ impl Desired {
     }
 
     /// Whether pods owned by `source` may be cleaned up (that source has reported).
+    #[cfg(test)]
     pub fn source_ready(&self, source: SourceKind) -> bool {
         self.ready_sources.contains(&source)
     }
@@ -46,6 +48,7 @@ impl Desired {
 
 /// What changed between two desired sets, by UID.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg(test)]
 pub struct Changes {
     pub added: Vec<String>,
     /// Same UID, different pod (only annotations such as config.seen can differ, since the UID
@@ -55,6 +58,7 @@ pub struct Changes {
 }
 
 /// ADD / UPDATE / REMOVE between two desired sets.
+#[cfg(test)]
 pub fn diff(old: &Desired, new: &Desired) -> Changes {
     let mut c = Changes::default();
     for (uid, sp) in &new.pods {
@@ -93,6 +97,7 @@ impl PodConfig {
     }
 
     /// The current merged set (None before any snapshot).
+    #[cfg(test)]
     pub fn current(&self) -> Option<&Desired> {
         self.last.as_ref()
     }

@@ -4,11 +4,11 @@
 
 use crate::api::Pod;
 
-pub mod apiserver;
-pub mod file;
-pub mod http;
-pub mod merge;
-pub mod naming;
+pub(crate) mod apiserver;
+pub(crate) mod file;
+pub(crate) mod http;
+pub(crate) mod merge;
+pub(crate) mod naming;
 
 /// Which source a pod came from; also the value of `kubernetes.io/config.source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

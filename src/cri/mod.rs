@@ -22,8 +22,8 @@ pub mod client;
 pub(crate) mod containerd_api;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
-pub mod grpc_health;
-pub mod instrumented;
+pub(crate) mod grpc_health;
+pub(crate) mod instrumented;
 
 /// Labels the kubelet puts on every CRI sandbox and container (kuberuntime_labels.go).
 /// containerd's CRI socket where Debian's containerd and the kubelet's default put it

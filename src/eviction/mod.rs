@@ -22,11 +22,11 @@
 //! evictions are re-admitted after one transition period. A changed manifest is a new pod and
 //! goes through admission at once.
 
-pub mod gc;
-pub mod notifier;
+pub(crate) mod gc;
+pub(crate) mod notifier;
 pub mod observe;
-pub mod rank;
-pub mod threshold;
+pub(crate) mod rank;
+pub(crate) mod threshold;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -11,6 +11,7 @@
 //! [`CRITICAL_PRIORITY`] (`system-cluster-critical`, `system-node-critical`, or
 //! `spec.priority` >= 2000000000).
 
+#[cfg(test)]
 use std::cmp::Ordering;
 
 use super::threshold::Resource;
@@ -54,6 +55,7 @@ pub fn victim(resource: Resource, mut pods: Vec<Candidate>) -> Option<Candidate>
 }
 
 /// Ordering helper for tests and callers that only need a comparison.
+#[cfg(test)]
 pub fn compare(resource: Resource, a: &Candidate, b: &Candidate) -> Ordering {
     let mut v = [a.clone(), b.clone()];
     rank(resource, &mut v);

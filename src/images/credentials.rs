@@ -251,10 +251,6 @@ impl Keyring {
         self.creds.entry(key).or_default().push(cred);
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.creds.is_empty()
-    }
-
     /// The credentials for an image repository, most specific key first.
     pub fn lookup(&self, image: &str) -> Vec<Credential> {
         let repo = repository(image);

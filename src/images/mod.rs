@@ -10,11 +10,11 @@
 //! chain ID) --> Images.Create/Update with the CRI labels --> pin record --> lease deleted.
 
 pub mod archive;
-pub mod cli;
-pub mod containerd;
-pub mod credentials;
-pub mod dir;
-pub mod manager;
+pub(crate) mod cli;
+pub(crate) mod containerd;
+pub(crate) mod credentials;
+pub(crate) mod dir;
+pub(crate) mod manager;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;

@@ -2,14 +2,14 @@
 //! thread, the sync loop, pod workers, admission, the security policy and the API status
 //! computation.
 
-pub mod admission;
-pub mod apistatus;
-pub mod pod_workers;
-pub mod podconfig;
-pub mod policy;
-pub mod sync_loop;
+pub(crate) mod admission;
+pub(crate) mod apistatus;
+pub(crate) mod pod_workers;
+pub(crate) mod podconfig;
+pub(crate) mod policy;
+pub(crate) mod sync_loop;
 pub mod wiring;
 
-pub use pod_workers::{SyncSettings, WorkerContext, WorkerMsg, WorkerReport};
-pub use sync_loop::{DesiredPods, LoopMsg, SyncLoop};
+pub(crate) use pod_workers::{SyncSettings, WorkerContext};
+pub(crate) use sync_loop::{DesiredPods, LoopMsg, SyncLoop};
 pub use wiring::{Dependencies, Kubelet, KubeletError, run};

@@ -671,8 +671,4 @@ impl PodWorker {
         let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
         self.manager().remove_all(&state).map_err(|e| self.wrap(e))
     }
-
-    pub fn first_seen(&self) -> Instant {
-        self.first_seen
-    }
 }

@@ -4,7 +4,7 @@
 //! Static pods are serialised by full name, as in the kubelet: a new UID for `ns/name` (an
 //! edited manifest) starts only after the previous UID is fully terminated.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
@@ -517,10 +517,6 @@ impl SyncLoop {
     /// Stop worker threads without touching the pods (they keep running).
     fn shutdown(&mut self) {
         self.workers.clear();
-    }
-
-    pub fn worker_uids(&self) -> BTreeSet<String> {
-        self.workers.keys().cloned().collect()
     }
 }
 

@@ -12,4 +12,4 @@ pub mod manager;
 pub mod sandbox;
 pub mod state;
 
-pub use manager::{MIN_GRACE_SECONDS, RuntimeManager, RuntimeManagerState, RuntimeSettings};
+pub use manager::{RuntimeManager, RuntimeManagerState, RuntimeSettings};

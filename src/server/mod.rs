@@ -22,7 +22,7 @@
 //! own (at most [`MAX_FOLLOWERS`] at once) so they never block the server.
 
 pub mod api;
-pub mod httpd;
+pub(crate) mod httpd;
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -101,13 +101,6 @@ impl Backoff {
             e.last_update = now;
         }
     }
-
-    /// Drop entries not updated for 2 x max (the kubelet's periodic GC of the backoff map).
-    pub fn gc(&mut self, now: Instant) {
-        let limit = self.max * 2;
-        self.entries
-            .retain(|_, e| now.saturating_duration_since(e.last_update) <= limit);
-    }
 }
 
 /// The kubelet's pod worker retries a failed sync after `backOffPeriod` (10 s) jittered by up to
@@ -309,13 +302,13 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_independent_and_gc_drops_old() {
+    fn keys_are_independent() {
         let mut b = Backoff::default();
         let t0 = Instant::now();
         b.next("a", t0);
+        b.next("a", t0 + secs(1));
         b.next("b", t0 + secs(700));
-        b.gc(t0 + secs(701));
-        assert_eq!(b.delay("a"), None);
+        assert_eq!(b.delay("a"), Some(secs(20)));
         assert_eq!(b.delay("b"), Some(secs(10)));
     }
 }
