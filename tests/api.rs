@@ -1,7 +1,7 @@
 //! Black-box tests of the read-only port and the CLI: the real `nanolet` binary on a real
 //! containerd, read with the real `kubectl`, `promtool` and `nanolet get/logs/validate`.
 
-mod common;
+use nanolet_test_support as common;
 
 use common::agent::{NODE, Nanolet};
 use common::{Containerd, wait_for};

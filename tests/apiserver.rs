@@ -5,7 +5,7 @@
 //! checkpoint (restart while the API server is down, reconcile without restarts); mirror pods;
 //! the same driven by the real `kubectl` (tests/common/kubectl.rs).
 
-mod common;
+use nanolet_test_support as common;
 
 use std::time::Duration;
 

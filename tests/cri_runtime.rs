@@ -1,6 +1,6 @@
 //! CriRuntime against a real, private containerd (see tests/common).
 
-mod common;
+use nanolet_test_support as common;
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;

@@ -2,7 +2,7 @@
 //! harness in a temp dir). Each test writes manifests, starts nanolet, and asserts the
 //! kubelet's static-pod semantics through `/pods`, the log files and CRI.
 
-mod common;
+use nanolet_test_support as common;
 
 use std::fs;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Eviction, local storage limits and admission against a real containerd, with the real
 //! binary. The tests in this file run one at a time (they measure the node's memory and disk).
 
-mod common;
+use nanolet_test_support as common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! restart it must converge to exactly the desired pods: no orphaned or duplicated sandboxes or
 //! containers, and running containers are not restarted because nanolet restarted.
 
-mod common;
+use nanolet_test_support as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! credentials (node config.json and imagePullSecrets from the local store) against a tiny
 //! fake registry.
 
-mod common;
+use nanolet_test_support as common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //!
 //! Each assertion names the upstream kube-apiserver / kubectl behaviour it mirrors.
 
-mod common;
+use nanolet_test_support as common;
 
 use std::io::{BufRead, Read, Write};
 use std::process::{Command, Stdio};

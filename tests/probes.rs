@@ -11,7 +11,7 @@
 //! waits for a positive sign that the probes in question ran (a logged probe failure, Ready,
 //! or a sibling pod on the same nanolet being restarted), then watches for several periods.
 
-mod common;
+use nanolet_test_support as common;
 
 use std::fs;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! under a connection flood and slow clients, request limits, admission hardening options and
 //! the manifest-directory permission check.
 
-mod common;
+use nanolet_test_support as common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

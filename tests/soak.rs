@@ -14,7 +14,7 @@
 //! and its shims (with the runc processes they reaped: exec probes cost a `runc exec` each)
 //! spent in the window.
 
-mod common;
+use nanolet_test_support as common;
 
 use std::time::{Duration, Instant};
 

@@ -12,7 +12,7 @@
 //! feature-less build; the test's config uses no https) in its own target directory below
 //! cargo's `CARGO_TARGET_TMPDIR` (about 2 minutes on 2 cores the first time, seconds after).
 
-mod common;
+use nanolet_test_support as common;
 
 use std::collections::BTreeMap;
 use std::fs;
