@@ -1,14 +1,14 @@
 //! Black-box tests of the read-only port and the CLI: the real `nanolet` binary on a real
 //! containerd, read with the real `kubectl`, `promtool` and `nanolet get/logs/validate`.
 
-use nanolet_test_support as common;
+use nanolet_test_support as support;
 
-use common::agent::{NODE, Nanolet};
-use common::{Containerd, wait_for};
 use serde_json::Value;
 use std::fs;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+use support::agent::{NODE, Nanolet};
+use support::{Containerd, wait_for};
 
 fn node() -> String {
     NODE.to_lowercase()

@@ -3,14 +3,14 @@
 //! restart it must converge to exactly the desired pods: no orphaned or duplicated sandboxes or
 //! containers, and running containers are not restarted because nanolet restarted.
 
-use nanolet_test_support as common;
+use nanolet_test_support as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::agent::Nanolet;
-use common::{Containerd, wait_for};
 use nanolet::cri::{ContainerState, Runtime, SandboxState};
+use support::agent::Nanolet;
+use support::{Containerd, wait_for};
 
 /// A small deterministic PRNG (xorshift): the test is reproducible from its seed.
 struct Rng(u64);
@@ -658,7 +658,7 @@ fn scopeguard<F: FnMut()>(f: F) -> Guard<F> {
 #[test]
 fn root_dir_full_keeps_nanolet_serving_and_evicting() {
     let ctd = Containerd::start();
-    let fs = common::Tmpfs::mount(&ctd.tmp().join("full-root"), "16m");
+    let fs = support::Tmpfs::mount(&ctd.tmp().join("full-root"), "16m");
     let small = fs.0.clone();
     let n = Nanolet::start(
         &ctd,

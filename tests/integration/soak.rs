@@ -14,12 +14,12 @@
 //! and its shims (with the runc processes they reaped: exec probes cost a `runc exec` each)
 //! spent in the window.
 
-use nanolet_test_support as common;
+use nanolet_test_support as support;
 
 use std::time::{Duration, Instant};
 
-use common::agent::Nanolet;
-use common::{Containerd, wait_for};
+use support::agent::Nanolet;
+use support::{Containerd, wait_for};
 
 fn env_u64(key: &str, default: u64) -> u64 {
     std::env::var(key)

@@ -12,7 +12,7 @@
 //! feature-less build; the test's config uses no https) in its own target directory below
 //! cargo's `CARGO_TARGET_TMPDIR` (about 2 minutes on 2 cores the first time, seconds after).
 
-use nanolet_test_support as common;
+use nanolet_test_support as support;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::agent::{Nanolet, TIMEOUT};
-use common::{Containerd, wait_for};
 use serde_json::Value;
+use support::agent::{Nanolet, TIMEOUT};
+use support::{Containerd, wait_for};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 /// The version cargo test's binary carries (Cargo.toml's, or NANOLET_VERSION at build time).
@@ -38,8 +38,8 @@ fn run(cmd: &mut Command) -> String {
         out.status.success(),
         "{cmd:?}: {}\nstdout:\n{}\nstderr:\n{}",
         out.status,
-        common::tail(&String::from_utf8_lossy(&out.stdout), 40),
-        common::tail(&String::from_utf8_lossy(&out.stderr), 40)
+        support::tail(&String::from_utf8_lossy(&out.stdout), 40),
+        support::tail(&String::from_utf8_lossy(&out.stderr), 40)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

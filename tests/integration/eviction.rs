@@ -1,15 +1,15 @@
 //! Eviction, local storage limits and admission against a real containerd, with the real
 //! binary. The tests in this file run one at a time (they measure the node's memory and disk).
 
-use nanolet_test_support as common;
+use nanolet_test_support as support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use common::agent::{NODE, Nanolet, TIMEOUT};
-use common::{Containerd, Tmpfs, wait_for};
 use serde_json::Value;
+use support::agent::{NODE, Nanolet, TIMEOUT};
+use support::{Containerd, Tmpfs, wait_for};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -417,7 +417,7 @@ fn distinct_image(work: &Path, tag: &str) -> PathBuf {
     sh(&format!(
         "tar -C {} -xf {}",
         src.display(),
-        common::test_images().join("busybox.tar").display()
+        support::test_images().join("busybox.tar").display()
     ));
     let blob = |d: &str| src.join("blobs/sha256").join(&d[7..]);
     let index = read_json(&src.join("index.json"));
@@ -503,8 +503,8 @@ fn image_gc_removes_unused_unpinned_images_only() {
         .unwrap_or_else(|| panic!("unused image not collected\n{}", n.log_tail()));
     for img in [
         "localhost/kept:1",
-        common::BUSYBOX_IMAGE,
-        common::PAUSE_IMAGE,
+        support::BUSYBOX_IMAGE,
+        support::PAUSE_IMAGE,
     ] {
         assert!(present(img), "{img} was removed");
     }

@@ -11,16 +11,16 @@
 //! waits for a positive sign that the probes in question ran (a logged probe failure, Ready,
 //! or a sibling pod on the same nanolet being restarted), then watches for several periods.
 
-use nanolet_test_support as common;
+use nanolet_test_support as support;
 
 use std::fs;
 use std::time::{Duration, Instant};
 
-use common::Containerd;
-use common::agent::{NODE, Nanolet};
 use nanolet::cri::Runtime;
 use nanolet::timeutil::parse_rfc3339;
 use serde_json::Value;
+use support::Containerd;
+use support::agent::{NODE, Nanolet};
 
 /// How long a positive condition may take (image is local; restarts are immediate or 10 s).
 const WAIT: Duration = Duration::from_secs(40);
@@ -880,7 +880,7 @@ fn lifecycle_hooks_exec_and_http() {
     // only within the grace period (plus a one-off 2 s) however long the hook would take.
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[]);
-    let port = common::agent::free_port();
+    let port = support::agent::free_port();
     let paths = [
         "poststart-exec",
         "prestop-exec",
