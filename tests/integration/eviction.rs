@@ -1,20 +1,21 @@
 //! Eviction, local storage limits and admission against a real containerd, with the real
-//! binary. The tests in this file run one at a time (they measure the node's memory and disk).
+//! binary. Each test in this file runs alone: one at a time, and beside no test of another area
+//! (they measure the node's memory and disk; `support::gate::exclusive()`).
 
 use nanolet_test_support as support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use serde_json::Value;
 use support::agent::{NODE, Nanolet, TIMEOUT};
 use support::{Containerd, Tmpfs, wait_for};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// Held for the whole test, before its containerd starts: no other test of any area runs
+/// meanwhile (it was a mutex of this file's when each file was its own test process, which
+/// cargo ran after the others).
+fn serial() -> support::gate::Exclusive {
+    support::exclusive()
 }
 
 fn pod_yaml(name: &str, body: &str) -> String {

@@ -58,8 +58,11 @@ fn build_deb(bin: &Path, out: &Path, version: &str) -> PathBuf {
     deb
 }
 
-/// The "new release": the same source built with another version stamped in.
+/// The "new release": the same source built with another version stamped in. Alone (the
+/// exclusive gate, so before the test's containerd starts): a cold build takes both cores for
+/// minutes, which tests of other areas timing probes or back-offs must not run beside.
 fn build_new_binary(version: &str) -> PathBuf {
+    let _alone = support::exclusive();
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("upgrade-build");
     run(Command::new(env!("CARGO"))
         .args([
@@ -303,10 +306,12 @@ spec:
 
 #[test]
 fn deb_upgrade_and_restart_leave_running_pods_untouched() {
+    let new_version = format!("{OLD_VERSION}+upgrade1");
+    // First, alone (see build_new_binary).
+    let new_bin = build_new_binary(&new_version);
     let ctd = Containerd::start();
     let tmp = ctd.tmp().join("upgrade");
     fs::create_dir_all(&tmp).expect("tmp");
-    let new_version = format!("{OLD_VERSION}+upgrade1");
 
     // --- the two packages
     let deb1 = build_deb(
@@ -314,7 +319,6 @@ fn deb_upgrade_and_restart_leave_running_pods_untouched() {
         &tmp.join("dist1"),
         OLD_VERSION,
     );
-    let new_bin = build_new_binary(&new_version);
     let out = run(Command::new(&new_bin).arg("version"));
     assert!(out.starts_with(&format!("nanolet {new_version} ")), "{out}");
     let deb2 = build_deb(&new_bin, &tmp.join("dist2"), &new_version);
