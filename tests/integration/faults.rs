@@ -169,7 +169,7 @@ fn wait_converged(n: &Nanolet, desired: &BTreeMap<String, u64>) -> BTreeSet<Stri
 fn wait_runtime_clean(rt: &dyn Runtime, n: &Nanolet, uids: &BTreeSet<String>) -> BTreeSet<String> {
     // The runtime holds exactly those pods: one ready sandbox and one running container each,
     // and nothing of any other UID.
-    let clean = wait_for(Duration::from_secs(60), || {
+    wait_for(Duration::from_secs(60), || {
         let sbs = rt.list_pod_sandboxes().ok()?;
         let ctrs = rt.list_containers().ok()?;
         let sb_uids: Vec<&String> = sbs
@@ -208,8 +208,7 @@ fn wait_runtime_clean(rt: &dyn Runtime, n: &Nanolet, uids: &BTreeSet<String>) ->
             rt.list_containers().unwrap_or_default(),
             n.log_tail()
         )
-    });
-    clean
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

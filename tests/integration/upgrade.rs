@@ -341,7 +341,7 @@ fn build_packages(tmp: &Path, new_bin: &Path, new_version: &str) -> (PathBuf, Pa
     );
     let out = run(Command::new(new_bin).arg("version"));
     assert!(out.starts_with(&format!("nanolet {new_version} ")), "{out}");
-    let deb2 = build_deb(new_bin, &tmp.join("dist2"), &new_version);
+    let deb2 = build_deb(new_bin, &tmp.join("dist2"), new_version);
     (deb1, deb2)
 }
 
@@ -512,11 +512,11 @@ fn restart_as_systemd_does(
         .collect();
     assert_eq!(starts.len(), 2, "{starts:#?}");
     assert!(
-        starts[0].contains(OLD_VERSION) && !starts[0].contains(&new_version),
+        starts[0].contains(OLD_VERSION) && !starts[0].contains(new_version),
         "{}",
         starts[0]
     );
-    assert!(starts[1].contains(&new_version), "{}", starts[1]);
+    assert!(starts[1].contains(new_version), "{}", starts[1]);
 
     let ok = wait_for(TIMEOUT, || all_ready(n, 2).then_some(()));
     assert!(
