@@ -5,7 +5,7 @@
 //! CI runs a short version (20 pods, 60 s). The full run of the issue (100 pods, 10 minutes):
 //!
 //! ```text
-//! NANOLET_SOAK_PODS=100 NANOLET_SOAK_SECS=600 scripts/test --test soak -- --nocapture
+//! NANOLET_SOAK_PODS=100 NANOLET_SOAK_SECS=600 scripts/test soak:: -- --nocapture
 //! ```
 //!
 //! Half the pods carry an exec readiness probe, half an httpGet readiness probe (busybox httpd),
