@@ -1237,6 +1237,10 @@ fn grpc_server_binary() -> std::path::PathBuf {
     let debug = exe.parent().and_then(|d| d.parent()).expect("target/debug");
     let bin = debug.join("examples/grpc_health_server");
     if !bin.exists() {
+        // Alone, as the upgrade test's build: `cargo test --all-targets` builds only the
+        // example's test harness, so a fresh checkout compiles it here (nanolet and a few
+        // dependencies again, without the dev-dependencies' features: both cores for a minute).
+        let _alone = support::exclusive();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let st = std::process::Command::new(cargo)
             .args(["build", "--example", "grpc_health_server"])

@@ -14,8 +14,9 @@
 //!
 //! Who takes [`exclusive`] (docs/testing.md, "Running side by side"): the eviction tests (they
 //! measure the node's memory and disk, and ran one at a time already), the soak (probe
-//! timeliness and CPU figures of the whole machine) and the upgrade test while it builds its
-//! second binary (a cold cargo build takes both cores for minutes).
+//! timeliness and CPU figures of the whole machine), the 1000-connection flood (file
+//! descriptors of the test process, timed answers), and the cargo builds some tests run: the
+//! upgrade test's second binary and the grpc probe server (both cores for a minute or more).
 //!
 //! Tests that start neither a containerd nor the API server double (the log format, the fuzz
 //! replay, `nanolet validate` and the runtime-less `nanolet run` tests) take no gate: they are
