@@ -9,11 +9,10 @@
 //! reported as n/a.
 //!
 //! The private containerd (own root/state/socket, CNI bridge, local busybox/pause images, and a
-//! tear-down that also runs on panic) is the integration-test harness itself, included by path.
+//! tear-down that also runs on panic) is the integration-test harness itself: the
+//! `nanolet-test-support` crate in tests/support/, a dev-dependency.
 
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
+use nanolet_test_support as support;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -28,7 +27,7 @@ use nanolet::cri::{
 };
 use serde_json::{Value, json};
 
-use common::{BUSYBOX_IMAGE, Containerd};
+use support::{BUSYBOX_IMAGE, Containerd};
 
 const NODE: &str = "bench";
 const POLL: Duration = Duration::from_millis(5);
@@ -226,7 +225,7 @@ impl NanoletProc {
         let dir = ctd.tmp().join(name);
         let manifests = dir.join("manifests");
         fs::create_dir_all(&manifests).expect("manifest dir");
-        let port = common::agent::free_port();
+        let port = support::agent::free_port();
         let log = fs::File::create(dir.join("nanolet.log")).expect("nanolet log");
         let child = Command::new(bin)
             .arg("run")
@@ -236,7 +235,7 @@ impl NanoletProc {
             .arg(format!("--root-dir={}", dir.join("root").display()))
             .arg(format!("--pod-logs-dir={}", dir.join("log/pods").display()))
             .arg(format!("--read-only-port={port}"))
-            .arg(format!("--healthz-port={}", common::agent::free_port()))
+            .arg(format!("--healthz-port={}", support::agent::free_port()))
             // As in the tests: no eviction thresholds and no image GC. On a shared machine
             // whose disk is past the default imagefs.available<15 % (86 % used on 2026-11-23),
             // nanolet would reject every bench pod with DiskPressure and garbage-collect the
@@ -256,7 +255,7 @@ impl NanoletProc {
             port,
         };
         let url = format!("http://127.0.0.1:{port}/healthz");
-        let ok = common::wait_for(Duration::from_secs(30), || {
+        let ok = support::wait_for(Duration::from_secs(30), || {
             ureq::get(&url)
                 .call()
                 .ok()
@@ -266,7 +265,7 @@ impl NanoletProc {
         if ok.is_none() {
             eprintln!(
                 "footprint: nanolet healthz never became ok:\n{}",
-                common::tail(
+                support::tail(
                     &fs::read_to_string(dir.join("nanolet.log")).unwrap_or_default(),
                     30
                 )
@@ -1669,7 +1668,7 @@ fn log_rotation(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
         };
         nl.write(&name, &manifest(&name, true, 0, &["sh", "-c", &script]));
         // The container's log directory: <ns>_<pod>_<uid>/c.
-        let dir = common::wait_for(TIMEOUT, || {
+        let dir = support::wait_for(TIMEOUT, || {
             fs::read_dir(&logs)
                 .ok()?
                 .flatten()
@@ -1762,7 +1761,7 @@ fn log_rotation(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
             "nanolet_cpu_percent": cpu}),
         );
         // Wait for the container to go before the next rate.
-        let _ = common::wait_for(TIMEOUT, || {
+        let _ = support::wait_for(TIMEOUT, || {
             (!dir.join("0.log").exists()
                 || fs::read_dir(&logs)
                     .ok()?

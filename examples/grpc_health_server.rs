@@ -1,6 +1,6 @@
 //! A minimal grpc.health.v1 server over cleartext HTTP/2 (prior knowledge), used by the grpc
-//! probe tests as a real server process *inside* a test container (tests/probes.rs mounts this
-//! binary and the host's libraries into a busybox container). `grpc_health_server PORT`
+//! probe tests as a real server process *inside* a test container (tests/integration/probes.rs
+//! mounts this binary and the host's libraries into a busybox container). `grpc_health_server PORT`
 //! answers `Health/Check` with SERVING, except NOT_SERVING for the service "broken", and prints
 //! each requested service name on stdout. Not part of nanolet.
 

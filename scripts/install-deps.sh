@@ -3,10 +3,10 @@
 # containerd (+ ctr), runc, the CNI plugins (bridge, host-local, portmap, loopback),
 # busybox-static (test images are built from it), iproute2, iptables (bridge/portmap),
 # mount (umount for tear-down), tar/gzip/coreutils (image build), prometheus (only for
-# promtool: tests/api.rs checks /metrics with `promtool check metrics`), and the packaging
-# tools (binutils, systemd for systemd-analyze, lintian, init-system-helpers), gnuplot-nox
-# (the benchmark's PNG charts), and kubectl (tests/api.rs, tests/kubectl.rs); and the C
-# toolchain the build needs (gcc, libc6-dev: see below).
+# promtool: tests/integration/api.rs checks /metrics with `promtool check metrics`), and the
+# packaging tools (binutils, systemd for systemd-analyze, lintian, init-system-helpers),
+# gnuplot-nox (the benchmark's PNG charts), and kubectl (tests/integration/api.rs and
+# kubectl.rs); and the C toolchain the build needs (gcc, libc6-dev: see below).
 #
 # `--demo` installs only what building nanolet and scripts/demo need (the C toolchain,
 # containerd, runc, the CNI plugins, busybox-static, iproute2, iptables, mount, tar, gzip,
@@ -52,9 +52,9 @@ demo_only=0
 need_kubectl=
 if [ "$demo_only" -eq 0 ]; then
   need prometheus have promtool
-  # Packaging (packaging/test-deb, tests/upgrade.rs): readelf/strip for build-deb, the unit check
-  # (systemd-analyze verify), lintian, deb-systemd-helper for the maintainer scripts, zsh to
-  # drive the packaged zsh completion.
+  # Packaging (packaging/test-deb, tests/integration/upgrade.rs): readelf/strip for build-deb,
+  # the unit check (systemd-analyze verify), lintian, deb-systemd-helper for the maintainer
+  # scripts, zsh to drive the packaged zsh completion.
   need binutils have readelf
   need zsh have zsh
   need systemd have systemd-analyze
@@ -62,17 +62,19 @@ if [ "$demo_only" -eq 0 ]; then
   need init-system-helpers have deb-systemd-helper
   # Benchmark charts (scripts/bench draws results/*.png with gnuplot).
   need gnuplot-nox have gnuplot
-  # tests/security.rs: the HTTPS manifest-URL test makes its PKI with openssl and serves with python3.
+  # tests/integration/security.rs: the HTTPS manifest-URL test makes its PKI with openssl and
+  # serves with python3.
   need openssl have openssl
   need python3 have python3
-  # tests/images.rs (archives that real tools write): skopeo writes oci-archive (gzip and zstd
-  # layers) and docker-archive tarballs, podman builds and saves images (`podman save`, both
-  # formats); the `ctr images export` archives need only containerd's ctr, above.
+  # tests/integration/images.rs (archives that real tools write): skopeo writes oci-archive
+  # (gzip and zstd layers) and docker-archive tarballs, podman builds and saves images
+  # (`podman save`, both formats); the `ctr images export` archives need only containerd's
+  # ctr, above.
   need skopeo have skopeo
   need podman have podman
-  # kubectl (tests/api.rs, tests/kubectl.rs): the `kubectl` package where a Kubernetes apt
-  # repository provides it (pkgs.k8s.io), else Debian's `kubernetes-client`; chosen after
-  # `apt-get update` (a fresh machine has no package lists yet).
+  # kubectl (tests/integration/api.rs and kubectl.rs): the `kubectl` package where a
+  # Kubernetes apt repository provides it (pkgs.k8s.io), else Debian's `kubernetes-client`;
+  # chosen after `apt-get update` (a fresh machine has no package lists yet).
   have kubectl >/dev/null 2>&1 || need_kubectl=1
 fi
 

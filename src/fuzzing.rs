@@ -1,7 +1,7 @@
-//! The bodies of the fuzz targets (`fuzz/fuzz_targets/*.rs`), here so that the libFuzzer
-//! binaries and the stable regression test (`tests/fuzz_regressions.rs`, which replays the
-//! committed seeds and every input a fuzzer ever crashed on, `fuzz/regressions/<target>/`) run
-//! the same code. Each must never panic, whatever the bytes. Not part of nanolet's API.
+//! The bodies of the fuzz targets (`fuzz/fuzz_targets/*.rs`), here so that the libFuzzer binaries
+//! and the stable regression test (`tests/integration/fuzz_regressions.rs`, which replays the
+//! committed seeds and every input a fuzzer ever crashed on, `fuzz/regressions/<target>/`) run the
+//! same code. Each must never panic, whatever the bytes. Not part of nanolet's API.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

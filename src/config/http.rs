@@ -777,7 +777,8 @@ mod tests {
         );
 
         // Against a server: errors and pods name the URL without the token (the log lines use
-        // the same redacted form: tests/security.rs checks a real nanolet's log).
+        // the same redacted form: tests/integration/security.rs checks a real nanolet's
+        // log).
         let (url, state, server) = serve_conditional();
         let url = format!("{url}?access_token=s3cret");
         let mut cfg = UrlSourceConfig::new(url.clone(), "n");

@@ -1,14 +1,14 @@
 //! Black-box tests of the read-only port and the CLI: the real `nanolet` binary on a real
 //! containerd, read with the real `kubectl`, `promtool` and `nanolet get/logs/validate`.
 
-mod common;
+use nanolet_test_support as support;
 
-use common::agent::{NODE, Nanolet};
-use common::{Containerd, wait_for};
 use serde_json::Value;
 use std::fs;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+use support::agent::{NODE, Nanolet};
+use support::{Containerd, wait_for};
 
 fn node() -> String {
     NODE.to_lowercase()
@@ -92,6 +92,9 @@ const CRASHY: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: crashy\nspec
 /// Prints three lines a little apart and exits: `logs -f` must show all and then end.
 const TICKER: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: ticker\nspec:\n  restartPolicy: Never\n  containers:\n  - name: t\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'sleep 2; for i in 1 2 3; do echo tick $i; sleep 1; done']\n";
 
+/// The read-only port as kubectl, promtool and nanolet's own CLI see it, on one agent, step
+/// by step: web (Running and ready), crashy (one container crashing again and again), broken
+/// (an invalid manifest) and, from the `logs -f` step on, ticker (runs to completion).
 #[test]
 fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     let ctd = Containerd::start();
@@ -102,6 +105,23 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
             "--manifest-url=http://127.0.0.1:1/pods".into(),
         ],
     );
+    let (web, crashy) = run_web_crashy_and_broken(&n);
+    let pod = kubectl_get_pods_prints_tables_and_objects(&n, &web);
+    kubectl_logs_current_and_previous(&n, &web, &crashy);
+    let ticker = kubectl_logs_follow_until_the_container_ends(&n);
+    kubectl_describe_pod_and_get_events(&n, &crashy);
+    kubectl_get_nodes(&n);
+    writes_are_refused_with_405(&n, &web);
+    configz_redacts_secrets(&n);
+    metrics_pass_promtool_with_the_kubelet_families(&n);
+    stats_summary_and_resource_metrics(&n, &web, &pod);
+    cli_gets_logs_and_describes(&n, &web, &crashy, &ticker, &pod);
+    cli_exec_runs_through_cri(&n, &ctd, &web, &crashy);
+}
+
+/// Writes web, crashy and broken; returns once web is ready and crashy restarted: the full
+/// names (web, crashy).
+fn run_web_crashy_and_broken(n: &Nanolet) -> (String, String) {
     n.write("web.yaml", WEB);
     n.write("crashy.yaml", CRASHY);
     n.write(
@@ -121,10 +141,15 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
                     .any(|c| c["name"] == "crash" && c["restartCount"].as_i64() >= Some(1))
             })
     });
+    (web, crashy)
+}
 
+/// `get pods` as a table, `get pod` as YAML/JSON, a label selector, a missing pod. Returns web
+/// as /pods shows it (its UID and IP are what the later steps expect).
+fn kubectl_get_pods_prints_tables_and_objects(n: &Nanolet, web: &str) -> Value {
     // get pods -A -o wide: kubectl's columns from the server-side Table.
     let out = ok(
-        kubectl(&n, &["get", "pods", "-A", "-o", "wide"]),
+        kubectl(n, &["get", "pods", "-A", "-o", "wide"]),
         "get pods -A -o wide",
     );
     let mut lines = out.lines();
@@ -153,7 +178,7 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     );
     let web_row: Vec<&str> = out
         .lines()
-        .find(|l| l.split_whitespace().nth(1) == Some(web.as_str()))
+        .find(|l| l.split_whitespace().nth(1) == Some(web))
         .unwrap_or_else(|| panic!("no {web} row:\n{out}"))
         .split_whitespace()
         .collect();
@@ -167,50 +192,50 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
 
     // get pod -o yaml / json: the full object.
     let yaml = ok(
-        kubectl(&n, &["get", "pod", &web, "-o", "yaml"]),
+        kubectl(n, &["get", "pod", web, "-o", "yaml"]),
         "get pod -o yaml",
     );
     assert!(yaml.contains("kind: Pod\n"), "{yaml}");
     assert!(yaml.contains(&format!("  name: {web}\n")), "{yaml}");
     assert!(yaml.contains("phase: Running"), "{yaml}");
     let json: Value = serde_json::from_str(&ok(
-        kubectl(&n, &["get", "pod", &web, "-o", "json"]),
+        kubectl(n, &["get", "pod", web, "-o", "json"]),
         "-o json",
     ))
     .expect("JSON pod");
     assert_eq!(json["metadata"]["uid"], pod["metadata"]["uid"]);
     // Label selectors.
     let out = ok(
-        kubectl(&n, &["get", "pods", "-l", "app=web", "-o", "name"]),
+        kubectl(n, &["get", "pods", "-l", "app=web", "-o", "name"]),
         "-l app=web",
     );
     assert_eq!(out.trim(), format!("pod/{web}"));
 
     // Unknown pod: 404 Status, which kubectl prints as NotFound.
-    let out = kubectl(&n, &["get", "pod", "nope"]);
+    let out = kubectl(n, &["get", "pod", "nope"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("pods \"nope\" not found"), "{err}");
+    pod
+}
 
+fn kubectl_logs_current_and_previous(n: &Nanolet, web: &str, crashy: &str) {
     // logs, with -c, --tail, --timestamps, --previous.
-    let logs = ok(kubectl(&n, &["logs", &web]), "logs");
+    let logs = ok(kubectl(n, &["logs", web]), "logs");
     assert_eq!(logs, "first\nsecond\nthird\n");
     let logs = ok(
-        kubectl(&n, &["logs", &web, "-c", "c", "--tail=1"]),
+        kubectl(n, &["logs", web, "-c", "c", "--tail=1"]),
         "logs --tail",
     );
     assert_eq!(logs, "third\n");
     let logs = ok(
-        kubectl(&n, &["logs", &web, "--timestamps", "--tail=2"]),
+        kubectl(n, &["logs", web, "--timestamps", "--tail=2"]),
         "--timestamps",
     );
     let l: Vec<&str> = logs.lines().collect();
     assert_eq!(l.len(), 2, "{logs}");
     assert!(l[0].ends_with(" second") && l[0].contains('T'), "{logs}");
-    let logs = ok(
-        kubectl(&n, &["logs", &crashy, "-c", "main"]),
-        "logs -c main",
-    );
+    let logs = ok(kubectl(n, &["logs", crashy, "-c", "main"]), "logs -c main");
     assert_eq!(logs, "main up\n");
     // The crash container restarts every 10, 20, 40 s: a pair of reads that straddles a
     // restart would see the old current log as the new previous one. Take a pair during
@@ -227,11 +252,11 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     let (now_line, prev_line) = wait_for(Duration::from_secs(90), || {
         let before = restarts();
         let now_line = ok(
-            kubectl(&n, &["logs", &crashy, "-c", "crash"]),
+            kubectl(n, &["logs", crashy, "-c", "crash"]),
             "logs -c crash",
         );
         let prev_line = ok(
-            kubectl(&n, &["logs", &crashy, "-c", "crash", "--previous"]),
+            kubectl(n, &["logs", crashy, "-c", "crash", "--previous"]),
             "logs --previous",
         );
         (before.is_some() && restarts() == before).then_some((now_line, prev_line))
@@ -243,24 +268,30 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         "{now_line}"
     );
     assert_ne!(prev_line, now_line);
-    let out = kubectl(&n, &["logs", &web, "--previous"]);
+    let out = kubectl(n, &["logs", web, "--previous"]);
     assert!(!out.status.success(), "no previous container for web");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("previous terminated container"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
 
+/// Starts ticker and follows its log; returns its full name.
+fn kubectl_logs_follow_until_the_container_ends(n: &Nanolet) -> String {
     // logs -f follows the file as it grows and ends when the container stops.
     n.write("ticker.yaml", TICKER);
     let ticker = format!("ticker-{}", node());
     n.wait_pod("ticker", "Running", |p| p["status"]["phase"] == "Running");
-    let logs = ok(kubectl(&n, &["logs", "-f", &ticker]), "logs -f");
+    let logs = ok(kubectl(n, &["logs", "-f", &ticker]), "logs -f");
     assert_eq!(logs, "tick 1\ntick 2\ntick 3\n");
+    ticker
+}
 
+fn kubectl_describe_pod_and_get_events(n: &Nanolet, crashy: &str) {
     // describe pod: the object and the events nanolet recorded.
-    let out = ok(kubectl(&n, &["describe", "pod", &crashy]), "describe pod");
-    assert!(out.contains("Name:") && out.contains(&crashy), "{out}");
+    let out = ok(kubectl(n, &["describe", "pod", crashy]), "describe pod");
+    assert!(out.contains("Name:") && out.contains(crashy), "{out}");
     assert!(out.contains("Containers:"), "{out}");
     assert!(out.contains("Events:"), "{out}");
     assert!(
@@ -269,7 +300,7 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     );
 
     // get events -A.
-    let out = ok(kubectl(&n, &["get", "events", "-A"]), "get events -A");
+    let out = ok(kubectl(n, &["get", "events", "-A"]), "get events -A");
     assert!(
         out.lines().next().unwrap_or_default().contains("LAST SEEN"),
         "{out}"
@@ -282,9 +313,11 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
             && out.contains("FailedValidation"),
         "{out}"
     );
+}
 
+fn kubectl_get_nodes(n: &Nanolet) {
     // get nodes -o wide: this node, Ready, containerd version from CRI.
-    let out = ok(kubectl(&n, &["get", "nodes", "-o", "wide"]), "get nodes");
+    let out = ok(kubectl(n, &["get", "nodes", "-o", "wide"]), "get nodes");
     let row = out
         .lines()
         .find(|l| l.starts_with(&node()))
@@ -293,7 +326,7 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     assert!(row.contains("containerd://"), "{out}");
     assert!(row.contains(nanolet::KUBELET_VERSION), "{out}");
     let nodej: Value = serde_json::from_str(&ok(
-        kubectl(&n, &["get", "node", &node(), "-o", "json"]),
+        kubectl(n, &["get", "node", &node(), "-o", "json"]),
         "get node -o json",
     ))
     .expect("node JSON");
@@ -309,16 +342,18 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
             .unwrap_or("")
             .is_empty()
     );
+}
 
+fn writes_are_refused_with_405(n: &Nanolet, web: &str) {
     // Writes: 405 Status, through kubectl and raw.
-    let out = kubectl(&n, &["delete", "pod", &web, "--wait=false"]);
+    let out = kubectl(n, &["delete", "pod", web, "--wait=false"]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("does not allow this method"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (code, body, ct) = http(&n, "POST", "/api/v1/namespaces/default/pods", None);
+    let (code, body, ct) = http(n, "POST", "/api/v1/namespaces/default/pods", None);
     assert_eq!(code, 405);
     assert!(ct.starts_with("application/json"), "{ct}");
     let v: Value = serde_json::from_str(&body).expect("Status JSON");
@@ -326,15 +361,17 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         (v["kind"].as_str(), v["reason"].as_str()),
         (Some("Status"), Some("MethodNotAllowed"))
     );
-    assert_eq!(http(&n, "POST", "/pods", None).0, 405);
+    assert_eq!(http(n, "POST", "/pods", None).0, 405);
     assert_eq!(
-        http(&n, "DELETE", "/api/v1/namespaces/default/pods/x", None).0,
+        http(n, "DELETE", "/api/v1/namespaces/default/pods/x", None).0,
         405
     );
     assert_eq!(n.pods().len(), 3, "nothing was deleted");
+}
 
+fn configz_redacts_secrets(n: &Nanolet) {
     // /configz: effective configuration, secrets redacted.
-    let (code, body, _) = http(&n, "GET", "/configz", None);
+    let (code, body, _) = http(n, "GET", "/configz", None);
     assert_eq!(code, 200);
     let v: Value = serde_json::from_str(&body).expect("configz JSON");
     assert_eq!(v["kubeletconfig"]["readOnlyPort"], n.port);
@@ -349,9 +386,11 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
             .unwrap_or_default()
             .contains("hunter2")
     );
+}
 
+fn metrics_pass_promtool_with_the_kubelet_families(n: &Nanolet) {
     // /metrics: valid Prometheus text, with the kubelet's families.
-    let (code, metrics, ct) = http(&n, "GET", "/metrics", None);
+    let (code, metrics, ct) = http(n, "GET", "/metrics", None);
     assert_eq!(code, 200);
     assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
     for family in [
@@ -380,9 +419,11 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     );
     let check = promtool_check(&metrics);
     assert!(check.0, "promtool check metrics:\n{}\n{metrics}", check.1);
+}
 
+fn stats_summary_and_resource_metrics(n: &Nanolet, web: &str, pod: &Value) {
     // /stats/summary: the Summary API's field names, node from /proc, pods from CRI stats.
-    let (code, body, _) = http(&n, "GET", "/stats/summary", None);
+    let (code, body, _) = http(n, "GET", "/stats/summary", None);
     assert_eq!(code, 200);
     let s: Value = serde_json::from_str(&body).expect("summary JSON");
     assert_eq!(s["node"]["nodeName"], node());
@@ -400,7 +441,7 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     }
     let sp = s["pods"]
         .as_array()
-        .and_then(|a| a.iter().find(|p| p["podRef"]["name"] == web.as_str()))
+        .and_then(|a| a.iter().find(|p| p["podRef"]["name"] == web))
         .cloned()
         .unwrap_or_else(|| panic!("no {web} in the summary: {body}"));
     assert_eq!(sp["podRef"]["uid"], pod["metadata"]["uid"]);
@@ -421,7 +462,7 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         sp["ephemeral-storage"]["usedBytes"].as_u64().is_some(),
         "{sp}"
     );
-    let (code, text, _) = http(&n, "GET", "/metrics/probes", None);
+    let (code, text, _) = http(n, "GET", "/metrics/probes", None);
     assert_eq!(code, 200);
     let want = format!(
         "prober_probe_total{{container=\"c\",namespace=\"default\",pod=\"{web}\",probe_type=\"Readiness\",result=\"successful\"}} "
@@ -434,7 +475,7 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         check.1
     );
     for path in ["/metrics/resource", "/metrics/cadvisor"] {
-        let (code, text, _) = http(&n, "GET", path, None);
+        let (code, text, _) = http(n, "GET", path, None);
         assert_eq!(code, 200, "{path}");
         let want = format!(
             "container_memory_working_set_bytes{{container=\"c\",namespace=\"default\",pod=\"{web}\"}}"
@@ -443,7 +484,9 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         let check = promtool_check(&text);
         assert!(check.0, "promtool check {path}:\n{}\n{text}", check.1);
     }
+}
 
+fn cli_gets_logs_and_describes(n: &Nanolet, web: &str, crashy: &str, ticker: &str, pod: &Value) {
     // The CLI against the same agent.
     let server = format!("--server={}", n.url());
     let out = ok(nanolet_cli(&["get", "pods", &server]), "nanolet get pods");
@@ -451,7 +494,7 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         out.lines().next().unwrap_or_default().starts_with("NAME "),
         "{out}"
     );
-    assert!(out.contains(&web) && out.contains("Running"), "{out}");
+    assert!(out.contains(web) && out.contains("Running"), "{out}");
     let out = ok(
         nanolet_cli(&["get", "pods", "-A", "-o", "wide", &server]),
         "get pods -A -o wide",
@@ -479,12 +522,12 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     );
     assert!(out.contains("kind: PodList"), "{out}");
     let out = ok(
-        nanolet_cli(&["logs", &web, "--tail", "2", &server]),
+        nanolet_cli(&["logs", web, "--tail", "2", &server]),
         "nanolet logs",
     );
     assert_eq!(out, "second\nthird\n");
     let out = ok(
-        nanolet_cli(&["logs", &crashy, "-c", "crash", "--previous", &server]),
+        nanolet_cli(&["logs", crashy, "-c", "crash", "--previous", &server]),
         "logs --previous",
     );
     // (The crash container keeps restarting, so "previous" moves on: check the shape.)
@@ -493,23 +536,27 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
         "{out}"
     );
     let out = ok(
-        nanolet_cli(&["logs", "-f", &ticker, &server]),
+        nanolet_cli(&["logs", "-f", ticker, &server]),
         "nanolet logs -f",
     );
     assert_eq!(out, "tick 1\ntick 2\ntick 3\n");
     let out = ok(
-        nanolet_cli(&["describe", "pod", &crashy, &server]),
+        nanolet_cli(&["describe", "pod", crashy, &server]),
         "describe pod",
     );
     assert!(
-        out.contains(&crashy) && out.contains("Events:") && out.contains("Started"),
+        out.contains(crashy) && out.contains("Events:") && out.contains("Started"),
         "{out}"
     );
+}
+
+fn cli_exec_runs_through_cri(n: &Nanolet, ctd: &Containerd, web: &str, crashy: &str) {
+    let server = format!("--server={}", n.url());
     // exec through CRI, the exit code propagated.
     let endpoint = format!("--container-runtime-endpoint={}", ctd.endpoint());
     let out = nanolet_cli(&[
         "exec",
-        &web,
+        web,
         &endpoint,
         "--",
         "sh",
@@ -519,9 +566,9 @@ fn kubectl_reads_pods_logs_nodes_and_events_and_writes_are_refused() {
     assert_eq!(out.status.code(), Some(7), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
-    let out = nanolet_cli(&["exec", &crashy, "-c", "main", &endpoint, "--", "true"]);
+    let out = nanolet_cli(&["exec", crashy, "-c", "main", &endpoint, "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let out = nanolet_cli(&["exec", &crashy, &endpoint, "--", "true"]);
+    let out = nanolet_cli(&["exec", crashy, &endpoint, "--", "true"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("choose one with -c"),

@@ -1,20 +1,21 @@
 //! Eviction, local storage limits and admission against a real containerd, with the real
-//! binary. The tests in this file run one at a time (they measure the node's memory and disk).
+//! binary. Each test in this file runs alone: one at a time, and beside no test of another area
+//! (they measure the node's memory and disk; `support::gate::exclusive()`).
 
-mod common;
+use nanolet_test_support as support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
-use common::agent::{NODE, Nanolet, TIMEOUT};
-use common::{Containerd, Tmpfs, wait_for};
 use serde_json::Value;
+use support::agent::{NODE, Nanolet, TIMEOUT};
+use support::{Containerd, Tmpfs, wait_for};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// Held for the whole test, before its containerd starts: no other test of any area runs
+/// meanwhile (it was a mutex of this file's when each file was its own test process, which
+/// cargo ran after the others).
+fn serial() -> support::gate::Exclusive {
+    support::exclusive()
 }
 
 fn pod_yaml(name: &str, body: &str) -> String {
@@ -417,7 +418,7 @@ fn distinct_image(work: &Path, tag: &str) -> PathBuf {
     sh(&format!(
         "tar -C {} -xf {}",
         src.display(),
-        common::test_images().join("busybox.tar").display()
+        support::test_images().join("busybox.tar").display()
     ));
     let blob = |d: &str| src.join("blobs/sha256").join(&d[7..]);
     let index = read_json(&src.join("index.json"));
@@ -503,8 +504,8 @@ fn image_gc_removes_unused_unpinned_images_only() {
         .unwrap_or_else(|| panic!("unused image not collected\n{}", n.log_tail()));
     for img in [
         "localhost/kept:1",
-        common::BUSYBOX_IMAGE,
-        common::PAUSE_IMAGE,
+        support::BUSYBOX_IMAGE,
+        support::PAUSE_IMAGE,
     ] {
         assert!(present(img), "{img} was removed");
     }

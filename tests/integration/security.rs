@@ -2,7 +2,7 @@
 //! under a connection flood and slow clients, request limits, admission hardening options and
 //! the manifest-directory permission check.
 
-mod common;
+use nanolet_test_support as support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::Containerd;
-use common::agent::Nanolet;
+use support::Containerd;
+use support::agent::Nanolet;
 
 /// `Threads` and `VmRSS` (KiB) of a process, from /proc/<pid>/status.
 fn threads_and_rss(pid: u32) -> (u64, u64) {
@@ -54,6 +54,9 @@ fn healthz_port(n: &Nanolet) -> u16 {
 
 #[test]
 fn servers_survive_a_thousand_idle_and_slow_connections() {
+    // Alone: the 1000 connections are file descriptors of this test process, which every other
+    // test of the one binary also uses (the soft limit is often 1024), and answers are timed.
+    let _alone = support::exclusive();
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[]);
     let pid = n.child.as_ref().expect("child").id();
@@ -259,7 +262,7 @@ fn hardening_options_reject_pods_at_admission_until_the_manifest_changes() {
         let got = p["status"]["message"].as_str().unwrap_or_default();
         assert!(got.starts_with(message), "{name}: {got}");
         let full = format!("{name}-node1");
-        let events = common::wait_for(Duration::from_secs(10), || {
+        let events = support::wait_for(Duration::from_secs(10), || {
             Some(events_of(&n, &full)).filter(|e| !e.is_empty())
         })
         .unwrap_or_default();
@@ -336,7 +339,7 @@ fn insecure_manifest_dirs_and_files_are_refused() {
     std::fs::write(images.join("planted.tar"), b"not an image").expect("archive");
     chmod(&images.join("planted.tar"), 0o666);
     let n = Nanolet::start(&ctd, &[format!("--config-map-dir={}", cm_dir.display())]);
-    let import_refused = common::wait_for(Duration::from_secs(30), || {
+    let import_refused = support::wait_for(Duration::from_secs(30), || {
         let events = n.get("/api/v1/namespaces/default/events")?;
         (events.contains("planted.tar is world-writable")
             && events.contains("can replace the images"))
@@ -384,7 +387,7 @@ fn insecure_manifest_dirs_and_files_are_refused() {
     .expect("write manifest");
     chmod(&tmp, 0o666);
     std::fs::rename(&tmp, &file).expect("rename manifest");
-    let errors = common::wait_for(Duration::from_secs(15), || {
+    let errors = support::wait_for(Duration::from_secs(15), || {
         n.get("/manifests/errors")
             .filter(|b| b.contains("open.yaml") && b.contains("world-writable"))
     });
@@ -500,7 +503,7 @@ impl TlsServer {
             .spawn()
             .expect("python3 (scripts/install-deps.sh installs it)");
         let server = TlsServer(child);
-        let up = common::wait_for(Duration::from_secs(10), || {
+        let up = support::wait_for(Duration::from_secs(10), || {
             TcpStream::connect(("127.0.0.1", port)).ok()
         });
         assert!(up.is_some(), "the TLS test server did not listen on {port}");
@@ -528,7 +531,7 @@ fn manifest_url_over_https_with_a_private_ca_and_a_client_certificate() {
     make_pki(&pki);
     let body = pod_yaml("fromtls", &format!("  containers:\n  - name: c\n{SLEEP}"));
     std::fs::write(pki.join("pods.yaml"), body).expect("pods.yaml");
-    let port = common::agent::free_port();
+    let port = support::agent::free_port();
     let _server = TlsServer::start(&pki, port);
     let url = format!("https://127.0.0.1:{port}/pods.yaml");
     let secret = "Bearer tls-s3cr3t-token";
@@ -544,7 +547,7 @@ fn manifest_url_over_https_with_a_private_ca_and_a_client_certificate() {
             pki_arg("manifest-url-client-key", "client.key"),
         ],
     );
-    let errors = common::wait_for(Duration::from_secs(30), || {
+    let errors = support::wait_for(Duration::from_secs(30), || {
         let e = untrusting.get("/manifests/errors")?;
         e.contains(&url).then_some(e)
     })
@@ -704,7 +707,7 @@ fn validate_refuses_a_fifo_dev_zero_and_a_huge_file_without_blocking_or_reading(
         .spawn()
         .expect("run nanolet validate");
     let mut child = KillOnDrop(child);
-    let exited = common::wait_for(Duration::from_secs(20), || {
+    let exited = support::wait_for(Duration::from_secs(20), || {
         child.0.try_wait().ok().flatten()
     });
     assert!(
@@ -776,7 +779,7 @@ fn hostile_manifest_directory_entries_are_reported_and_logged_escaped_once() {
     }
     let log_path = tmp.path().join("nanolet.log");
     let log = std::fs::File::create(&log_path).expect("log file");
-    let port = common::agent::free_port();
+    let port = support::agent::free_port();
     let mut child = run_without_containerd(
         tmp.path(),
         port,
@@ -817,7 +820,7 @@ fn hostile_manifest_directory_entries_are_reported_and_logged_escaped_once() {
         ),
         (format!("{d}/new\\nline.yaml"), "Invalid value"),
     ];
-    let errors = common::wait_for(Duration::from_secs(30), || {
+    let errors = support::wait_for(Duration::from_secs(30), || {
         if let Ok(Some(status)) = child.0.try_wait() {
             panic!(
                 "nanolet exited ({status}): {}",
@@ -917,7 +920,7 @@ fn manifest_url_query_credentials_are_redacted_and_unchanged_bodies_not_download
     let tmp = tempfile::tempdir().expect("tempdir");
     let log_path = tmp.path().join("nanolet.log");
     let log = std::fs::File::create(&log_path).expect("log file");
-    let ro_port = common::agent::free_port();
+    let ro_port = support::agent::free_port();
     let mut child = run_without_containerd(
         tmp.path(),
         ro_port,
@@ -931,7 +934,7 @@ fn manifest_url_query_credentials_are_redacted_and_unchanged_bodies_not_download
     );
     let ro: SocketAddr = format!("127.0.0.1:{ro_port}").parse().expect("addr");
     let shown = format!("http://127.0.0.1:{port}/pods?access_token=<redacted>&sig=<redacted>");
-    let errors = common::wait_for(Duration::from_secs(30), || {
+    let errors = support::wait_for(Duration::from_secs(30), || {
         if let Ok(Some(status)) = child.0.try_wait() {
             panic!(
                 "nanolet exited ({status}): {}",
@@ -945,7 +948,7 @@ fn manifest_url_query_credentials_are_redacted_and_unchanged_bodies_not_download
     assert_eq!(errors[0]["origin"], shown.as_str(), "{errors:?}");
     assert_eq!(errors[0]["field"], "metadata.name", "{errors:?}");
     // Three more polls: each a 304.
-    let polled = common::wait_for(Duration::from_secs(30), || {
+    let polled = support::wait_for(Duration::from_secs(30), || {
         let c = *counts.lock().unwrap_or_else(|e| e.into_inner());
         (c.1 >= 3).then_some(c)
     });

@@ -1,4 +1,8 @@
-//! Shared integration-test harness: a private containerd in a temp directory.
+//! The integration-test harness (the `nanolet-test-support` crate): a private containerd in a
+//! temp directory, and beside it `agent` (a running `nanolet run`), `apiserver` (the API server
+//! test double), `kubectl` (the real kubectl against it) and `gate` (which tests may run side by
+//! side in the one test process). Used by the integration tests (`tests/integration/`) and the
+//! benchmark (`benches/footprint.rs`).
 //!
 //! `Containerd::start()` gives each test its own containerd (own root, state, socket, CNI
 //! bridge and /16 subnet) with the local test images imported:
@@ -11,7 +15,6 @@
 //! dir, deletes the bridge and the temp dir. Tear-down is bounded: it never waits forever.
 //!
 //! Requires root and the tools from `scripts/install-deps.sh`.
-#![allow(dead_code)]
 
 use std::fs;
 use std::io::Write;
@@ -26,7 +29,10 @@ use nanolet::cri::client::CriRuntime;
 
 pub mod agent;
 pub mod apiserver;
+pub mod gate;
 pub mod kubectl;
+
+pub use gate::exclusive;
 
 pub const BUSYBOX_IMAGE: &str = "localhost/busybox:1.36";
 pub const PAUSE_IMAGE: &str = "localhost/pause:3.9";
@@ -39,8 +45,45 @@ const NET_LOCK_DIR: &str = "/tmp/nanolet-test-nets";
 
 static INSTANCE: AtomicUsize = AtomicUsize::new(0);
 
+/// The nanolet repository (this crate is `tests/support` in it).
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("{} is not <repo>/tests/support", here.display()))
+        .to_path_buf()
+}
+
+/// The `nanolet` executable cargo built for the running test or bench binary.
+///
+/// `env!("CARGO_BIN_EXE_nanolet")` only exists while cargo compiles an integration test or a
+/// bench of the nanolet package, not this library. Cargo >= 1.94 also sets it in the
+/// environment of the test and bench processes it runs; otherwise (an older cargo, or a test
+/// binary run by hand) it is where cargo puts it beside the running executable:
+/// `target/<profile>/deps/<name>-<hash>` -> `target/<profile>/nanolet` (cargo builds a
+/// package's binaries before its integration tests and benches, with the same profile).
+pub fn nanolet_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = match std::env::var_os("CARGO_BIN_EXE_nanolet") {
+            Some(p) => PathBuf::from(p),
+            None => {
+                let exe = std::env::current_exe()
+                    .unwrap_or_else(|e| panic!("the test binary's path: {e}"));
+                let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+                if dir.ends_with("deps") || dir.ends_with("examples") {
+                    dir.pop();
+                }
+                dir.join("nanolet")
+            }
+        };
+        assert!(
+            bin.is_file(),
+            "no nanolet binary at {} (cargo builds it with the integration tests and benches)",
+            bin.display()
+        );
+        bin
+    })
 }
 
 fn run_ok(cmd: &mut Command) -> Result<String, String> {
@@ -225,6 +268,8 @@ pub struct Containerd {
     /// Registry hosts (`127.0.0.1:PORT`) the CRI plugin reaches over plain http (a mirror
     /// entry per host in the config); empty for every test but the fake-registry ones.
     plain_http_registries: Vec<String>,
+    /// The shared gate while this containerd lives (`None` for a stale instance being reaped).
+    _gate: Option<gate::Shared>,
 }
 
 impl Containerd {
@@ -236,6 +281,8 @@ impl Containerd {
 
     /// As [`Containerd::start`], with CRI registry mirrors that reach `hosts` over plain http.
     pub fn start_with_plain_http_registries(hosts: &[String]) -> Containerd {
+        // First: no containerd starts while a test that must run alone runs.
+        let gate = gate::shared();
         check_deps();
         reap_stale_instances();
         let images = test_images();
@@ -254,6 +301,7 @@ impl Containerd {
             subnet: format!("10.{octet}.0.0/16"),
             net_lock,
             plain_http_registries: hosts.to_vec(),
+            _gate: Some(gate),
         };
         ctd.write_config();
         ctd.start_daemon();
@@ -297,7 +345,7 @@ impl Containerd {
     /// product's own import path; its pin record goes to `<tmp>/image-pins`).
     pub fn import_image(&self, tar: &Path) {
         if let Err(e) = run_ok(
-            Command::new(env!("CARGO_BIN_EXE_nanolet"))
+            Command::new(nanolet_bin())
                 .args(["images", "import"])
                 .arg(format!("--container-runtime-endpoint={}", self.endpoint()))
                 .arg(format!(
@@ -625,6 +673,7 @@ fn reap_stale_instances() {
                 subnet: String::new(),
                 net_lock: PathBuf::new(),
                 plain_http_registries: Vec::new(),
+                _gate: None,
             });
         }
     });
@@ -656,7 +705,6 @@ pub fn tail(s: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Polls `f` every 20 ms until it returns Some or `timeout` passes.
 /// A tmpfs mounted for a test (root dirs and emptyDirs on a small filesystem), unmounted
 /// lazily, with everything below it, on drop.
 pub struct Tmpfs(pub PathBuf);
@@ -682,6 +730,7 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Polls `f` every 20 ms until it returns Some or `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {

@@ -6,17 +6,17 @@
 //! credentials (node config.json and imagePullSecrets from the local store) against a tiny
 //! fake registry.
 
-mod common;
+use nanolet_test_support as support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::agent::{NODE, Nanolet};
-use common::{Containerd, test_images, wait_for};
 use nanolet::cri::Runtime;
 use serde_json::Value;
+use support::agent::{NODE, Nanolet};
+use support::{Containerd, test_images, wait_for};
 
 fn nanolet_bin() -> &'static str {
     env!("CARGO_BIN_EXE_nanolet")
@@ -359,7 +359,7 @@ fn waiting_reason(p: &Value) -> String {
 fn missing_registry_goes_err_image_pull_then_image_pull_backoff_with_backoff() {
     let ctd = Containerd::start();
     // A port nothing listens on: the pull fails fast with "connection refused".
-    let port = common::agent::free_port();
+    let port = support::agent::free_port();
     let image = format!("127.0.0.1:{port}/nope/busybox:1");
     let n = Nanolet::start(&ctd, &[]);
     n.write("nope.yaml", &pod_yaml("nope", &image, "IfNotPresent", ""));

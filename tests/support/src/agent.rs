@@ -1,6 +1,6 @@
 //! A running `nanolet run` for black-box tests: own manifest, root and log dirs, free ports,
 //! its output in `<tmp>/nanolet/nanolet.log`; stopped (SIGTERM, then SIGKILL) on drop.
-//! (The helper tests/e2e.rs, tests/api.rs and tests/probes.rs share.)
+//! (The helper of the integration tests that run the binary: e2e, api, probes, ...)
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -33,7 +33,7 @@ pub struct Nanolet {
     /// The bearer token, read from `--read-only-token-file=PATH` in the extra args.
     pub token: Option<String>,
     pub env: Vec<(String, String)>,
-    /// The executable: cargo's `nanolet`, or another one (tests/upgrade.rs: an installed package).
+    /// The executable: cargo's `nanolet`, or another one (the upgrade test: an installed package).
     pub bin: PathBuf,
 }
 
@@ -44,8 +44,7 @@ impl Nanolet {
 
     /// As [`Nanolet::start`], with extra environment variables for the process.
     pub fn start_with_env(ctd: &Containerd, extra: &[String], env: &[(&str, &str)]) -> Nanolet {
-        let bin = PathBuf::from(env!("CARGO_BIN_EXE_nanolet"));
-        Self::start_binary(ctd, &bin, extra, env)
+        Self::start_binary(ctd, super::nanolet_bin(), extra, env)
     }
 
     /// As [`Nanolet::start_with_env`], running the executable `bin`.

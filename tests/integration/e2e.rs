@@ -2,18 +2,18 @@
 //! harness in a temp dir). Each test writes manifests, starts nanolet, and asserts the
 //! kubelet's static-pod semantics through `/pods`, the log files and CRI.
 
-mod common;
+use nanolet_test_support as support;
 
 use std::fs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Containerd, wait_for};
 use nanolet::cri::{ContainerState, Runtime};
 use serde_json::Value;
+use support::{Containerd, wait_for};
 
-use common::agent::{NODE, Nanolet, TIMEOUT, free_port};
+use support::agent::{NODE, Nanolet, TIMEOUT, free_port};
 
 fn uid_of(p: &Value) -> String {
     p["metadata"]["uid"]

@@ -1,18 +1,18 @@
-//! CriRuntime against a real, private containerd (see tests/common).
+//! CriRuntime against a real, private containerd (see tests/support).
 
-mod common;
+use nanolet_test_support as support;
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{BUSYBOX_IMAGE, Containerd, wait_for};
 use nanolet::cri::client::CriRuntime;
 use nanolet::cri::{
     ContainerConfig, ContainerState, ErrorKind, LABEL_CONTAINER_NAME, LABEL_MANAGED_BY,
     LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, Runtime, RuntimeEvent,
     SandboxState,
 };
+use support::{BUSYBOX_IMAGE, Containerd, wait_for};
 
 fn sandbox_config(ctd: &Containerd, name: &str, host_network: bool) -> PodSandboxConfig {
     let uid = format!("uid-{name}");

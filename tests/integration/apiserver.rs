@@ -1,19 +1,19 @@
-//! API-server mode against the API server test double (tests/common/apiserver.rs) and a real
+//! API-server mode against the API server test double (tests/support/src/apiserver.rs) and a real
 //! containerd: node registration (labels, taints), the Lease heartbeat, node status updates, an
 //! API outage that leaves pods alone, re-registration after the Node is deleted; API pods with
 //! status write-back, watch expiry and graceful deletion ending in the final DELETE; the offline
 //! checkpoint (restart while the API server is down, reconcile without restarts); mirror pods;
-//! the same driven by the real `kubectl` (tests/common/kubectl.rs).
+//! the same driven by the real `kubectl` (tests/support/src/kubectl.rs).
 
-mod common;
+use nanolet_test_support as support;
 
 use std::time::Duration;
 
-use common::agent::Nanolet;
-use common::apiserver::FakeApiServer;
-use common::{Containerd, wait_for};
 use nanolet::cri::Runtime;
 use serde_json::Value;
+use support::agent::Nanolet;
+use support::apiserver::FakeApiServer;
+use support::{Containerd, wait_for};
 
 const TOKEN: &str = "t0ken-for-the-test";
 const NODE_PATH: &str = "/api/v1/nodes/node1";
@@ -640,7 +640,7 @@ fn double_watch_delivers_events_to_the_client() {
 fn kubectl_apply_get_and_delete_drive_nanolet() {
     let ctd = Containerd::start();
     let api = FakeApiServer::start(TOKEN);
-    let k = common::kubectl::Kubectl::new(&api, TOKEN);
+    let k = support::kubectl::Kubectl::new(&api, TOKEN);
     let kc = ctd.tmp().join("kubeconfig");
     api.write_kubeconfig(&kc, TOKEN);
     let n = Nanolet::start(&ctd, &[format!("--kubeconfig={}", kc.display())]);

@@ -12,7 +12,7 @@
 //! feature-less build; the test's config uses no https) in its own target directory below
 //! cargo's `CARGO_TARGET_TMPDIR` (about 2 minutes on 2 cores the first time, seconds after).
 
-mod common;
+use nanolet_test_support as support;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::agent::{Nanolet, TIMEOUT};
-use common::{Containerd, wait_for};
 use serde_json::Value;
+use support::agent::{Nanolet, TIMEOUT};
+use support::{Containerd, wait_for};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 /// The version cargo test's binary carries (Cargo.toml's, or NANOLET_VERSION at build time).
@@ -38,8 +38,8 @@ fn run(cmd: &mut Command) -> String {
         out.status.success(),
         "{cmd:?}: {}\nstdout:\n{}\nstderr:\n{}",
         out.status,
-        common::tail(&String::from_utf8_lossy(&out.stdout), 40),
-        common::tail(&String::from_utf8_lossy(&out.stderr), 40)
+        support::tail(&String::from_utf8_lossy(&out.stdout), 40),
+        support::tail(&String::from_utf8_lossy(&out.stderr), 40)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -58,8 +58,11 @@ fn build_deb(bin: &Path, out: &Path, version: &str) -> PathBuf {
     deb
 }
 
-/// The "new release": the same source built with another version stamped in.
+/// The "new release": the same source built with another version stamped in. Alone (the
+/// exclusive gate, so before the test's containerd starts): a cold build takes both cores for
+/// minutes, which tests of other areas timing probes or back-offs must not run beside.
 fn build_new_binary(version: &str) -> PathBuf {
+    let _alone = support::exclusive();
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("upgrade-build");
     run(Command::new(env!("CARGO"))
         .args([
@@ -303,25 +306,48 @@ spec:
 
 #[test]
 fn deb_upgrade_and_restart_leave_running_pods_untouched() {
+    let new_version = format!("{OLD_VERSION}+upgrade1");
+    // First, alone (see build_new_binary).
+    let new_bin = build_new_binary(&new_version);
     let ctd = Containerd::start();
     let tmp = ctd.tmp().join("upgrade");
     fs::create_dir_all(&tmp).expect("tmp");
-    let new_version = format!("{OLD_VERSION}+upgrade1");
 
     // --- the two packages
+    let (deb1, deb2) = build_packages(&tmp, &new_bin, &new_version);
+
+    // --- fresh install
+    let root = DpkgRoot::new(tmp.join("root"));
+    let config = install_and_edit_the_conffile(&root, &deb1);
+    let exec = exec_start_of_the_unit(&root, &config);
+
+    // --- "systemctl start nanolet": Type=notify with a 1 s watchdog
+    let mut notify = NotifySocket::bind(tmp.join("notify.sock"));
+    let (mut n, before) = start_as_the_unit_does(&ctd, &root, &exec, &mut notify);
+
+    // --- the upgrade: dpkg replaces the binary under the running nanolet
+    upgrade_under_the_running_nanolet(&root, &deb2, &config, &n, &new_version);
+
+    // --- "systemctl restart nanolet": SIGTERM to the main process only, then ExecStart again
+    restart_as_systemd_does(&mut n, &mut notify, &ctd, before, &new_version);
+}
+
+/// The .deb of cargo's binary (the old version) and of `new_bin` (the new one).
+fn build_packages(tmp: &Path, new_bin: &Path, new_version: &str) -> (PathBuf, PathBuf) {
     let deb1 = build_deb(
         Path::new(env!("CARGO_BIN_EXE_nanolet")),
         &tmp.join("dist1"),
         OLD_VERSION,
     );
-    let new_bin = build_new_binary(&new_version);
-    let out = run(Command::new(&new_bin).arg("version"));
+    let out = run(Command::new(new_bin).arg("version"));
     assert!(out.starts_with(&format!("nanolet {new_version} ")), "{out}");
-    let deb2 = build_deb(&new_bin, &tmp.join("dist2"), &new_version);
+    let deb2 = build_deb(new_bin, &tmp.join("dist2"), new_version);
+    (deb1, deb2)
+}
 
-    // --- fresh install
-    let root = DpkgRoot::new(tmp.join("root"));
-    root.install(&deb1);
+/// Installs the old package; the admin then edits its conffile. Returns the conffile's path.
+fn install_and_edit_the_conffile(root: &DpkgRoot, deb1: &Path) -> PathBuf {
+    root.install(deb1);
     assert_eq!(root.status(), format!("install ok installed {OLD_VERSION}"));
     let installed = root.path("/usr/bin/nanolet");
     let out = run(Command::new(&installed).arg("version"));
@@ -332,7 +358,11 @@ fn deb_upgrade_and_restart_leave_running_pods_untouched() {
     let mut text = fs::read_to_string(&config).expect("installed config");
     text.push_str("\n# local edit\nmaxPods: 42\n");
     fs::write(&config, text).expect("edit config");
+    config
+}
 
+/// The unit's ExecStart with the scratch root's config file.
+fn exec_start_of_the_unit(root: &DpkgRoot, config: &Path) -> Vec<String> {
     // ExecStart as the unit says, with the paths of the scratch root. The test's own paths
     // (manifests, containerd socket, ports, state) come as flags, which override the file.
     // $NANOLET_ARGS (from /etc/default/nanolet, empty as shipped) expands to no argument.
@@ -361,14 +391,23 @@ fn deb_upgrade_and_restart_leave_running_pods_untouched() {
             "unit lacks {key}{want}"
         );
     }
+    exec
+}
 
-    // --- "systemctl start nanolet": Type=notify with a 1 s watchdog
-    let mut notify = NotifySocket::bind(tmp.join("notify.sock"));
+/// Starts the installed binary as the unit does, with two pods (one restarted once); returns
+/// it and the snapshot the upgrade must leave unchanged.
+fn start_as_the_unit_does(
+    ctd: &Containerd,
+    root: &DpkgRoot,
+    exec: &[String],
+    notify: &mut NotifySocket,
+) -> (Nanolet, Snapshot) {
+    let installed = root.path("/usr/bin/nanolet");
     let env = [
         ("NOTIFY_SOCKET", notify.path.to_str().expect("utf-8 path")),
         ("WATCHDOG_USEC", "1000000"),
     ];
-    let mut n = Nanolet::start_binary(&ctd, &installed, &exec[2..], &env);
+    let n = Nanolet::start_binary(ctd, &installed, &exec[2..], &env);
     n.write("sleeper.yaml", SLEEPER);
     n.write("crash-once.yaml", ONCE);
     notify.wait_line("READY=1", TIMEOUT);
@@ -391,7 +430,7 @@ fn deb_upgrade_and_restart_leave_running_pods_untouched() {
         configz["kubeletconfig"]["maxPods"], 42,
         "the installed config is read"
     );
-    let before = snapshot(&n, &ctd);
+    let before = snapshot(&n, ctd);
     assert_eq!(before.pods.len(), 2, "{before:#?}");
     // 2 sandboxes + 2 containers.
     assert_eq!(before.tasks.len(), 4, "{before:#?}");
@@ -406,13 +445,22 @@ fn deb_upgrade_and_restart_leave_running_pods_untouched() {
             "pid {pid} in nanolet's cgroup"
         );
     }
+    (n, before)
+}
 
-    // --- the upgrade: dpkg replaces the binary under the running nanolet
-    let dpkg_out = root.install(&deb2);
+fn upgrade_under_the_running_nanolet(
+    root: &DpkgRoot,
+    deb2: &Path,
+    config: &Path,
+    n: &Nanolet,
+    new_version: &str,
+) {
+    let installed = root.path("/usr/bin/nanolet");
+    let dpkg_out = root.install(deb2);
     assert_eq!(root.status(), format!("install ok installed {new_version}"));
     let out = run(Command::new(&installed).arg("version"));
     assert!(out.starts_with(&format!("nanolet {new_version} ")), "{out}");
-    let text = fs::read_to_string(&config).expect("config after upgrade");
+    let text = fs::read_to_string(config).expect("config after upgrade");
     assert!(
         text.contains("maxPods: 42"),
         "upgrade replaced the edited conffile\n{dpkg_out}"
@@ -422,8 +470,16 @@ fn deb_upgrade_and_restart_leave_running_pods_untouched() {
         Some("ok"),
         "the old nanolet still runs"
     );
+}
 
-    // --- "systemctl restart nanolet": SIGTERM to the main process only, then ExecStart again
+/// Stops nanolet as systemd does and starts the new binary: nothing of the pods may change.
+fn restart_as_systemd_does(
+    n: &mut Nanolet,
+    notify: &mut NotifySocket,
+    ctd: &Containerd,
+    before: Snapshot,
+    new_version: &str,
+) {
     let mut child = n.child.take().expect("child");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -442,7 +498,7 @@ fn deb_upgrade_and_restart_leave_running_pods_untouched() {
     assert!(status.success(), "nanolet exited with {status} on SIGTERM");
     notify.wait_line("STOPPING=1", TIMEOUT);
     assert_eq!(
-        tasks(&ctd),
+        tasks(ctd),
         before.tasks,
         "stopping nanolet changed the running tasks"
     );
@@ -456,19 +512,19 @@ fn deb_upgrade_and_restart_leave_running_pods_untouched() {
         .collect();
     assert_eq!(starts.len(), 2, "{starts:#?}");
     assert!(
-        starts[0].contains(OLD_VERSION) && !starts[0].contains(&new_version),
+        starts[0].contains(OLD_VERSION) && !starts[0].contains(new_version),
         "{}",
         starts[0]
     );
-    assert!(starts[1].contains(&new_version), "{}", starts[1]);
+    assert!(starts[1].contains(new_version), "{}", starts[1]);
 
-    let ok = wait_for(TIMEOUT, || all_ready(&n, 2).then_some(()));
+    let ok = wait_for(TIMEOUT, || all_ready(n, 2).then_some(()));
     assert!(
         ok.is_some(),
         "pods not Running after the restart: {:#?}",
         n.pods()
     );
-    let after = snapshot(&n, &ctd);
+    let after = snapshot(n, ctd);
     assert_eq!(
         after,
         before,
@@ -483,7 +539,7 @@ fn deb_upgrade_and_restart_leave_running_pods_untouched() {
         "stop_podsandbox",
         "remove_container",
     ] {
-        assert_eq!(runtime_ops(&n, op), 0.0, "the new nanolet called {op}");
+        assert_eq!(runtime_ops(n, op), 0.0, "the new nanolet called {op}");
     }
     let configz: Value =
         serde_json::from_str(&n.get("/configz").unwrap_or_default()).expect("configz");
@@ -492,7 +548,7 @@ fn deb_upgrade_and_restart_leave_running_pods_untouched() {
         "the kept config is read"
     );
     assert!(
-        runtime_ops(&n, "list_containers") > 0.0,
+        runtime_ops(n, "list_containers") > 0.0,
         "the metric names are right (the new nanolet lists containers)"
     );
 }

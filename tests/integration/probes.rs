@@ -11,16 +11,16 @@
 //! waits for a positive sign that the probes in question ran (a logged probe failure, Ready,
 //! or a sibling pod on the same nanolet being restarted), then watches for several periods.
 
-mod common;
+use nanolet_test_support as support;
 
 use std::fs;
 use std::time::{Duration, Instant};
 
-use common::Containerd;
-use common::agent::{NODE, Nanolet};
 use nanolet::cri::Runtime;
 use nanolet::timeutil::parse_rfc3339;
 use serde_json::Value;
+use support::Containerd;
+use support::agent::{NODE, Nanolet};
 
 /// How long a positive condition may take (image is local; restarts are immediate or 10 s).
 const WAIT: Duration = Duration::from_secs(40);
@@ -880,7 +880,64 @@ fn lifecycle_hooks_exec_and_http() {
     // only within the grace period (plus a one-off 2 s) however long the hook would take.
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[]);
-    let port = common::agent::free_port();
+    let (port, handler_log) = start_hook_handler(&n);
+    write_hook_targets(&n, port);
+    let wait_request = |path: &str| wait_hook_request(&n, &handler_log, path);
+    for name in [
+        "poststart-exec",
+        "poststart-http",
+        "prestop-exec",
+        "prestop-http",
+    ] {
+        let p = wait_pod(&n, name, "running", |p| running(p, "c"));
+        assert_eq!(restarts(&p, "c"), 0, "{name}: a failed postStart kills");
+    }
+    wait_request("poststart-exec");
+    wait_request("poststart-http");
+    let log = fs::read_to_string(&handler_log).unwrap_or_default();
+    assert!(
+        !log.contains("url:/prestop"),
+        "preStop ran while the pods were running:\n{log}"
+    );
+
+    let p = wait_restarted(&n, "poststart-fails");
+    assert!(
+        cs(&p, "c")["lastState"]["terminated"].is_object(),
+        "{:#}",
+        p["status"]
+    );
+    wait_logged(&n, "poststart-fails", "FailedPostStartHook");
+
+    wait_pod(&n, "prestop-hangs", "running", |p| running(p, "c"));
+    let removed = Instant::now();
+    n.remove("prestop-hangs.yaml");
+    poll(WAIT, || n.pod("prestop-hangs").is_none().then_some(())).unwrap_or_else(|| {
+        panic!(
+            "prestop-hangs: the hanging preStop hook held the pod past its grace period:\n{}",
+            n.log_tail()
+        )
+    });
+    let took = removed.elapsed();
+    eprintln!("prestop-hangs: terminated {took:?} after its manifest was removed");
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(20),
+        "terminating with a hanging preStop took {took:?}, expected the grace period (3 s) + 2 s"
+    );
+
+    n.remove("prestop-exec.yaml");
+    n.remove("prestop-http.yaml");
+    wait_request("prestop-exec");
+    wait_request("prestop-http");
+    for name in ["prestop-exec", "prestop-http"] {
+        poll(WAIT, || n.pod(name).is_none().then_some(()))
+            .unwrap_or_else(|| panic!("{name} never finished terminating:\n{}", n.log_tail()));
+    }
+}
+
+/// The handler pod of `lifecycle_hooks_exec_and_http`: busybox httpd on the host network,
+/// serving a file per hook and logging every request. Returns its port and its log file.
+fn start_hook_handler(n: &Nanolet) -> (u16, std::path::PathBuf) {
+    let port = support::agent::free_port();
     let paths = [
         "poststart-exec",
         "prestop-exec",
@@ -897,7 +954,7 @@ fn lifecycle_hooks_exec_and_http() {
             ),
         ),
     );
-    let p = wait_pod(&n, "handler", "running", |p| running(p, "c"));
+    let p = wait_pod(n, "handler", "running", |p| running(p, "c"));
     let uid = p["metadata"]["uid"]
         .as_str()
         .unwrap_or_default()
@@ -911,7 +968,12 @@ fn lifecycle_hooks_exec_and_http() {
     let handler_log = n
         .pod_logs()
         .join(format!("default_handler-node1_{uid}/c/0.log"));
+    (port, handler_log)
+}
 
+/// The pods whose hooks call the handler on `port`, one per hook kind, and the failing and the
+/// hanging hook.
+fn write_hook_targets(n: &Nanolet, port: u16) {
     let target = |name: &str, hook: &str, handler: &str| {
         pod_yaml(
             name,
@@ -969,70 +1031,23 @@ fn lifecycle_hooks_exec_and_http() {
             "terminationGracePeriodSeconds: 3",
         ),
     );
-    let wait_request = |path: &str| {
-        let needle = format!("url:/{path}");
-        poll(WAIT, || {
-            fs::read_to_string(&handler_log)
-                .ok()
-                .filter(|s| s.contains(&needle))
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "the handler never saw {needle}; its log:\n{}\nnanolet log:\n{}",
-                fs::read_to_string(&handler_log).unwrap_or_default(),
-                n.log_tail()
-            )
-        });
-    };
-    for name in [
-        "poststart-exec",
-        "poststart-http",
-        "prestop-exec",
-        "prestop-http",
-    ] {
-        let p = wait_pod(&n, name, "running", |p| running(p, "c"));
-        assert_eq!(restarts(&p, "c"), 0, "{name}: a failed postStart kills");
-    }
-    wait_request("poststart-exec");
-    wait_request("poststart-http");
-    let log = fs::read_to_string(&handler_log).unwrap_or_default();
-    assert!(
-        !log.contains("url:/prestop"),
-        "preStop ran while the pods were running:\n{log}"
-    );
+}
 
-    let p = wait_restarted(&n, "poststart-fails");
-    assert!(
-        cs(&p, "c")["lastState"]["terminated"].is_object(),
-        "{:#}",
-        p["status"]
-    );
-    wait_logged(&n, "poststart-fails", "FailedPostStartHook");
-
-    wait_pod(&n, "prestop-hangs", "running", |p| running(p, "c"));
-    let removed = Instant::now();
-    n.remove("prestop-hangs.yaml");
-    poll(WAIT, || n.pod("prestop-hangs").is_none().then_some(())).unwrap_or_else(|| {
+/// Waits until the handler's log shows a request for `/path` (the hook ran).
+fn wait_hook_request(n: &Nanolet, handler_log: &std::path::Path, path: &str) {
+    let needle = format!("url:/{path}");
+    poll(WAIT, || {
+        fs::read_to_string(handler_log)
+            .ok()
+            .filter(|s| s.contains(&needle))
+    })
+    .unwrap_or_else(|| {
         panic!(
-            "prestop-hangs: the hanging preStop hook held the pod past its grace period:\n{}",
+            "the handler never saw {needle}; its log:\n{}\nnanolet log:\n{}",
+            fs::read_to_string(handler_log).unwrap_or_default(),
             n.log_tail()
         )
     });
-    let took = removed.elapsed();
-    eprintln!("prestop-hangs: terminated {took:?} after its manifest was removed");
-    assert!(
-        took >= Duration::from_secs(3) && took < Duration::from_secs(20),
-        "terminating with a hanging preStop took {took:?}, expected the grace period (3 s) + 2 s"
-    );
-
-    n.remove("prestop-exec.yaml");
-    n.remove("prestop-http.yaml");
-    wait_request("prestop-exec");
-    wait_request("prestop-http");
-    for name in ["prestop-exec", "prestop-http"] {
-        poll(WAIT, || n.pod(name).is_none().then_some(()))
-            .unwrap_or_else(|| panic!("{name} never finished terminating:\n{}", n.log_tail()));
-    }
 }
 
 // --- init containers -------------------------------------------------------------------------
@@ -1222,6 +1237,10 @@ fn grpc_server_binary() -> std::path::PathBuf {
     let debug = exe.parent().and_then(|d| d.parent()).expect("target/debug");
     let bin = debug.join("examples/grpc_health_server");
     if !bin.exists() {
+        // Alone, as the upgrade test's build: `cargo test --all-targets` builds only the
+        // example's test harness, so a fresh checkout compiles it here (nanolet and a few
+        // dependencies again, without the dev-dependencies' features: both cores for a minute).
+        let _alone = support::exclusive();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let st = std::process::Command::new(cargo)
             .args(["build", "--example", "grpc_health_server"])

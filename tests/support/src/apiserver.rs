@@ -1775,6 +1775,8 @@ pub struct FakeApiServer {
     anonymous: Arc<AtomicBool>,
     pub port: u16,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The shared gate while the double serves (see `gate`).
+    _gate: crate::gate::Shared,
 }
 
 fn serve(
@@ -1925,6 +1927,7 @@ fn watch_request(
 impl FakeApiServer {
     /// Starts the double; requests must carry `Authorization: Bearer <token>`.
     pub fn start(token: &str) -> FakeApiServer {
+        let gate = crate::gate::shared();
         let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("fake apiserver"));
         let port = server.server_addr().to_ip().expect("addr").port();
         let state = Arc::new(Mutex::new(State::new()));
@@ -1947,6 +1950,7 @@ impl FakeApiServer {
             anonymous,
             port,
             thread: Some(thread),
+            _gate: gate,
         }
     }
 

@@ -1,20 +1,20 @@
-//! The API-server test double (tests/common/apiserver.rs): its wire format checked request by
+//! The API-server test double (tests/support/src/apiserver.rs): its wire format checked request by
 //! request, then its fidelity proven with the real `kubectl` binary (get, apply, delete,
 //! get -w). No containerd: only the double, kubectl and nanolet's API client.
 //!
 //! Each assertion names the upstream kube-apiserver / kubectl behaviour it mirrors.
 
-mod common;
+use nanolet_test_support as support;
 
 use std::io::{BufRead, Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use common::apiserver::{FakeApiServer, parse_rfc3339};
-use common::kubectl::Kubectl;
-use common::wait_for;
 use serde_json::{Value, json};
+use support::apiserver::{FakeApiServer, parse_rfc3339};
+use support::kubectl::Kubectl;
+use support::wait_for;
 
 const TOKEN: &str = "kubectl-t0ken";
 

@@ -3,14 +3,14 @@
 //! restart it must converge to exactly the desired pods: no orphaned or duplicated sandboxes or
 //! containers, and running containers are not restarted because nanolet restarted.
 
-mod common;
+use nanolet_test_support as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::agent::Nanolet;
-use common::{Containerd, wait_for};
 use nanolet::cri::{ContainerState, Runtime, SandboxState};
+use support::agent::Nanolet;
+use support::{Containerd, wait_for};
 
 /// A small deterministic PRNG (xorshift): the test is reproducible from its seed.
 struct Rng(u64);
@@ -46,104 +46,9 @@ fn kill_9_during_churn_converges_to_exactly_the_desired_pods() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(50);
-    // name -> version of the manifest on disk.
-    let mut desired: BTreeMap<String, u64> = BTreeMap::new();
-    for round in 0..rounds {
-        for _ in 0..1 + rng.below(6) {
-            let name = format!("p{}", rng.below(6));
-            match rng.below(3) {
-                0 if desired.contains_key(&name) => {
-                    n.remove(&format!("{name}.yaml"));
-                    desired.remove(&name);
-                }
-                _ => {
-                    let v = round * 10 + rng.below(10);
-                    n.write(&format!("{name}.yaml"), &manifest(&name, v));
-                    desired.insert(name, v);
-                }
-            }
-        }
-        // Let nanolet get somewhere (or not) before the crash: an arbitrary moment.
-        std::thread::sleep(Duration::from_millis(rng.below(900)));
-        n.kill9();
-        n.spawn();
-    }
-
-    // Convergence: /pods lists exactly the desired pods, each Running at the desired version.
-    let want: BTreeSet<String> = desired.keys().map(|k| format!("{k}-node1")).collect();
-    let converged = wait_for(Duration::from_secs(90), || {
-        let pods = n.pods();
-        let names: BTreeSet<String> = pods
-            .iter()
-            .filter_map(|p| p["metadata"]["name"].as_str().map(String::from))
-            .collect();
-        let ok = names == want
-            && pods.iter().all(|p| {
-                let name = p["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .trim_end_matches("-node1")
-                    .to_string();
-                p["status"]["phase"] == "Running"
-                    && p["metadata"]["labels"]["version"].as_str()
-                        == desired.get(&name).map(|v| v.to_string()).as_deref()
-            });
-        ok.then_some(pods)
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "never converged to {want:?}; now {:#?}\n{}",
-            n.pods(),
-            n.log_tail()
-        )
-    });
-    let uids: BTreeSet<String> = converged
-        .iter()
-        .filter_map(|p| p["metadata"]["uid"].as_str().map(String::from))
-        .collect();
-
-    // The runtime holds exactly those pods: one ready sandbox and one running container each,
-    // and nothing of any other UID.
-    let clean = wait_for(Duration::from_secs(60), || {
-        let sbs = rt.list_pod_sandboxes().ok()?;
-        let ctrs = rt.list_containers().ok()?;
-        let sb_uids: Vec<&String> = sbs
-            .iter()
-            .filter_map(|s| s.labels.get("io.kubernetes.pod.uid"))
-            .collect();
-        let all_known = sb_uids.iter().all(|u| uids.contains(*u))
-            && ctrs.iter().all(|c| {
-                c.labels
-                    .get("io.kubernetes.pod.uid")
-                    .is_some_and(|u| uids.contains(u))
-            });
-        let ready: Vec<_> = sbs
-            .iter()
-            .filter(|s| s.state == SandboxState::Ready)
-            .collect();
-        let running: Vec<_> = ctrs
-            .iter()
-            .filter(|c| c.state == ContainerState::Running)
-            .collect();
-        (all_known
-            && ready.len() == uids.len()
-            && running.len() == uids.len()
-            && sbs.len() == uids.len())
-        .then_some(
-            running
-                .iter()
-                .map(|c| c.id.clone())
-                .collect::<BTreeSet<_>>(),
-        )
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "runtime not clean: sandboxes {:#?}\ncontainers {:#?}\n{}",
-            rt.list_pod_sandboxes().unwrap_or_default(),
-            rt.list_containers().unwrap_or_default(),
-            n.log_tail()
-        )
-    });
+    let desired = churn_with_kill_9(&mut n, &mut rng, rounds);
+    let uids = wait_converged(&n, &desired);
+    let clean = wait_runtime_clean(&rt, &n, &uids);
 
     // One more crash with nothing changing: no running container is restarted and restart
     // counts stay as they were. (During the churn a crash between CreateContainer and
@@ -191,6 +96,119 @@ fn kill_9_during_churn_converges_to_exactly_the_desired_pods() {
         counts_after, counts_before,
         "restart counts continue unchanged"
     );
+}
+
+/// `rounds` rounds of creating, editing and deleting the manifests of up to six pods at
+/// random, each ended by a SIGKILL of nanolet at an arbitrary moment and a new start. Returns
+/// the desired pods: name -> version of the manifest on disk.
+fn churn_with_kill_9(n: &mut Nanolet, rng: &mut Rng, rounds: u64) -> BTreeMap<String, u64> {
+    // name -> version of the manifest on disk.
+    let mut desired: BTreeMap<String, u64> = BTreeMap::new();
+    for round in 0..rounds {
+        for _ in 0..1 + rng.below(6) {
+            let name = format!("p{}", rng.below(6));
+            match rng.below(3) {
+                0 if desired.contains_key(&name) => {
+                    n.remove(&format!("{name}.yaml"));
+                    desired.remove(&name);
+                }
+                _ => {
+                    let v = round * 10 + rng.below(10);
+                    n.write(&format!("{name}.yaml"), &manifest(&name, v));
+                    desired.insert(name, v);
+                }
+            }
+        }
+        // Let nanolet get somewhere (or not) before the crash: an arbitrary moment.
+        std::thread::sleep(Duration::from_millis(rng.below(900)));
+        n.kill9();
+        n.spawn();
+    }
+    desired
+}
+
+/// Returns the UIDs of the pods once /pods lists exactly the desired ones, each Running at its
+/// desired version.
+fn wait_converged(n: &Nanolet, desired: &BTreeMap<String, u64>) -> BTreeSet<String> {
+    // Convergence: /pods lists exactly the desired pods, each Running at the desired version.
+    let want: BTreeSet<String> = desired.keys().map(|k| format!("{k}-node1")).collect();
+    let converged = wait_for(Duration::from_secs(90), || {
+        let pods = n.pods();
+        let names: BTreeSet<String> = pods
+            .iter()
+            .filter_map(|p| p["metadata"]["name"].as_str().map(String::from))
+            .collect();
+        let ok = names == want
+            && pods.iter().all(|p| {
+                let name = p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .trim_end_matches("-node1")
+                    .to_string();
+                p["status"]["phase"] == "Running"
+                    && p["metadata"]["labels"]["version"].as_str()
+                        == desired.get(&name).map(|v| v.to_string()).as_deref()
+            });
+        ok.then_some(pods)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "never converged to {want:?}; now {:#?}\n{}",
+            n.pods(),
+            n.log_tail()
+        )
+    });
+    let uids: BTreeSet<String> = converged
+        .iter()
+        .filter_map(|p| p["metadata"]["uid"].as_str().map(String::from))
+        .collect();
+    uids
+}
+
+/// Returns the running containers' IDs once the runtime holds exactly the pods of `uids`.
+fn wait_runtime_clean(rt: &dyn Runtime, n: &Nanolet, uids: &BTreeSet<String>) -> BTreeSet<String> {
+    // The runtime holds exactly those pods: one ready sandbox and one running container each,
+    // and nothing of any other UID.
+    wait_for(Duration::from_secs(60), || {
+        let sbs = rt.list_pod_sandboxes().ok()?;
+        let ctrs = rt.list_containers().ok()?;
+        let sb_uids: Vec<&String> = sbs
+            .iter()
+            .filter_map(|s| s.labels.get("io.kubernetes.pod.uid"))
+            .collect();
+        let all_known = sb_uids.iter().all(|u| uids.contains(*u))
+            && ctrs.iter().all(|c| {
+                c.labels
+                    .get("io.kubernetes.pod.uid")
+                    .is_some_and(|u| uids.contains(u))
+            });
+        let ready: Vec<_> = sbs
+            .iter()
+            .filter(|s| s.state == SandboxState::Ready)
+            .collect();
+        let running: Vec<_> = ctrs
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+            .collect();
+        (all_known
+            && ready.len() == uids.len()
+            && running.len() == uids.len()
+            && sbs.len() == uids.len())
+        .then_some(
+            running
+                .iter()
+                .map(|c| c.id.clone())
+                .collect::<BTreeSet<_>>(),
+        )
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "runtime not clean: sandboxes {:#?}\ncontainers {:#?}\n{}",
+            rt.list_pod_sandboxes().unwrap_or_default(),
+            rt.list_containers().unwrap_or_default(),
+            n.log_tail()
+        )
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -658,7 +676,7 @@ fn scopeguard<F: FnMut()>(f: F) -> Guard<F> {
 #[test]
 fn root_dir_full_keeps_nanolet_serving_and_evicting() {
     let ctd = Containerd::start();
-    let fs = common::Tmpfs::mount(&ctd.tmp().join("full-root"), "16m");
+    let fs = support::Tmpfs::mount(&ctd.tmp().join("full-root"), "16m");
     let small = fs.0.clone();
     let n = Nanolet::start(
         &ctd,

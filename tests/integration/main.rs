@@ -1,0 +1,44 @@
+//! nanolet's integration tests: one test binary, a module per area (as ripgrep and cargo lay
+//! theirs out), so the harness (`nanolet-test-support`, tests/support/) and nanolet are linked
+//! once instead of once per area. docs/testing.md describes each area.
+//!
+//! ```text
+//! cargo test --test integration                  # all of them (as root: they run containerd)
+//! cargo test --test integration e2e::            # one area
+//! cargo test --test integration -- --exact soak::many_pods_with_probes_every_second_stay_flat
+//! ```
+//!
+//! Tests of every area run side by side in this one process. Those that must run alone (they
+//! measure the node, or load it for minutes) take `support::gate::exclusive()`; every
+//! containerd and API server double the harness starts holds the shared side of that gate
+//! (tests/support/src/gate.rs, docs/testing.md "Running side by side").
+
+/// The read-only port with the real kubectl, promtool and the CLI.
+mod api;
+/// API-server mode against the API server test double.
+mod apiserver;
+/// The CRI client against a real containerd.
+mod cri_runtime;
+/// The real binary against a real containerd: the static-pod semantics end to end.
+mod e2e;
+/// Disk and memory pressure, emptyDir limits, admission, image GC (each test alone).
+mod eviction;
+/// Fault injection: kill -9 during churn, manifest directory and URL faults, a hung containerd,
+/// a full disk.
+mod faults;
+/// Every fuzz seed and past crash input through the fuzz targets' code.
+mod fuzz_regressions;
+/// Image import, the images directory, pull errors and back-off, registry credentials.
+mod images;
+/// The API server test double itself, then with the real kubectl.
+mod kubectl;
+/// How the binary writes its log.
+mod logging;
+/// Probes, lifecycle hooks, termination messages, init and sidecar containers.
+mod probes;
+/// The HTTP servers under floods and slow clients, request limits, admission hardening.
+mod security;
+/// Many pods with probes every second: threads, fds and RSS stay flat (alone).
+mod soak;
+/// The .deb upgrade leaves running pods untouched.
+mod upgrade;
