@@ -950,8 +950,13 @@ fn volumes_and_downward_env_reach_the_containers() {
         text.contains(" 8192 "),
         "Memory emptyDir is a tmpfs of sizeLimit 8Mi: {text}"
     );
-    let written = wait_for(TIMEOUT, || fs::read_to_string(host.join("out.txt")).ok())
-        .expect("hostPath written");
+    // The shell creates out.txt (empty) before echo writes its line: wait for the whole line.
+    let written = wait_for(TIMEOUT, || {
+        fs::read_to_string(host.join("out.txt"))
+            .ok()
+            .filter(|s| s.ends_with('\n'))
+    })
+    .expect("hostPath written");
     assert_eq!(written.trim(), "written by vols-node1");
     // /stats/summary reports the pod's volumes (the Memory emptyDir not counted as disk) and
     // its processes (from the pod cgroup).
