@@ -30,7 +30,7 @@ pub enum PlegEvent {
     RuntimePods(BTreeMap<String, RuntimePodRef>),
 }
 
-/// Where the PLEG sends its events (the agent connects it to the sync loop): false when the
+/// Where the PLEG sends its events (`kubelet::wiring` connects it to the sync loop): false when the
 /// receiver is gone, which ends the PLEG.
 pub type PlegSink = Box<dyn Fn(PlegEvent) -> bool + Send>;
 

@@ -283,7 +283,7 @@ pub struct Paths {
     pub pod_logs_dir: PathBuf,
 }
 
-/// What the manager reports (the agent connects it to the sync loop).
+/// What the manager reports (`kubelet::wiring` connects it to the sync loop).
 #[derive(Debug)]
 pub enum ManagerEvent {
     /// Evict this pod.

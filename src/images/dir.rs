@@ -41,7 +41,7 @@ pub struct ImagesDirConfig {
 /// What a writable images directory lets others do (in the refusal message).
 const IMAGES_RISK: &str = "anyone who can write there can replace the images pods on this node run";
 
-/// Reports an import result: (archive file name, warning?, reason, message). The agent turns it
+/// Reports an import result: (archive file name, warning?, reason, message). `kubelet::wiring` turns it
 /// into an event and, after a success, re-syncs pods (one may wait for the image).
 pub type Report = Box<dyn Fn(&str, bool, &str, &str) + Send>;
 

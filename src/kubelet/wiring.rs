@@ -485,7 +485,7 @@ impl Wiring<'_> {
 
     /// API-server mode: register the Node, keep its Lease and status fresh.
     fn start_node_heartbeat(&mut self, client: &Arc<ApiClient>) -> Result<(), KubeletError> {
-        let agent = crate::nodestatus::heartbeat::NodeAgent::new(
+        let heartbeat = crate::nodestatus::heartbeat::NodeHeartbeat::new(
             client.clone(),
             Arc::new(self.node_context()),
             self.store.clone(),
@@ -499,7 +499,7 @@ impl Wiring<'_> {
         std::thread::Builder::new()
             .name("node-status".into())
             .stack_size(1024 * 1024)
-            .spawn(move || agent.run(stop))
+            .spawn(move || heartbeat.run(stop))
             .map_err(start_error("node status"))?;
         Ok(())
     }

@@ -153,13 +153,13 @@ pub struct Config {
     pub read_only_port: u16,
     /// File holding the bearer token the read-only server requires (`readOnlyTokenFile`, a
     /// nanolet extension). Required when `address` is not loopback. The path is not secret;
-    /// the file's content is, and is only read by the agent at start.
+    /// the file's content is, and is only read by `kubelet::wiring` at start.
     pub read_only_token_file: Option<PathBuf>,
     /// `--resolv-conf` / `resolvConf`: the node's resolv.conf pods get; `None` for `""` (no
     /// host DNS, the kubelet's rule).
     pub resolv_conf: Option<PathBuf>,
     /// `--node-ip`: at most one IPv4 and one IPv6 address, the first the primary; empty: the
-    /// address of the default route's interface (see `agent::detect_host_ip`).
+    /// address of the default route's interface (see `node::detect_host_ip`).
     pub node_ips: Vec<IpAddr>,
     /// The images directory (`imagesDir`, nanolet only): image archives in it are imported at
     /// start and whenever one appears. `None`: `<root-dir>/images`; an empty path disables it.

@@ -30,7 +30,7 @@ pub const LEASE_DURATION_SECONDS: i64 = 40;
 /// Renew interval: a quarter of the duration (the kubelet's 0.25 fraction).
 pub const LEASE_RENEW: Duration = Duration::from_secs(10);
 
-/// Settings of the node agent.
+/// Settings of the node heartbeat.
 #[derive(Debug, Clone)]
 pub struct NodeSettings {
     /// `--node-labels`.
@@ -77,8 +77,8 @@ fn lease_path(node: &str) -> String {
     format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}")
 }
 
-/// One node agent: call [`NodeAgent::run`] on its own thread.
-pub struct NodeAgent {
+/// The node heartbeat: call [`NodeHeartbeat::run`] on its own thread.
+pub struct NodeHeartbeat {
     client: Arc<ApiClient>,
     ctx: Arc<NodeContext>,
     store: Arc<StatusStore>,
@@ -87,14 +87,14 @@ pub struct NodeAgent {
     lease_rv: Option<String>,
 }
 
-impl NodeAgent {
+impl NodeHeartbeat {
     pub fn new(
         client: Arc<ApiClient>,
         ctx: Arc<NodeContext>,
         store: Arc<StatusStore>,
         settings: NodeSettings,
-    ) -> NodeAgent {
-        NodeAgent {
+    ) -> NodeHeartbeat {
+        NodeHeartbeat {
             client,
             ctx,
             store,

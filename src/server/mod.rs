@@ -76,7 +76,7 @@ pub struct ReadOnlyOptions {
     pub configz: serde_json::Value,
     /// CPU-rate state for `/stats/summary` and `/metrics/resource`.
     pub stats: crate::stats::StatsProvider,
-    /// The prober, once the agent has started it (`/metrics/probes`).
+    /// The prober, once `kubelet::wiring` has started it (`/metrics/probes`).
     pub probes: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>>,
 }
 
