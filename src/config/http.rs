@@ -114,6 +114,8 @@ pub struct UrlTlsFiles {
 
 /// Problems with the TLS files, found at start. Never carries file content.
 #[derive(Debug, thiserror::Error)]
+// Without the `tls` feature no TLS file is read, so neither variant is built.
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
 pub enum UrlTlsError {
     #[error("reading {what} {}: {source}", path.display())]
     Read {
