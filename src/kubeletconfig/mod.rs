@@ -245,11 +245,12 @@ impl Config {
     /// The effective authorization mode: as set, else Webhook with `--kubeconfig` and
     /// AlwaysAllow without (nanolet's default; the kubelet's flag default is AlwaysAllow).
     pub fn authorization_mode(&self) -> AuthorizationMode {
-        self.authorization_mode.unwrap_or(if self.kubeconfig.is_some() {
-            AuthorizationMode::Webhook
-        } else {
-            AuthorizationMode::AlwaysAllow
-        })
+        self.authorization_mode
+            .unwrap_or(if self.kubeconfig.is_some() {
+                AuthorizationMode::Webhook
+            } else {
+                AuthorizationMode::AlwaysAllow
+            })
     }
 
     /// The effective images directory, `None` when disabled.
@@ -356,7 +357,11 @@ impl Config {
 
 /// Inserts `value` at a dotted KubeletConfiguration path (`authentication.x509.clientCAFile`
 /// becomes nested objects, as the kubelet's `/configz` shows them).
-fn insert_nested(doc: &mut serde_json::Map<String, serde_json::Value>, key: &str, value: serde_json::Value) {
+fn insert_nested(
+    doc: &mut serde_json::Map<String, serde_json::Value>,
+    key: &str,
+    value: serde_json::Value,
+) {
     match key.split_once('.') {
         None => {
             doc.insert(key.into(), value);

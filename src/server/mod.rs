@@ -22,6 +22,7 @@
 //! own (at most [`MAX_FOLLOWERS`] at once) so they never block the server.
 
 pub mod api;
+pub mod auth;
 pub(crate) mod httpd;
 
 use std::io::{self, Write};
