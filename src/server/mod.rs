@@ -23,7 +23,10 @@
 
 pub mod api;
 pub mod auth;
+pub mod auth_x509;
 pub(crate) mod httpd;
+#[cfg(feature = "tls")]
+pub mod secure;
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -283,7 +286,7 @@ fn spawn_follower(
 
 /// Writes each `write_all` as one HTTP chunk.
 struct ChunkWriter<'a> {
-    inner: &'a mut TcpStream,
+    inner: &'a mut dyn Write,
     chunked: bool,
 }
 
