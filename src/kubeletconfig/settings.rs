@@ -1176,7 +1176,8 @@ mod tests {
                 assert!(keys.insert(k), "configz {k} twice");
             }
             let named = s.help.split("config: ").skip(1).map(|rest| {
-                rest.split(|c: char| !c.is_ascii_alphanumeric())
+                // Nested fields are named by their dotted path (authentication.x509.clientCAFile).
+                rest.split(|c: char| !c.is_ascii_alphanumeric() && c != '.')
                     .next()
                     .unwrap_or_default()
             });
