@@ -43,13 +43,13 @@ pub struct UserInfo {
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     #[error("TokenReview: {0}")]
-    TokenReview(ApiError),
+    TokenReview(Box<ApiError>),
     #[error("SubjectAccessReview for {user} ({verb} nodes/{subresource}): {source}")]
     AccessReview {
         user: String,
         verb: String,
         subresource: String,
-        source: ApiError,
+        source: Box<ApiError>,
     },
     #[error("{kind}: unexpected answer: {reason}")]
     Answer { kind: &'static str, reason: String },
@@ -455,7 +455,7 @@ impl Reviewer for ApiReviewer {
         let answer = self
             .client
             .post("/apis/authentication.k8s.io/v1/tokenreviews", &body)
-            .map_err(AuthError::TokenReview)?;
+            .map_err(|e| AuthError::TokenReview(Box::new(e)))?;
         token_review_user(&answer)
     }
 
@@ -472,7 +472,7 @@ impl Reviewer for ApiReviewer {
                 user: user.name.clone(),
                 verb: attrs.verb.to_string(),
                 subresource: attrs.subresource.to_string(),
-                source,
+                source: Box::new(source),
             })?;
         match answer.pointer("/status/allowed") {
             Some(Value::Bool(b)) => Ok(*b),

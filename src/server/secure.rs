@@ -189,10 +189,13 @@ impl ClientCertVerifier for RequestClientCert {
     }
 }
 
+/// The client CA's verifier, used per request.
+type Verifier = Arc<dyn ClientCertVerifier>;
+
 /// The rustls configuration and the client CA verifier (checked per request).
 fn tls_config(
     options: &SecureOptions,
-) -> Result<(Arc<ServerConfig>, Option<Arc<dyn ClientCertVerifier>>), SecureError> {
+) -> Result<(Arc<ServerConfig>, Option<Verifier>), SecureError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
@@ -409,10 +412,14 @@ struct Slot {
     waiting: Arc<AtomicBool>,
 }
 
+/// An open connection: its slot id, when it came, a handle to close it, and whether it is
+/// still waiting for its request.
+type OpenConnection = (u64, Instant, Option<TcpStream>, Arc<AtomicBool>);
+
 #[derive(Default)]
 struct Slots {
     next: AtomicU64,
-    open: Mutex<Vec<(u64, Instant, Option<TcpStream>, Arc<AtomicBool>)>>,
+    open: Mutex<Vec<OpenConnection>>,
 }
 
 impl Slots {
