@@ -301,6 +301,9 @@ impl Wiring<'_> {
             certificate,
             client_ca,
             run_timeout: cfg.runtime_request_timeout,
+            system_logs: cfg
+                .enable_system_log_handler
+                .then(|| PathBuf::from("/var/log")),
         };
         let handle = secure::spawn_secure(addr, self.store.clone(), options).map_err(|source| {
             KubeletError::Bind {

@@ -171,6 +171,8 @@ pub struct Config {
     pub authorization_webhook_cache_authorized_ttl: Duration,
     /// `authorization.webhook.cacheUnauthorizedTTL` (30s).
     pub authorization_webhook_cache_unauthorized_ttl: Duration,
+    /// `enableSystemLogHandler` (default true): `/logs/` serves /var/log on the kubelet server.
+    pub enable_system_log_handler: bool,
     /// File holding the bearer token the read-only server requires (`readOnlyTokenFile`, a
     /// nanolet extension). Required when `address` is not loopback. The path is not secret;
     /// the file's content is, and is only read by `kubelet::wiring` at start.
@@ -305,6 +307,7 @@ impl Config {
             authorization_mode: None,
             authorization_webhook_cache_authorized_ttl: Duration::from_secs(300),
             authorization_webhook_cache_unauthorized_ttl: Duration::from_secs(30),
+            enable_system_log_handler: true,
             read_only_token_file: None,
             resolv_conf: Some(PathBuf::from("/etc/resolv.conf")),
             node_ips: Vec::new(),

@@ -1012,6 +1012,17 @@ pub(super) const SETTINGS: &[Setting] = &[
         })),
     },
     Setting {
+        flag: Flag::bool("enable-system-log-handler"),
+        field: Some("enableSystemLogHandler"),
+        value_name: "",
+        default: "true",
+        help: "Serve the node's logs under /var/log at /logs/ on the kubelet server (authorized as nodes/log); the kubelet has only the config field, nanolet also the flag (config: enableSystemLogHandler)",
+        apply: |c, v| set(&mut c.enable_system_log_handler, v.bool()),
+        configz: Some(("enableSystemLogHandler", |c| {
+            c.enable_system_log_handler.into()
+        })),
+    },
+    Setting {
         flag: Flag::value("read-only-token-file"),
         field: Some("readOnlyTokenFile"),
         value_name: "file",

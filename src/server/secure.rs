@@ -73,6 +73,8 @@ pub struct SecureOptions {
     pub client_ca: Option<Vec<CertificateDer<'static>>>,
     /// The ExecSync timeout of `/run`.
     pub run_timeout: Duration,
+    /// The directory `/logs/` serves (`/var/log` with `enableSystemLogHandler`); `None`: 404.
+    pub system_logs: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for SecureOptions {
@@ -302,6 +304,7 @@ struct Shared {
     tls: Arc<ServerConfig>,
     verifier: Option<Arc<dyn ClientCertVerifier>>,
     run_timeout: Duration,
+    system_logs: Option<PathBuf>,
     stopping: Arc<AtomicBool>,
     streams: AtomicUsize,
     slots: Slots,
@@ -331,6 +334,7 @@ pub fn spawn_secure(
         tls,
         verifier,
         run_timeout: options.run_timeout,
+        system_logs: options.system_logs,
         stopping: Arc::clone(&stopping),
         streams: AtomicUsize::new(0),
         slots: Slots::default(),
@@ -582,6 +586,12 @@ fn answer(tls: &mut Tls, request: &httpd::Request, shared: &Shared) -> io::Resul
             }
             container_logs(tls, request, shared, (ns, pod, container), query)
         }
+        ["logs", rest @ ..] => {
+            if !super::is_read(&request.method) {
+                return reply(tls, method_not_allowed("GET, HEAD"), head_only);
+            }
+            node_logs(tls, shared.system_logs.as_deref(), rest, head_only)
+        }
         ["run", ns, pod, rest @ ..] => {
             if request.method != "POST" {
                 return reply(tls, method_not_allowed("POST"), head_only);
@@ -669,6 +679,99 @@ fn container_logs(
             reply(tls, r, head_only)
         }
     }
+}
+
+/// `/logs/<path>`: a file or a directory listing below the node's log directory
+/// (`InstallSystemLogHandler`, a Go `http.FileServer` over /var/log). Paths with `..` are
+/// refused and symbolic links must stay inside the directory (Go's file server would follow
+/// them out). Files are streamed, not read into memory.
+fn node_logs(tls: &mut Tls, root: Option<&Path>, rest: &[&str], head_only: bool) -> io::Result<()> {
+    let not_found = || Reply::text(404, "404 page not found\n".into());
+    let Some(root) = root else {
+        return reply(tls, not_found(), head_only);
+    };
+    let parts: Vec<String> = rest
+        .iter()
+        .map(|p| super::api::percent_decode(p))
+        .filter(|p| !p.is_empty() && p != ".")
+        .collect();
+    if parts.iter().any(|p| p == ".." || p.contains(['/', '\0'])) {
+        return reply(tls, Reply::text(400, "invalid path\n".into()), head_only);
+    }
+    let (Ok(base), Ok(target)) = (
+        root.canonicalize(),
+        parts
+            .iter()
+            .fold(root.to_path_buf(), |p, c| p.join(c))
+            .canonicalize(),
+    ) else {
+        return reply(tls, not_found(), head_only);
+    };
+    if !target.starts_with(&base) {
+        return reply(tls, not_found(), head_only);
+    }
+    if target.is_dir() {
+        let r = Reply {
+            status: 200,
+            headers: vec![("Content-Type", "text/html; charset=utf-8")],
+            body: dir_listing(&target).into_bytes(),
+        };
+        return reply(tls, r, head_only);
+    }
+    let Ok(mut file) = std::fs::File::open(&target) else {
+        return reply(tls, not_found(), head_only);
+    };
+    let len = file.metadata()?.len();
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+    );
+    tls.write_all(head.as_bytes())?;
+    if !head_only {
+        io::copy(&mut (&mut file).take(len), tls)?;
+    }
+    tls.conn.send_close_notify();
+    tls.flush()
+}
+
+/// A directory listing as Go's `http.FileServer` writes it: `<pre>`, one link per entry
+/// (directories with a trailing slash), sorted by name.
+fn dir_listing(dir: &Path) -> String {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    let mut name = e.file_name().to_string_lossy().into_owned();
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        name.push('/');
+                    }
+                    name
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let mut out = String::from("<pre>\n");
+    for name in names {
+        let href: String = name
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                    char::from(b).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let text = name
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&#34;")
+            .replace('\'', "&#39;");
+        out.push_str(&format!("<a href=\"{href}\">{text}</a>\n"));
+    }
+    out.push_str("</pre>\n");
+    out
 }
 
 /// Counts one long-lived answer; `None` when [`MAX_STREAMS`] are open.

@@ -173,6 +173,7 @@ fn start(dir: &Path, anonymous: bool, webhook: bool) -> (SecureServerHandle, Arc
             .unwrap(),
         client_ca: Some(load_client_ca(&dir.join("cluster-ca.crt")).unwrap()),
         run_timeout: Duration::from_secs(10),
+        system_logs: Some(dir.join("varlog")),
     };
     let h = spawn_secure("127.0.0.1:0".parse().unwrap(), store.clone(), options).unwrap();
     (h, store)
@@ -184,6 +185,7 @@ fn curl(dir: &Path, port: u16, method: &str, path: &str, cert: Option<&str>) -> 
     c.current_dir(dir)
         .args([
             "-sS",
+            "--path-as-is",
             "--max-time",
             "10",
             "--cacert",
@@ -344,4 +346,39 @@ fn slots_close_the_oldest_waiting_connection_at_the_cap() {
     clients.push(TcpStream::connect(addr).unwrap());
     let (refused, _) = listener.accept().unwrap();
     assert!(slots.take(&refused).is_none());
+}
+
+/// `/logs/`: the node's log directory (a Go file server's listing and files), no way out of it.
+#[test]
+fn node_logs_list_and_serve_files_inside_the_directory_only() {
+    let dir = pki();
+    let d = dir.path();
+    let logs = d.join("varlog");
+    std::fs::create_dir_all(logs.join("pods")).unwrap();
+    std::fs::write(logs.join("syslog"), "line one\nline two\n").unwrap();
+    std::os::unix::fs::symlink(d.join("cluster-ca.key"), logs.join("escape")).unwrap();
+    let (h, _store) = start(d, false, false);
+    let port = h.local_addr().port();
+    let (code, body) = curl(d, port, "GET", "/logs/", Some("admin"));
+    assert_eq!(code, "200");
+    assert_eq!(
+        body,
+        "<pre>\n<a href=\"escape\">escape</a>\n<a href=\"pods/\">pods/</a>\n<a href=\"syslog\">syslog</a>\n</pre>\n"
+    );
+    assert_eq!(
+        curl(d, port, "GET", "/logs/syslog", Some("admin")),
+        ("200".into(), "line one\nline two\n".into())
+    );
+    assert_eq!(
+        curl(d, port, "GET", "/logs/../cluster-ca.key", Some("admin")).0,
+        "400"
+    );
+    assert_eq!(
+        curl(d, port, "GET", "/logs/%2e%2e/cluster-ca.key", Some("admin")).0,
+        "400"
+    );
+    assert_eq!(curl(d, port, "GET", "/logs/escape", Some("admin")).0, "404");
+    assert_eq!(curl(d, port, "GET", "/logs/nope", Some("admin")).0, "404");
+    assert_eq!(curl(d, port, "GET", "/logs/syslog", None).0, "401");
+    h.stop();
 }
