@@ -96,14 +96,15 @@ fn is_subpath(path: &str, base: &str) -> bool {
 /// The subresources a request is authorized against, in order (the first allowed one wins), as
 /// the kubelet's `nodeAuthorizerAttributesGetter` with KubeletFineGrainedAuthz (beta and on in
 /// 1.33, GA in 1.36): `/pods`, `/runningpods/` -> pods then proxy; `/healthz` -> healthz then
-/// proxy; `/configz` -> configz then proxy; `/stats/*` stats; `/metrics/*` metrics; `/logs/*`
-/// log; `/spec/*` spec; `/checkpoint/*` checkpoint; everything else (`/containerLogs`, `/exec`,
-/// `/run`, ...) proxy.
+/// proxy; `/configz` -> configz then proxy; `/statusz` -> statusz then proxy; `/stats/*` stats;
+/// `/metrics/*` metrics; `/logs/*` log; `/checkpoint/*` checkpoint; everything else
+/// (`/containerLogs`, `/exec`, `/run`, `/spec/`, ...) proxy.
 pub fn subresources(path: &str) -> Vec<&'static str> {
     let fine = [
         ("/pods", "pods"),
         ("/healthz", "healthz"),
         ("/configz", "configz"),
+        ("/statusz", "statusz"),
         ("/runningpods/", "pods"),
     ];
     if let Some((_, sub)) = fine.iter().find(|(base, _)| is_subpath(path, base)) {
@@ -113,7 +114,6 @@ pub fn subresources(path: &str) -> Vec<&'static str> {
         ("/stats", "stats"),
         ("/metrics", "metrics"),
         ("/logs", "log"),
-        ("/spec", "spec"),
         ("/checkpoint", "checkpoint"),
     ];
     match coarse.iter().find(|(base, _)| is_subpath(path, base)) {

@@ -63,7 +63,8 @@ fn cert(cn: &str, orgs: &[&str]) -> ClientCert {
 
 /// Upstream rule: pkg/kubelet/server/auth.go `nodeAuthorizerAttributesGetter.GetRequestAttributes`
 /// with KubeletFineGrainedAuthz (the fine-grained subresource first, then proxy, for /pods,
-/// /runningpods/, /healthz, /configz; stats, metrics, log, spec, checkpoint by path; proxy else;
+/// /runningpods/, /healthz, /configz, /statusz; stats, metrics, log, checkpoint by path; proxy
+/// else (`/spec/` included);
 /// `isSubpath` matches the path itself or below a slash, not a longer name).
 #[test]
 fn subresources_follow_the_kubelets_path_rules() {
@@ -81,7 +82,8 @@ fn subresources_follow_the_kubelets_path_rules() {
         ("/metrics/probes", &["metrics"]),
         ("/logs/syslog", &["log"]),
         ("/logs/", &["log"]),
-        ("/spec/", &["spec"]),
+        ("/spec/", &["proxy"]),
+        ("/statusz", &["statusz", "proxy"]),
         ("/checkpoint/ns/p/c", &["checkpoint"]),
         ("/containerLogs/ns/p/c", &["proxy"]),
         ("/exec/ns/p/c", &["proxy"]),
