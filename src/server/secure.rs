@@ -655,8 +655,31 @@ fn container_logs(
             head_only,
         );
     }
+    // getContainerLogs' own answers for a missing pod or container (plain text).
+    let found = shared
+        .store
+        .pods()
+        .into_iter()
+        .find(|p| p.metadata.namespace == ns && p.metadata.name == pod);
+    let Some(found) = found else {
+        let r = Reply::text(404, format!("pod {pod:?} does not exist"));
+        return reply(tls, r, head_only);
+    };
+    let spec = &found.spec;
+    let in_spec = spec
+        .containers
+        .iter()
+        .chain(&spec.init_containers)
+        .any(|c| c.name == container);
+    if !in_spec {
+        let r = Reply::text(
+            404,
+            format!("container {container:?} not found in pod {pod:?}"),
+        );
+        return reply(tls, r, head_only);
+    }
     let path = format!("/api/v1/namespaces/{ns}/pods/{pod}/log");
-    let query = format!("container={container}&{query}");
+    let query = format!("container={container}&{}", legacy_tail(query));
     let outcome = super::api::handle(
         &shared.options.node,
         &shared.store,
@@ -774,6 +797,19 @@ fn dir_listing(dir: &Path) -> String {
     out
 }
 
+/// The query with the kubelet's legacy `tail` parameter as `tailLines` (`tail=all` dropped).
+fn legacy_tail(query: &str) -> String {
+    query
+        .split('&')
+        .filter_map(|pair| match pair.split_once('=') {
+            Some(("tail", "all")) => None,
+            Some(("tail", n)) => Some(format!("tailLines={n}")),
+            _ => Some(pair.to_string()),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
 /// Counts one long-lived answer; `None` when [`MAX_STREAMS`] are open.
 fn stream_permit(shared: &Shared) -> Option<StreamPermit<'_>> {
     if shared.streams.fetch_add(1, Ordering::SeqCst) >= MAX_STREAMS {
@@ -858,7 +894,7 @@ fn resolve_container(
         .into_iter()
         .find(|p| p.metadata.namespace == ns && p.metadata.name == pod);
     let Some(p) = found.filter(|p| uid.is_none_or(|u| u == p.metadata.uid)) else {
-        return Err(Reply::text(404, "pod does not exist\n".into()));
+        return Err(Reply::text(404, "pod does not exist".into()));
     };
     let status = p.status.as_ref().and_then(|st| {
         st.container_statuses
@@ -869,7 +905,7 @@ fn resolve_container(
     let Some(c) = status else {
         return Err(Reply::text(
             404,
-            format!("container not found ({container:?})\n"),
+            format!("container not found ({container:?})"),
         ));
     };
     let id = c.container_id.as_str();
@@ -877,7 +913,7 @@ fn resolve_container(
     if c.state.running.is_none() || id.is_empty() {
         return Err(Reply::text(
             400,
-            format!("container {container} is not running\n"),
+            format!("container {container:?} is not running"),
         ));
     }
     Ok(id.to_string())
@@ -896,7 +932,7 @@ fn resolve_sandbox(
         .into_iter()
         .find(|p| p.metadata.namespace == ns && p.metadata.name == pod);
     let Some(p) = found.filter(|p| uid.is_none_or(|u| u == p.metadata.uid)) else {
-        return Err(Reply::text(404, "pod does not exist\n".into()));
+        return Err(Reply::text(404, "pod does not exist".into()));
     };
     let Some(rt) = shared.options.node.runtime.as_ref() else {
         return Err(Reply::text(500, "no container runtime\n".into()));
@@ -941,9 +977,12 @@ fn run(shared: &Shared, ns: &str, pod: &str, rest: &[&str], query: &str) -> Repl
     if cmd.iter().all(String::is_empty) {
         return Reply::text(400, "missing command (cmd)\n".into());
     }
+    // RunInContainer's errors (container not found, not running) are 500 in the kubelet; only
+    // a missing pod is 404.
     let id = match resolve_container(&shared.store, ns, pod, uid, container) {
         Ok(id) => id,
-        Err(r) => return r,
+        Err(r) if r.body == b"pod does not exist" => return r,
+        Err(r) => return Reply { status: 500, ..r },
     };
     let Some(rt) = shared.options.node.runtime.as_ref() else {
         return Reply::text(500, "no container runtime\n".into());

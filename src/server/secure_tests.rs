@@ -280,7 +280,7 @@ fn streaming_and_run_resolve_the_pod_first() {
     );
     assert_eq!(
         (code.as_str(), body.as_str()),
-        ("404", "pod does not exist\n")
+        ("404", "pod does not exist")
     );
     let (code, body) = curl(
         d,
@@ -289,20 +289,38 @@ fn streaming_and_run_resolve_the_pod_first() {
         "/run/default/web-node1/app?cmd=ls",
         Some("admin"),
     );
-    assert_eq!(code, "404", "{body}");
-    assert!(body.contains("container not found"), "{body}");
+    assert_eq!(
+        (code.as_str(), body.as_str()),
+        ("500", "container not found (\"app\")")
+    );
     assert_eq!(
         curl(d, port, "GET", "/run/default/web-node1/app", Some("admin")).0,
         "405"
     );
-    let (code, body) = curl(
-        d,
-        port,
-        "GET",
-        "/containerLogs/default/nope/app",
-        Some("admin"),
+    // getContainerLogs' texts.
+    assert_eq!(
+        curl(
+            d,
+            port,
+            "GET",
+            "/containerLogs/default/nope/app",
+            Some("admin")
+        ),
+        ("404".into(), "pod \"nope\" does not exist".into())
     );
-    assert_eq!(code, "404", "{body}");
+    assert_eq!(
+        curl(
+            d,
+            port,
+            "GET",
+            "/containerLogs/default/web-node1/app",
+            Some("admin")
+        ),
+        (
+            "404".into(),
+            "container \"app\" not found in pod \"web-node1\"".into()
+        )
+    );
     h.stop();
 }
 
@@ -381,4 +399,11 @@ fn node_logs_list_and_serve_files_inside_the_directory_only() {
     assert_eq!(curl(d, port, "GET", "/logs/nope", Some("admin")).0, "404");
     assert_eq!(curl(d, port, "GET", "/logs/syslog", None).0, "401");
     h.stop();
+}
+
+#[test]
+fn legacy_tail_parameter() {
+    assert_eq!(legacy_tail("tail=5&follow=true"), "tailLines=5&follow=true");
+    assert_eq!(legacy_tail("tail=all&timestamps=true"), "timestamps=true");
+    assert_eq!(legacy_tail(""), "");
 }
