@@ -7,6 +7,7 @@ use serde_json::Value;
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 use support::agent::{NODE, Nanolet, TIMEOUT, free_port};
 use support::{Containerd, wait_for};
 
@@ -303,4 +304,103 @@ fn client_certificates_reach_pods_stats_and_logs_others_are_401() {
         .expect("curl");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "405");
     drop(n);
+}
+
+/// Threads of a process.
+fn threads(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// 300 idle or dripping connections (more than the 128-connection cap) do not lock a client
+/// with a certificate out, and the server's threads stay bounded by the cap.
+#[test]
+fn idle_and_slow_connections_do_not_lock_out_the_kubelet_server() {
+    // Alone: hundreds of descriptors of this process, and answers are timed.
+    let _alone = support::exclusive();
+    let ctd = Containerd::start();
+    let pki = ctd.tmp().join("pki");
+    fs::create_dir_all(&pki).expect("pki dir");
+    ca(&pki, "cluster");
+    let serve =
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n";
+    leaf(&pki, "cluster", "serving", "/CN=node1", serve);
+    leaf(
+        &pki,
+        "cluster",
+        "admin",
+        "/CN=admin",
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    );
+    let root_pki = ctd.tmp().join("nanolet/root/pki");
+    fs::create_dir_all(&root_pki).expect("root pki");
+    fs::copy(pki.join("serving.crt"), root_pki.join("kubelet.crt")).expect("copy cert");
+    fs::copy(pki.join("serving.key"), root_pki.join("kubelet.key")).expect("copy key");
+    let port = free_port();
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--port={port}"),
+            format!("--client-ca-file={}", pki.join("cluster-ca.crt").display()),
+        ],
+    );
+    let ready = wait_for(TIMEOUT, || {
+        (curl(&pki, port, "GET", "/healthz/ping", Some("admin")).0 == "200").then_some(())
+    });
+    assert!(
+        ready.is_some(),
+        "kubelet server never answered:\n{}",
+        n.log_tail()
+    );
+    let pid = n.child.as_ref().expect("child").id();
+    let threads0 = threads(pid);
+
+    let mut conns: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect"))
+        .collect();
+    // Every third one drips the start of a TLS ClientHello, a byte at a time.
+    let mut worst = Duration::ZERO;
+    let mut max_threads = threads0;
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut k = 0;
+    while Instant::now() < until {
+        for (i, c) in conns.iter_mut().enumerate() {
+            if i % 3 == 0 {
+                let _ = std::io::Write::write(c, &[0x16, 0x03, 0x01][k % 3..k % 3 + 1]);
+            }
+        }
+        k += 1;
+        let t = Instant::now();
+        let (code, body) = curl(&pki, port, "GET", "/healthz/ping", Some("admin"));
+        worst = worst.max(t.elapsed());
+        assert_eq!(
+            (code.as_str(), body.as_str()),
+            ("200", "ok"),
+            "during the flood"
+        );
+        max_threads = max_threads.max(threads(pid));
+    }
+    println!("secure flood: threads {threads0} -> max {max_threads}, slowest answer {worst:?}");
+    assert!(worst < Duration::from_secs(3), "slowest answer {worst:?}");
+    // One thread per connection, at most 128 of them.
+    assert!(
+        max_threads <= threads0 + 130,
+        "threads grew from {threads0} to {max_threads}"
+    );
+    // Idle ones are closed by the server (the oldest waiting at the cap, or the 10 s
+    // handshake timeout).
+    let last = conns.pop().expect("a connection");
+    last.set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    let mut buf = Vec::new();
+    let read = std::io::Read::read_to_end(&mut &last, &mut buf);
+    assert!(
+        read.is_ok(),
+        "the server never closed an idle connection: {read:?}"
+    );
+    drop(conns);
 }
