@@ -232,4 +232,18 @@ mod tests {
         assert_eq!(KUBELET_VERSION, format!("v1.33.0+nanolet.{plain}"));
         assert!(!KUBELET_VERSION.contains("-nanolet"));
     }
+
+    /// `status.daemonEndpoints.kubeletEndpoint.Port` is the port the kubelet server serves on
+    /// (the kubelet's `DaemonEndpoints` setter), 0 while it does not serve.
+    #[test]
+    fn daemon_endpoints_name_the_kubelet_port() {
+        let store = StatusStore::new(std::time::Duration::from_secs(300));
+        let mut ctx = NodeContext::new("node1");
+        let port = |ctx: &NodeContext| {
+            node_object(ctx, &store)["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"].clone()
+        };
+        assert_eq!(port(&ctx), serde_json::json!(0));
+        ctx.kubelet_port = 10250;
+        assert_eq!(port(&ctx), serde_json::json!(10250));
+    }
 }

@@ -379,7 +379,8 @@ impl Auth {
         }
         let subs: Vec<&str> = attrs.iter().map(|a| a.subresource).collect();
         let verb = attrs.first().map_or("", |a| a.verb);
-        tracing::info!(user = %user.name, verb, subresources = ?subs, path, "kubelet server: forbidden");
+        // Debug, as the kubelet's V(2): a client can cause one per request.
+        tracing::debug!(user = %user.name, verb, subresources = ?subs, path, "kubelet server: forbidden");
         Decision::Forbidden(forbidden_text(&user.name, verb, &subs))
     }
 }

@@ -104,8 +104,16 @@ pub fn load_client_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, Secur
 }
 
 /// A resolver that always serves one certificate chain.
-#[derive(Debug)]
 struct FixedCertificate(Arc<rustls::sign::CertifiedKey>);
+
+/// Written by hand: nothing of the key is shown.
+impl std::fmt::Debug for FixedCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FixedCertificate")
+            .field("chain", &self.0.cert.len())
+            .finish()
+    }
+}
 
 impl ResolvesServerCert for FixedCertificate {
     fn resolve(
