@@ -271,6 +271,12 @@ impl Wiring<'_> {
             Some(path) => Some(secure::load_client_ca(path).map_err(KubeletError::Secure)?),
             None => None,
         };
+        if client_ca.is_none() && !cfg.authentication_token_webhook && !cfg.anonymous_auth {
+            warn!(
+                "kubelet server on port {}: no authentication is configured (--client-ca-file, --authentication-token-webhook or --anonymous-auth): every request is refused with 401",
+                cfg.port
+            );
+        }
         let webhook = cfg.authorization_mode() == crate::kubeletconfig::AuthorizationMode::Webhook;
         let options = AuthOptions {
             node_name: cfg.node_name.clone(),
