@@ -59,6 +59,10 @@ pub enum KubeletError {
     ApiClient(crate::apiclient::client::ApiError),
     #[error(transparent)]
     TokenFile(#[from] crate::server::TokenFileError),
+    // issue 19: secure
+    #[cfg(feature = "tls")]
+    #[error("kubelet server: {0}")]
+    Secure(crate::server::secure::SecureError),
     /// The manifest directory is writable by others (see `config::file::check_secure`).
     #[error("refusing to start: {0}")]
     ManifestDir(crate::config::file::FileSourceError),
@@ -142,7 +146,9 @@ impl Kubelet {
             loop_tx,
             shutdown: Shutdown::new(),
             probes: Arc::default(),
+            kubelet_port: 0,
         };
+        w.start_secure_server(deps.api_client.as_ref())?;
         w.start_servers(token)?;
         w.start_sources(deps.api_client.as_ref())?;
         w.start_images_dir()?;
@@ -226,6 +232,8 @@ struct Wiring<'a> {
     shutdown: Shutdown,
     /// The read-only server starts before the prober; it reads the prober through this slot.
     probes: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>>,
+    /// The kubelet server's port once it serves (the Node's daemonEndpoints), else 0.
+    kubelet_port: u16,
 }
 
 fn start_error(what: &'static str) -> impl FnOnce(std::io::Error) -> KubeletError {
@@ -241,7 +249,84 @@ impl Wiring<'_> {
         n.pod_logs_dir = self.cfg.pod_logs_dir.clone();
         n.root_dir = self.cfg.root_dir.clone();
         n.runtime = Some(self.runtime.clone());
+        n.kubelet_port = self.kubelet_port;
         n
+    }
+
+    // issue 19: secure
+    /// The kubelet server on `--port` (HTTPS): authentication and authorization from the
+    /// settings, the reviews through the API client.
+    #[cfg(feature = "tls")]
+    fn start_secure_server(&mut self, api: Option<&Arc<ApiClient>>) -> Result<(), KubeletError> {
+        use crate::server::auth::{ApiReviewer, Auth, AuthOptions, Reviewer};
+        use crate::server::secure;
+        let cfg = self.cfg;
+        if cfg.port == 0 {
+            return Ok(());
+        }
+        let Some(certificate) = serving_certificate(cfg)? else {
+            return Ok(());
+        };
+        let client_ca = match &cfg.client_ca_file {
+            Some(path) => Some(secure::load_client_ca(path).map_err(KubeletError::Secure)?),
+            None => None,
+        };
+        if client_ca.is_none() && !cfg.authentication_token_webhook && !cfg.anonymous_auth {
+            warn!(
+                "kubelet server on port {}: no authentication is configured (--client-ca-file, --authentication-token-webhook or --anonymous-auth): every request is refused with 401",
+                cfg.port
+            );
+        }
+        let webhook = cfg.authorization_mode() == crate::kubeletconfig::AuthorizationMode::Webhook;
+        let options = AuthOptions {
+            node_name: cfg.node_name.clone(),
+            anonymous: cfg.anonymous_auth,
+            token_webhook_ttl: cfg
+                .authentication_token_webhook
+                .then_some(cfg.authentication_token_webhook_cache_ttl),
+            authz_webhook_ttls: webhook.then_some((
+                cfg.authorization_webhook_cache_authorized_ttl,
+                cfg.authorization_webhook_cache_unauthorized_ttl,
+            )),
+        };
+        let reviewer = api.map(|client| {
+            Arc::new(ApiReviewer {
+                client: client.clone(),
+            }) as Arc<dyn Reviewer>
+        });
+        let addr = SocketAddr::new(cfg.address, cfg.port);
+        let options = secure::SecureOptions {
+            shared: ReadOnlyOptions {
+                node: self.node_context(),
+                token: None,
+                configz: cfg.redacted_json(),
+                stats: crate::stats::StatsProvider::new(),
+                probes: self.probes.clone(),
+            },
+            auth: Arc::new(Auth::new(options, reviewer)),
+            certificate,
+            client_ca,
+            run_timeout: cfg.runtime_request_timeout,
+            system_logs: cfg
+                .enable_system_log_handler
+                .then(|| PathBuf::from("/var/log")),
+        };
+        let handle = secure::spawn_secure(addr, self.store.clone(), options).map_err(|source| {
+            KubeletError::Bind {
+                what: "kubelet server",
+                addr,
+                source,
+            }
+        })?;
+        self.kubelet_port = handle.local_addr().port();
+        self.shutdown.hold(handle);
+        Ok(())
+    }
+
+    /// Without TLS there is no kubelet server (the config check refuses a non-zero --port).
+    #[cfg(not(feature = "tls"))]
+    fn start_secure_server(&mut self, _api: Option<&Arc<ApiClient>>) -> Result<(), KubeletError> {
+        Ok(())
     }
 
     /// The healthz server and the read-only port.
@@ -560,6 +645,27 @@ impl Wiring<'_> {
             },
         })
     }
+}
+
+// issue 19: secure
+/// SEAM (issue 19, branch i19-certs): the serving certificate of the kubelet server. The
+/// certificate manager's `certificate::ServingCertificate` (--tls-cert-file, serverTLSBootstrap
+/// or a self-signed one in --cert-dir) replaces this. Until then: `kubelet.crt` and
+/// `kubelet.key` in `<root-dir>/pki` (the kubelet's file names in its cert dir), and no kubelet
+/// server without them.
+#[cfg(feature = "tls")]
+fn serving_certificate(
+    cfg: &Config,
+) -> Result<Option<Arc<dyn rustls::server::ResolvesServerCert>>, KubeletError> {
+    let dir = cfg.root_dir.join("pki");
+    let (cert, key) = (dir.join("kubelet.crt"), dir.join("kubelet.key"));
+    if !cert.exists() || !key.exists() {
+        warn!(cert = %cert.display(), "kubelet server on --port {} not started: no serving certificate", cfg.port);
+        return Ok(None);
+    }
+    crate::server::secure::resolver_from_pem_files(&cert, &key)
+        .map(Some)
+        .map_err(KubeletError::Secure)
 }
 
 /// API-server mode (a kubeconfig is given): one client for the pod source, the status writer

@@ -114,7 +114,61 @@ fn finish(
         return Err(ConfigError::ReadOnlyNeedsToken(cfg.address));
     }
     check_manifest_url_tls(&cfg)?;
+    check_kubelet_server(&cfg)?;
     Ok(ParseOutcome::Run(cfg))
+}
+
+// issue 19: secure
+/// The kubelet server's settings fit together: the webhooks need an API server, and the
+/// server itself (HTTPS) a build with TLS.
+fn check_kubelet_server(cfg: &Config) -> Result<(), ConfigError> {
+    let flag = |name: &str, reason: ValueError| ConfigError::InvalidFlag {
+        flag: format!("--{name}"),
+        reason,
+    };
+    if !cfg!(feature = "tls") && cfg.port != 0 {
+        return Err(flag("port", ValueError::PortNeedsTls));
+    }
+    if cfg.kubeconfig.is_none() {
+        if cfg.authentication_token_webhook {
+            return Err(flag(
+                "authentication-token-webhook",
+                ValueError::WebhookNeedsKubeconfig("--authentication-token-webhook"),
+            ));
+        }
+        if cfg.authorization_mode == Some(super::AuthorizationMode::Webhook) {
+            return Err(flag(
+                "authorization-mode",
+                ValueError::WebhookNeedsKubeconfig("--authorization-mode=Webhook"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The config file's fields, with the nested ones KubeletConfiguration has
+/// (`authentication: {x509: {clientCAFile: ...}}`) named by their dotted path
+/// (`authentication.x509.clientCAFile`), as the settings name them. A mapping is descended
+/// only where some setting lives below it; anything else keeps its own name (and is warned
+/// about when unknown).
+fn fields<'a>(
+    map: &'a serde_json::Map<String, serde_json::Value>,
+    prefix: &str,
+    out: &mut Vec<(String, &'a serde_json::Value)>,
+) {
+    for (key, value) in map {
+        let name = format!("{prefix}{key}");
+        let below = format!("{name}.");
+        let nested = SETTINGS
+            .iter()
+            .any(|s| s.field.is_some_and(|f| f.starts_with(&below)));
+        match value {
+            serde_json::Value::Object(inner) if nested && by_field(&name).is_none() => {
+                fields(inner, &below, out)
+            }
+            _ => out.push((name, value)),
+        }
+    }
 }
 
 /// The manifest URL's TLS settings fit together: a client key with its certificate, and only
@@ -246,8 +300,10 @@ fn apply_file(cfg: &mut Config, path: &Path, text: &str) -> Result<(), ConfigErr
     // Relative paths in the file are relative to the file's directory, as in the kubelet.
     let dir = path.parent().unwrap_or_else(|| Path::new(""));
     let (mut type_error, mut value_error) = (None, None);
-    for (field, value) in map {
-        let Some(setting) = by_field(field) else {
+    let mut all = Vec::new();
+    fields(map, "", &mut all);
+    for (field, value) in all {
+        let Some(setting) = by_field(&field) else {
             continue;
         };
         let input = Input::File {
@@ -320,7 +376,9 @@ fn read_file(cfg: &mut Config, path: &Path, text: &str) -> Result<serde_json::Va
         });
     }
 
-    for k in map.keys() {
+    let mut all = Vec::new();
+    fields(map, "", &mut all);
+    for (k, _) in &all {
         if by_field(k).is_none() && k != "apiVersion" && k != "kind" {
             cfg.warnings.push(format!(
                 "{}: ignoring field {k:?}: unknown or not supported by nanolet",

@@ -151,6 +151,28 @@ pub struct Config {
     pub address: IpAddr,
     /// 0 disables the read-only server.
     pub read_only_port: u16,
+    // issue 19: secure
+    /// The kubelet server on `--port` (HTTPS, authenticated): 0 disables it.
+    pub port: u16,
+    /// `--client-ca-file` / `authentication.x509.clientCAFile`: client certificates signed by
+    /// it authenticate (CN user, O groups); `None`: no client-certificate authentication.
+    pub client_ca_file: Option<PathBuf>,
+    /// `--anonymous-auth` / `authentication.anonymous.enabled` (nanolet default false).
+    pub anonymous_auth: bool,
+    /// `--authentication-token-webhook` / `authentication.webhook.enabled`: bearer tokens are
+    /// checked with a TokenReview.
+    pub authentication_token_webhook: bool,
+    /// `authentication.webhook.cacheTTL` (2m).
+    pub authentication_token_webhook_cache_ttl: Duration,
+    /// `--authorization-mode` / `authorization.mode`; `None`: Webhook with `--kubeconfig`,
+    /// AlwaysAllow without (see [`Config::authorization_mode`]).
+    pub authorization_mode: Option<AuthorizationMode>,
+    /// `authorization.webhook.cacheAuthorizedTTL` (5m).
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+    /// `authorization.webhook.cacheUnauthorizedTTL` (30s).
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+    /// `enableSystemLogHandler` (default true): `/logs/` serves /var/log on the kubelet server.
+    pub enable_system_log_handler: bool,
     /// File holding the bearer token the read-only server requires (`readOnlyTokenFile`, a
     /// nanolet extension). Required when `address` is not loopback. The path is not secret;
     /// the file's content is, and is only read by `kubelet::wiring` at start.
@@ -203,7 +225,36 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
+// issue 19: secure
+/// How the kubelet server on `--port` authorizes a request (`authorization.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    AlwaysAllow,
+    /// A SubjectAccessReview per request (cached).
+    Webhook,
+}
+
+impl AuthorizationMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthorizationMode::AlwaysAllow => "AlwaysAllow",
+            AuthorizationMode::Webhook => "Webhook",
+        }
+    }
+}
+
 impl Config {
+    /// The effective authorization mode: as set, else Webhook with `--kubeconfig` and
+    /// AlwaysAllow without (nanolet's default; the kubelet's flag default is AlwaysAllow).
+    pub fn authorization_mode(&self) -> AuthorizationMode {
+        self.authorization_mode
+            .unwrap_or(if self.kubeconfig.is_some() {
+                AuthorizationMode::Webhook
+            } else {
+                AuthorizationMode::AlwaysAllow
+            })
+    }
+
     /// The effective images directory, `None` when disabled.
     pub fn images_dir(&self) -> Option<PathBuf> {
         match &self.images_dir {
@@ -245,6 +296,18 @@ impl Config {
             secret_dir: PathBuf::from("/etc/nanolet/secrets"),
             address: IpAddr::from([127, 0, 0, 1]),
             read_only_port: 10255,
+            // issue 19: secure
+            // HTTPS only: a build without TLS has no kubelet server unless --port asks for
+            // one (then a config error says why).
+            port: if cfg!(feature = "tls") { 10250 } else { 0 },
+            client_ca_file: None,
+            anonymous_auth: false,
+            authentication_token_webhook: false,
+            authentication_token_webhook_cache_ttl: Duration::from_secs(120),
+            authorization_mode: None,
+            authorization_webhook_cache_authorized_ttl: Duration::from_secs(300),
+            authorization_webhook_cache_unauthorized_ttl: Duration::from_secs(30),
+            enable_system_log_handler: true,
             read_only_token_file: None,
             resolv_conf: Some(PathBuf::from("/etc/resolv.conf")),
             node_ips: Vec::new(),
@@ -289,9 +352,31 @@ impl Config {
         doc.insert("kind".into(), CONFIG_KIND.into());
         doc.insert("apiVersion".into(), CONFIG_API_VERSION.into());
         for (key, show) in settings::SETTINGS.iter().filter_map(|s| s.configz) {
-            doc.insert(key.into(), show(self));
+            insert_nested(&mut doc, key, show(self));
         }
         serde_json::Value::Object(doc)
+    }
+}
+
+/// Inserts `value` at a dotted KubeletConfiguration path (`authentication.x509.clientCAFile`
+/// becomes nested objects, as the kubelet's `/configz` shows them).
+fn insert_nested(
+    doc: &mut serde_json::Map<String, serde_json::Value>,
+    key: &str,
+    value: serde_json::Value,
+) {
+    match key.split_once('.') {
+        None => {
+            doc.insert(key.into(), value);
+        }
+        Some((head, rest)) => {
+            let entry = doc
+                .entry(head.to_string())
+                .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+            if let serde_json::Value::Object(inner) = entry {
+                insert_nested(inner, rest, value);
+            }
+        }
     }
 }
 
@@ -321,6 +406,7 @@ impl fmt::Debug for Config {
             .field("secret_dir", &self.secret_dir)
             .field("address", &self.address)
             .field("read_only_port", &self.read_only_port)
+            .field("port", &self.port)
             .field("read_only_token_file", &self.read_only_token_file)
             .field("resolv_conf", &self.resolv_conf)
             .field("node_ips", &self.node_ips)

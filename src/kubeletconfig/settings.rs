@@ -904,6 +904,124 @@ pub(super) const SETTINGS: &[Setting] = &[
         apply: |c, v| set(&mut c.read_only_port, v.int(parse_port, port_from_int)),
         configz: Some(("readOnlyPort", |c| c.read_only_port.into())),
     },
+    // issue 19: secure
+    Setting {
+        flag: Flag::value("port"),
+        field: Some("port"),
+        value_name: "port",
+        default: "10250",
+        help: "Port of the kubelet server (HTTPS, authenticated and authorized: /pods, /stats, /metrics, /containerLogs, /exec, /attach, /portForward, /run), 0 disables it (config: port)",
+        apply: |c, v| set(&mut c.port, v.int(parse_port, port_from_int)),
+        configz: Some(("port", |c| c.port.into())),
+    },
+    Setting {
+        flag: Flag::value("client-ca-file"),
+        field: Some("authentication.x509.clientCAFile"),
+        value_name: "string",
+        default: "",
+        help: "Client certificates signed by a CA in this file authenticate to the kubelet server as their CommonName, with their Organizations as groups (config: authentication.x509.clientCAFile)",
+        apply: |c, v| set(&mut c.client_ca_file, v.optional_path()),
+        configz: Some(("authentication.x509.clientCAFile", |c| {
+            optional_path_json(&c.client_ca_file)
+        })),
+    },
+    Setting {
+        flag: Flag::bool("anonymous-auth"),
+        field: Some("authentication.anonymous.enabled"),
+        value_name: "",
+        default: "false",
+        help: "Serve requests without credentials to the kubelet server as system:anonymous (group system:unauthenticated), still subject to authorization; nanolet's default is false, the kubelet's true (config: authentication.anonymous.enabled)",
+        apply: |c, v| set(&mut c.anonymous_auth, v.bool()),
+        configz: Some(("authentication.anonymous.enabled", |c| {
+            c.anonymous_auth.into()
+        })),
+    },
+    Setting {
+        flag: Flag::bool("authentication-token-webhook"),
+        field: Some("authentication.webhook.enabled"),
+        value_name: "",
+        default: "false",
+        help: "Authenticate bearer tokens to the kubelet server with a TokenReview sent to the API server; needs --kubeconfig (config: authentication.webhook.enabled)",
+        apply: |c, v| set(&mut c.authentication_token_webhook, v.bool()),
+        configz: Some(("authentication.webhook.enabled", |c| {
+            c.authentication_token_webhook.into()
+        })),
+    },
+    Setting {
+        flag: Flag::value("authentication-token-webhook-cache-ttl"),
+        field: Some("authentication.webhook.cacheTTL"),
+        value_name: "duration",
+        default: "2m0s",
+        help: "How long TokenReview answers are cached (config: authentication.webhook.cacheTTL)",
+        apply: |c, v| {
+            set(
+                &mut c.authentication_token_webhook_cache_ttl,
+                v.parse(parse_duration),
+            )
+        },
+        configz: Some(("authentication.webhook.cacheTTL", |c| {
+            duration_json(c.authentication_token_webhook_cache_ttl)
+        })),
+    },
+    Setting {
+        flag: Flag::value("authorization-mode"),
+        field: Some("authorization.mode"),
+        value_name: "string",
+        default: "",
+        help: "How the kubelet server authorizes requests: AlwaysAllow or Webhook (a SubjectAccessReview; needs --kubeconfig); default Webhook with --kubeconfig, else AlwaysAllow (config: authorization.mode)",
+        apply: |c, v| {
+            set(
+                &mut c.authorization_mode,
+                then(v.text(), |s| parse_authorization_mode(&s).map(Some)),
+            )
+        },
+        configz: Some(("authorization.mode", |c| {
+            c.authorization_mode().as_str().into()
+        })),
+    },
+    Setting {
+        flag: Flag::value("authorization-webhook-cache-authorized-ttl"),
+        field: Some("authorization.webhook.cacheAuthorizedTTL"),
+        value_name: "duration",
+        default: "5m0s",
+        help: "How long allowing SubjectAccessReview answers are cached (config: authorization.webhook.cacheAuthorizedTTL)",
+        apply: |c, v| {
+            set(
+                &mut c.authorization_webhook_cache_authorized_ttl,
+                v.parse(parse_duration),
+            )
+        },
+        configz: Some(("authorization.webhook.cacheAuthorizedTTL", |c| {
+            duration_json(c.authorization_webhook_cache_authorized_ttl)
+        })),
+    },
+    Setting {
+        flag: Flag::value("authorization-webhook-cache-unauthorized-ttl"),
+        field: Some("authorization.webhook.cacheUnauthorizedTTL"),
+        value_name: "duration",
+        default: "30s",
+        help: "How long denying SubjectAccessReview answers are cached (config: authorization.webhook.cacheUnauthorizedTTL)",
+        apply: |c, v| {
+            set(
+                &mut c.authorization_webhook_cache_unauthorized_ttl,
+                v.parse(parse_duration),
+            )
+        },
+        configz: Some(("authorization.webhook.cacheUnauthorizedTTL", |c| {
+            duration_json(c.authorization_webhook_cache_unauthorized_ttl)
+        })),
+    },
+    Setting {
+        flag: Flag::bool("enable-system-log-handler"),
+        field: Some("enableSystemLogHandler"),
+        value_name: "",
+        default: "true",
+        help: "Serve the node's logs under /var/log at /logs/ on the kubelet server (authorized as nodes/log); the kubelet has only the config field, nanolet also the flag (config: enableSystemLogHandler)",
+        apply: |c, v| set(&mut c.enable_system_log_handler, v.bool()),
+        configz: Some(("enableSystemLogHandler", |c| {
+            c.enable_system_log_handler.into()
+        })),
+    },
     Setting {
         flag: Flag::value("read-only-token-file"),
         field: Some("readOnlyTokenFile"),
@@ -1069,7 +1187,8 @@ mod tests {
                 assert!(keys.insert(k), "configz {k} twice");
             }
             let named = s.help.split("config: ").skip(1).map(|rest| {
-                rest.split(|c: char| !c.is_ascii_alphanumeric())
+                // Nested fields are named by their dotted path (authentication.x509.clientCAFile).
+                rest.split(|c: char| !c.is_ascii_alphanumeric() && c != '.')
                     .next()
                     .unwrap_or_default()
             });

@@ -408,7 +408,7 @@ fn unknown_fields_warn_but_do_not_fail() {
         &dir,
         "config.yaml",
         &format!(
-            "{HEAD}cpuManagerPolicy: static\nauthentication:\n  anonymous: {{enabled: false}}\nmaxPods: 9\n"
+            "{HEAD}cpuManagerPolicy: static\nauthentication:\n  anonymous: {{enabled: false}}\ntopologyManagerPolicy: none\nmaxPods: 9\n"
         ),
     );
     let c = parse(&["--config", &path]).unwrap();
@@ -419,7 +419,11 @@ fn unknown_fields_warn_but_do_not_fail() {
             .iter()
             .any(|w| w.contains("\"cpuManagerPolicy\"") && w.contains("config.yaml"))
     );
-    assert!(c.warnings.iter().any(|w| w.contains("\"authentication\"")));
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("\"topologyManagerPolicy\""))
+    );
 }
 
 #[test]
@@ -839,4 +843,134 @@ fn resolv_conf_flag_and_field() {
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     let c = parse(&["--config", &path, "--resolv-conf=/run/r.conf"]).unwrap();
     assert_eq!(c.resolv_conf.as_deref(), Some(Path::new("/run/r.conf")));
+}
+
+// issue 19: secure
+#[test]
+fn kubelet_server_defaults_flags_and_nested_fields() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.port, if cfg!(feature = "tls") { 10250 } else { 0 });
+    assert!(
+        !c.anonymous_auth,
+        "nanolet's default (the kubelet's is true)"
+    );
+    assert_eq!(c.authorization_mode(), AuthorizationMode::AlwaysAllow);
+    assert_eq!(
+        c.authentication_token_webhook_cache_ttl,
+        Duration::from_secs(120)
+    );
+    assert_eq!(
+        c.authorization_webhook_cache_authorized_ttl,
+        Duration::from_secs(300)
+    );
+    assert_eq!(
+        c.authorization_webhook_cache_unauthorized_ttl,
+        Duration::from_secs(30)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let kc = write(&dir, "kubeconfig", "");
+    let c = parse(&["--kubeconfig", &kc]).unwrap();
+    assert_eq!(
+        c.authorization_mode(),
+        AuthorizationMode::Webhook,
+        "default with --kubeconfig"
+    );
+
+    let path = write(
+        &dir,
+        "config.yaml",
+        &format!(
+            "{HEAD}port: 11250\nauthentication:\n  x509:\n    clientCAFile: ca.crt\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: true\n    cacheTTL: 10s\nauthorization:\n  mode: AlwaysAllow\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 5s\n  bogus: 1\n"
+        ),
+    );
+    let c = parse(&["--config", &path, "--kubeconfig", &kc]).unwrap();
+    if cfg!(feature = "tls") {
+        assert_eq!(c.port, 11250);
+    }
+    assert_eq!(
+        c.client_ca_file,
+        Some(dir.path().join("ca.crt")),
+        "relative to the file"
+    );
+    assert!(c.anonymous_auth && c.authentication_token_webhook);
+    assert_eq!(
+        c.authentication_token_webhook_cache_ttl,
+        Duration::from_secs(10)
+    );
+    assert_eq!(c.authorization_mode, Some(AuthorizationMode::AlwaysAllow));
+    assert_eq!(
+        c.authorization_webhook_cache_authorized_ttl,
+        Duration::from_secs(60)
+    );
+    assert_eq!(
+        c.authorization_webhook_cache_unauthorized_ttl,
+        Duration::from_secs(5)
+    );
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("\"authorization.bogus\"")),
+        "{:?}",
+        c.warnings
+    );
+    // /configz nests them as the kubelet's.
+    let z = c.redacted_json();
+    assert_eq!(
+        z["authentication"]["x509"]["clientCAFile"],
+        path_str(&dir.path().join("ca.crt"))
+    );
+    assert_eq!(z["authentication"]["webhook"]["cacheTTL"], "10s");
+    assert_eq!(z["authorization"]["mode"], "AlwaysAllow");
+    assert_eq!(z["authorization"]["webhook"]["cacheUnauthorizedTTL"], "5s");
+
+    // Flags win over the file.
+    let c = parse(&[
+        "--config",
+        &path,
+        "--kubeconfig",
+        &kc,
+        "--anonymous-auth=false",
+        "--authorization-mode=Webhook",
+        "--client-ca-file=/etc/ca.pem",
+    ])
+    .unwrap();
+    assert!(!c.anonymous_auth);
+    assert_eq!(c.authorization_mode(), AuthorizationMode::Webhook);
+    assert_eq!(c.client_ca_file, Some(PathBuf::from("/etc/ca.pem")));
+
+    let bad = write(
+        &dir,
+        "bad.yaml",
+        &format!("{HEAD}authentication:\n  webhook:\n    cacheTTL: soon\n"),
+    );
+    let e = parse(&["--config", &bad]).unwrap_err().to_string();
+    assert!(e.contains("authentication.webhook.cacheTTL"), "{e}");
+}
+
+fn path_str(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn kubelet_server_settings_that_do_not_fit() {
+    let e = parse(&["--authorization-mode=RBAC"])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "--authorization-mode: invalid authorization mode \"RBAC\": use AlwaysAllow or Webhook"
+    );
+    let e = parse(&["--authorization-mode=Webhook"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs --kubeconfig"), "{e}");
+    let e = parse(&["--authentication-token-webhook"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("--authentication-token-webhook: "), "{e}");
+    if !cfg!(feature = "tls") {
+        let e = parse(&["--port=10250"]).unwrap_err().to_string();
+        assert!(e.contains("needs a build with the tls feature"), "{e}");
+    }
 }

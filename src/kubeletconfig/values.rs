@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::AuthorizationMode;
 use crate::eviction::threshold::ThresholdError;
 use crate::timeutil::parse_go_duration;
 use crate::util::redact::redact_url;
@@ -123,6 +124,28 @@ pub enum ValueError {
     },
     #[error("missing; expected {0:?}")]
     Missing(&'static str),
+    // issue 19: secure
+    #[error("invalid authorization mode {0:?}: use AlwaysAllow or Webhook")]
+    AuthorizationMode(String),
+    /// `--authorization-mode=Webhook` or `--authentication-token-webhook` without an API server.
+    #[error("{0} needs --kubeconfig (the reviews are sent to the API server)")]
+    WebhookNeedsKubeconfig(&'static str),
+    /// The kubelet server on --port is HTTPS only.
+    #[error(
+        "the kubelet server on --port needs a build with the tls feature (this nanolet was \
+         built without it); set --port=0 to disable it"
+    )]
+    PortNeedsTls,
+}
+
+// issue 19: secure
+/// `--authorization-mode` / `authorization.mode`: `AlwaysAllow` or `Webhook`.
+pub(super) fn parse_authorization_mode(s: &str) -> Result<AuthorizationMode, ValueError> {
+    match s.trim() {
+        "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
+        "Webhook" => Ok(AuthorizationMode::Webhook),
+        other => Err(ValueError::AuthorizationMode(other.to_string())),
+    }
 }
 
 impl From<ThresholdError> for ValueError {

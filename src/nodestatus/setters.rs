@@ -26,6 +26,9 @@ pub struct NodeContext {
     pub runtime: Option<Arc<dyn Runtime>>,
     /// The node object's creationTimestamp (when nanolet started).
     pub started: SystemTime,
+    /// The kubelet server's port (`daemonEndpoints.kubeletEndpoint.Port`); 0 when it is not
+    /// serving.
+    pub kubelet_port: u16,
     runtime_version: OnceLock<String>,
 }
 
@@ -39,6 +42,7 @@ impl NodeContext {
             root_dir: PathBuf::from("/var/lib/nanolet"),
             runtime: None,
             started: SystemTime::now(),
+            kubelet_port: 0,
             runtime_version: OnceLock::new(),
         }
     }
@@ -186,7 +190,7 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
                 ready,
             ],
             "addresses": addresses,
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": ctx.kubelet_port}},
             "nodeInfo": {
                 "machineID": read_trimmed("/etc/machine-id"),
                 "systemUUID": read_trimmed("/sys/class/dmi/id/product_uuid"),
@@ -227,5 +231,19 @@ mod tests {
             .collect();
         assert_eq!(KUBELET_VERSION, format!("v1.33.0+nanolet.{plain}"));
         assert!(!KUBELET_VERSION.contains("-nanolet"));
+    }
+
+    /// `status.daemonEndpoints.kubeletEndpoint.Port` is the port the kubelet server serves on
+    /// (the kubelet's `DaemonEndpoints` setter), 0 while it does not serve.
+    #[test]
+    fn daemon_endpoints_name_the_kubelet_port() {
+        let store = StatusStore::new(std::time::Duration::from_secs(300));
+        let mut ctx = NodeContext::new("node1");
+        let port = |ctx: &NodeContext| {
+            node_object(ctx, &store)["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"].clone()
+        };
+        assert_eq!(port(&ctx), serde_json::json!(0));
+        ctx.kubelet_port = 10250;
+        assert_eq!(port(&ctx), serde_json::json!(10250));
     }
 }

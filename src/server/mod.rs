@@ -22,7 +22,11 @@
 //! own (at most [`MAX_FOLLOWERS`] at once) so they never block the server.
 
 pub mod api;
+pub mod auth;
+pub mod auth_x509;
 pub(crate) mod httpd;
+#[cfg(feature = "tls")]
+pub mod secure;
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -282,7 +286,7 @@ fn spawn_follower(
 
 /// Writes each `write_all` as one HTTP chunk.
 struct ChunkWriter<'a> {
-    inner: &'a mut TcpStream,
+    inner: &'a mut dyn Write,
     chunked: bool,
 }
 

@@ -36,6 +36,8 @@ mod kubectl;
 mod logging;
 /// Probes, lifecycle hooks, termination messages, init and sidecar containers.
 mod probes;
+/// The kubelet server on --port: HTTPS, client certificates, the kubelet's endpoints.
+mod secure_port;
 /// The HTTP servers under floods and slow clients, request limits, admission hardening.
 mod security;
 /// Many pods with probes every second: threads, fds and RSS stay flat (alone).

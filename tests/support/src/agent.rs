@@ -70,6 +70,9 @@ impl Nanolet {
             format!("--pod-logs-dir={}", dir.join("log/pods").display()),
             format!("--read-only-port={port}"),
             format!("--healthz-port={healthz_port}"),
+            // No kubelet server (HTTPS, default 10250) unless a test asks for one on a free
+            // port: agents run side by side.
+            "--port=0".into(),
             "--file-check-frequency=2s".into(),
             "--http-check-frequency=1s".into(),
             "--v=3".into(),
