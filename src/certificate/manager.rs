@@ -348,7 +348,14 @@ impl Bootstrap {
             Some(&name),
             &self.timing,
             stop,
-        )?;
+        )
+        .inspect_err(|e| {
+            if matches!(e, CertificateError::Refused { .. }) {
+                // nanolet's choice: a denied CSR is not asked again with the same key (its
+                // digested name would find the same denied CSR); the next attempt uses a new one.
+                let _ = std::fs::remove_file(&key_path);
+            }
+        })?;
         let pair = Pair::new(cert, key)?;
         let store = FileStore::new(&self.cert_dir, CLIENT_PREFIX);
         let file = store.update(&pair)?;
