@@ -10,7 +10,7 @@ _nanolet() {
   case ${COMP_WORDS[1]} in
     run)
       case $prev in
-        --config-map-dir | --config | --manifest-url-ca-file | --manifest-url-client-cert | --manifest-url-client-key | --images-dir | --image-credentials-file | --kubeconfig | --pod-logs-dir | --pod-manifest-path | --read-only-token-file | --resolv-conf | --root-dir | --secret-dir)
+        --config-map-dir | --config | --manifest-url-ca-file | --manifest-url-client-cert | --manifest-url-client-key | --images-dir | --image-credentials-file | --kubeconfig | --bootstrap-kubeconfig | --tls-cert-file | --tls-private-key-file | --pod-logs-dir | --pod-manifest-path | --read-only-token-file | --resolv-conf | --root-dir | --secret-dir)
           mapfile -t COMPREPLY < <(compgen -f -- "$cur")
           return
           ;;
@@ -20,7 +20,7 @@ _nanolet() {
           ;;
       esac
       if [[ $cur == -* ]]; then
-        mapfile -t COMPREPLY < <(compgen -W "--address --cgroup-driver --config-map-dir --config --container-log-max-files --container-log-max-size --container-log-monitor-interval --container-runtime-endpoint --eviction-hard --eviction-max-pod-grace-period --eviction-minimum-reclaim --eviction-monitoring-period --eviction-pressure-transition-period --eviction-soft --eviction-soft-grace-period --file-check-frequency --healthz-bind-address --allow-insecure-manifest-dir --allow-privileged --allowed-host-paths --deny-host-namespaces --healthz-port --help -h --hostname-override --http-check-frequency --image-gc-high-threshold --image-gc-low-threshold --kube-reserved --manifest-url --manifest-url-header --manifest-url-ca-file --manifest-url-client-cert --manifest-url-client-key --images-dir --image-credentials-file --image-snapshotter --kubeconfig --max-pods --minimum-image-ttl-duration --pod-logs-dir --node-ip --node-labels --register-with-taints --node-status-update-frequency --pod-manifest-path --read-only-port --read-only-token-file --resolv-conf --root-dir --runtime-request-timeout --secret-dir --sync-frequency --system-reserved --v -v" -- "$cur")
+        mapfile -t COMPREPLY < <(compgen -W "--address --cgroup-driver --config-map-dir --config --container-log-max-files --container-log-max-size --container-log-monitor-interval --container-runtime-endpoint --eviction-hard --eviction-max-pod-grace-period --eviction-minimum-reclaim --eviction-monitoring-period --eviction-pressure-transition-period --eviction-soft --eviction-soft-grace-period --file-check-frequency --healthz-bind-address --allow-insecure-manifest-dir --allow-privileged --allowed-host-paths --deny-host-namespaces --healthz-port --help -h --hostname-override --http-check-frequency --image-gc-high-threshold --image-gc-low-threshold --kube-reserved --manifest-url --manifest-url-header --manifest-url-ca-file --manifest-url-client-cert --manifest-url-client-key --images-dir --image-credentials-file --image-snapshotter --kubeconfig --bootstrap-kubeconfig --cert-dir --rotate-certificates --rotate-server-certificates --tls-cert-file --tls-private-key-file --max-pods --minimum-image-ttl-duration --pod-logs-dir --node-ip --node-labels --register-with-taints --node-status-update-frequency --pod-manifest-path --read-only-port --read-only-token-file --resolv-conf --root-dir --runtime-request-timeout --secret-dir --sync-frequency --system-reserved --v -v" -- "$cur")
       fi
       ;;
     completion)

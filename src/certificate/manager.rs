@@ -586,6 +586,47 @@ pub fn client_rotation(
 /// Alias kept for the module's re-export.
 pub type ClientRotation = Rotation;
 
+/// `--rotate-certificates`: the client rotation for the client made from `kubeconfig`, as the
+/// kubelet's client certificate manager starts it: the store's current pair (a previous
+/// rotation's) is used when it is valid and newer than the kubeconfig's, else the kubeconfig's
+/// pair seeds the store (upstream: the store falls back to the kubeconfig's cert and key files).
+pub fn prepare_client_rotation(
+    client: Arc<ApiClient>,
+    kubeconfig: &Path,
+    cert_dir: &Path,
+    node_name: &str,
+) -> Result<Rotation, CertificateError> {
+    let kc = Kubeconfig::load(kubeconfig)?;
+    let store = FileStore::new(cert_dir, CLIENT_PREFIX);
+    let from_kubeconfig = match (&kc.client_cert_pem, &kc.client_key_pem) {
+        (Some(c), Some(k)) => EcKey::from_pem(k)
+            .and_then(|k| Pair::new(c.clone(), k))
+            .ok(),
+        _ => None,
+    };
+    let now = SystemTime::now();
+    match (store.current(), from_kubeconfig) {
+        (Ok(Some(stored)), kc_pair)
+            if stored.leaf.is_valid_at(now)
+                && kc_pair
+                    .as_ref()
+                    .is_none_or(|p| p.leaf.not_before < stored.leaf.not_before) =>
+        {
+            let mut live = kc.clone();
+            live.token = None;
+            live.client_cert_pem = Some(stored.cert_pem.clone());
+            live.client_key_pem = Some(stored.key.to_pem().into_bytes());
+            client.set_credentials(&live)?;
+            info!(cert = %store.current_path().display(), "client certificate: using the rotated one from the certificate directory");
+        }
+        (Ok(None), Some(p)) => {
+            store.update(&p)?;
+        }
+        _ => {}
+    }
+    Ok(client_rotation(client, cert_dir, node_name, kc))
+}
+
 #[cfg(test)]
 #[path = "manager_tests.rs"]
 mod tests;
