@@ -72,6 +72,15 @@ pub(crate) fn sleep_or_stop(stop: &Receiver<()>, d: Duration) -> bool {
     !matches!(stop.recv_timeout(d), Err(RecvTimeoutError::Timeout))
 }
 
+/// The CSR object's own settings.
+#[derive(Debug, Clone, Copy)]
+pub struct CsrSpec<'a> {
+    pub signer: &'a str,
+    pub usages: &'a [&'a str],
+    /// `Some`: this name (bootstrap's digested name); `None`: `generateName: csr-`.
+    pub name: Option<&'a str>,
+}
+
 /// The CSR for `key`: submitted under `name` (bootstrap: the digested `node-csr-...` name, an
 /// existing CSR of the same key is reused) or `generateName: csr-` (rotation); then waited for
 /// until approved and issued, denied, failed or timed out. Returns the issued PEM chain.
@@ -79,12 +88,15 @@ pub fn request_certificate(
     client: &ApiClient,
     key: &EcKey,
     request: &Request,
-    signer: &str,
-    usages: &[&str],
-    name: Option<&str>,
+    spec: &CsrSpec<'_>,
     timing: &Timing,
     stop: &Receiver<()>,
 ) -> Result<Vec<u8>, CertificateError> {
+    let CsrSpec {
+        signer,
+        usages,
+        name,
+    } = *spec;
     let csr_pem = request.sign_pem(key)?;
     let metadata = match name {
         Some(n) => json!({ "name": n }),
@@ -343,9 +355,11 @@ impl Bootstrap {
             &client,
             &key,
             &request,
-            CLIENT_SIGNER,
-            CLIENT_USAGES,
-            Some(&name),
+            &CsrSpec {
+                signer: CLIENT_SIGNER,
+                usages: CLIENT_USAGES,
+                name: Some(&name),
+            },
             &self.timing,
             stop,
         )
@@ -527,9 +541,11 @@ impl Rotation {
             &self.client,
             &key,
             &request,
-            self.signer,
-            self.usages,
-            None,
+            &CsrSpec {
+                signer: self.signer,
+                usages: self.usages,
+                name: None,
+            },
             &self.timing,
             stop,
         )?;

@@ -125,9 +125,9 @@ impl Stub {
                             Some(n) => n.to_string(),
                             None => format!("csr-{n}"),
                         };
-                        if csrs.contains_key(&name) {
-                            (409, status(409, "AlreadyExists"))
-                        } else {
+                        if let std::collections::hash_map::Entry::Vacant(slot) =
+                            csrs.entry(name.clone())
+                        {
                             n += 1;
                             csr["metadata"]["name"] = name.clone().into();
                             csr["metadata"]["uid"] = format!("uid-{n}").into();
@@ -145,8 +145,10 @@ impl Stub {
                             } else if deny {
                                 csr["status"] = json!({"conditions": [{"type": "Denied", "status": "True", "reason": "TestDenied", "message": "not this one"}]});
                             }
-                            csrs.insert(name, csr.clone());
+                            slot.insert(csr.clone());
                             (201, csr)
+                        } else {
+                            (409, status(409, "AlreadyExists"))
                         }
                     }
                     tiny_http::Method::Get => {
