@@ -492,3 +492,49 @@ fn an_expired_client_certificate_in_the_kubeconfig_needs_bootstrap() {
     assert!(!b.kubeconfig_still_valid(SystemTime::now()));
     assert!(b.kubeconfig_still_valid(old + Duration::from_secs(3600)));
 }
+
+#[test]
+fn server_tls_bootstrap_requests_a_serving_certificate_and_swaps_it_in() {
+    // upstream NewKubeletServerCertificateManager: signer kubernetes.io/kubelet-serving,
+    // CN system:node:<node>, O system:nodes, SANs from the node's names and addresses.
+    let stub = Stub::start(Policy::Approve);
+    let d = tempfile::tempdir().unwrap();
+    let mut cfg = crate::kubeletconfig::Config::defaults("edge-1".into());
+    cfg.root_dir = d.path().to_path_buf();
+    cfg.server_tls_bootstrap = true;
+    cfg.node_ips = vec!["10.0.0.9".parse().unwrap()];
+    let kc = Kubeconfig::parse(
+        Path::new("/kc"),
+        &format!("clusters: [{{name: c, cluster: {{server: '{}'}}}}]\nusers: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n", stub.url),
+    )
+    .unwrap();
+    let client = Arc::new(ApiClient::new(&kc, Duration::from_secs(5)).unwrap());
+    let sc = crate::certificate::ServingCertificate::from_config(&cfg, Some(client)).unwrap();
+    eventually("the serving certificate", || sc.current().is_some());
+    let post = stub.seen.lock().unwrap().posts[0].clone();
+    assert_eq!(post["spec"]["signerName"], SERVING_SIGNER);
+    assert_eq!(
+        post["spec"]["usages"],
+        json!(["digital signature", "server auth"])
+    );
+    let csr = crate::util::base64::decode(post["spec"]["request"].as_str().unwrap()).unwrap();
+    let file = write(d.path(), "serving.csr", &String::from_utf8_lossy(&csr));
+    let text = openssl(&["req", "-in", &file, "-verify", "-noout", "-text"]);
+    assert!(
+        text.contains("O = system:nodes, CN = system:node:edge-1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("DNS:edge-1") && text.contains("IP Address:10.0.0.9"),
+        "{text}"
+    );
+    let served = sc.current().unwrap();
+    let stored = FileStore::new(&d.path().join("pki"), super::super::store::SERVER_PREFIX)
+        .current()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        served.cert[0].as_ref(),
+        pem::certificates(&stored.cert_pem).unwrap()[0]
+    );
+}

@@ -356,4 +356,67 @@ mod tests {
         assert_eq!(dns[0], "edge-1");
         assert_eq!(ips, ["10.0.0.9".parse::<IpAddr>().unwrap()]);
     }
+
+    #[test]
+    fn openssl_s_client_verifies_the_self_signed_chain_served_through_the_resolver() {
+        use std::io::{Read, Write};
+        let d = tempfile::tempdir().unwrap();
+        let mut cfg = Config::defaults("edge-1".into());
+        cfg.root_dir = d.path().to_path_buf();
+        let sc = ServingCertificate::from_config(&cfg, None).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server_cfg = Arc::new(
+            rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_cert_resolver(sc.clone()),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut tcp, _) = listener.accept().unwrap();
+            let mut conn = rustls::ServerConnection::new(server_cfg).unwrap();
+            let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
+            let mut buf = [0u8; 5];
+            tls.read_exact(&mut buf).unwrap();
+            tls.write_all(b"pong\n").unwrap();
+            tls.flush().unwrap();
+            conn.send_close_notify();
+            let _ = conn.write_tls(&mut tcp);
+            buf
+        });
+        // The CA is the second certificate of kubelet.crt.
+        let chain = std::fs::read(d.path().join("pki/kubelet.crt")).unwrap();
+        let ca = pem::certificates(&chain).unwrap()[1].clone();
+        let ca_file = d.path().join("ca.pem");
+        std::fs::write(&ca_file, pem::encode(pem::CERTIFICATE, &ca)).unwrap();
+        let mut child = std::process::Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &format!("127.0.0.1:{port}"),
+                "-CAfile",
+                ca_file.to_str().unwrap(),
+                "-verify_return_error",
+                "-verify_hostname",
+                "edge-1",
+                "-quiet",
+                "-ign_eof",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.as_mut().unwrap().write_all(b"ping\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("pong"),
+            "{stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(&server.join().unwrap(), b"ping\n");
+    }
 }
