@@ -538,3 +538,155 @@ fn server_tls_bootstrap_requests_a_serving_certificate_and_swaps_it_in() {
         pem::certificates(&stored.cert_pem).unwrap()[0]
     );
 }
+
+/// An HTTPS server that requires a client certificate from `client_ca` and answers every
+/// request with the presented certificate's CN (one request per connection).
+fn mtls_server(
+    server: &Pair,
+    client_ca: &[u8],
+    requests: usize,
+) -> (u16, std::thread::JoinHandle<Vec<String>>) {
+    use std::io::{Read, Write};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for der in pem::certificates(client_ca).unwrap() {
+        roots
+            .add(rustls::pki_types::CertificateDer::from(der))
+            .unwrap();
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let chain: Vec<rustls::pki_types::CertificateDer<'static>> =
+        pem::certificates(&server.cert_pem)
+            .unwrap()
+            .into_iter()
+            .map(rustls::pki_types::CertificateDer::from)
+            .collect();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(server.key.pkcs8_der().to_vec().into());
+    let cfg = Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .unwrap(),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let t = std::thread::spawn(move || {
+        let mut cns = vec![];
+        for _ in 0..requests {
+            let (mut tcp, _) = listener.accept().unwrap();
+            let mut conn = rustls::ServerConnection::new(cfg.clone()).unwrap();
+            let mut head = vec![];
+            let mut byte = [0u8; 1];
+            {
+                let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
+                while !head.ends_with(b"\r\n\r\n") && tls.read(&mut byte).unwrap() == 1 {
+                    head.push(byte[0]);
+                }
+            }
+            let peer = conn.peer_certificates().unwrap()[0].as_ref().to_vec();
+            let cn = Certificate::parse(&peer).unwrap().common_name;
+            let body = json!({"cn": cn}).to_string();
+            let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
+            write!(
+                tls,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            tls.flush().unwrap();
+            conn.send_close_notify();
+            let _ = conn.write_tls(&mut tcp);
+            cns.push(cn);
+        }
+        cns
+    });
+    (port, t)
+}
+
+#[test]
+fn set_credentials_swaps_the_client_certificate_on_the_wire() {
+    // The rotation's live swap: the next TLS connection presents the new certificate.
+    let d = tempfile::tempdir().unwrap();
+    let server = crate::certificate::selfsigned::generate("127.0.0.1", SystemTime::now()).unwrap();
+    let server_ca = pem::encode(
+        pem::CERTIFICATE,
+        &pem::certificates(&server.cert_pem).unwrap()[1],
+    );
+    // A client CA and two client certificates made by openssl.
+    let ca_key = d.path().join("ca.key");
+    let ca_crt = d.path().join("ca.crt");
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        ca_key.to_str().unwrap(),
+        "-out",
+        ca_crt.to_str().unwrap(),
+        "-days",
+        "1",
+        "-subj",
+        "/CN=client-ca",
+    ]);
+    let client_pair = |cn: &str| -> (Vec<u8>, Vec<u8>) {
+        let key = EcKey::generate().unwrap();
+        let req = Request {
+            common_name: cn.into(),
+            ..Request::default()
+        };
+        let csr = write(d.path(), &format!("{cn}.csr"), &req.sign_pem(&key).unwrap());
+        let out = d.path().join(format!("{cn}.crt"));
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            ca_crt.to_str().unwrap(),
+            "-CAkey",
+            ca_key.to_str().unwrap(),
+            "-set_serial",
+            "7",
+            "-days",
+            "1",
+            "-extfile",
+            &write(d.path(), "ext", "extendedKeyUsage=clientAuth\n"),
+            "-out",
+            out.to_str().unwrap(),
+        ]);
+        (std::fs::read(out).unwrap(), key.to_pem().into_bytes())
+    };
+    let (one_crt, one_key) = client_pair("system:node:one");
+    let (two_crt, two_key) = client_pair("system:node:two");
+    let (port, server_thread) = mtls_server(&server, &std::fs::read(&ca_crt).unwrap(), 2);
+    let mut kc = Kubeconfig {
+        server: format!("https://127.0.0.1:{port}"),
+        ca_pem: Some(server_ca.into_bytes()),
+        insecure_skip_tls_verify: false,
+        token: None,
+        client_cert_pem: Some(one_crt),
+        client_key_pem: Some(one_key),
+    };
+    let client = Arc::new(ApiClient::new(&kc, Duration::from_secs(5)).unwrap());
+    let holder = client.clone();
+    assert_eq!(holder.get("/x").unwrap()["cn"], "system:node:one");
+    kc.client_cert_pem = Some(two_crt);
+    kc.client_key_pem = Some(two_key);
+    client.set_credentials(&kc).unwrap();
+    assert_eq!(holder.get("/x").unwrap()["cn"], "system:node:two");
+    assert_eq!(
+        server_thread.join().unwrap(),
+        ["system:node:one", "system:node:two"]
+    );
+}
