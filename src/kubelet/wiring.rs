@@ -160,6 +160,7 @@ impl Kubelet {
             loop_tx,
             shutdown: Shutdown::new(),
             probes: Arc::default(),
+            on_api_client: Vec::new(),
         };
         w.start_servers(token)?;
         #[cfg(feature = "tls")]
@@ -253,7 +254,14 @@ struct Wiring<'a> {
     shutdown: Shutdown,
     /// The read-only server starts before the prober; it reads the prober through this slot.
     probes: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>>,
+    /// Parts built before API-server mode has its client (TLS bootstrap may make it later)
+    /// register what to do with it here, e.g. the serving certificate's
+    /// `certificate::ServingCertificate::attach_client`. [`ApiMode::start`] runs them.
+    on_api_client: Vec<ApiClientHook>,
 }
+
+/// Run once the API client exists (see `Wiring::on_api_client`).
+type ApiClientHook = Box<dyn FnOnce(&Arc<ApiClient>) + Send>;
 
 fn start_error(what: &'static str) -> impl FnOnce(std::io::Error) -> KubeletError {
     move |source| KubeletError::Start { what, source }
@@ -391,6 +399,7 @@ impl Wiring<'_> {
             stop_heartbeat: self.shutdown.receiver(),
             stop_rotation: self.shutdown.receiver(),
             stop_bootstrap: self.shutdown.receiver(),
+            on_client: std::mem::take(&mut self.on_api_client),
         }
     }
 
@@ -563,6 +572,7 @@ struct ApiMode {
     stop_rotation: mpsc::Receiver<()>,
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     stop_bootstrap: mpsc::Receiver<()>,
+    on_client: Vec<ApiClientHook>,
 }
 
 /// What the API pod source and the status writer are built from.
@@ -591,6 +601,7 @@ impl ApiMode {
             stop_heartbeat,
             stop_rotation,
             stop_bootstrap: _,
+            on_client,
         } = self;
         let parts = ApiParts {
             store: store.clone(),
@@ -602,6 +613,9 @@ impl ApiMode {
         };
         Self::start_api_pods(&cfg, parts, &client)?;
         Self::start_node_heartbeat(&cfg, node, store, stop_heartbeat, &client)?;
+        for hook in on_client {
+            hook(&client);
+        }
         #[cfg(feature = "tls")]
         start_client_rotation(&cfg, client, stop_rotation)?;
         #[cfg(not(feature = "tls"))]
