@@ -690,3 +690,105 @@ fn set_credentials_swaps_the_client_certificate_on_the_wire() {
         ["system:node:one", "system:node:two"]
     );
 }
+
+/// A client pair for `system:node:edge-1` valid from `not_before` for `life`, signed by itself.
+fn short_pair(not_before: SystemTime, life: Duration) -> Pair {
+    let k = EcKey::generate().unwrap();
+    let t = Template {
+        serial: 9,
+        common_name: "system:node:edge-1".into(),
+        organizations: vec!["system:nodes".into()],
+        not_before,
+        not_after: not_before + life,
+        is_ca: false,
+        dns_names: vec![],
+        ip_addresses: vec![],
+    };
+    let der = t.sign(&k, None, &k).unwrap();
+    Pair::new(pem::encode(pem::CERTIFICATE, &der).into_bytes(), k).unwrap()
+}
+
+fn token_client(url: &str) -> Arc<ApiClient> {
+    let kc = Kubeconfig::parse(
+        Path::new("/kc"),
+        &format!("clusters: [{{name: c, cluster: {{server: '{url}'}}}}]\nusers: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n"),
+    )
+    .unwrap();
+    Arc::new(ApiClient::new(&kc, Duration::from_secs(5)).unwrap())
+}
+
+#[test]
+fn the_rotation_loop_renews_a_certificate_past_its_deadline_and_then_sleeps_until_stopped() {
+    let stub = Stub::start(Policy::Approve);
+    let d = tempfile::tempdir().unwrap();
+    let store = FileStore::new(d.path(), CLIENT_PREFIX);
+    // 10 minutes into a 10-minute lifetime: past any deadline in [70 %, 90 %].
+    let old = short_pair(
+        SystemTime::now() - Duration::from_secs(590),
+        Duration::from_secs(600),
+    );
+    store.update(&old).unwrap();
+    let renewed = Arc::new(Mutex::new(Vec::new()));
+    let seen = renewed.clone();
+    let rotation = Rotation {
+        client: token_client(&stub.url),
+        store: store.clone(),
+        request: Box::new(|| client_request("edge-1")),
+        signer: CLIENT_SIGNER,
+        usages: CLIENT_USAGES,
+        on_renewed: Box::new(move |p| {
+            seen.lock().unwrap().push(p.leaf.public_key.clone());
+            Ok(())
+        }),
+        timing: fast(),
+        name: "client",
+    };
+    let (tx, stop) = never();
+    let t = std::thread::spawn(move || rotation.run(stop));
+    eventually("a renewal", || !renewed.lock().unwrap().is_empty());
+    let current = store.current().unwrap().unwrap();
+    assert_ne!(current.leaf.public_key, old.leaf.public_key);
+    assert_eq!(renewed.lock().unwrap()[0], current.leaf.public_key);
+    // The new certificate (1 day) is far from its deadline: one CSR only, then it sleeps.
+    tx.send(()).unwrap();
+    t.join().unwrap();
+    assert_eq!(stub.seen.lock().unwrap().posts.len(), 1);
+    assert_eq!(renewed.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn an_expired_certificate_while_the_api_server_is_down_keeps_retrying_until_stopped() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let d = tempfile::tempdir().unwrap();
+    let store = FileStore::new(d.path(), CLIENT_PREFIX);
+    let expired = short_pair(
+        SystemTime::now() - Duration::from_secs(7200),
+        Duration::from_secs(3600),
+    );
+    store.update(&expired).unwrap();
+    let rotation = Rotation {
+        client: token_client(&format!("http://127.0.0.1:{port}")),
+        store: store.clone(),
+        request: Box::new(|| client_request("edge-1")),
+        signer: CLIENT_SIGNER,
+        usages: CLIENT_USAGES,
+        on_renewed: Box::new(|_| panic!("nothing can be issued")),
+        timing: fast(),
+        name: "client",
+    };
+    let (tx, stop) = never();
+    let t = std::thread::spawn(move || rotation.run(stop));
+    std::thread::sleep(Duration::from_millis(200)); // a few failed attempts (not a sync)
+    tx.send(()).unwrap();
+    t.join()
+        .expect("no panic: it kept retrying and stopped when asked");
+    let still = store.current().unwrap().unwrap();
+    assert_eq!(
+        still.leaf.public_key, expired.leaf.public_key,
+        "the old pair stays"
+    );
+}
