@@ -193,7 +193,7 @@ pub fn wait_for_certificate(
         if !uid.is_empty() && found_uid != uid {
             return Err(CertificateError::Csr {
                 name: name.to_string(),
-                reason: format!("was replaced (uid {found_uid}, expected {uid})"),
+                reason: "changed UIDs".into(),
             });
         }
         if let Some(cert) = issued(&csr, name)? {
@@ -226,7 +226,7 @@ fn issued(csr: &Value, name: &str) -> Result<Option<Vec<u8>>, CertificateError> 
         if (kind == "Denied" || kind == "Failed") && c["status"].as_str() != Some("False") {
             return Err(CertificateError::Refused {
                 name: name.to_string(),
-                condition: kind.to_lowercase(),
+                denied: kind == "Denied",
                 reason: c["reason"].as_str().unwrap_or_default().to_string(),
                 message: c["message"].as_str().unwrap_or_default().to_string(),
             });

@@ -283,7 +283,9 @@ fn a_denied_csr_is_an_error_naming_it_and_the_retry_with_a_new_key_is_approved()
         .to_string();
     let text = e.to_string();
     assert!(
-        text.contains(&first) && text.contains("denied") && text.contains("TestDenied"),
+        text.contains(&first)
+            && text.contains("is denied, reason: TestDenied, message: not this one")
+            && text.contains("TestDenied"),
         "{text}"
     );
     assert!(!b.kubeconfig.exists());

@@ -48,11 +48,15 @@ pub enum CertificateError {
     Kubeconfig(#[from] crate::apiclient::kubeconfig::KubeconfigError),
     #[error(transparent)]
     Api(#[from] crate::apiclient::client::ApiError),
-    /// The CSR was denied or failed (its condition's reason and message).
-    #[error("certificate signing request {name} was {condition}: {reason}: {message}")]
+    /// The CSR was denied or failed (its condition's reason and message); client-go's
+    /// WaitForCertificate texts, with the CSR's name.
+    #[error(
+        "certificate signing request {name:?} {}, reason: {reason}, message: {message}",
+        if *denied { "is denied" } else { "failed" }
+    )]
     Refused {
         name: String,
-        condition: String,
+        denied: bool,
         reason: String,
         message: String,
     },
