@@ -838,3 +838,39 @@ fn spawn_signal_waiter(
             source,
         })
 }
+
+#[cfg(all(test, feature = "tls"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_is_pending_only_with_a_bootstrap_kubeconfig_and_no_valid_kubeconfig() {
+        // upstream LoadClientCert: skipped when the kubeconfig exists and is valid.
+        let d = tempfile::tempdir().unwrap();
+        let mut cfg = Config::defaults("edge-1".into());
+        cfg.root_dir = d.path().to_path_buf();
+        cfg.kubeconfig = Some(d.path().join("kubelet.conf"));
+        assert!(
+            pending_bootstrap(&cfg).is_none(),
+            "no --bootstrap-kubeconfig"
+        );
+        cfg.bootstrap_kubeconfig = Some(d.path().join("bootstrap.conf"));
+        let b = pending_bootstrap(&cfg).expect("the kubeconfig is missing");
+        assert_eq!(b.cert_dir, d.path().join("pki"));
+        assert_eq!(b.node_name, "edge-1");
+        // A kubeconfig with a valid client certificate: no bootstrap.
+        let pair = crate::certificate::selfsigned::generate("edge-1", std::time::SystemTime::now())
+            .unwrap();
+        let pem = crate::certificate::pem::base64;
+        std::fs::write(
+            d.path().join("kubelet.conf"),
+            format!(
+                "clusters: [{{name: c, cluster: {{server: 'https://x'}}}}]\nusers: [{{name: u, user: {{client-certificate-data: {}, client-key-data: {}}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n",
+                pem(&pair.cert_pem),
+                pem(pair.key.to_pem().as_bytes())
+            ),
+        )
+        .unwrap();
+        assert!(pending_bootstrap(&cfg).is_none());
+    }
+}
