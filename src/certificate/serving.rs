@@ -50,6 +50,8 @@ pub struct ServingCertificate {
     /// For serverTLSBootstrap: the node name and the SANs to request.
     node_name: String,
     sans: (Vec<String>, Vec<IpAddr>),
+    /// The rotation thread was started (only the first client attached counts).
+    attached: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ServingCertificate {
@@ -163,6 +165,7 @@ impl ServingCertificate {
             origin,
             node_name: cfg.node_name.clone(),
             sans: serving_sans(cfg),
+            attached: std::sync::atomic::AtomicBool::new(false),
         });
         if let Some(client) = client {
             sc.attach_client(client)?;
@@ -192,11 +195,18 @@ impl ServingCertificate {
     }
 
     /// serverTLSBootstrap: starts the rotation thread (requests at once when there is no
-    /// certificate yet). It ends when this certificate is dropped. Otherwise nothing.
+    /// certificate yet) with `client`'s credentials; it ends when this certificate is dropped.
+    /// A second call, or any call without serverTLSBootstrap, does nothing.
     pub fn attach_client(self: &Arc<Self>, client: Arc<ApiClient>) -> Result<(), CertificateError> {
         let Origin::Bootstrap { cert_dir } = &self.origin else {
             return Ok(());
         };
+        if self
+            .attached
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Ok(());
+        }
         let weak = Arc::downgrade(self);
         let node = self.node_name.clone();
         let (dns, ips) = self.sans.clone();
