@@ -7,6 +7,9 @@
 
 pub(crate) mod api;
 pub mod apiclient;
+/// The kubelet's certificates: TLS bootstrap, rotation, the serving certificate (`tls` only).
+#[cfg(feature = "tls")]
+pub mod certificate;
 pub(crate) mod cm;
 pub mod cmd;
 pub mod config;

@@ -45,20 +45,30 @@ impl ApiError {
     }
 }
 
-/// The client. Cheap to share (`Arc`) across threads.
+/// The client. Cheap to share (`Arc`) across threads: every user holds the same one, so a
+/// credential swap ([`ApiClient::set_credentials`], certificate rotation) reaches them all.
 pub struct ApiClient {
+    /// The agents and token, swapped together under the lock. A request clones what it
+    /// needs (agents are reference counted) and does not hold the lock while it runs.
+    credentials: std::sync::RwLock<Credentials>,
+    base: String,
+    timeout: Duration,
+}
+
+#[derive(Clone)]
+struct Credentials {
     agent: ureq::Agent,
     /// For watches: long-lived responses (the server ends them after `timeoutSeconds`).
     watch_agent: ureq::Agent,
-    base: String,
     token: Option<String>,
 }
 
 impl std::fmt::Debug for ApiClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let token = self.credentials().token.is_some();
         f.debug_struct("ApiClient")
             .field("server", &self.base)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token", &token.then_some("<redacted>"))
             .finish()
     }
 }
@@ -100,14 +110,8 @@ fn tls_config(kc: &Kubeconfig) -> Result<ureq::tls::TlsConfig, ApiError> {
     Ok(b.build())
 }
 
-impl ApiClient {
-    pub fn new(kc: &Kubeconfig, timeout: Duration) -> Result<ApiClient, ApiError> {
-        if kc.server.starts_with("https://") && !cfg!(feature = "tls") {
-            return Err(ApiError::Tls(
-                "this nanolet was built without the `tls` feature and cannot reach an https:// API server"
-                    .into(),
-            ));
-        }
+impl Credentials {
+    fn new(kc: &Kubeconfig, timeout: Duration) -> Result<Credentials, ApiError> {
         let agent_with = |t: Duration| -> Result<ureq::Agent, ApiError> {
             let builder = ureq::Agent::config_builder()
                 .http_status_as_error(false)
@@ -116,14 +120,51 @@ impl ApiClient {
             let builder = builder.tls_config(tls_config(kc)?);
             Ok(builder.build().new_agent())
         };
-        let agent = agent_with(timeout)?;
-        let watch_agent = agent_with(Duration::from_secs(420))?;
-        Ok(ApiClient {
-            agent,
-            watch_agent,
-            base: kc.server.clone(),
+        Ok(Credentials {
+            agent: agent_with(timeout)?,
+            watch_agent: agent_with(Duration::from_secs(420))?,
             token: kc.token.clone(),
         })
+    }
+}
+
+impl ApiClient {
+    pub fn new(kc: &Kubeconfig, timeout: Duration) -> Result<ApiClient, ApiError> {
+        if kc.server.starts_with("https://") && !cfg!(feature = "tls") {
+            return Err(ApiError::Tls(
+                "this nanolet was built without the `tls` feature and cannot reach an https:// API server"
+                    .into(),
+            ));
+        }
+        Ok(ApiClient {
+            credentials: std::sync::RwLock::new(Credentials::new(kc, timeout)?),
+            base: kc.server.clone(),
+            timeout,
+        })
+    }
+
+    /// The API server's URL (`https://host:port`).
+    pub fn server(&self) -> &str {
+        &self.base
+    }
+
+    /// Switches to `kc`'s credentials (CA, token, client certificate) for every later request
+    /// of every holder of this client; requests in flight finish with the old ones. The server
+    /// stays the one the client was made for. Certificate rotation calls this.
+    pub fn set_credentials(&self, kc: &Kubeconfig) -> Result<(), ApiError> {
+        let fresh = Credentials::new(kc, self.timeout)?;
+        match self.credentials.write() {
+            Ok(mut c) => *c = fresh,
+            Err(poisoned) => *poisoned.into_inner() = fresh,
+        }
+        Ok(())
+    }
+
+    fn credentials(&self) -> Credentials {
+        match self.credentials.read() {
+            Ok(c) => c.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
     }
 
     fn finish(
@@ -170,6 +211,17 @@ impl ApiClient {
         })
     }
 
+    /// A request built on one snapshot of the credentials (agent and token together).
+    fn request<B>(
+        &self,
+        build: impl FnOnce(&ureq::Agent) -> ureq::RequestBuilder<B>,
+    ) -> ureq::RequestBuilder<B> {
+        let c = self.credentials();
+        c.auth(build(&c.agent))
+    }
+}
+
+impl Credentials {
     fn auth<B>(&self, req: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
         let req = req.header("Accept", "application/json");
         match &self.token {
@@ -177,10 +229,12 @@ impl ApiClient {
             None => req,
         }
     }
+}
 
+impl ApiClient {
     pub fn get(&self, path: &str) -> Result<Value, ApiError> {
         let url = format!("{}{path}", self.base);
-        let r = self.auth(self.agent.get(&url)).call();
+        let r = self.request(|a| a.get(&url)).call();
         self.finish("GET", path, r)
     }
 
@@ -188,7 +242,7 @@ impl ApiClient {
         let url = format!("{}{path}", self.base);
         let bytes = serde_json::to_vec(body).unwrap_or_default();
         let r = self
-            .auth(self.agent.post(&url))
+            .request(|a| a.post(&url))
             .header("Content-Type", "application/json")
             .send(&bytes[..]);
         self.finish("POST", path, r)
@@ -198,7 +252,7 @@ impl ApiClient {
         let url = format!("{}{path}", self.base);
         let bytes = serde_json::to_vec(body).unwrap_or_default();
         let r = self
-            .auth(self.agent.put(&url))
+            .request(|a| a.put(&url))
             .header("Content-Type", "application/json")
             .send(&bytes[..]);
         self.finish("PUT", path, r)
@@ -210,7 +264,7 @@ impl ApiClient {
         let url = format!("{}{path}", self.base);
         let bytes = serde_json::to_vec(body).unwrap_or_default();
         let r = self
-            .auth(self.agent.patch(&url))
+            .request(|a| a.patch(&url))
             .header("Content-Type", content_type)
             .send(&bytes[..]);
         self.finish("PATCH", path, r)
@@ -220,14 +274,16 @@ impl ApiClient {
     /// (transport, non-2xx status) are returned as such.
     pub fn stream(&self, path: &str) -> Result<impl std::io::Read + use<>, ApiError> {
         let url = format!("{}{path}", self.base);
-        let resp =
-            self.auth(self.watch_agent.get(&url))
-                .call()
-                .map_err(|e| ApiError::Transport {
-                    method: "GET",
-                    path: path.to_string(),
-                    message: e.to_string(),
-                })?;
+        let resp = {
+            let c = self.credentials();
+            c.auth(c.watch_agent.get(&url))
+        }
+        .call()
+        .map_err(|e| ApiError::Transport {
+            method: "GET",
+            path: path.to_string(),
+            message: e.to_string(),
+        })?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
             return self.finish("GET", path, Ok(resp)).and_then(|_| {
@@ -245,7 +301,7 @@ impl ApiClient {
 
     pub fn delete(&self, path: &str) -> Result<Value, ApiError> {
         let url = format!("{}{path}", self.base);
-        let r = self.auth(self.agent.delete(&url)).call();
+        let r = self.request(|a| a.delete(&url)).call();
         self.finish("DELETE", path, r)
     }
 
@@ -254,7 +310,7 @@ impl ApiClient {
         let url = format!("{}{path}", self.base);
         let bytes = serde_json::to_vec(body).unwrap_or_default();
         let r = self
-            .auth(self.agent.delete(&url))
+            .request(|a| a.delete(&url))
             .header("Content-Type", "application/json")
             .force_send_body()
             .send(&bytes[..]);

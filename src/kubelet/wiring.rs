@@ -66,6 +66,9 @@ pub enum KubeletError {
     /// The manifest directory is writable by others (see `config::file::check_secure`).
     #[error("refusing to start: {0}")]
     ManifestDir(crate::config::file::FileSourceError),
+    #[cfg(feature = "tls")]
+    #[error("certificates: {0}")]
+    Certificates(crate::certificate::CertificateError),
 }
 
 /// The legacy `/var/log/containers` directory: the `containers` sibling of podLogsDir.
@@ -95,6 +98,10 @@ pub struct Dependencies {
     pub api_client: Option<Arc<ApiClient>>,
     /// The node's IPs, primary first: `--node-ip`, else the default route's interface address.
     pub host_ips: Vec<String>,
+    /// TLS bootstrap still to do (`--bootstrap-kubeconfig`, and `--kubeconfig` missing or its
+    /// client certificate expired): `api_client` is `None` until it is done, on its own thread.
+    #[cfg(feature = "tls")]
+    pub bootstrap: Option<crate::certificate::Bootstrap>,
 }
 
 impl Dependencies {
@@ -103,11 +110,22 @@ impl Dependencies {
     pub fn connect(cfg: &Config) -> Result<Dependencies, KubeletError> {
         let health_deadline = (cfg.sync_frequency * 2).max(Duration::from_secs(300));
         let store = Arc::new(StatusStore::new(health_deadline));
+        #[cfg(feature = "tls")]
+        let bootstrap = pending_bootstrap(cfg);
+        #[cfg(feature = "tls")]
+        let api_client = match bootstrap {
+            Some(_) => None,
+            None => api_client(cfg)?,
+        };
+        #[cfg(not(feature = "tls"))]
+        let api_client = api_client(cfg)?;
         Ok(Dependencies {
             runtime: connect_runtime(cfg, &store)?,
             store,
-            api_client: api_client(cfg)?,
+            api_client,
             host_ips: node_ips(cfg),
+            #[cfg(feature = "tls")]
+            bootstrap,
         })
     }
 }
@@ -147,16 +165,26 @@ impl Kubelet {
             shutdown: Shutdown::new(),
             probes: Arc::default(),
             kubelet_port: 0,
+            on_api_client: Vec::new(),
         };
         w.start_secure_server(deps.api_client.as_ref())?;
         w.start_servers(token)?;
-        w.start_sources(deps.api_client.as_ref())?;
+        #[cfg(feature = "tls")]
+        let bootstrap = deps.bootstrap;
+        #[cfg(not(feature = "tls"))]
+        let bootstrap: Option<()> = None;
+        let api_mode = w.start_sources(deps.api_client.is_some() || bootstrap.is_some())?;
         w.start_images_dir()?;
         w.start_log_rotation()?;
         w.start_pleg()?;
         w.start_eviction()?;
-        if let Some(client) = &deps.api_client {
-            w.start_node_heartbeat(client)?;
+        // API-server mode starts once a client credential exists: now, or when TLS bootstrap
+        // (its own thread) has one. Static pods never wait for it.
+        match (deps.api_client, api_mode, bootstrap) {
+            (Some(client), Some(mode), _) => mode.start(client)?,
+            #[cfg(feature = "tls")]
+            (None, Some(mode), Some(b)) => mode.after_bootstrap(b)?,
+            _ => {}
         }
         spawn_signal_waiter(stop_signals, w.loop_tx.clone())?;
         // systemd Type=notify: READY=1 after the first sync, watchdog pings tied to healthz.
@@ -234,7 +262,14 @@ struct Wiring<'a> {
     probes: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>>,
     /// The kubelet server's port once it serves (the Node's daemonEndpoints), else 0.
     kubelet_port: u16,
+    /// Parts built before API-server mode has its client (TLS bootstrap may make it later)
+    /// register what to do with it here, e.g. the serving certificate's
+    /// `certificate::ServingCertificate::attach_client`. [`ApiMode::start`] runs them.
+    on_api_client: Vec<ApiClientHook>,
 }
+
+/// Run once the API client exists (see `Wiring::on_api_client`).
+type ApiClientHook = Box<dyn FnOnce(&Arc<ApiClient>) + Send>;
 
 fn start_error(what: &'static str) -> impl FnOnce(std::io::Error) -> KubeletError {
     move |source| KubeletError::Start { what, source }
@@ -264,9 +299,8 @@ impl Wiring<'_> {
         if cfg.port == 0 {
             return Ok(());
         }
-        let Some(certificate) = serving_certificate(cfg)? else {
-            return Ok(());
-        };
+        let certificate = crate::certificate::ServingCertificate::from_config(cfg, api.cloned())
+            .map_err(KubeletError::Certificates)?;
         let client_ca = match &cfg.client_ca_file {
             Some(path) => Some(secure::load_client_ca(path).map_err(KubeletError::Secure)?),
             None => None,
@@ -295,6 +329,20 @@ impl Wiring<'_> {
             }) as Arc<dyn Reviewer>
         });
         let addr = SocketAddr::new(cfg.address, cfg.port);
+        let auth = Arc::new(Auth::new(options, reviewer));
+        if api.is_none() {
+            // TLS bootstrap makes the client later: the webhooks and the serving certificate's
+            // rotation (serverTLSBootstrap) start with it.
+            let (auth, certificate) = (auth.clone(), certificate.clone());
+            self.on_api_client.push(Box::new(move |client: &Arc<ApiClient>| {
+                auth.set_reviewer(Arc::new(ApiReviewer {
+                    client: client.clone(),
+                }));
+                if let Err(e) = certificate.attach_client(client.clone()) {
+                    warn!(error = %e, "serving certificate rotation");
+                }
+            }));
+        }
         let options = secure::SecureOptions {
             shared: ReadOnlyOptions {
                 node: self.node_context(),
@@ -303,7 +351,7 @@ impl Wiring<'_> {
                 stats: crate::stats::StatsProvider::new(),
                 probes: self.probes.clone(),
             },
-            auth: Arc::new(Auth::new(options, reviewer)),
+            auth,
             certificate,
             client_ca,
             run_timeout: cfg.runtime_request_timeout,
@@ -365,9 +413,10 @@ impl Wiring<'_> {
         Ok(())
     }
 
-    /// Sources -> podconfig -> sync loop: the file and URL sources and, with a kubeconfig, the
-    /// API pod source and status writer. Returns the API client (API-server mode).
-    fn start_sources(&mut self, api_client: Option<&Arc<ApiClient>>) -> Result<(), KubeletError> {
+    /// Sources -> podconfig -> sync loop: the file and URL sources and, in API-server mode
+    /// (`api`), what the API pod source, status writer and heartbeat need, started later by
+    /// [`ApiMode::start`].
+    fn start_sources(&mut self, api: bool) -> Result<Option<ApiMode>, KubeletError> {
         let cfg = self.cfg;
         let (snap_tx, snap_rx) = mpsc::channel::<Snapshot>();
         // An empty staticPodPath disables the file source, as in the kubelet.
@@ -381,11 +430,11 @@ impl Wiring<'_> {
         }
         let static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>> =
             Arc::default();
-        if let Some(client) = api_client {
+        let api_mode = api.then(|| {
             expected.push(SourceKind::Api);
-            self.start_api_pods(client, snap_tx.clone(), static_pods.clone())?;
-        }
-        let mirrors = api_client.map(|_| MirrorFilter::new(static_pods));
+            self.api_mode(snap_tx.clone(), static_pods.clone())
+        });
+        let mirrors = api.then(|| MirrorFilter::new(static_pods));
         let podconfig = PodConfigLoop::new(
             PodConfig::new(&expected),
             self.store.clone(),
@@ -427,51 +476,29 @@ impl Wiring<'_> {
             .map_err(start_error("URL source"))?;
             self.shutdown.hold(source);
         }
-        Ok(())
+        Ok(api_mode)
     }
 
-    /// API-server mode: this node's pods as the third source, and the status writer (with
-    /// mirror pods for static pods).
-    fn start_api_pods(
+    /// API-server mode's parts, ready to start once a client exists.
+    fn api_mode(
         &mut self,
-        client: &Arc<ApiClient>,
         snap_tx: Sender<Snapshot>,
         static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>>,
-    ) -> Result<(), KubeletError> {
-        let api_view: Arc<std::sync::Mutex<crate::config::apiserver::ApiView>> = Arc::default();
-        let source = crate::config::apiserver::ApiPodSource::new(
-            client.clone(),
-            &self.cfg.node_name,
+    ) -> ApiMode {
+        ApiMode {
+            cfg: self.cfg.clone(),
+            store: self.store.clone(),
+            runtime: self.runtime.clone(),
+            node: self.node_context(),
             snap_tx,
-            api_view.clone(),
-            &self.cfg.root_dir,
-        );
-        let stop = self.shutdown.receiver();
-        std::thread::Builder::new()
-            .name("api-pods".into())
-            .stack_size(1024 * 1024)
-            .spawn(move || source.run(stop))
-            .map_err(start_error("API pod source"))?;
-        let mirrors = crate::nodestatus::mirror::MirrorManager::new(
-            client.clone(),
-            &self.cfg.node_name,
-            api_view.clone(),
             static_pods,
-        );
-        let writer = crate::nodestatus::status_writer::StatusWriter::new(
-            client.clone(),
-            self.store.clone(),
-            self.runtime.clone(),
-            api_view,
-            Some(mirrors),
-        );
-        let stop = self.shutdown.receiver();
-        std::thread::Builder::new()
-            .name("api-status".into())
-            .stack_size(1024 * 1024)
-            .spawn(move || writer.run(stop))
-            .map_err(start_error("API status writer"))?;
-        Ok(())
+            stop_pods: self.shutdown.receiver(),
+            stop_status: self.shutdown.receiver(),
+            stop_heartbeat: self.shutdown.receiver(),
+            stop_rotation: self.shutdown.receiver(),
+            stop_bootstrap: self.shutdown.receiver(),
+            on_client: std::mem::take(&mut self.on_api_client),
+        }
     }
 
     /// Air-gapped images: archives in the images directory are imported into containerd.
@@ -568,27 +595,6 @@ impl Wiring<'_> {
         Ok(())
     }
 
-    /// API-server mode: register the Node, keep its Lease and status fresh.
-    fn start_node_heartbeat(&mut self, client: &Arc<ApiClient>) -> Result<(), KubeletError> {
-        let heartbeat = crate::nodestatus::heartbeat::NodeHeartbeat::new(
-            client.clone(),
-            Arc::new(self.node_context()),
-            self.store.clone(),
-            crate::nodestatus::heartbeat::NodeSettings {
-                labels: self.cfg.node_labels.clone(),
-                taints: self.cfg.register_with_taints.clone(),
-                status_update_frequency: self.cfg.node_status_update_frequency,
-            },
-        );
-        let stop = self.shutdown.receiver();
-        std::thread::Builder::new()
-            .name("node-status".into())
-            .stack_size(1024 * 1024)
-            .spawn(move || heartbeat.run(stop))
-            .map_err(start_error("node status"))?;
-        Ok(())
-    }
-
     /// What every pod worker shares: the runtime, the prober (started here), the status store
     /// and the settings.
     fn worker_context(&self) -> Arc<WorkerContext> {
@@ -647,25 +653,225 @@ impl Wiring<'_> {
     }
 }
 
-// issue 19: secure
-/// SEAM (issue 19, branch i19-certs): the serving certificate of the kubelet server. The
-/// certificate manager's `certificate::ServingCertificate` (--tls-cert-file, serverTLSBootstrap
-/// or a self-signed one in --cert-dir) replaces this. Until then: `kubelet.crt` and
-/// `kubelet.key` in `<root-dir>/pki` (the kubelet's file names in its cert dir), and no kubelet
-/// server without them.
-#[cfg(feature = "tls")]
-fn serving_certificate(
-    cfg: &Config,
-) -> Result<Option<Arc<dyn rustls::server::ResolvesServerCert>>, KubeletError> {
-    let dir = cfg.root_dir.join("pki");
-    let (cert, key) = (dir.join("kubelet.crt"), dir.join("kubelet.key"));
-    if !cert.exists() || !key.exists() {
-        warn!(cert = %cert.display(), "kubelet server on --port {} not started: no serving certificate", cfg.port);
-        return Ok(None);
+/// API-server mode, built before its client exists (TLS bootstrap may make it later): the API
+/// pod source, the status writer (with mirror pods), the node heartbeat and, with
+/// `--rotate-certificates`, the client certificate's rotation.
+struct ApiMode {
+    cfg: Config,
+    store: Arc<StatusStore>,
+    runtime: Arc<dyn Runtime>,
+    node: NodeContext,
+    snap_tx: Sender<Snapshot>,
+    static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>>,
+    stop_pods: mpsc::Receiver<()>,
+    stop_status: mpsc::Receiver<()>,
+    stop_heartbeat: mpsc::Receiver<()>,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    stop_rotation: mpsc::Receiver<()>,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    stop_bootstrap: mpsc::Receiver<()>,
+    on_client: Vec<ApiClientHook>,
+}
+
+/// What the API pod source and the status writer are built from.
+struct ApiParts {
+    store: Arc<StatusStore>,
+    runtime: Arc<dyn Runtime>,
+    snap_tx: Sender<Snapshot>,
+    static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>>,
+    stop_pods: mpsc::Receiver<()>,
+    stop_status: mpsc::Receiver<()>,
+}
+
+impl ApiMode {
+    /// Starts every API-server part with `client` (all of them share it, so a rotated
+    /// certificate reaches them all).
+    fn start(self, client: Arc<ApiClient>) -> Result<(), KubeletError> {
+        let ApiMode {
+            cfg,
+            store,
+            runtime,
+            node,
+            snap_tx,
+            static_pods,
+            stop_pods,
+            stop_status,
+            stop_heartbeat,
+            stop_rotation,
+            stop_bootstrap: _,
+            on_client,
+        } = self;
+        let parts = ApiParts {
+            store: store.clone(),
+            runtime,
+            snap_tx,
+            static_pods,
+            stop_pods,
+            stop_status,
+        };
+        Self::start_api_pods(&cfg, parts, &client)?;
+        Self::start_node_heartbeat(&cfg, node, store, stop_heartbeat, &client)?;
+        for hook in on_client {
+            hook(&client);
+        }
+        #[cfg(feature = "tls")]
+        start_client_rotation(&cfg, client, stop_rotation)?;
+        #[cfg(not(feature = "tls"))]
+        drop(stop_rotation);
+        Ok(())
     }
-    crate::server::secure::resolver_from_pem_files(&cert, &key)
-        .map(Some)
-        .map_err(KubeletError::Secure)
+
+    /// TLS bootstrap on its own thread; API-server mode starts when it is done.
+    #[cfg(feature = "tls")]
+    fn after_bootstrap(
+        mut self,
+        bootstrap: crate::certificate::Bootstrap,
+    ) -> Result<(), KubeletError> {
+        let (_, stop) = mpsc::channel();
+        let stop = std::mem::replace(&mut self.stop_bootstrap, stop);
+        info!(bootstrap_kubeconfig = %bootstrap.bootstrap_kubeconfig.display(), cert_dir = %bootstrap.cert_dir.display(), "TLS bootstrap: requesting a client certificate; static pods start without waiting");
+        std::thread::Builder::new()
+            .name("tls-bootstrap".into())
+            .stack_size(512 * 1024)
+            .spawn(move || {
+                let Some(kc) = bootstrap.run(&stop) else {
+                    return;
+                };
+                let client = match ApiClient::new(&kc, Duration::from_secs(10)) {
+                    Ok(c) => Arc::new(c),
+                    Err(e) => {
+                        error!(error = %e, "API server client from the bootstrapped kubeconfig");
+                        return;
+                    }
+                };
+                info!(server = %kc.server, "API-server mode: joining the cluster");
+                if let Err(e) = self.start(client) {
+                    error!(error = %e, "starting API-server mode after TLS bootstrap");
+                }
+            })
+            .map(|_| ())
+            .map_err(start_error("TLS bootstrap"))
+    }
+
+    /// API-server mode: this node's pods as the third source, and the status writer (with
+    /// mirror pods for static pods).
+    fn start_api_pods(
+        cfg: &Config,
+        parts: ApiParts,
+        client: &Arc<ApiClient>,
+    ) -> Result<(), KubeletError> {
+        let ApiParts {
+            store,
+            runtime,
+            snap_tx,
+            static_pods,
+            stop_pods,
+            stop_status,
+        } = parts;
+        let api_view: Arc<std::sync::Mutex<crate::config::apiserver::ApiView>> = Arc::default();
+        let source = crate::config::apiserver::ApiPodSource::new(
+            client.clone(),
+            &cfg.node_name,
+            snap_tx,
+            api_view.clone(),
+            &cfg.root_dir,
+        );
+        let stop = stop_pods;
+        std::thread::Builder::new()
+            .name("api-pods".into())
+            .stack_size(1024 * 1024)
+            .spawn(move || source.run(stop))
+            .map_err(start_error("API pod source"))?;
+        let mirrors = crate::nodestatus::mirror::MirrorManager::new(
+            client.clone(),
+            &cfg.node_name,
+            api_view.clone(),
+            static_pods,
+        );
+        let writer = crate::nodestatus::status_writer::StatusWriter::new(
+            client.clone(),
+            store,
+            runtime,
+            api_view,
+            Some(mirrors),
+        );
+        let stop = stop_status;
+        std::thread::Builder::new()
+            .name("api-status".into())
+            .stack_size(1024 * 1024)
+            .spawn(move || writer.run(stop))
+            .map_err(start_error("API status writer"))?;
+        Ok(())
+    }
+
+    /// API-server mode: register the Node, keep its Lease and status fresh.
+    fn start_node_heartbeat(
+        cfg: &Config,
+        node: NodeContext,
+        store: Arc<StatusStore>,
+        stop: mpsc::Receiver<()>,
+        client: &Arc<ApiClient>,
+    ) -> Result<(), KubeletError> {
+        let heartbeat = crate::nodestatus::heartbeat::NodeHeartbeat::new(
+            client.clone(),
+            Arc::new(node),
+            store,
+            crate::nodestatus::heartbeat::NodeSettings {
+                labels: cfg.node_labels.clone(),
+                taints: cfg.register_with_taints.clone(),
+                status_update_frequency: cfg.node_status_update_frequency,
+            },
+        );
+        std::thread::Builder::new()
+            .name("node-status".into())
+            .stack_size(1024 * 1024)
+            .spawn(move || heartbeat.run(stop))
+            .map_err(start_error("node status"))?;
+        Ok(())
+    }
+}
+
+/// `--rotate-certificates`: the client certificate's rotation on its own thread.
+#[cfg(feature = "tls")]
+fn start_client_rotation(
+    cfg: &Config,
+    client: Arc<ApiClient>,
+    stop: mpsc::Receiver<()>,
+) -> Result<(), KubeletError> {
+    let Some(kubeconfig) = cfg.kubeconfig.as_ref().filter(|_| cfg.rotate_certificates) else {
+        return Ok(());
+    };
+    let rotation = crate::certificate::manager::prepare_client_rotation(
+        client,
+        kubeconfig,
+        &cfg.cert_dir(),
+        &cfg.node_name,
+    )
+    .map_err(KubeletError::Certificates)?;
+    std::thread::Builder::new()
+        .name("cert-rotation".into())
+        .stack_size(512 * 1024)
+        .spawn(move || rotation.run(stop))
+        .map(|_| ())
+        .map_err(start_error("certificate rotation"))
+}
+
+/// TLS bootstrap is to be done: `--bootstrap-kubeconfig` is set and `--kubeconfig` is missing
+/// or its client certificate is not valid (upstream LoadClientCert's first check).
+#[cfg(feature = "tls")]
+fn pending_bootstrap(cfg: &Config) -> Option<crate::certificate::Bootstrap> {
+    let b = crate::certificate::Bootstrap {
+        kubeconfig: cfg.kubeconfig.clone()?,
+        bootstrap_kubeconfig: cfg.bootstrap_kubeconfig.clone()?,
+        cert_dir: cfg.cert_dir(),
+        node_name: cfg.node_name.clone(),
+        timing: crate::certificate::manager::Timing::bootstrap(),
+    };
+    if b.kubeconfig_still_valid(std::time::SystemTime::now()) {
+        info!(kubeconfig = %b.kubeconfig.display(), "kubeconfig exists and is valid, skipping bootstrap");
+        return None;
+    }
+    Some(b)
 }
 
 /// API-server mode (a kubeconfig is given): one client for the pod source, the status writer
@@ -729,4 +935,40 @@ fn spawn_signal_waiter(
             what: "signal waiter",
             source,
         })
+}
+
+#[cfg(all(test, feature = "tls"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_is_pending_only_with_a_bootstrap_kubeconfig_and_no_valid_kubeconfig() {
+        // upstream LoadClientCert: skipped when the kubeconfig exists and is valid.
+        let d = tempfile::tempdir().unwrap();
+        let mut cfg = Config::defaults("edge-1".into());
+        cfg.root_dir = d.path().to_path_buf();
+        cfg.kubeconfig = Some(d.path().join("kubelet.conf"));
+        assert!(
+            pending_bootstrap(&cfg).is_none(),
+            "no --bootstrap-kubeconfig"
+        );
+        cfg.bootstrap_kubeconfig = Some(d.path().join("bootstrap.conf"));
+        let b = pending_bootstrap(&cfg).expect("the kubeconfig is missing");
+        assert_eq!(b.cert_dir, d.path().join("pki"));
+        assert_eq!(b.node_name, "edge-1");
+        // A kubeconfig with a valid client certificate: no bootstrap.
+        let pair = crate::certificate::selfsigned::generate("edge-1", std::time::SystemTime::now())
+            .unwrap();
+        let pem = crate::certificate::pem::base64;
+        std::fs::write(
+            d.path().join("kubelet.conf"),
+            format!(
+                "clusters: [{{name: c, cluster: {{server: 'https://x'}}}}]\nusers: [{{name: u, user: {{client-certificate-data: {}, client-key-data: {}}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n",
+                pem(&pair.cert_pem),
+                pem(pair.key.to_pem().as_bytes())
+            ),
+        )
+        .unwrap();
+        assert!(pending_bootstrap(&cfg).is_none());
+    }
 }

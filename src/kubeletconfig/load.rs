@@ -115,6 +115,7 @@ fn finish(
     }
     check_manifest_url_tls(&cfg)?;
     check_kubelet_server(&cfg)?;
+    check_certificates(&cfg)?;
     Ok(ParseOutcome::Run(cfg))
 }
 
@@ -142,6 +143,50 @@ fn check_kubelet_server(cfg: &Config) -> Result<(), ConfigError> {
                 ValueError::WebhookNeedsKubeconfig("--authorization-mode=Webhook"),
             ));
         }
+    }
+    Ok(())
+}
+
+// issue 19: certificates
+/// The certificate settings fit together: the serving pair both or neither, bootstrap with a
+/// --kubeconfig to write, and any of them only in a build with the `tls` feature.
+fn check_certificates(cfg: &Config) -> Result<(), ConfigError> {
+    let err = |flag: &'static str, reason: &str| ConfigError::Certificates {
+        flag,
+        reason: reason.to_string(),
+    };
+    let used = [
+        ("--bootstrap-kubeconfig", cfg.bootstrap_kubeconfig.is_some()),
+        ("--rotate-certificates", cfg.rotate_certificates),
+        ("--rotate-server-certificates", cfg.server_tls_bootstrap),
+        ("--tls-cert-file", cfg.tls_cert_file.is_some()),
+        ("--tls-private-key-file", cfg.tls_private_key_file.is_some()),
+    ];
+    if !cfg!(feature = "tls") {
+        if let Some((flag, _)) = used.iter().find(|(_, set)| *set) {
+            return Err(err(flag, "needs a build with the tls feature"));
+        }
+    }
+    match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
+        (Some(_), None) => {
+            return Err(err(
+                "--tls-cert-file",
+                "needs --tls-private-key-file (config: tlsPrivateKeyFile)",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(err(
+                "--tls-private-key-file",
+                "needs --tls-cert-file (config: tlsCertFile)",
+            ));
+        }
+        _ => {}
+    }
+    if cfg.bootstrap_kubeconfig.is_some() && cfg.kubeconfig.is_none() {
+        return Err(err(
+            "--bootstrap-kubeconfig",
+            "needs --kubeconfig: the path bootstrap writes the node's kubeconfig to",
+        ));
     }
     Ok(())
 }

@@ -96,6 +96,10 @@ pub enum ConfigError {
         "--address {0} is not a loopback address: the read-only port would be reachable from the network; set --read-only-token-file (config: readOnlyTokenFile) to require a bearer token, or --read-only-port=0 to disable it"
     )]
     ReadOnlyNeedsToken(IpAddr),
+    // issue 19: certificates
+    /// Certificate settings that do not fit together, or need the `tls` feature.
+    #[error("{flag}: {reason}")]
+    Certificates { flag: &'static str, reason: String },
 }
 
 /// What `nanolet run <args>` should do.
@@ -204,6 +208,20 @@ pub struct Config {
     pub container_log_max_files: usize,
     /// `--kubeconfig`: API-server mode when set (nanolet stays standalone otherwise).
     pub kubeconfig: Option<PathBuf>,
+    // issue 19: certificates
+    /// `--bootstrap-kubeconfig` (flag only, as upstream): TLS bootstrap of the client
+    /// certificate when `--kubeconfig` is missing or its certificate expired.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// `--cert-dir` (flag only, as upstream); `None`: `<root-dir>/pki`, see [`Config::cert_dir`].
+    pub cert_dir: Option<PathBuf>,
+    /// `rotateCertificates` / `--rotate-certificates` (default false).
+    pub rotate_certificates: bool,
+    /// `serverTLSBootstrap` / `--rotate-server-certificates` (default false).
+    pub server_tls_bootstrap: bool,
+    /// `tlsCertFile` / `--tls-cert-file`; with `tls_private_key_file`.
+    pub tls_cert_file: Option<PathBuf>,
+    /// `tlsPrivateKeyFile` / `--tls-private-key-file`.
+    pub tls_private_key_file: Option<PathBuf>,
     /// `--node-labels` added to the registered Node.
     pub node_labels: Vec<(String, String)>,
     /// `--register-with-taints` / `registerWithTaints`: taints of the registered Node.
@@ -273,6 +291,15 @@ impl Config {
         }
     }
 
+    /// issue 19: certificates. The certificate directory: `--cert-dir`, else `<root-dir>/pki`
+    /// (the kubelet's default is `/var/lib/kubelet/pki`).
+    pub fn cert_dir(&self) -> PathBuf {
+        match &self.cert_dir {
+            Some(p) => p.clone(),
+            None => self.root_dir.join("pki"),
+        }
+    }
+
     /// The built-in defaults (before the config file and flags), for the given node name.
     pub fn defaults(node_name: String) -> Config {
         Config {
@@ -322,6 +349,13 @@ impl Config {
             container_log_monitor_interval: Duration::from_secs(10),
             cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
             kubeconfig: None,
+            // issue 19: certificates
+            bootstrap_kubeconfig: None,
+            cert_dir: None,
+            rotate_certificates: false,
+            server_tls_bootstrap: false,
+            tls_cert_file: None,
+            tls_private_key_file: None,
             node_labels: Vec::new(),
             register_with_taints: Vec::new(),
             node_status_update_frequency: Duration::from_secs(10),
@@ -432,6 +466,13 @@ impl fmt::Debug for Config {
             )
             .field("cgroup_driver", &self.cgroup_driver)
             .field("kubeconfig", &self.kubeconfig)
+            // issue 19: certificates (paths only)
+            .field("bootstrap_kubeconfig", &self.bootstrap_kubeconfig)
+            .field("cert_dir", &self.cert_dir())
+            .field("rotate_certificates", &self.rotate_certificates)
+            .field("server_tls_bootstrap", &self.server_tls_bootstrap)
+            .field("tls_cert_file", &self.tls_cert_file)
+            .field("tls_private_key_file", &self.tls_private_key_file)
             .field("node_labels", &self.node_labels)
             .field("register_with_taints", &self.register_with_taints)
             .field(

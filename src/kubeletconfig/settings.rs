@@ -809,6 +809,67 @@ pub(super) const SETTINGS: &[Setting] = &[
         apply: |c, v| set(&mut c.kubeconfig, v.optional_path()),
         configz: Some(("kubeconfig", |c| optional_path_json(&c.kubeconfig))),
     },
+    // issue 19: certificates
+    Setting {
+        flag: Flag::value("bootstrap-kubeconfig"),
+        field: None,
+        value_name: "file",
+        default: "",
+        help: "TLS bootstrap: when --kubeconfig is missing or its client certificate expired, request a client certificate with this kubeconfig's credentials (a bootstrap token) and write --kubeconfig pointing at it",
+        apply: |c, v| set(&mut c.bootstrap_kubeconfig, v.optional_path()),
+        configz: Some(("bootstrapKubeconfig", |c| {
+            optional_path_json(&c.bootstrap_kubeconfig)
+        })),
+    },
+    Setting {
+        flag: Flag::value("cert-dir"),
+        field: None,
+        value_name: "dir",
+        default: "<root-dir>/pki",
+        help: "Directory of the TLS certificates and keys: the bootstrapped and rotated client and serving certificates, the self-signed kubelet.crt/kubelet.key",
+        apply: |c, v| set(&mut c.cert_dir, then(v.path(), |p| Ok(Some(p)))),
+        configz: Some(("certDir", |c| {
+            c.cert_dir().to_string_lossy().into_owned().into()
+        })),
+    },
+    Setting {
+        flag: Flag::bool("rotate-certificates"),
+        field: Some("rotateCertificates"),
+        value_name: "",
+        default: "false",
+        help: "Renew the client certificate through the CSR API at 70-90 % of its lifetime, switching to the new one live (config: rotateCertificates)",
+        apply: |c, v| set(&mut c.rotate_certificates, v.bool()),
+        configz: Some(("rotateCertificates", |c| c.rotate_certificates.into())),
+    },
+    Setting {
+        flag: Flag::bool("rotate-server-certificates"),
+        field: Some("serverTLSBootstrap"),
+        value_name: "",
+        default: "false",
+        help: "Request the serving certificate from the cluster (signer kubernetes.io/kubelet-serving) and rotate it, instead of a self-signed one (config: serverTLSBootstrap)",
+        apply: |c, v| set(&mut c.server_tls_bootstrap, v.bool()),
+        configz: Some(("serverTLSBootstrap", |c| c.server_tls_bootstrap.into())),
+    },
+    Setting {
+        flag: Flag::value("tls-cert-file"),
+        field: Some("tlsCertFile"),
+        value_name: "file",
+        default: "",
+        help: "x509 certificate (chain) of the HTTPS server; without it and --rotate-server-certificates, a self-signed pair in --cert-dir (config: tlsCertFile)",
+        apply: |c, v| set(&mut c.tls_cert_file, v.optional_path()),
+        configz: Some(("tlsCertFile", |c| optional_path_json(&c.tls_cert_file))),
+    },
+    Setting {
+        flag: Flag::value("tls-private-key-file"),
+        field: Some("tlsPrivateKeyFile"),
+        value_name: "file",
+        default: "",
+        help: "Private key of --tls-cert-file (config: tlsPrivateKeyFile)",
+        apply: |c, v| set(&mut c.tls_private_key_file, v.optional_path()),
+        configz: Some(("tlsPrivateKeyFile", |c| {
+            optional_path_json(&c.tls_private_key_file)
+        })),
+    },
     Setting {
         flag: Flag::value("max-pods"),
         field: Some("maxPods"),

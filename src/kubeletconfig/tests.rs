@@ -974,3 +974,75 @@ fn kubelet_server_settings_that_do_not_fit() {
         assert!(e.contains("needs a build with the tls feature"), "{e}");
     }
 }
+
+// issue 19: certificates
+#[test]
+fn certificate_settings_from_flags_and_file() {
+    // Upstream: --cert-dir and --bootstrap-kubeconfig are flags only; rotateCertificates,
+    // serverTLSBootstrap, tlsCertFile and tlsPrivateKeyFile are KubeletConfiguration fields.
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.cert_dir(), PathBuf::from("/var/lib/nanolet/pki"));
+    assert!(!c.rotate_certificates && !c.server_tls_bootstrap);
+    let c = parse(&["--root-dir=/data/nl"]).unwrap();
+    assert_eq!(c.cert_dir(), PathBuf::from("/data/nl/pki"));
+    let d = tempfile::tempdir().unwrap();
+    let file = write(
+        &d,
+        "c.yaml",
+        &format!(
+            "{HEAD}rotateCertificates: true\nserverTLSBootstrap: true\ntlsCertFile: tls.crt\ntlsPrivateKeyFile: tls.key\n"
+        ),
+    );
+    let c = parse(&[
+        &format!("--config={file}"),
+        "--kubeconfig=/etc/nanolet/kubelet.conf",
+        "--bootstrap-kubeconfig=/etc/nanolet/bootstrap.conf",
+        "--cert-dir=/srv/pki",
+    ])
+    .unwrap();
+    assert!(c.rotate_certificates && c.server_tls_bootstrap);
+    assert_eq!(
+        c.tls_cert_file,
+        Some(d.path().join("tls.crt")),
+        "relative to the file"
+    );
+    assert_eq!(c.tls_private_key_file, Some(d.path().join("tls.key")));
+    assert_eq!(
+        c.bootstrap_kubeconfig,
+        Some(PathBuf::from("/etc/nanolet/bootstrap.conf"))
+    );
+    assert_eq!(c.cert_dir(), PathBuf::from("/srv/pki"));
+    let z = c.redacted_json();
+    assert_eq!(z["rotateCertificates"], true);
+    assert_eq!(z["serverTLSBootstrap"], true);
+    assert_eq!(z["certDir"], "/srv/pki");
+    let c = parse(&["--rotate-certificates=false", &format!("--config={file}")]).unwrap();
+    assert!(!c.rotate_certificates, "the flag wins over the file");
+}
+
+#[test]
+fn certificate_settings_that_do_not_fit_together() {
+    let e = parse(&["--tls-cert-file=/a.crt"]).unwrap_err().to_string();
+    assert!(
+        e.contains("--tls-cert-file") && e.contains("--tls-private-key-file"),
+        "{e}"
+    );
+    let e = parse(&["--tls-private-key-file=/a.key"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs --tls-cert-file"), "{e}");
+    let e = parse(&["--bootstrap-kubeconfig=/b.conf"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--bootstrap-kubeconfig") && e.contains("needs --kubeconfig"),
+        "{e}"
+    );
+    let r = parse(&["--rotate-certificates"]);
+    if cfg!(feature = "tls") {
+        assert!(r.is_ok(), "{r:?}");
+    } else {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("needs a build with the tls feature"), "{e}");
+    }
+}

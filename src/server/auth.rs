@@ -218,7 +218,9 @@ impl<K: std::hash::Hash + Eq, V: Clone> TtlCache<K, V> {
 /// The kubelet server's authenticator and authorizer.
 pub struct Auth {
     options: AuthOptions,
-    reviewer: Option<Arc<dyn Reviewer>>,
+    /// Set at construction or later, once TLS bootstrap has made the API client
+    /// ([`Auth::set_reviewer`]); until then a webhook answers 500 and tokens are refused.
+    reviewer: std::sync::OnceLock<Arc<dyn Reviewer>>,
     tokens: Mutex<TtlCache<[u8; 32], Option<UserInfo>>>,
     decisions: Mutex<TtlCache<String, bool>>,
 }
@@ -235,9 +237,13 @@ impl Auth {
     /// `reviewer` is needed by the webhooks (the config check makes sure there is one); without
     /// it a webhook answers 500 / refuses tokens.
     pub fn new(options: AuthOptions, reviewer: Option<Arc<dyn Reviewer>>) -> Auth {
+        let cell = std::sync::OnceLock::new();
+        if let Some(r) = reviewer {
+            let _ = cell.set(r);
+        }
         Auth {
             options,
-            reviewer,
+            reviewer: cell,
             tokens: Mutex::new(TtlCache::new()),
             decisions: Mutex::new(TtlCache::new()),
         }
@@ -312,11 +318,16 @@ impl Auth {
         })
     }
 
+    /// The reviewer once the API client exists (after TLS bootstrap); a second call is ignored.
+    pub fn set_reviewer(&self, reviewer: Arc<dyn Reviewer>) {
+        let _ = self.reviewer.set(reviewer);
+    }
+
     /// The TokenReview's user for `token` (cached by its hash), `None` if not authenticated or
     /// the review failed.
     fn token_user(&self, token: &str, now: Instant) -> Option<UserInfo> {
         let ttl = self.options.token_webhook_ttl?;
-        let reviewer = self.reviewer.as_ref()?;
+        let reviewer = self.reviewer.get()?;
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Ok(cache) = self.tokens.lock() {
             if let Some(hit) = cache.get(&key, now) {
@@ -348,7 +359,7 @@ impl Auth {
             let allowed = match cached {
                 Some(v) => v,
                 None => {
-                    let answer = match &self.reviewer {
+                    let answer = match self.reviewer.get() {
                         Some(r) => r.review_access(&user, a),
                         None => Err(AuthError::Answer {
                             kind: "SubjectAccessReview",
