@@ -23,6 +23,8 @@
 
 pub mod api;
 pub(crate) mod httpd;
+pub mod stream;
+pub mod ws;
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};

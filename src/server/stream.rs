@@ -1,0 +1,667 @@
+//! The kubelet's streaming endpoints (`/exec`, `/attach`, `/portForward`, `/run`'s streaming
+//! twin): the request's query parsed with the kubelet's rules, the CRI call that answers the
+//! runtime streaming server's URL ([`stream_url`]), and the upgrade-aware proxy that joins the
+//! client's connection to that URL ([`proxy_upgrade`]).
+//!
+//! Upstream (pkg/kubelet/server/server.go): `getExec`/`getAttach`/`getPortForward` parse the
+//! options (remotecommand `NewOptions`, portforward `NewV4Options`), ask the runtime for the URL
+//! and always proxy to it (`proxyStream`, an `UpgradeAwareHandler`; the redirect mode was removed
+//! in 1.20). The runtime's streaming server (containerd's CRI plugin, on 127.0.0.1) speaks SPDY/3.1
+//! and WebSocket itself; the proxy only relays bytes, so both work through it unchanged.
+//!
+//! The proxy is one thread per stream: after the backend's `101 Switching Protocols` it waits on
+//! both sockets with poll(2) and copies whatever is readable, so a TLS client stream (which cannot
+//! be cloned for a second thread) works as well as a plain one ([`ReadWrite`]). A half-close on
+//! either side is passed on (TCP `shutdown(Write)`, or the TLS stream's close_notify), and the
+//! stream ends when both directions have ended or after [`STREAM_IDLE_TIMEOUT`] without a byte.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use super::api::percent_decode;
+use super::httpd::Request;
+use super::ws;
+use crate::cri::{AttachRequest, ErrorKind, ExecRequest, Runtime, RuntimeError};
+
+/// The kubelet's `streamingConnectionIdleTimeout` default: a stream with no byte in either
+/// direction for this long is closed.
+pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
+
+/// Time to connect to the runtime's streaming server and to read its response head.
+const BACKEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Time a write to either side may block (a peer that stops reading ends the stream).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Largest non-101 response body relayed from the backend (an error text).
+const MAX_ERROR_BODY: u64 = 64 * 1024;
+
+/// The request headers passed to the backend: what an upgrade needs, nothing that
+/// authenticates the client to nanolet (Authorization stays here).
+const FORWARDED_HEADERS: &[&str] = &["Connection", "Upgrade"];
+const FORWARDED_PREFIXES: &[&str] = &["sec-websocket-", "x-stream-protocol-version"];
+
+/// What to stream, with the runtime's ids (the caller has resolved the pod and container).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamKind {
+    Exec {
+        container_id: String,
+        cmd: Vec<String>,
+        tty: bool,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+    },
+    Attach {
+        container_id: String,
+        tty: bool,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+    },
+    PortForward {
+        sandbox_id: String,
+        ports: Vec<u16>,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// The request's parameters, with the kubelet's text (HTTP 400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The runtime refused or failed the CRI call.
+    #[error("{op} for {target}: {source}")]
+    Runtime {
+        op: &'static str,
+        target: String,
+        #[source]
+        source: RuntimeError,
+    },
+}
+
+impl StreamError {
+    /// The HTTP status the kubelet answers (streaming.WriteError: NotFound 404, else 500; a
+    /// parameter error 400).
+    pub fn http_status(&self) -> u16 {
+        match self {
+            StreamError::BadRequest(_) => 400,
+            StreamError::Runtime { source, .. } if source.kind == ErrorKind::NotFound => 404,
+            StreamError::Runtime { .. } => 500,
+        }
+    }
+}
+
+/// The stream options of an exec or attach request (remotecommand `NewOptions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamOptions {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+}
+
+/// Decoded `key=value` pairs of a query, in order, repeated keys kept.
+fn query_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+/// The first value of `key` (Go's `FormValue`), or "".
+fn first<'a>(pairs: &'a [(String, String)], key: &str) -> &'a str {
+    pairs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map_or("", |(_, v)| v.as_str())
+}
+
+/// The kubelet's flag: `name=1` (api.ExecStdinParam "input" etc.). nanolet also takes the
+/// PodExecOptions names (`stdin`, `stdout`, `stderr`) with `true` or `1`, as a client talking
+/// to the node directly would send them.
+fn flag(pairs: &[(String, String)], kubelet: &str, alias: &str) -> bool {
+    first(pairs, kubelet) == "1" || matches!(first(pairs, alias), "1" | "true")
+}
+
+/// remotecommand `NewOptions`: `input`, `output`, `error`, `tty` (value "1"); stderr is dropped
+/// with a TTY (the kubelet logs "bypassing stderr"); at least one stream is required.
+pub fn parse_stream_options(query: &str) -> Result<StreamOptions, StreamError> {
+    let q = query_pairs(query);
+    let tty = flag(&q, "tty", "tty");
+    let mut o = StreamOptions {
+        stdin: flag(&q, "input", "stdin"),
+        stdout: flag(&q, "output", "stdout"),
+        stderr: flag(&q, "error", "stderr"),
+        tty,
+    };
+    if o.tty && o.stderr {
+        tracing::debug!("access to exec with tty and stderr is not supported, bypassing stderr");
+        o.stderr = false;
+    }
+    if !o.stdin && !o.stdout && !o.stderr {
+        return Err(StreamError::BadRequest(
+            "you must specify at least 1 of stdin, stdout, stderr".into(),
+        ));
+    }
+    Ok(o)
+}
+
+/// The `command` parameters, in order (api.ExecCommandParam).
+pub fn parse_command(query: &str) -> Vec<String> {
+    query_pairs(query)
+        .into_iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// portforward `NewV4Options`: for a WebSocket request the `port` parameters (repeated, each
+/// may be a comma-separated list) are required; an SPDY request names its ports per stream
+/// (none here).
+pub fn parse_ports(query: &str, websocket: bool) -> Result<Vec<u16>, StreamError> {
+    if !websocket {
+        return Ok(Vec::new());
+    }
+    let values: Vec<String> = query_pairs(query)
+        .into_iter()
+        .filter(|(k, _)| k == "port")
+        .map(|(_, v)| v)
+        .collect();
+    if values.is_empty() {
+        return Err(StreamError::BadRequest(
+            "query parameter \"port\" is required".into(),
+        ));
+    }
+    let mut ports = Vec::new();
+    for v in &values {
+        if v.is_empty() {
+            return Err(StreamError::BadRequest(
+                "query parameter \"port\" cannot be empty".into(),
+            ));
+        }
+        for p in v.split(',') {
+            let port: u16 = p.parse().map_err(|e| {
+                StreamError::BadRequest(format!("unable to parse {v:?} as a port: {e}"))
+            })?;
+            if port < 1 {
+                return Err(StreamError::BadRequest(format!("port {v:?} must be > 0")));
+            }
+            ports.push(port);
+        }
+    }
+    Ok(ports)
+}
+
+/// Whether a request asks for a WebSocket upgrade (wsstream `IsWebSocketRequest`).
+pub fn is_websocket_request(req: &Request) -> bool {
+    req.header("Upgrade").eq_ignore_ascii_case("websocket")
+        && req
+            .header("Connection")
+            .split(',')
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// An exec request for `container_id` from the kubelet's query.
+pub fn exec_kind(container_id: &str, query: &str) -> Result<StreamKind, StreamError> {
+    let o = parse_stream_options(query)?;
+    Ok(StreamKind::Exec {
+        container_id: container_id.to_string(),
+        cmd: parse_command(query),
+        tty: o.tty,
+        stdin: o.stdin,
+        stdout: o.stdout,
+        stderr: o.stderr,
+    })
+}
+
+/// An attach request for `container_id` from the kubelet's query.
+pub fn attach_kind(container_id: &str, query: &str) -> Result<StreamKind, StreamError> {
+    let o = parse_stream_options(query)?;
+    Ok(StreamKind::Attach {
+        container_id: container_id.to_string(),
+        tty: o.tty,
+        stdin: o.stdin,
+        stdout: o.stdout,
+        stderr: o.stderr,
+    })
+}
+
+/// A port-forward request into `sandbox_id` from the kubelet's query.
+pub fn port_forward_kind(
+    sandbox_id: &str,
+    query: &str,
+    websocket: bool,
+) -> Result<StreamKind, StreamError> {
+    Ok(StreamKind::PortForward {
+        sandbox_id: sandbox_id.to_string(),
+        ports: parse_ports(query, websocket)?,
+    })
+}
+
+/// Asks the runtime for the streaming URL of `kind` (CRI Exec, Attach or PortForward).
+pub fn stream_url(runtime: &dyn Runtime, kind: StreamKind) -> Result<String, StreamError> {
+    let (op, target, r) = match kind {
+        StreamKind::Exec {
+            container_id,
+            cmd,
+            tty,
+            stdin,
+            stdout,
+            stderr,
+        } => {
+            check_streams(stdin, stdout, stderr)?;
+            let req = ExecRequest {
+                container_id,
+                cmd,
+                tty,
+                stdin,
+                stdout,
+                stderr: stderr && !tty,
+            };
+            ("Exec", req.container_id.clone(), runtime.exec(&req))
+        }
+        StreamKind::Attach {
+            container_id,
+            tty,
+            stdin,
+            stdout,
+            stderr,
+        } => {
+            check_streams(stdin, stdout, stderr)?;
+            let req = AttachRequest {
+                container_id,
+                tty,
+                stdin,
+                stdout,
+                stderr: stderr && !tty,
+            };
+            ("Attach", req.container_id.clone(), runtime.attach(&req))
+        }
+        StreamKind::PortForward { sandbox_id, ports } => {
+            let r = runtime.port_forward(&sandbox_id, &ports);
+            ("PortForward", sandbox_id, r)
+        }
+    };
+    r.map_err(|source| StreamError::Runtime { op, target, source })
+}
+
+fn check_streams(stdin: bool, stdout: bool, stderr: bool) -> Result<(), StreamError> {
+    if stdin || stdout || stderr {
+        Ok(())
+    } else {
+        Err(StreamError::BadRequest(
+            "you must specify at least 1 of stdin, stdout, stderr".into(),
+        ))
+    }
+}
+
+/// A client connection the proxy can serve: a byte stream with a socket to poll.
+///
+/// `has_buffered` says whether a read would return bytes already decoded above the socket (a
+/// TLS stream's plaintext buffer), which poll(2) on the socket cannot see. `shutdown_write`
+/// ends the client-bound direction (TCP: `shutdown(Write)`; TLS: send close_notify and flush).
+pub trait ReadWrite: Read + Write + Send {
+    fn poll_fd(&self) -> BorrowedFd<'_>;
+    fn has_buffered(&self) -> bool {
+        false
+    }
+    fn shutdown_write(&mut self) -> io::Result<()>;
+}
+
+impl ReadWrite for TcpStream {
+    fn poll_fd(&self) -> BorrowedFd<'_> {
+        self.as_fd()
+    }
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.shutdown(std::net::Shutdown::Write)
+    }
+}
+
+/// Proxies an upgrade request to the runtime's streaming URL `backend` (the kubelet's
+/// `proxyStream`), with the kubelet's idle timeout. Returns when the stream has ended.
+pub fn proxy_upgrade(
+    client: &mut dyn ReadWrite,
+    request: &Request,
+    backend: &str,
+) -> io::Result<()> {
+    proxy_upgrade_with(
+        client,
+        &request.method,
+        &request.headers,
+        backend,
+        STREAM_IDLE_TIMEOUT,
+    )
+}
+
+/// [`proxy_upgrade`] from the request's parts, with an idle timeout of its own.
+pub fn proxy_upgrade_with(
+    client: &mut dyn ReadWrite,
+    method: &str,
+    headers: &[(String, String)],
+    backend: &str,
+    idle: Duration,
+) -> io::Result<()> {
+    let mut upstream = match connect_backend(backend) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(backend = %crate::util::redact::redact_url(backend), error = %e, "cannot reach the runtime's streaming server");
+            let body = format!("error dialing backend: {e}\n");
+            let head = format!(
+                "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain; charset=utf-8\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            client.write_all(head.as_bytes())?;
+            client.write_all(body.as_bytes())?;
+            return client.flush();
+        }
+    };
+    let target = backend_target(backend)?;
+    upstream.write_all(backend_request(method, &target.0, &target.1, headers).as_bytes())?;
+    let (status, resp_headers) =
+        ws::read_response_head(&mut upstream).map_err(io::Error::other)?;
+    let mut head = format!("{status}\r\n");
+    for (k, v) in &resp_headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    client.write_all(head.as_bytes())?;
+    client.flush()?;
+    if status.split(' ').nth(1) != Some("101") {
+        // An error answer (e.g. 400 for an unsupported protocol): pass its body on, bounded.
+        io::copy(&mut (&mut upstream).take(MAX_ERROR_BODY), client)?;
+        return client.flush();
+    }
+    upstream.set_read_timeout(None)?;
+    splice(client, &mut upstream, idle)
+}
+
+fn backend_target(backend: &str) -> io::Result<(String, String)> {
+    let u = ws::parse_http_url(backend).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    Ok((u.authority, u.target))
+}
+
+fn connect_backend(backend: &str) -> io::Result<TcpStream> {
+    let (authority, _) = backend_target(backend)?;
+    let addr = authority
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))?;
+    let s = TcpStream::connect_timeout(&addr, BACKEND_TIMEOUT)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(BACKEND_TIMEOUT))?;
+    s.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    Ok(s)
+}
+
+/// The request sent to the streaming server: the client's method, the CRI URL's path and
+/// query, its upgrade headers, no body.
+fn backend_request(
+    method: &str,
+    authority: &str,
+    target: &str,
+    headers: &[(String, String)],
+) -> String {
+    let mut out = format!("{method} {target} HTTP/1.1\r\nHost: {authority}\r\n");
+    for (k, v) in headers {
+        let lower = k.to_ascii_lowercase();
+        if FORWARDED_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(k))
+            || FORWARDED_PREFIXES.iter().any(|p| lower.starts_with(p))
+        {
+            out.push_str(&format!("{k}: {v}\r\n"));
+        }
+    }
+    out.push_str("Content-Length: 0\r\n\r\n");
+    out
+}
+
+/// Copies bytes both ways until both directions have ended (or a reset, or `idle` passes with
+/// nothing to copy).
+fn splice(client: &mut dyn ReadWrite, upstream: &mut TcpStream, idle: Duration) -> io::Result<()> {
+    let mut buf = vec![0u8; 32 * 1024];
+    let mut from_client = true;
+    let mut from_upstream = true;
+    let idle_ms = u16::try_from(idle.as_millis()).unwrap_or(u16::MAX);
+    let mut idle_left = idle;
+    while from_client || from_upstream {
+        let buffered = from_client && client.has_buffered();
+        let (c_ready, u_ready) = {
+            let mut fds = Vec::with_capacity(2);
+            if from_client {
+                fds.push(PollFd::new(client.poll_fd(), PollFlags::POLLIN));
+            }
+            if from_upstream {
+                fds.push(PollFd::new(upstream.as_fd(), PollFlags::POLLIN));
+            }
+            let wait = if buffered {
+                PollTimeout::ZERO
+            } else {
+                PollTimeout::from(idle_ms.min(u16::try_from(idle_left.as_millis()).unwrap_or(u16::MAX)))
+            };
+            let n = poll(&mut fds, wait).map_err(io::Error::from)?;
+            let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+            let mut it = fds.iter();
+            let c = from_client && it.next().is_some_and(ready);
+            let u = from_upstream && it.next().is_some_and(ready);
+            if n == 0 && !buffered {
+                let step = Duration::from_millis(u64::from(wait.as_millis().unwrap_or(0)));
+                idle_left = idle_left.saturating_sub(step);
+                if idle_left.is_zero() {
+                    tracing::info!("streaming connection idle for {idle:?}, closing it");
+                    return Ok(());
+                }
+                continue;
+            }
+            (c || buffered, u)
+        };
+        idle_left = idle;
+        if c_ready {
+            match client.read(&mut buf) {
+                Ok(0) => {
+                    from_client = false;
+                    let _ = upstream.shutdown(std::net::Shutdown::Write);
+                }
+                Ok(n) => upstream.write_all(&buf[..n])?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if is_reset(&e) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        if u_ready {
+            match upstream.read(&mut buf) {
+                Ok(0) => {
+                    from_upstream = false;
+                    let _ = client.shutdown_write();
+                }
+                Ok(n) => {
+                    client.write_all(&buf[..n])?;
+                    client.flush()?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_reset(&e) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn is_reset(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::fake::FakeRuntime;
+    use std::net::TcpListener;
+
+    // pkg/kubelet/cri/streaming/remotecommand NewOptions: "1" only, stderr dropped with a tty,
+    // at least one stream.
+    #[test]
+    fn remotecommand_new_options_rules() {
+        let o = parse_stream_options("input=1&output=1&tty=1&error=1").unwrap();
+        assert_eq!(
+            o,
+            StreamOptions {
+                stdin: true,
+                stdout: true,
+                stderr: false,
+                tty: true
+            }
+        );
+        let e = parse_stream_options("input=true&tty=1").unwrap_err();
+        assert_eq!(e.to_string(), "you must specify at least 1 of stdin, stdout, stderr");
+        assert_eq!(e.http_status(), 400);
+        // nanolet's aliases (PodExecOptions names).
+        assert!(parse_stream_options("stdout=true").unwrap().stdout);
+    }
+
+    #[test]
+    fn command_is_repeated_and_percent_decoded() {
+        assert_eq!(
+            parse_command("command=sh&command=-c&command=echo%20a%26b&output=1"),
+            vec!["sh", "-c", "echo a&b"]
+        );
+    }
+
+    // pkg/kubelet/cri/streaming/portforward NewV4Options texts.
+    #[test]
+    fn portforward_new_v4_options_rules() {
+        assert_eq!(parse_ports("", false).unwrap(), Vec::<u16>::new());
+        assert_eq!(parse_ports("port=80&port=443,8080", true).unwrap(), vec![80, 443, 8080]);
+        let err = |q| parse_ports(q, true).unwrap_err().to_string();
+        assert_eq!(err(""), "query parameter \"port\" is required");
+        assert_eq!(err("port="), "query parameter \"port\" cannot be empty");
+        assert_eq!(err("port=0"), "port \"0\" must be > 0");
+        assert!(err("port=x").starts_with("unable to parse \"x\" as a port: "));
+        assert!(err("port=70000").starts_with("unable to parse \"70000\" as a port"));
+    }
+
+    #[test]
+    fn stream_url_asks_the_runtime_and_maps_its_errors() {
+        let rt = FakeRuntime::new();
+        let kind = exec_kind("nope", "command=ls&output=1").unwrap();
+        let e = stream_url(&rt, kind.clone()).unwrap_err();
+        assert_eq!(e.http_status(), 404, "{e}");
+        let e = stream_url(
+            &rt,
+            StreamKind::Attach {
+                container_id: "c".into(),
+                tty: false,
+                stdin: false,
+                stdout: false,
+                stderr: false,
+            },
+        )
+        .unwrap_err();
+        assert_eq!(e.http_status(), 400);
+        assert_eq!(rt.count_calls("attach"), 0, "refused before the runtime");
+        rt.set_stream_base("http://127.0.0.1:1/");
+        let e = stream_url(
+            &rt,
+            StreamKind::PortForward {
+                sandbox_id: "nosuch".into(),
+                ports: vec![80],
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().starts_with("PortForward for nosuch: "), "{e}");
+    }
+
+    #[test]
+    fn backend_request_forwards_only_upgrade_headers() {
+        let h = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let r = backend_request(
+            "POST",
+            "127.0.0.1:9",
+            "/exec/tok",
+            &[
+                h("Connection", "Upgrade"),
+                h("Upgrade", "SPDY/3.1"),
+                h("X-Stream-Protocol-Version", "v4.channel.k8s.io"),
+                h("Sec-WebSocket-Protocol", "v4.channel.k8s.io"),
+                h("Authorization", "Bearer secret"),
+                h("Content-Length", "12"),
+            ],
+        );
+        assert!(r.starts_with("POST /exec/tok HTTP/1.1\r\nHost: 127.0.0.1:9\r\n"), "{r}");
+        assert!(r.contains("X-Stream-Protocol-Version: v4.channel.k8s.io\r\n"));
+        assert!(r.contains("Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n"));
+        assert!(r.contains("Upgrade: SPDY/3.1\r\n"));
+        assert!(!r.contains("secret"));
+        assert!(r.ends_with("Content-Length: 0\r\n\r\n"));
+        assert_eq!(r.matches("Content-Length").count(), 1);
+    }
+
+    /// A backend that answers 101 and then echoes until its client half-closes, then says
+    /// "bye" and closes: the proxy must carry both directions and both half-closes.
+    #[test]
+    fn proxy_splices_both_ways_and_passes_half_closes_on() {
+        let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+        let baddr = backend.local_addr().unwrap();
+        let bt = std::thread::spawn(move || {
+            let (mut s, _) = backend.accept().unwrap();
+            let (line, _) = ws::read_response_head(&mut s).unwrap();
+            s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: SPDY/3.1\r\nConnection: Upgrade\r\n\r\n").unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).unwrap();
+            s.write_all(&got).unwrap();
+            s.write_all(b"bye").unwrap();
+            (line, got)
+        });
+        let front = TcpListener::bind("127.0.0.1:0").unwrap();
+        let faddr = front.local_addr().unwrap();
+        let url = format!("http://{baddr}/exec/tok?x=1");
+        let pt = std::thread::spawn(move || {
+            let (mut c, _) = front.accept().unwrap();
+            let headers = vec![("Upgrade".to_string(), "SPDY/3.1".to_string())];
+            proxy_upgrade_with(&mut c, "POST", &headers, &url, Duration::from_secs(30))
+        });
+        let mut c = TcpStream::connect(faddr).unwrap();
+        let (status, hdrs) = ws::read_response_head(&mut c).unwrap();
+        assert_eq!(status, "HTTP/1.1 101 Switching Protocols");
+        assert!(hdrs.iter().any(|(k, v)| k == "Upgrade" && v == "SPDY/3.1"));
+        c.write_all(b"hello through the proxy").unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut back = Vec::new();
+        c.read_to_end(&mut back).unwrap();
+        assert_eq!(back, b"hello through the proxybye");
+        pt.join().unwrap().unwrap();
+        let (line, got) = bt.join().unwrap();
+        assert_eq!(line, "POST /exec/tok?x=1 HTTP/1.1");
+        assert_eq!(got, b"hello through the proxy");
+    }
+
+    #[test]
+    fn proxy_answers_500_when_the_backend_is_unreachable() {
+        let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/exec/x", dead.local_addr().unwrap());
+        drop(dead);
+        let front = TcpListener::bind("127.0.0.1:0").unwrap();
+        let faddr = front.local_addr().unwrap();
+        let pt = std::thread::spawn(move || {
+            let (mut c, _) = front.accept().unwrap();
+            proxy_upgrade_with(&mut c, "GET", &[], &url, Duration::from_secs(5))
+        });
+        let mut c = TcpStream::connect(faddr).unwrap();
+        let mut all = String::new();
+        c.read_to_string(&mut all).unwrap();
+        assert!(all.starts_with("HTTP/1.1 500 Internal Server Error\r\n"), "{all}");
+        assert!(all.contains("error dialing backend: "), "{all}");
+        pt.join().unwrap().unwrap();
+    }
+}
