@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod docgen;
+mod stream;
 mod run;
 
 use std::process::ExitCode;
@@ -64,7 +65,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate" | "exec" | "images")) => {
+        Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate" | "exec" | "port-forward" | "images")) => {
             match self::client::run(cmd, &args[1..]) {
                 Some(Ok(())) => ExitCode::SUCCESS,
                 Some(Err(e)) if e.downcast_ref::<self::client::ExitStatus>().is_some() => {
