@@ -862,7 +862,9 @@ fn exec(o: &Opts) -> anyhow::Result<()> {
 // port-forward
 
 fn port_forward(o: &Opts) -> anyhow::Result<()> {
-    use crate::cri::{LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE, Runtime, SandboxState};
+    use crate::cri::{
+        LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE, Runtime, SandboxState,
+    };
     let (name, specs) = match o.positional.split_first() {
         Some((n, specs)) if !specs.is_empty() => (n, specs),
         _ => bail!("usage: nanolet port-forward NAME [LOCAL:]REMOTE..."),
@@ -1076,7 +1078,15 @@ mod tests {
 
     #[test]
     fn every_client_command_has_help() {
-        for c in ["get", "describe", "logs", "log", "exec", "port-forward", "validate"] {
+        for c in [
+            "get",
+            "describe",
+            "logs",
+            "log",
+            "exec",
+            "port-forward",
+            "validate",
+        ] {
             let help = command_help(c).unwrap_or_else(|| panic!("no help for {c}"));
             assert!(help.starts_with("Usage: nanolet "), "{c}: {help}");
         }

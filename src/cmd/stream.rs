@@ -78,9 +78,8 @@ fn terminal_size_json() -> Option<Vec<u8>> {
     // SAFETY: TIOCGWINSZ writes one `winsize` into the struct we pass, which lives across the
     // call; fd 0 stays open.
     let r = unsafe { nix::libc::ioctl(0, nix::libc::TIOCGWINSZ, &mut ws) };
-    (r == 0 && ws.ws_col > 0).then(|| {
-        format!("{{\"Width\":{},\"Height\":{}}}", ws.ws_col, ws.ws_row).into_bytes()
-    })
+    (r == 0 && ws.ws_col > 0)
+        .then(|| format!("{{\"Width\":{},\"Height\":{}}}", ws.ws_col, ws.ws_row).into_bytes())
 }
 
 /// Blocks SIGWINCH in the calling thread, so threads started afterwards (the runtime client's
@@ -146,8 +145,12 @@ pub fn exit_code_from_status(raw: &[u8]) -> anyhow::Result<i32> {
     if raw.iter().all(u8::is_ascii_whitespace) {
         return Ok(0);
     }
-    let v: Value = serde_json::from_slice(raw)
-        .map_err(|e| anyhow!("error channel: not a Status ({e}): {}", String::from_utf8_lossy(raw)))?;
+    let v: Value = serde_json::from_slice(raw).map_err(|e| {
+        anyhow!(
+            "error channel: not a Status ({e}): {}",
+            String::from_utf8_lossy(raw)
+        )
+    })?;
     if v["status"] == "Success" {
         return Ok(0);
     }
@@ -163,7 +166,12 @@ pub fn exit_code_from_status(raw: &[u8]) -> anyhow::Result<i32> {
             return Ok(code);
         }
     }
-    bail!("{}", v["message"].as_str().unwrap_or("command failed without a message"))
+    bail!(
+        "{}",
+        v["message"]
+            .as_str()
+            .unwrap_or("command failed without a message")
+    )
 }
 
 /// Runs `cmd` in `container_id` interactively; answers its exit code. `tty` is dropped (with
@@ -373,8 +381,12 @@ fn relay_remote_to_local(
         };
         match m {
             Message::Data { data, .. } => {
-                let Some((&ch, mut rest)) = data.split_first() else { continue };
-                let Some(left) = prefix_left.get_mut(usize::from(ch)) else { continue };
+                let Some((&ch, mut rest)) = data.split_first() else {
+                    continue;
+                };
+                let Some(left) = prefix_left.get_mut(usize::from(ch)) else {
+                    continue;
+                };
                 let skip = (*left).min(rest.len());
                 *left -= skip;
                 rest = &rest[skip..];

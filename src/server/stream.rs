@@ -11,9 +11,11 @@
 //!
 //! The proxy is one thread per stream: after the backend's `101 Switching Protocols` it waits on
 //! both sockets with poll(2) and copies whatever is readable, so a TLS client stream (which cannot
-//! be cloned for a second thread) works as well as a plain one ([`ReadWrite`]). A half-close on
-//! either side is passed on (TCP `shutdown(Write)`, or the TLS stream's close_notify), and the
-//! stream ends when both directions have ended or after [`STREAM_IDLE_TIMEOUT`] without a byte.
+//! be cloned for a second thread) works as well as a plain one ([`ReadWrite`]). The client's end
+//! of input is passed on as a half-close (`shutdown(Write)` to the runtime, whose remaining
+//! output still reaches the client); the stream ends when the runtime's side ends (as the
+//! kubelet's proxy, which stops when either copy stops), on a reset, or after
+//! [`STREAM_IDLE_TIMEOUT`] without a byte.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -367,8 +369,7 @@ pub fn proxy_upgrade_with(
     };
     let target = backend_target(backend)?;
     upstream.write_all(backend_request(method, &target.0, &target.1, headers).as_bytes())?;
-    let (status, resp_headers) =
-        ws::read_response_head(&mut upstream).map_err(io::Error::other)?;
+    let (status, resp_headers) = ws::read_response_head(&mut upstream).map_err(io::Error::other)?;
     let mut head = format!("{status}\r\n");
     for (k, v) in &resp_headers {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -386,7 +387,8 @@ pub fn proxy_upgrade_with(
 }
 
 fn backend_target(backend: &str) -> io::Result<(String, String)> {
-    let u = ws::parse_http_url(backend).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let u =
+        ws::parse_http_url(backend).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     Ok((u.authority, u.target))
 }
 
@@ -424,34 +426,34 @@ fn backend_request(
     out
 }
 
-/// Copies bytes both ways until both directions have ended (or a reset, or `idle` passes with
-/// nothing to copy).
+/// Copies bytes both ways until the runtime's side ends (a client's end of input is passed on
+/// as a half-close, and the runtime's last bytes still reach the client), a reset, or `idle`
+/// passes with nothing to copy.
 fn splice(client: &mut dyn ReadWrite, upstream: &mut TcpStream, idle: Duration) -> io::Result<()> {
     let mut buf = vec![0u8; 32 * 1024];
     let mut from_client = true;
-    let mut from_upstream = true;
     let idle_ms = u16::try_from(idle.as_millis()).unwrap_or(u16::MAX);
     let mut idle_left = idle;
-    while from_client || from_upstream {
+    loop {
         let buffered = from_client && client.has_buffered();
         let (c_ready, u_ready) = {
             let mut fds = Vec::with_capacity(2);
             if from_client {
                 fds.push(PollFd::new(client.poll_fd(), PollFlags::POLLIN));
             }
-            if from_upstream {
-                fds.push(PollFd::new(upstream.as_fd(), PollFlags::POLLIN));
-            }
+            fds.push(PollFd::new(upstream.as_fd(), PollFlags::POLLIN));
             let wait = if buffered {
                 PollTimeout::ZERO
             } else {
-                PollTimeout::from(idle_ms.min(u16::try_from(idle_left.as_millis()).unwrap_or(u16::MAX)))
+                PollTimeout::from(
+                    idle_ms.min(u16::try_from(idle_left.as_millis()).unwrap_or(u16::MAX)),
+                )
             };
             let n = poll(&mut fds, wait).map_err(io::Error::from)?;
             let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
             let mut it = fds.iter();
             let c = from_client && it.next().is_some_and(ready);
-            let u = from_upstream && it.next().is_some_and(ready);
+            let u = it.next().is_some_and(ready);
             if n == 0 && !buffered {
                 let step = Duration::from_millis(u64::from(wait.as_millis().unwrap_or(0)));
                 idle_left = idle_left.saturating_sub(step);
@@ -480,8 +482,11 @@ fn splice(client: &mut dyn ReadWrite, upstream: &mut TcpStream, idle: Duration) 
         if u_ready {
             match upstream.read(&mut buf) {
                 Ok(0) => {
-                    from_upstream = false;
+                    // The runtime's side is done: so is the stream (as the kubelet's proxy,
+                    // which ends when either copy ends). The client's end is closed by the
+                    // caller once this returns.
                     let _ = client.shutdown_write();
+                    return Ok(());
                 }
                 Ok(n) => {
                     client.write_all(&buf[..n])?;
@@ -493,13 +498,14 @@ fn splice(client: &mut dyn ReadWrite, upstream: &mut TcpStream, idle: Duration) 
             }
         }
     }
-    Ok(())
 }
 
 fn is_reset(e: &io::Error) -> bool {
     matches!(
         e.kind(),
-        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
     )
 }
 
@@ -524,7 +530,10 @@ mod tests {
             }
         );
         let e = parse_stream_options("input=true&tty=1").unwrap_err();
-        assert_eq!(e.to_string(), "you must specify at least 1 of stdin, stdout, stderr");
+        assert_eq!(
+            e.to_string(),
+            "you must specify at least 1 of stdin, stdout, stderr"
+        );
         assert_eq!(e.http_status(), 400);
         // nanolet's aliases (PodExecOptions names).
         assert!(parse_stream_options("stdout=true").unwrap().stdout);
@@ -542,7 +551,10 @@ mod tests {
     #[test]
     fn portforward_new_v4_options_rules() {
         assert_eq!(parse_ports("", false).unwrap(), Vec::<u16>::new());
-        assert_eq!(parse_ports("port=80&port=443,8080", true).unwrap(), vec![80, 443, 8080]);
+        assert_eq!(
+            parse_ports("port=80&port=443,8080", true).unwrap(),
+            vec![80, 443, 8080]
+        );
         let err = |q| parse_ports(q, true).unwrap_err().to_string();
         assert_eq!(err(""), "query parameter \"port\" is required");
         assert_eq!(err("port="), "query parameter \"port\" cannot be empty");
@@ -598,7 +610,10 @@ mod tests {
                 h("Content-Length", "12"),
             ],
         );
-        assert!(r.starts_with("POST /exec/tok HTTP/1.1\r\nHost: 127.0.0.1:9\r\n"), "{r}");
+        assert!(
+            r.starts_with("POST /exec/tok HTTP/1.1\r\nHost: 127.0.0.1:9\r\n"),
+            "{r}"
+        );
         assert!(r.contains("X-Stream-Protocol-Version: v4.channel.k8s.io\r\n"));
         assert!(r.contains("Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n"));
         assert!(r.contains("Upgrade: SPDY/3.1\r\n"));
@@ -660,7 +675,10 @@ mod tests {
         let mut c = TcpStream::connect(faddr).unwrap();
         let mut all = String::new();
         c.read_to_string(&mut all).unwrap();
-        assert!(all.starts_with("HTTP/1.1 500 Internal Server Error\r\n"), "{all}");
+        assert!(
+            all.starts_with("HTTP/1.1 500 Internal Server Error\r\n"),
+            "{all}"
+        );
         assert!(all.contains("error dialing backend: "), "{all}");
         pt.join().unwrap().unwrap();
     }

@@ -56,7 +56,10 @@ pub struct Frame {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
     /// A complete text (opcode 1) or binary (opcode 2) message.
-    Data { opcode: u8, data: Vec<u8> },
+    Data {
+        opcode: u8,
+        data: Vec<u8>,
+    },
     /// A ping; the caller answers with a pong of the same payload.
     Ping(Vec<u8>),
     Pong(Vec<u8>),
@@ -96,7 +99,9 @@ pub fn read_frame(r: &mut impl Read, limit: usize) -> Result<Frame, WsError> {
     let mut h = [0u8; 2];
     r.read_exact(&mut h)?;
     if h[0] & 0x70 != 0 {
-        return Err(WsError::Protocol("reserved bits set without an extension".into()));
+        return Err(WsError::Protocol(
+            "reserved bits set without an extension".into(),
+        ));
     }
     let fin = h[0] & 0x80 != 0;
     let opcode = h[0] & 0x0f;
@@ -180,7 +185,9 @@ impl<R: Read> WsReader<R> {
                 OP_CLOSE => return Ok(Some(close_message(&f.payload))),
                 OP_CONTINUATION => {
                     let Some((_, buf)) = partial.as_mut() else {
-                        return Err(WsError::Protocol("continuation without a first frame".into()));
+                        return Err(WsError::Protocol(
+                            "continuation without a first frame".into(),
+                        ));
                     };
                     if buf.len() + f.payload.len() > self.limit {
                         return Err(WsError::TooLarge {
@@ -192,7 +199,9 @@ impl<R: Read> WsReader<R> {
                 }
                 op => {
                     if partial.is_some() {
-                        return Err(WsError::Protocol("new message inside a fragmented one".into()));
+                        return Err(WsError::Protocol(
+                            "new message inside a fragmented one".into(),
+                        ));
                     }
                     *partial = Some((op, f.payload));
                 }
@@ -305,7 +314,10 @@ pub fn parse_http_url(url: &str) -> Result<HttpUrl, WsError> {
     if auth.is_empty() || auth.contains('@') {
         return Err(bad("no host, or user information in the URL"));
     }
-    let authority = if auth.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+    let authority = if auth
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
         auth.to_string()
     } else {
         format!("{auth}:80")
@@ -329,7 +341,10 @@ pub fn connect(url: &str, protocols: &[&str]) -> Result<(TcpStream, String), WsE
         u.target, u.authority
     );
     if !protocols.is_empty() {
-        head.push_str(&format!("Sec-WebSocket-Protocol: {}\r\n", protocols.join(", ")));
+        head.push_str(&format!(
+            "Sec-WebSocket-Protocol: {}\r\n",
+            protocols.join(", ")
+        ));
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes())?;
@@ -355,7 +370,9 @@ pub fn connect(url: &str, protocols: &[&str]) -> Result<(TcpStream, String), WsE
     }
     let chosen = get("Sec-WebSocket-Protocol").to_string();
     if !chosen.is_empty() && !protocols.contains(&chosen.as_str()) {
-        return Err(hs(format!("server chose protocol {chosen:?} that was not offered")));
+        return Err(hs(format!(
+            "server chose protocol {chosen:?} that was not offered"
+        )));
     }
     Ok((s, chosen))
 }
@@ -483,7 +500,10 @@ mod tests {
         let unmasked = [0x81, 0x05, 0x48, 0x65, 0x6c, 0x6c, 0x6f];
         assert_eq!(encode_frame(true, OP_TEXT, b"Hello", None), unmasked);
         let f = read_frame(&mut &unmasked[..], 100).unwrap();
-        assert_eq!((f.fin, f.opcode, f.payload.as_slice()), (true, OP_TEXT, &b"Hello"[..]));
+        assert_eq!(
+            (f.fin, f.opcode, f.payload.as_slice()),
+            (true, OP_TEXT, &b"Hello"[..])
+        );
 
         let masked = [
             0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58,
@@ -503,7 +523,10 @@ mod tests {
         wire.extend([0x80, 0x02, 0x6c, 0x6f]); // "lo", final continuation
         let mut r = WsReader::new(&wire[..]);
         // RFC 6455 5.4: control frames may be injected in the middle of a fragmented message.
-        assert_eq!(r.read_message().unwrap(), Some(Message::Ping(b"Hello".to_vec())));
+        assert_eq!(
+            r.read_message().unwrap(),
+            Some(Message::Ping(b"Hello".to_vec()))
+        );
         assert_eq!(
             r.read_message().unwrap(),
             Some(Message::Data {
@@ -548,7 +571,10 @@ mod tests {
     #[test]
     fn control_frames_must_be_short_and_final() {
         let long_ping = encode_frame(true, OP_PING, &[0; 126], None);
-        assert!(matches!(read_frame(&mut &long_ping[..], 1 << 20), Err(WsError::Protocol(_))));
+        assert!(matches!(
+            read_frame(&mut &long_ping[..], 1 << 20),
+            Err(WsError::Protocol(_))
+        ));
         let fragmented_close = encode_frame(false, OP_CLOSE, &[3, 232], None);
         assert!(read_frame(&mut &fragmented_close[..], 100).is_err());
         let close = encode_frame(true, OP_CLOSE, &[3, 232, b'b', b'y', b'e'], None);
@@ -569,9 +595,14 @@ mod tests {
     #[test]
     fn sha1_rfc3174_vectors_and_base64() {
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        assert_eq!(hex(&sha1(b"abc")), "a9993e364706816aba3e25717850c26c9cd0d89d");
         assert_eq!(
-            hex(&sha1(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")),
+            hex(&sha1(b"abc")),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
+        assert_eq!(
+            hex(&sha1(
+                b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"
+            )),
             "84983e441c3bd26ebaae4aa1f95129e5e54670f1"
         );
         assert_eq!(encode_base64(b"foob"), "Zm9vYg==");

@@ -40,5 +40,7 @@ mod probes;
 mod security;
 /// Many pods with probes every second: threads, fds and RSS stay flat (alone).
 mod soak;
+/// CRI streaming on real containerd: `nanolet exec -i/-t`, `nanolet port-forward`, the proxy.
+mod streaming;
 /// The .deb upgrade leaves running pods untouched.
 mod upgrade;

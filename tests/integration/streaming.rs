@@ -1,0 +1,298 @@
+//! CRI streaming on a real containerd (its CRI plugin's streaming server): `nanolet exec -i`
+//! and `-it` (stdin, a TTY on a pseudo-terminal, the terminal size, exit codes, the terminal
+//! restored), `nanolet port-forward` (bytes both ways), and the kubelet-port proxy
+//! (`server::stream::proxy_upgrade_with`) carrying a WebSocket exec to containerd's URL.
+
+use nanolet_test_support as support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use nanolet::cri::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, Runtime};
+use nanolet::server::stream;
+use nanolet::server::ws::{self, Message, WsReader, WsWriter};
+use support::agent::{NODE, Nanolet};
+use support::{Containerd, wait_for};
+
+/// An echo server on 8080 (greets, then echoes each connection's bytes) and a shell.
+const SHELL: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: shell\nspec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'while true; do nc -l -p 8080 -e sh -c \"echo hello-from-pod; cat\"; done']\n";
+
+fn pod_name() -> String {
+    format!("shell-{}", NODE.to_lowercase())
+}
+
+fn nanolet(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_nanolet"));
+    c.args(args);
+    c
+}
+
+/// One agent and the shell pod for every step (containerd starts are the slow part).
+#[test]
+fn exec_port_forward_and_the_proxy_reach_a_container() {
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write("shell.yaml", SHELL);
+    n.wait_phase("shell", "Running");
+    let endpoint = format!("--container-runtime-endpoint={}", ctd.endpoint());
+    exec_with_stdin_passes_streams_and_the_exit_code(&endpoint);
+    exec_with_a_tty_on_a_pty(&endpoint);
+    port_forward_moves_bytes_both_ways(&endpoint);
+    proxy_carries_a_websocket_exec_to_containerd(&ctd);
+}
+
+/// `nanolet exec -i`: stdin reaches the command, stdout and stderr come back apart, the exit
+/// code is the v4 Status's ExitCode cause.
+fn exec_with_stdin_passes_streams_and_the_exit_code(endpoint: &str) {
+    let pod = pod_name();
+    let mut child = nanolet(&[
+        "exec",
+        "-i",
+        &pod,
+        endpoint,
+        "--",
+        "sh",
+        "-c",
+        "read x; echo got:$x; echo oops >&2; exit 5",
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn nanolet exec -i");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"line-one\n")
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("nanolet exec -i");
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "got:line-one\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "oops\n");
+
+    // Success is exit 0 (a Success Status), and -t without a terminal falls back as kubectl.
+    let out = nanolet(&["exec", "-it", &pod, endpoint, "--", "echo", "plain"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("nanolet exec -it without a terminal");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "plain\n");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("Unable to use a TTY - input is not a terminal or the right kind of file"),
+        "{out:?}"
+    );
+}
+
+/// `nanolet exec -it` on a pseudo-terminal: the remote TTY gets the local size (resize channel)
+/// and its changes (SIGWINCH), input goes out raw, the exit code comes back, and the local
+/// terminal's mode is restored afterwards.
+fn exec_with_a_tty_on_a_pty(endpoint: &str) {
+    use nix::pty::{Winsize, openpty};
+    use nix::sys::termios::{LocalFlags, tcgetattr};
+    let size = Winsize {
+        ws_row: 33,
+        ws_col: 101,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = openpty(Some(&size), None).expect("openpty");
+    let before = tcgetattr(&pty.slave).expect("termios before");
+    let dup = |fd: &OwnedFd| Stdio::from(fd.try_clone().expect("dup slave"));
+    let pod = pod_name();
+    // The initial size races the command's start (as with kubectl): wait for it remotely.
+    let script = "wait_size() { i=0; while [ \"$(stty size 2>/dev/null)\" != \"$1\" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; echo size:$(stty size); }; \
+                  wait_size '33 101'; read x; echo tty-got:$x; wait_size '20 60'; exit 4";
+    let mut child = nanolet(&["exec", "-it", &pod, endpoint, "--", "sh", "-c", script])
+        .stdin(dup(&pty.slave))
+        .stdout(dup(&pty.slave))
+        .stderr(dup(&pty.slave))
+        .spawn()
+        .expect("spawn nanolet exec -it");
+    let master = std::fs::File::from(pty.master);
+    let mut reader = master.try_clone().expect("clone master");
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    // EIO comes only once every slave descriptor is closed: the test holds one, so the thread
+    // ends when the test drops `pty.slave` after the child exits.
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(k) = reader.read(&mut buf) {
+            if k == 0 || tx.send(buf[..k].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut text = String::new();
+    let wait_text = |want: &str, text: &mut String| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !text.contains(want) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(b) => text.push_str(&String::from_utf8_lossy(&b)),
+                Err(_) => panic!("no {want:?} in the terminal's output: {text:?}"),
+            }
+        }
+    };
+    wait_text("size:33 101", &mut text);
+    let raw = tcgetattr(&pty.slave).expect("termios during");
+    assert!(
+        !raw.local_flags.contains(LocalFlags::ECHO),
+        "raw mode while the command runs"
+    );
+    (&master).write_all(b"abc\r").expect("type into the pty");
+    wait_text("tty-got:abc", &mut text);
+    assert!(
+        !text.contains("abc\r\nabc"),
+        "typed once, echoed by the remote TTY only: {text:?}"
+    );
+    let new = nix::libc::winsize {
+        ws_row: 20,
+        ws_col: 60,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one winsize from the pointer, valid for the call.
+    let r = unsafe {
+        nix::libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&master),
+            nix::libc::TIOCSWINSZ,
+            &new,
+        )
+    };
+    assert_eq!(r, 0, "set the pty size");
+    // The child is not the pty's session leader, so the kernel does not signal it: as a terminal
+    // emulator's shell would be signalled, send SIGWINCH ourselves.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGWINCH).expect("SIGWINCH");
+    wait_text("size:20 60", &mut text);
+    let status = child.wait().expect("nanolet exec -it");
+    assert_eq!(status.code(), Some(4), "{text}");
+    let after = tcgetattr(&pty.slave).expect("termios after");
+    assert_eq!(
+        (after.local_flags, after.input_flags, after.output_flags),
+        (before.local_flags, before.input_flags, before.output_flags),
+        "raw mode restored on exit"
+    );
+}
+
+/// Kills the child it holds when dropped (the port-forward runs until interrupted).
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `nanolet port-forward POD :8080`: two connections one after the other, each greeted by the
+/// pod and echoing what it is sent.
+fn port_forward_moves_bytes_both_ways(endpoint: &str) {
+    let pod = pod_name();
+    let mut pf = KillOnDrop(
+        nanolet(&["port-forward", &pod, ":8080", endpoint])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn nanolet port-forward"),
+    );
+    let mut lines = BufReader::new(pf.0.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    lines.read_line(&mut first).expect("Forwarding line");
+    // kubectl's line: "Forwarding from 127.0.0.1:PORT -> 8080".
+    let addr = first
+        .strip_prefix("Forwarding from ")
+        .and_then(|r| r.strip_suffix(" -> 8080\n"))
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_string();
+    for round in 0..3 {
+        // The pod's nc listens again only after the previous connection's `cat` has ended:
+        // until then a connection is refused in the pod and ends at once here. Poll for the
+        // greeting.
+        let (mut c, mut r) = wait_for(Duration::from_secs(20), || {
+            let c = TcpStream::connect(&addr).ok()?;
+            c.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+            let mut r = BufReader::new(c.try_clone().ok()?);
+            let mut greet = String::new();
+            r.read_line(&mut greet).ok()?;
+            (greet == "hello-from-pod\n").then_some((c, r))
+        })
+        .unwrap_or_else(|| panic!("round {round}: no greeting from the pod through the forward"));
+        let msg = format!("ping-{round}-{}\n", "x".repeat(70_000));
+        c.write_all(msg.as_bytes()).expect("send to the pod");
+        let mut echo = String::new();
+        r.read_line(&mut echo).expect("echo from the pod");
+        assert_eq!(echo.len(), msg.len(), "round {round}");
+        assert_eq!(echo, msg, "round {round}");
+    }
+}
+
+/// The kubelet port's proxy: a plain TCP listener runs `proxy_upgrade_with` to the URL CRI Exec
+/// answered; a WebSocket client speaks v4.channel.k8s.io through it.
+fn proxy_carries_a_websocket_exec_to_containerd(ctd: &Containerd) {
+    let rt = ctd.runtime();
+    let pod = pod_name();
+    let cid = wait_for(Duration::from_secs(10), || {
+        rt.list_containers().ok()?.into_iter().find_map(|c| {
+            (c.labels.get(LABEL_POD_NAME) == Some(&pod)
+                && c.labels.get(LABEL_CONTAINER_NAME).map(String::as_str) == Some("c"))
+            .then_some(c.id)
+        })
+    })
+    .expect("the shell container");
+    let kind = stream::exec_kind(
+        &cid,
+        "command=sh&command=-c&command=echo%20via-proxy%3B%20head%20-n%201%3B%20exit%202&input=1&output=1&error=1",
+    )
+    .expect("query");
+    let url = stream::stream_url(&rt, kind).expect("CRI Exec URL");
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+
+    let front = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let faddr = front.local_addr().expect("addr");
+    let proxy = std::thread::spawn(move || {
+        let (mut c, _) = front.accept().expect("accept");
+        let (line, headers) = ws::read_response_head(&mut c).expect("request head");
+        let method = line.split(' ').next().unwrap_or("GET").to_string();
+        stream::proxy_upgrade_with(&mut c, &method, &headers, &url, Duration::from_secs(60))
+    });
+    let (sock, proto) = ws::connect(
+        &format!("http://{faddr}/exec/default/shell/c?command=ignored"),
+        &[ws::V4_CHANNEL_PROTOCOL],
+    )
+    .expect("WebSocket through the proxy");
+    assert_eq!(proto, ws::V4_CHANNEL_PROTOCOL);
+    let mut w = WsWriter::new(sock.try_clone().expect("clone"));
+    w.send_channel(0, b"stdin-through-proxy\n").expect("stdin");
+    let mut r = WsReader::new(sock.try_clone().expect("clone"));
+    let (mut out, mut status) = (Vec::new(), Vec::new());
+    loop {
+        match r.read_message().expect("message") {
+            Some(Message::Data { data, .. }) => match data.split_first() {
+                Some((1, rest)) => out.extend_from_slice(rest),
+                Some((3, rest)) => status.extend_from_slice(rest),
+                _ => {}
+            },
+            Some(Message::Close(..)) | None => break,
+            Some(_) => {}
+        }
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "via-proxy\nstdin-through-proxy\n"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&status).expect("v4 Status JSON");
+    assert_eq!(v["status"], "Failure", "{v}");
+    assert_eq!(v["reason"], "NonZeroExitCode", "{v}");
+    assert_eq!(v["details"]["causes"][0]["reason"], "ExitCode", "{v}");
+    assert_eq!(v["details"]["causes"][0]["message"], "2", "{v}");
+    let _ = w.close();
+    proxy
+        .join()
+        .expect("proxy thread")
+        .expect("proxy ends cleanly");
+}
