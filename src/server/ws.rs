@@ -349,7 +349,7 @@ pub fn connect(url: &str, protocols: &[&str]) -> Result<(TcpStream, String), WsE
     head.push_str("\r\n");
     s.write_all(head.as_bytes())?;
     let (status, headers) = read_response_head(&mut s)?;
-    if !status.split(' ').nth(1).is_some_and(|c| c == "101") {
+    if status.split(' ').nth(1) != Some("101") {
         return Err(WsError::Refused {
             url: url.to_string(),
             status,
