@@ -53,6 +53,16 @@ impl RawMode {
         let mut raw = saved.clone();
         cfmakeraw(&mut raw);
         tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw).context("setting raw mode")?;
+        // A closed stdout must not kill the process before the terminal is restored (client
+        // commands run with SIGPIPE's default action): ignored, a write fails with EPIPE and
+        // the error returns through this guard.
+        // SAFETY: SIG_IGN installs no handler code.
+        unsafe {
+            let _ = nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGPIPE,
+                nix::sys::signal::SigHandler::SigIgn,
+            );
+        }
         Ok(RawMode { saved })
     }
 }
@@ -204,7 +214,8 @@ pub(crate) fn exec_interactive(
     let writer: SharedWriter = Arc::new(Mutex::new(WsWriter::new(
         stream.try_clone().context("cloning the stream socket")?,
     )));
-    let _raw = if tty && stdin_is_tty {
+    // As kubectl: the local terminal goes raw only when it is the command's input.
+    let _raw = if tty && stdin && stdin_is_tty {
         Some(RawMode::enter()?)
     } else {
         None

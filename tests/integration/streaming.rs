@@ -251,6 +251,24 @@ fn proxy_carries_a_websocket_exec_to_containerd(ctd: &Containerd) {
     .expect("query");
     let url = stream::stream_url(&rt, kind).expect("CRI Exec URL");
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    // Attach and PortForward answer URLs of the same server (the proto's field numbers are
+    // runtime.v1's, or containerd would refuse or misread the requests).
+    let attach = stream::stream_url(&rt, stream::attach_kind(&cid, "output=1").expect("query"))
+        .expect("CRI Attach URL");
+    assert!(attach.contains("/attach/"), "{attach}");
+    let sandbox = rt
+        .list_containers()
+        .expect("containers")
+        .into_iter()
+        .find(|c| c.id == cid)
+        .expect("the container")
+        .sandbox_id;
+    let pf = stream::port_forward_kind(&sandbox, "port=8080", true).expect("query");
+    let pf_url = stream::stream_url(&rt, pf).expect("CRI PortForward URL");
+    assert!(pf_url.contains("/portforward/"), "{pf_url}");
+    let missing = stream::exec_kind("no-such-container", "output=1&command=true").expect("query");
+    let e = stream::stream_url(&rt, missing).expect_err("no such container");
+    assert_eq!(e.http_status(), 404, "{e}");
 
     let front = TcpListener::bind("127.0.0.1:0").expect("bind");
     let faddr = front.local_addr().expect("addr");
