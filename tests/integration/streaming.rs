@@ -42,6 +42,7 @@ fn exec_port_forward_and_the_proxy_reach_a_container() {
     exec_with_a_tty_on_a_pty(&endpoint);
     port_forward_moves_bytes_both_ways(&endpoint);
     proxy_carries_a_websocket_exec_to_containerd(&ctd);
+    kubectl_exec_through_the_proxy(&ctd, &n);
 }
 
 /// `nanolet exec -i`: stdin reaches the command, stdout and stderr come back apart, the exit
@@ -313,4 +314,172 @@ fn proxy_carries_a_websocket_exec_to_containerd(ctd: &Containerd) {
         .join()
         .expect("proxy thread")
         .expect("proxy ends cleanly");
+}
+
+/// The real kubectl against a minimal pods API whose `exec` subresource is `proxy_upgrade_with`
+/// to containerd's URL (what the API server's node proxy and the kubelet port do together):
+/// kubectl tries WebSocket v5, containerd 1.6 refuses it, kubectl falls back to SPDY, and the
+/// SPDY stream passes through the proxy: stdin in, stdout out, the exit code back.
+fn kubectl_exec_through_the_proxy(ctd: &Containerd, n: &Nanolet) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let rt = Arc::new(ctd.runtime());
+    let pod = pod_name();
+    let cid = container_id(rt.as_ref(), &pod);
+    let api = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = api.local_addr().expect("addr");
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let server = {
+        let (stop, seen, pod) = (stop.clone(), seen.clone(), pod.clone());
+        std::thread::spawn(move || {
+            for conn in api.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(c) = conn else { continue };
+                let (rt, seen, pod, cid) = (rt.clone(), seen.clone(), pod.clone(), cid.clone());
+                std::thread::spawn(move || mini_api(c, rt.as_ref(), &pod, &cid, &seen));
+            }
+        })
+    };
+    let home = n.dir.join("kube-home-streaming");
+    std::fs::create_dir_all(&home).expect("kube home");
+    let mut child = Command::new("kubectl")
+        .env("HOME", &home)
+        .env("KUBECONFIG", home.join("none"))
+        .arg(format!("--server=http://{addr}"))
+        .arg(format!("--cache-dir={}", home.join("cache").display()))
+        .args(["exec", "-i", &pod, "-c", "c", "--", "sh", "-c"])
+        .arg("read x; echo kubectl-got:$x; echo to-stderr >&2; exit 6")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl on PATH");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"hello\n")
+        .expect("kubectl stdin");
+    let out = child.wait_with_output().expect("kubectl exec");
+    stop.store(true, Ordering::SeqCst);
+    let _ = TcpStream::connect(addr);
+    server.join().expect("mini API thread");
+    let seen = seen.lock().map(|g| g.clone()).unwrap_or_default();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "kubectl-got:hello\n",
+        "{out:?}\nrequests: {seen:#?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("to-stderr"),
+        "{out:?}"
+    );
+    assert_eq!(out.status.code(), Some(6), "{out:?}\nrequests: {seen:#?}");
+    let exec_upgrades: Vec<&String> = seen.iter().filter(|r| r.contains("/exec?")).collect();
+    // kubectl 1.32: WebSocket (v5) first; containerd 1.6 refuses it (relayed as is), then SPDY.
+    assert_eq!(exec_upgrades.len(), 2, "{seen:#?}");
+    assert!(
+        exec_upgrades[0].contains("(Upgrade: websocket)"),
+        "{seen:#?}"
+    );
+    assert!(
+        exec_upgrades[1].starts_with("POST ") && exec_upgrades[1].contains("(Upgrade: SPDY/3.1)"),
+        "{seen:#?}"
+    );
+}
+
+fn container_id(rt: &dyn Runtime, pod: &str) -> String {
+    wait_for(Duration::from_secs(10), || {
+        rt.list_containers().ok()?.into_iter().find_map(|c| {
+            (c.labels.get(LABEL_POD_NAME).map(String::as_str) == Some(pod)
+                && c.labels.get(LABEL_CONTAINER_NAME).map(String::as_str) == Some("c"))
+            .then_some(c.id)
+        })
+    })
+    .expect("the shell container")
+}
+
+/// One connection of the minimal API: GET the pod, or an exec upgrade proxied to containerd.
+fn mini_api(
+    mut c: TcpStream,
+    rt: &dyn Runtime,
+    pod: &str,
+    cid: &str,
+    seen: &std::sync::Mutex<Vec<String>>,
+) {
+    let Ok((line, headers)) = ws::read_response_head(&mut c) else {
+        return;
+    };
+    let upgrade = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("Upgrade"))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    if let Ok(mut g) = seen.lock() {
+        g.push(format!("{line} (Upgrade: {upgrade})"));
+    }
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    if path.ends_with("/exec") {
+        // The API server's PodExecOptions query becomes the kubelet's (input/output/error).
+        let q = query
+            .replace("stdin=true", "input=1")
+            .replace("stdout=true", "output=1")
+            .replace("stderr=true", "error=1");
+        let url = stream::exec_kind(cid, &q).and_then(|k| stream::stream_url(rt, k));
+        match url {
+            Ok(url) => {
+                let _ = stream::proxy_upgrade_with(
+                    &mut c,
+                    method,
+                    &headers,
+                    &url,
+                    Duration::from_secs(60),
+                );
+            }
+            Err(e) => {
+                let body = e.to_string();
+                let _ = write!(
+                    c,
+                    "HTTP/1.1 {} Error\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    e.http_status(),
+                    body.len()
+                );
+            }
+        }
+        return;
+    }
+    // Just enough discovery for kubectl to map "pods".
+    let body = if path == "/version" {
+        r#"{"major":"1","minor":"32","gitVersion":"v1.32.0"}"#.to_string()
+    } else if path == "/api" {
+        r#"{"kind":"APIVersions","versions":["v1"],"serverAddressByClientCIDRs":[{"clientCIDR":"0.0.0.0/0","serverAddress":"127.0.0.1"}]}"#.to_string()
+    } else if path == "/apis" {
+        r#"{"kind":"APIGroupList","apiVersion":"v1","groups":[]}"#.to_string()
+    } else if path == "/api/v1" {
+        r#"{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["get","list"],"shortNames":["po"]},{"name":"pods/exec","singularName":"","namespaced":true,"kind":"PodExecOptions","verbs":["create","get"]}]}"#.to_string()
+    } else if path == format!("/api/v1/namespaces/default/pods/{pod}") {
+        serde_json::json!({
+            "kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": pod, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "localhost/busybox:1.36"}]},
+            "status": {"phase": "Running"},
+        })
+        .to_string()
+    } else {
+        let _ = write!(
+            c,
+            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        return;
+    };
+    let _ = write!(
+        c,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }
