@@ -17,8 +17,9 @@ use nanolet::server::ws::{self, Message, WsReader, WsWriter};
 use support::agent::{NODE, Nanolet};
 use support::{Containerd, wait_for};
 
-/// An echo server on 8080 (greets, then echoes each connection's bytes) and a shell.
-const SHELL: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: shell\nspec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'while true; do nc -l -p 8080 -e sh -c \"echo hello-from-pod; cat\"; done']\n";
+/// An echo server on 8080 (greets, then echoes each connection's bytes; `-ll`: one process per
+/// connection, always listening) and a shell.
+const SHELL: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: shell\nspec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [nc, -ll, -p, '8080', -e, sh, -c, 'echo hello-from-pod; cat']\n";
 
 fn pod_name() -> String {
     format!("shell-{}", NODE.to_lowercase())
@@ -211,9 +212,8 @@ fn port_forward_moves_bytes_both_ways(endpoint: &str) {
         .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
         .to_string();
     for round in 0..3 {
-        // The pod's nc listens again only after the previous connection's `cat` has ended:
-        // until then a connection is refused in the pod and ends at once here. Poll for the
-        // greeting.
+        // Until the pod's nc listens (it starts with the container), a connection is refused
+        // in the pod and ends at once here: poll for the greeting.
         let (mut c, mut r) = wait_for(Duration::from_secs(20), || {
             let c = TcpStream::connect(&addr).ok()?;
             c.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
@@ -364,10 +364,8 @@ fn kubectl_exec_through_the_proxy(ctd: &Containerd, n: &Nanolet) {
         .write_all(b"hello\n")
         .expect("kubectl stdin");
     let out = child.wait_with_output().expect("kubectl exec");
-    stop.store(true, Ordering::SeqCst);
-    let _ = TcpStream::connect(addr);
-    server.join().expect("mini API thread");
-    let seen = seen.lock().map(|g| g.clone()).unwrap_or_default();
+    let seen_all = seen;
+    let seen = seen_all.lock().map(|g| g.clone()).unwrap_or_default();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "kubectl-got:hello\n",
@@ -378,6 +376,8 @@ fn kubectl_exec_through_the_proxy(ctd: &Containerd, n: &Nanolet) {
         "{out:?}"
     );
     assert_eq!(out.status.code(), Some(6), "{out:?}\nrequests: {seen:#?}");
+    kubectl_port_forward_through_the_proxy(&home, addr, &pod, &seen_all);
+    let seen = seen_all.lock().map(|g| g.clone()).unwrap_or_default();
     let exec_upgrades: Vec<&String> = seen.iter().filter(|r| r.contains("/exec?")).collect();
     // kubectl 1.32: WebSocket (v5) first; containerd 1.6 refuses it (relayed as is), then SPDY.
     assert_eq!(exec_upgrades.len(), 2, "{seen:#?}");
@@ -389,6 +389,15 @@ fn kubectl_exec_through_the_proxy(ctd: &Containerd, n: &Nanolet) {
         exec_upgrades[1].starts_with("POST ") && exec_upgrades[1].contains("(Upgrade: SPDY/3.1)"),
         "{seen:#?}"
     );
+    let pf: Vec<&String> = seen.iter().filter(|r| r.contains("/portforward")).collect();
+    assert!(
+        pf.iter()
+            .any(|r| r.starts_with("POST ") && r.contains("(Upgrade: SPDY/3.1)")),
+        "kubectl port-forward fell back to SPDY: {seen:#?}"
+    );
+    stop.store(true, Ordering::SeqCst);
+    let _ = TcpStream::connect(addr);
+    server.join().expect("mini API thread");
 }
 
 fn container_id(rt: &dyn Runtime, pod: &str) -> String {
@@ -424,6 +433,23 @@ fn mini_api(
     let mut parts = line.split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    if path.ends_with("/portforward") {
+        // The ports come per SPDY stream; a WebSocket attempt (kubectl's tunneling) gets
+        // containerd's refusal relayed.
+        let sandbox = rt
+            .list_containers()
+            .ok()
+            .and_then(|cs| cs.into_iter().find(|x| x.id == cid))
+            .map(|x| x.sandbox_id)
+            .unwrap_or_default();
+        let url = stream::port_forward_kind(&sandbox, query, false)
+            .and_then(|k| stream::stream_url(rt, k));
+        if let Ok(url) = url {
+            let _ =
+                stream::proxy_upgrade_with(&mut c, method, &headers, &url, Duration::from_secs(60));
+        }
+        return;
+    }
     if path.ends_with("/exec") {
         // The API server's PodExecOptions query becomes the kubelet's (input/output/error).
         let q = query
@@ -482,4 +508,54 @@ fn mini_api(
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
+}
+
+/// `kubectl port-forward` through the minimal API: bytes both ways to the pod's echo server.
+fn kubectl_port_forward_through_the_proxy(
+    home: &std::path::Path,
+    addr: std::net::SocketAddr,
+    pod: &str,
+    seen: &std::sync::Mutex<Vec<String>>,
+) {
+    let mut pf = KillOnDrop(
+        Command::new("kubectl")
+            .env("HOME", home)
+            .env("KUBECONFIG", home.join("none"))
+            .arg(format!("--server=http://{addr}"))
+            .arg(format!("--cache-dir={}", home.join("cache").display()))
+            .args(["port-forward", "--address=127.0.0.1", pod, ":8080"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl port-forward"),
+    );
+    let mut lines = BufReader::new(pf.0.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    lines.read_line(&mut first).expect("Forwarding line");
+    let local = first
+        .strip_prefix("Forwarding from ")
+        .and_then(|r| r.strip_suffix(" -> 8080\n"))
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_string();
+    let (mut c, mut r) = wait_for(Duration::from_secs(20), || {
+        let c = TcpStream::connect(&local).ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+        let mut r = BufReader::new(c.try_clone().ok()?);
+        let mut greet = String::new();
+        r.read_line(&mut greet).ok()?;
+        (greet == "hello-from-pod\n").then_some((c, r))
+    })
+    .unwrap_or_else(|| {
+        let _ = pf.0.kill();
+        let mut err = String::new();
+        if let Some(mut e) = pf.0.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        let seen = seen.lock().map(|g| g.clone()).unwrap_or_default();
+        panic!("no greeting through kubectl port-forward; kubectl: {err}\nrequests: {seen:#?}")
+    });
+    c.write_all(b"via-kubectl\n").expect("send");
+    let mut echo = String::new();
+    r.read_line(&mut echo).expect("echo");
+    assert_eq!(echo, "via-kubectl\n");
 }
