@@ -321,9 +321,12 @@ pub(crate) fn port_forward(
                 let _ = io::stdout().flush();
                 let rt = rt.clone();
                 let sandbox = sandbox.clone();
+                let local = bound.port();
                 std::thread::spawn(move || {
+                    // kubectl's text; unlike kubectl (which then exits with "lost connection to
+                    // pod"), the other connections and the listener go on.
                     if let Err(e) = forward_one(rt.as_ref(), &sandbox, remote, conn) {
-                        eprintln!("error forwarding port {remote} to pod sandbox {sandbox}: {e:#}");
+                        eprintln!("an error occurred forwarding {local} -> {remote}: {e:#}");
                     }
                 });
             }
