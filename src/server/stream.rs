@@ -643,8 +643,13 @@ mod tests {
         let url = format!("http://{baddr}/exec/tok?x=1");
         let pt = std::thread::spawn(move || {
             let (mut c, _) = front.accept().unwrap();
-            let headers = vec![("Upgrade".to_string(), "SPDY/3.1".to_string())];
-            proxy_upgrade_with(&mut c, "POST", &headers, &url, Duration::from_secs(30))
+            let request = Request {
+                method: "POST".into(),
+                target: "/exec/default/pod/c?command=ls&output=1".into(),
+                http11: true,
+                headers: vec![("Upgrade".to_string(), "SPDY/3.1".to_string())],
+            };
+            proxy_upgrade(&mut c, &request, &url)
         });
         let mut c = TcpStream::connect(faddr).unwrap();
         let (status, hdrs) = ws::read_response_head(&mut c).unwrap();
@@ -659,6 +664,39 @@ mod tests {
         let (line, got) = bt.join().unwrap();
         assert_eq!(line, "POST /exec/tok?x=1 HTTP/1.1");
         assert_eq!(got, b"hello through the proxy");
+    }
+
+    /// No byte either way for `idle`: the stream is closed (streamingConnectionIdleTimeout).
+    #[test]
+    fn proxy_closes_an_idle_stream() {
+        let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+        let baddr = backend.local_addr().unwrap();
+        let bt = std::thread::spawn(move || {
+            let (mut s, _) = backend.accept().unwrap();
+            ws::read_response_head(&mut s).unwrap();
+            s.write_all(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
+                .unwrap();
+            // Stays silent; sees the proxy close its side.
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).unwrap();
+        });
+        let front = TcpListener::bind("127.0.0.1:0").unwrap();
+        let faddr = front.local_addr().unwrap();
+        let url = format!("http://{baddr}/attach/tok");
+        let pt = std::thread::spawn(move || {
+            let (mut c, _) = front.accept().unwrap();
+            let t = std::time::Instant::now();
+            let r = proxy_upgrade_with(&mut c, "GET", &[], &url, Duration::from_millis(300));
+            (r, t.elapsed())
+        });
+        let mut c = TcpStream::connect(faddr).unwrap();
+        let (status, _) = ws::read_response_head(&mut c).unwrap();
+        assert_eq!(status, "HTTP/1.1 101 Switching Protocols");
+        let (r, took) = pt.join().unwrap();
+        r.unwrap();
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        bt.join().unwrap();
     }
 
     #[test]
