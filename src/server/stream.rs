@@ -76,6 +76,13 @@ pub enum StreamError {
     /// The request's parameters, with the kubelet's text (HTTP 400).
     #[error("{0}")]
     BadRequest(String),
+    /// The pod is not on this node (HTTP 404), e.g. "pod does not exist".
+    #[error("{0}")]
+    NotFound(String),
+    /// The pod is there but not what the request needs (HTTP 500, as the kubelet's GetExec
+    /// errors), e.g. `container not found ("c")`.
+    #[error("{0}")]
+    Internal(String),
     /// The runtime refused or failed the CRI call.
     #[error("{op} for {target}: {source}")]
     Runtime {
@@ -92,6 +99,8 @@ impl StreamError {
     pub fn http_status(&self) -> u16 {
         match self {
             StreamError::BadRequest(_) => 400,
+            StreamError::NotFound(_) => 404,
+            StreamError::Internal(_) => 500,
             StreamError::Runtime { source, .. } if source.kind == ErrorKind::NotFound => 404,
             StreamError::Runtime { .. } => 500,
         }
@@ -247,6 +256,81 @@ pub fn port_forward_kind(
         sandbox_id: sandbox_id.to_string(),
         ports: parse_ports(query, websocket)?,
     })
+}
+
+/// Whether a runtime object carries nanolet's labels for pod `namespace`/`pod` (and `uid` when
+/// the request names one). Objects of other managers are never streamed to.
+fn is_pod(
+    labels: &std::collections::BTreeMap<String, String>,
+    namespace: &str,
+    pod: &str,
+    uid: Option<&str>,
+) -> bool {
+    use crate::cri::{LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
+    labels.contains_key(LABEL_MANAGED_BY)
+        && labels.get(LABEL_POD_NAME).map(String::as_str) == Some(pod)
+        && labels.get(LABEL_POD_NAMESPACE).map(String::as_str) == Some(namespace)
+        && uid.is_none_or(|u| labels.get(LABEL_POD_UID).map(String::as_str) == Some(u))
+}
+
+/// The running container `container` of pod `namespace`/`pod` (its latest attempt), for exec
+/// and attach. The kubelet's answers: no such pod, 404 `pod does not exist`; no such running
+/// container, `container not found ("c")` (500, as the kubelet's GetExec error).
+pub fn find_container(
+    runtime: &dyn Runtime,
+    namespace: &str,
+    pod: &str,
+    uid: Option<&str>,
+    container: &str,
+) -> Result<String, StreamError> {
+    use crate::cri::{ContainerState, LABEL_CONTAINER_NAME};
+    let list = runtime
+        .list_containers()
+        .map_err(|source| StreamError::Runtime {
+            op: "ListContainers",
+            target: format!("pod {namespace}/{pod}"),
+            source,
+        })?;
+    let mut of_pod: Vec<_> = list
+        .into_iter()
+        .filter(|c| is_pod(&c.labels, namespace, pod, uid))
+        .collect();
+    if of_pod.is_empty() {
+        return Err(StreamError::NotFound("pod does not exist".into()));
+    }
+    of_pod.retain(|c| {
+        c.state == ContainerState::Running
+            && c.labels.get(LABEL_CONTAINER_NAME).map(String::as_str) == Some(container)
+    });
+    of_pod.sort_by_key(|c| c.attempt);
+    of_pod
+        .pop()
+        .map(|c| c.id)
+        .ok_or_else(|| StreamError::Internal(format!("container not found ({container:?})")))
+}
+
+/// The ready sandbox of pod `namespace`/`pod` (the newest), for port-forward; 404 `pod does
+/// not exist` otherwise.
+pub fn find_sandbox(
+    runtime: &dyn Runtime,
+    namespace: &str,
+    pod: &str,
+    uid: Option<&str>,
+) -> Result<String, StreamError> {
+    let list = runtime
+        .list_pod_sandboxes()
+        .map_err(|source| StreamError::Runtime {
+            op: "ListPodSandbox",
+            target: format!("pod {namespace}/{pod}"),
+            source,
+        })?;
+    list.into_iter()
+        .filter(|s| {
+            s.state == crate::cri::SandboxState::Ready && is_pod(&s.labels, namespace, pod, uid)
+        })
+        .max_by_key(|s| s.created_at)
+        .map(|s| s.id)
+        .ok_or_else(|| StreamError::NotFound("pod does not exist".into()))
 }
 
 /// Asks the runtime for the streaming URL of `kind` (CRI Exec, Attach or PortForward).
@@ -592,6 +676,77 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().starts_with("PortForward for nosuch: "), "{e}");
+    }
+
+    #[test]
+    fn pods_and_containers_are_found_by_nanolets_labels() {
+        use crate::cri::{
+            ContainerConfig, LABEL_CONTAINER_NAME, LABEL_MANAGED_BY, LABEL_POD_NAME,
+            LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig,
+        };
+        let rt = FakeRuntime::new();
+        rt.add_image("img");
+        let pod_labels: std::collections::BTreeMap<String, String> = [
+            (LABEL_MANAGED_BY, "nanolet"),
+            (LABEL_POD_NAME, "web-node1"),
+            (LABEL_POD_NAMESPACE, "default"),
+            (LABEL_POD_UID, "u1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let sb = rt
+            .run_pod_sandbox(&PodSandboxConfig {
+                name: "web-node1".into(),
+                namespace: "default".into(),
+                uid: "u1".into(),
+                labels: pod_labels.clone(),
+                ..Default::default()
+            })
+            .unwrap();
+        let mut labels = pod_labels.clone();
+        labels.insert(LABEL_CONTAINER_NAME.into(), "c".into());
+        let cid = rt
+            .create_container(
+                &sb,
+                &ContainerConfig {
+                    name: "c".into(),
+                    image: "img".into(),
+                    labels,
+                    ..Default::default()
+                },
+                &PodSandboxConfig::default(),
+            )
+            .unwrap();
+        rt.start_container(&cid).unwrap();
+        assert_eq!(
+            find_container(&rt, "default", "web-node1", None, "c").unwrap(),
+            cid
+        );
+        assert_eq!(
+            find_container(&rt, "default", "web-node1", Some("u1"), "c").unwrap(),
+            cid
+        );
+        let e = find_container(&rt, "default", "web-node1", Some("other"), "c").unwrap_err();
+        assert_eq!(
+            (e.to_string().as_str(), e.http_status()),
+            ("pod does not exist", 404)
+        );
+        let e = find_container(&rt, "default", "web-node1", None, "d").unwrap_err();
+        assert_eq!(
+            (e.to_string().as_str(), e.http_status()),
+            ("container not found (\"d\")", 500)
+        );
+        assert_eq!(find_sandbox(&rt, "default", "web-node1", None).unwrap(), sb);
+        assert_eq!(
+            find_sandbox(&rt, "kube-system", "web-node1", None)
+                .unwrap_err()
+                .http_status(),
+            404
+        );
+        rt.set_stream_base("http://127.0.0.1:9");
+        let url = stream_url(&rt, exec_kind(&cid, "command=ls&output=1").unwrap()).unwrap();
+        assert_eq!(url, format!("http://127.0.0.1:9/exec/{cid}"));
     }
 
     #[test]

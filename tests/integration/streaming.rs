@@ -11,7 +11,7 @@ use std::os::fd::OwnedFd;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use nanolet::cri::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, Runtime};
+use nanolet::cri::Runtime;
 use nanolet::server::stream;
 use nanolet::server::ws::{self, Message, WsReader, WsWriter};
 use support::agent::{NODE, Nanolet};
@@ -237,14 +237,7 @@ fn port_forward_moves_bytes_both_ways(endpoint: &str) {
 fn proxy_carries_a_websocket_exec_to_containerd(ctd: &Containerd) {
     let rt = ctd.runtime();
     let pod = pod_name();
-    let cid = wait_for(Duration::from_secs(10), || {
-        rt.list_containers().ok()?.into_iter().find_map(|c| {
-            (c.labels.get(LABEL_POD_NAME) == Some(&pod)
-                && c.labels.get(LABEL_CONTAINER_NAME).map(String::as_str) == Some("c"))
-            .then_some(c.id)
-        })
-    })
-    .expect("the shell container");
+    let cid = container_id(&rt, &pod);
     let kind = stream::exec_kind(
         &cid,
         "command=sh&command=-c&command=echo%20via-proxy%3B%20head%20-n%201%3B%20exit%202&input=1&output=1&error=1",
@@ -257,13 +250,7 @@ fn proxy_carries_a_websocket_exec_to_containerd(ctd: &Containerd) {
     let attach = stream::stream_url(&rt, stream::attach_kind(&cid, "output=1").expect("query"))
         .expect("CRI Attach URL");
     assert!(attach.contains("/attach/"), "{attach}");
-    let sandbox = rt
-        .list_containers()
-        .expect("containers")
-        .into_iter()
-        .find(|c| c.id == cid)
-        .expect("the container")
-        .sandbox_id;
+    let sandbox = stream::find_sandbox(&rt, "default", &pod, None).expect("the shell sandbox");
     let pf = stream::port_forward_kind(&sandbox, "port=8080", true).expect("query");
     let pf_url = stream::stream_url(&rt, pf).expect("CRI PortForward URL");
     assert!(pf_url.contains("/portforward/"), "{pf_url}");
@@ -400,13 +387,10 @@ fn kubectl_exec_through_the_proxy(ctd: &Containerd, n: &Nanolet) {
     server.join().expect("mini API thread");
 }
 
+/// The shell pod's container, found as the secure port finds it (`find_container`).
 fn container_id(rt: &dyn Runtime, pod: &str) -> String {
     wait_for(Duration::from_secs(10), || {
-        rt.list_containers().ok()?.into_iter().find_map(|c| {
-            (c.labels.get(LABEL_POD_NAME).map(String::as_str) == Some(pod)
-                && c.labels.get(LABEL_CONTAINER_NAME).map(String::as_str) == Some("c"))
-            .then_some(c.id)
-        })
+        stream::find_container(rt, "default", pod, None, "c").ok()
     })
     .expect("the shell container")
 }
