@@ -25,6 +25,9 @@ pub const OP_CLOSE: u8 = 0x8;
 pub const OP_PING: u8 = 0x9;
 pub const OP_PONG: u8 = 0xA;
 
+/// Time to connect and to get the server's answer to the upgrade.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The GUID of RFC 6455 section 1.3 that the server appends to the key.
 const HANDSHAKE_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
@@ -332,8 +335,16 @@ pub fn parse_http_url(url: &str) -> Result<HttpUrl, WsError> {
 /// stream (positioned after the response head) and the protocol the server chose ("" if none).
 pub fn connect(url: &str, protocols: &[&str]) -> Result<(TcpStream, String), WsError> {
     let u = parse_http_url(url)?;
-    let mut s = TcpStream::connect(&u.authority)?;
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(u.authority.as_str())?
+        .next()
+        .ok_or_else(|| WsError::Url {
+            url: url.to_string(),
+            reason: "the host has no address".into(),
+        })?;
+    let mut s = TcpStream::connect_timeout(&addr, HANDSHAKE_TIMEOUT)?;
     s.set_nodelay(true)?;
+    // Bounded until the upgrade is answered; the stream itself may be idle for long.
+    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let key = encode_base64(&KeySource::new().next_16());
     let mut head = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
@@ -374,6 +385,7 @@ pub fn connect(url: &str, protocols: &[&str]) -> Result<(TcpStream, String), WsE
             "server chose protocol {chosen:?} that was not offered"
         )));
     }
+    s.set_read_timeout(None)?;
     Ok((s, chosen))
 }
 
@@ -618,6 +630,64 @@ mod tests {
         assert_eq!(out[1], 0x80 | 3, "masked, 3 bytes");
         let f = read_frame(&mut &out[..], 100).unwrap();
         assert_eq!(f.payload, vec![4, b'{', b'}']);
+    }
+
+    /// A one-shot server answering the upgrade with `answer(key)`.
+    fn serve_once(
+        answer: fn(&str) -> String,
+    ) -> (String, std::thread::JoinHandle<Vec<(String, String)>>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/exec/tok", l.local_addr().unwrap());
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let (_, headers) = read_response_head(&mut s).unwrap();
+            let key = headers
+                .iter()
+                .find(|(k, _)| k == "Sec-WebSocket-Key")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            s.write_all(answer(&key).as_bytes()).unwrap();
+            headers
+        });
+        (url, t)
+    }
+
+    #[test]
+    fn handshake_checks_the_accept_key_and_the_protocol() {
+        let (url, t) = serve_once(|key| {
+            format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                 Sec-WebSocket-Accept: {}\r\nSec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n",
+                accept_key(key)
+            )
+        });
+        let (_, chosen) = connect(&url, &[V4_CHANNEL_PROTOCOL, "channel.k8s.io"]).unwrap();
+        assert_eq!(chosen, V4_CHANNEL_PROTOCOL);
+        let sent = t.join().unwrap();
+        let get = |n: &str| sent.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("Sec-WebSocket-Version"), Some("13"));
+        assert_eq!(
+            get("Sec-WebSocket-Protocol"),
+            Some("v4.channel.k8s.io, channel.k8s.io")
+        );
+        assert_eq!(
+            get("Sec-WebSocket-Key").map(str::len),
+            Some(24),
+            "16 random bytes, base64"
+        );
+
+        let (url, t) = serve_once(|_| {
+            "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: wrong\r\n\r\n".into()
+        });
+        assert!(matches!(connect(&url, &[]), Err(WsError::Handshake { .. })));
+        t.join().unwrap();
+
+        let (url, t) = serve_once(|_| "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n".into());
+        match connect(&url, &[V4_CHANNEL_PROTOCOL]) {
+            Err(WsError::Refused { status, .. }) => assert_eq!(status, "HTTP/1.1 403 Forbidden"),
+            other => panic!("{other:?}"),
+        }
+        t.join().unwrap();
     }
 
     #[test]
