@@ -94,6 +94,20 @@ fn exec_with_stdin_passes_streams_and_the_exit_code(endpoint: &str) {
 /// and its changes (SIGWINCH), input goes out raw, the exit code comes back, and the local
 /// terminal's mode is restored afterwards.
 fn exec_with_a_tty_on_a_pty(endpoint: &str) {
+    let pod = pod_name();
+    let mut cmd = nanolet(&["exec", "-it", &pod, endpoint, "--", "sh", "-c", TTY_SCRIPT]);
+    tty_session(&mut cmd, "nanolet exec -it");
+}
+
+/// The remote side of a TTY session: waits for the local size (the initial size races the
+/// command's start, as with kubectl), reads a line, waits for the new size, exits 4.
+const TTY_SCRIPT: &str = "wait_size() { i=0; while [ \"$(stty size 2>/dev/null)\" != \"$1\" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; echo size:$(stty size); }; \
+                  wait_size '33 101'; read x; echo tty-got:$x; wait_size '20 60'; exit 4";
+
+/// Runs `cmd` (a client running [`TTY_SCRIPT`] with a TTY) on a pseudo-terminal of 33x101 and
+/// checks: the size arrives, the terminal is raw meanwhile, typed input reaches the remote
+/// TTY, a resize plus SIGWINCH arrives, exit code 4, the terminal's mode restored.
+fn tty_session(cmd: &mut Command, what: &str) {
     use nix::pty::{Winsize, openpty};
     use nix::sys::termios::{LocalFlags, tcgetattr};
     let size = Winsize {
@@ -105,16 +119,12 @@ fn exec_with_a_tty_on_a_pty(endpoint: &str) {
     let pty = openpty(Some(&size), None).expect("openpty");
     let before = tcgetattr(&pty.slave).expect("termios before");
     let dup = |fd: &OwnedFd| Stdio::from(fd.try_clone().expect("dup slave"));
-    let pod = pod_name();
-    // The initial size races the command's start (as with kubectl): wait for it remotely.
-    let script = "wait_size() { i=0; while [ \"$(stty size 2>/dev/null)\" != \"$1\" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; echo size:$(stty size); }; \
-                  wait_size '33 101'; read x; echo tty-got:$x; wait_size '20 60'; exit 4";
-    let mut child = nanolet(&["exec", "-it", &pod, endpoint, "--", "sh", "-c", script])
+    let mut child = cmd
         .stdin(dup(&pty.slave))
         .stdout(dup(&pty.slave))
         .stderr(dup(&pty.slave))
         .spawn()
-        .expect("spawn nanolet exec -it");
+        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
     let master = std::fs::File::from(pty.master);
     let mut reader = master.try_clone().expect("clone master");
     let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
@@ -135,7 +145,7 @@ fn exec_with_a_tty_on_a_pty(endpoint: &str) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match rx.recv_timeout(left) {
                 Ok(b) => text.push_str(&String::from_utf8_lossy(&b)),
-                Err(_) => panic!("no {want:?} in the terminal's output: {text:?}"),
+                Err(_) => panic!("{what}: no {want:?} in the terminal's output: {text:?}"),
             }
         }
     };
@@ -171,8 +181,8 @@ fn exec_with_a_tty_on_a_pty(endpoint: &str) {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGWINCH).expect("SIGWINCH");
     wait_text("size:20 60", &mut text);
-    let status = child.wait().expect("nanolet exec -it");
-    assert_eq!(status.code(), Some(4), "{text}");
+    let status = child.wait().expect("the TTY client");
+    assert_eq!(status.code(), Some(4), "{what}: {text}");
     let after = tcgetattr(&pty.slave).expect("termios after");
     assert_eq!(
         (after.local_flags, after.input_flags, after.output_flags),
@@ -364,8 +374,19 @@ fn kubectl_exec_through_the_proxy(ctd: &Containerd, n: &Nanolet) {
     );
     assert_eq!(out.status.code(), Some(6), "{out:?}\nrequests: {seen:#?}");
     kubectl_port_forward_through_the_proxy(&home, addr, &pod, &seen_all);
+    // kubectl exec -it: SPDY with a TTY and its resize stream, through the proxy.
+    let mut cmd = Command::new("kubectl");
+    cmd.env("HOME", &home)
+        .env("KUBECONFIG", home.join("none"))
+        .arg(format!("--server=http://{addr}"))
+        .arg(format!("--cache-dir={}", home.join("cache").display()))
+        .args(["exec", "-it", &pod, "-c", "c", "--", "sh", "-c", TTY_SCRIPT]);
+    tty_session(&mut cmd, "kubectl exec -it");
     let seen = seen_all.lock().map(|g| g.clone()).unwrap_or_default();
-    let exec_upgrades: Vec<&String> = seen.iter().filter(|r| r.contains("/exec?")).collect();
+    let exec_upgrades: Vec<&String> = seen
+        .iter()
+        .filter(|r| r.contains("/exec?") && !r.contains("tty=true"))
+        .collect();
     // kubectl 1.32: WebSocket (v5) first; containerd 1.6 refuses it (relayed as is), then SPDY.
     assert_eq!(exec_upgrades.len(), 2, "{seen:#?}");
     assert!(
@@ -375,6 +396,13 @@ fn kubectl_exec_through_the_proxy(ctd: &Containerd, n: &Nanolet) {
     assert!(
         exec_upgrades[1].starts_with("POST ") && exec_upgrades[1].contains("(Upgrade: SPDY/3.1)"),
         "{seen:#?}"
+    );
+    assert!(
+        seen.iter().any(|r| r.starts_with("POST ")
+            && r.contains("/exec?")
+            && r.contains("tty=true")
+            && r.contains("(Upgrade: SPDY/3.1)")),
+        "kubectl exec -it over SPDY: {seen:#?}"
     );
     let pf: Vec<&String> = seen.iter().filter(|r| r.contains("/portforward")).collect();
     assert!(
@@ -439,7 +467,8 @@ fn mini_api(
         let q = query
             .replace("stdin=true", "input=1")
             .replace("stdout=true", "output=1")
-            .replace("stderr=true", "error=1");
+            .replace("stderr=true", "error=1")
+            .replace("tty=true", "tty=1");
         let url = stream::exec_kind(cid, &q).and_then(|k| stream::stream_url(rt, k));
         match url {
             Ok(url) => {
