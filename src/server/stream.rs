@@ -462,8 +462,17 @@ pub fn proxy_upgrade_with(
     client.write_all(head.as_bytes())?;
     client.flush()?;
     if status.split(' ').nth(1) != Some("101") {
-        // An error answer (e.g. 400 for an unsupported protocol): pass its body on, bounded.
-        io::copy(&mut (&mut upstream).take(MAX_ERROR_BODY), client)?;
+        // An error answer (e.g. 403 for an unsupported protocol): pass its body on, bounded;
+        // its Content-Length when it has one (the runtime may keep the connection open).
+        let length = resp_headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("Content-Length"))
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+            .unwrap_or(MAX_ERROR_BODY);
+        io::copy(
+            &mut (&mut upstream).take(length.min(MAX_ERROR_BODY)),
+            client,
+        )?;
         return client.flush();
     }
     upstream.set_read_timeout(None)?;
@@ -851,6 +860,47 @@ mod tests {
         r.unwrap();
         assert!(took >= Duration::from_millis(300), "{took:?}");
         assert!(took < Duration::from_secs(10), "{took:?}");
+        bt.join().unwrap();
+    }
+
+    /// A refusal (containerd 1.6 answers a v5 WebSocket request so) is relayed with its body,
+    /// and the proxy returns at the body's end even though the backend keeps the connection.
+    #[test]
+    fn proxy_relays_a_refusal_and_returns_at_its_end() {
+        let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+        let baddr = backend.local_addr().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let bt = std::thread::spawn(move || {
+            let (mut s, _) = backend.accept().unwrap();
+            ws::read_response_head(&mut s).unwrap();
+            s.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\n\r\nforbidden")
+                .unwrap();
+            // Keeps the connection until the test is done.
+            let _ = done_rx.recv();
+        });
+        let front = TcpListener::bind("127.0.0.1:0").unwrap();
+        let faddr = front.local_addr().unwrap();
+        let url = format!("http://{baddr}/exec/tok");
+        let pt = std::thread::spawn(move || {
+            let (mut c, _) = front.accept().unwrap();
+            let headers = vec![
+                ("Upgrade".to_string(), "websocket".to_string()),
+                (
+                    "Sec-WebSocket-Protocol".to_string(),
+                    "v5.channel.k8s.io".to_string(),
+                ),
+            ];
+            proxy_upgrade_with(&mut c, "GET", &headers, &url, Duration::from_secs(60))
+        });
+        let mut c = TcpStream::connect(faddr).unwrap();
+        let mut all = String::new();
+        c.read_to_string(&mut all).unwrap();
+        assert_eq!(
+            all,
+            "HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\n\r\nforbidden"
+        );
+        pt.join().unwrap().unwrap();
+        done_tx.send(()).unwrap();
         bt.join().unwrap();
     }
 
