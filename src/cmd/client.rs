@@ -21,9 +21,12 @@ pub const USAGE: &str = "Client commands (talk to a running `nanolet run` on its
   nanolet get pods [NAME] [-A] [-n NS] [-l SELECTOR] [-o wide|json|yaml|name]
   nanolet describe pod NAME [-n NS]
   nanolet logs NAME [-c CONTAINER] [-p|--previous] [--tail N] [-f|--follow] [--timestamps] [-n NS]
-  nanolet exec NAME [-c CONTAINER] [-n NS] [--timeout 5m] -- COMMAND [ARG...]
+  nanolet exec NAME [-i] [-t] [-c CONTAINER] [-n NS] [--timeout 5m] -- COMMAND [ARG...]
                                run a command in a container (CRI ExecSync on containerd's socket,
-                               --container-runtime-endpoint; needs root); exits with its code
+                               --container-runtime-endpoint; needs root); exits with its code;
+                               -i/-t: interactive (stdin, TTY) through CRI streaming
+  nanolet port-forward NAME [LOCAL:]REMOTE... [-n NS] [--address 127.0.0.1]
+                               forward local ports to a pod (CRI PortForward; needs root)
   nanolet validate FILE...     offline: decode, default and validate manifests as `run` does
   nanolet images import|ls     see `nanolet images help`
 Common flags: --server URL (default http://127.0.0.1:10255), --token-file FILE (bearer token
@@ -47,6 +50,12 @@ struct Opts {
     hostname: Option<String>,
     endpoint: Option<String>,
     timeout: Option<String>,
+    /// exec -i: pass stdin on.
+    stdin: bool,
+    /// exec -t: a TTY.
+    tty: bool,
+    /// port-forward --address.
+    address: Option<String>,
     positional: Vec<String>,
     /// After `--`.
     command: Vec<String>,
@@ -68,6 +77,9 @@ const FLAGS: &[Flag] = &[
     Flag::value("hostname-override"),
     Flag::value("container-runtime-endpoint"),
     Flag::value("timeout"),
+    Flag::bool("stdin").short('i'),
+    Flag::bool("tty").short('t'),
+    Flag::value("address"),
 ];
 
 /// Lexes the arguments (`util::flags`, Go's pflag conventions); everything after `--` is the
@@ -107,6 +119,9 @@ fn parse_opts(args: &[String]) -> anyhow::Result<Opts> {
             "hostname-override" => o.hostname = Some(value),
             "container-runtime-endpoint" => o.endpoint = Some(value),
             "timeout" => o.timeout = Some(value),
+            "stdin" => o.stdin = value == "true",
+            "tty" => o.tty = value == "true",
+            "address" => o.address = Some(value),
             other => bail!("unknown flag: --{other}"),
         }
     }
@@ -142,12 +157,23 @@ Print a container's log (the CRI log files under --pod-logs-dir, through the rea
   -s, --server URL         the read-only port (default http://127.0.0.1:10255)
       --token-file FILE    bearer token for a port started with --read-only-token-file
 ",
-        "exec" => "Usage: nanolet exec NAME [-c CONTAINER] [-n NS] [--timeout 5m] -- COMMAND [ARG...]
+        "exec" => "Usage: nanolet exec NAME [-i] [-t] [-c CONTAINER] [-n NS] [--timeout 5m] -- COMMAND [ARG...]
 Run a command in a container (CRI ExecSync on containerd's socket; needs root) and exit with
-its exit code.
+its exit code. With -i or -t the command runs interactively through the runtime's streaming
+server (CRI Exec, WebSocket v4.channel.k8s.io): stdin, a TTY in raw mode, terminal resizes.
+  -i, --stdin                          pass stdin to the command (v4 cannot signal its end)
+  -t, --tty                            allocate a TTY (dropped when stdin is not a terminal)
   -c, --container NAME                 the container (needed when the pod has several)
   -n, --namespace NS                   the pod's namespace (default: default)
       --timeout DURATION               give up after this long (default 5m)
+      --container-runtime-endpoint EP  containerd's socket (default unix:///run/containerd/containerd.sock)
+",
+        "port-forward" => "Usage: nanolet port-forward NAME [LOCAL:]REMOTE... [-n NS] [--address ADDR]
+Forward local ports to ports of a pod (CRI PortForward on containerd's socket, WebSocket to its
+streaming server; needs root), one stream per connection, until interrupted.
+  LOCAL:REMOTE                         listen on LOCAL, forward to REMOTE (`:REMOTE`: any free port)
+  -n, --namespace NS                   the pod's namespace (default: default)
+      --address ADDR                   the address to listen on (default 127.0.0.1)
       --container-runtime-endpoint EP  containerd's socket (default unix:///run/containerd/containerd.sock)
 ",
         "validate" => "Usage: nanolet validate FILE...
@@ -179,6 +205,7 @@ pub fn run(command: &str, args: &[String]) -> Option<anyhow::Result<()>> {
         "logs" | "log" => parse_opts(args).and_then(|o| logs(&o)),
         "validate" => parse_opts(args).and_then(|o| validate(&o)),
         "exec" => parse_opts(args).and_then(|o| exec(&o)),
+        "port-forward" => parse_opts(args).and_then(|o| port_forward(&o)),
         "images" => crate::images::cli::run(args),
         _ => return None,
     };
@@ -754,13 +781,17 @@ fn exec(o: &Opts) -> anyhow::Result<()> {
     };
     let name = match o.positional.as_slice() {
         [n] if !o.command.is_empty() => n,
-        _ => bail!("usage: nanolet exec NAME [-c CONTAINER] -- COMMAND [ARG...]"),
+        _ => bail!("usage: nanolet exec NAME [-i] [-t] [-c CONTAINER] -- COMMAND [ARG...]"),
     };
     let ns = namespace(o);
     let endpoint = o
         .endpoint
         .clone()
         .unwrap_or_else(|| crate::cri::DEFAULT_ENDPOINT.into());
+    if o.tty {
+        // Before the runtime client starts its threads, so they inherit the mask.
+        super::stream::block_sigwinch();
+    }
     let timeout = match &o.timeout {
         Some(t) => crate::timeutil::parse_go_duration(t).map_err(|e| anyhow!("--timeout: {e}"))?,
         None => std::time::Duration::from_secs(300),
@@ -807,6 +838,14 @@ fn exec(o: &Opts) -> anyhow::Result<()> {
     let Some(c) = mine.last() else {
         bail!("container {wanted} is not running in pod {name}");
     };
+    if o.stdin || o.tty {
+        let code = super::stream::exec_interactive(&rt, &c.id, &o.command, o.stdin, o.tty)
+            .map_err(|e| anyhow!("exec in container {wanted} of pod {name}: {e:#}"))?;
+        if code != 0 {
+            return Err(ExitStatus(code).into());
+        }
+        return Ok(());
+    }
     let r = rt
         .exec_sync(&c.id, &o.command, timeout)
         .map_err(|e| anyhow!("exec in container {wanted} of pod {name}: {e}"))?;
@@ -817,6 +856,47 @@ fn exec(o: &Opts) -> anyhow::Result<()> {
         return Err(ExitStatus(r.exit_code).into());
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// port-forward
+
+fn port_forward(o: &Opts) -> anyhow::Result<()> {
+    use crate::cri::{
+        LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE, Runtime, SandboxState,
+    };
+    let (name, specs) = match o.positional.split_first() {
+        Some((n, specs)) if !specs.is_empty() => (n, specs),
+        _ => bail!("usage: nanolet port-forward NAME [LOCAL:]REMOTE..."),
+    };
+    let mappings = specs
+        .iter()
+        .map(|s| super::stream::parse_port_mapping(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let ns = namespace(o);
+    let endpoint = o
+        .endpoint
+        .clone()
+        .unwrap_or_else(|| crate::cri::DEFAULT_ENDPOINT.into());
+    let rt = crate::cri::client::CriRuntime::connect(&endpoint, std::time::Duration::from_secs(30))
+        .map_err(|e| anyhow!("cannot reach the container runtime at {endpoint}: {e}"))?;
+    let mut sandboxes: Vec<_> = rt
+        .list_pod_sandboxes()
+        .map_err(|e| anyhow!("listing pod sandboxes at {endpoint}: {e}"))?
+        .into_iter()
+        .filter(|s| {
+            s.labels.contains_key(LABEL_MANAGED_BY)
+                && s.labels.get(LABEL_POD_NAME) == Some(name)
+                && s.labels.get(LABEL_POD_NAMESPACE) == Some(&ns)
+                && s.state == SandboxState::Ready
+        })
+        .collect();
+    sandboxes.sort_by_key(|s| s.created_at);
+    let Some(sb) = sandboxes.last() else {
+        bail!("Error from server (NotFound): pods \"{name}\" not found");
+    };
+    let address = o.address.as_deref().unwrap_or("127.0.0.1");
+    super::stream::port_forward(std::sync::Arc::new(rt), &sb.id, address, &mappings)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -998,7 +1078,15 @@ mod tests {
 
     #[test]
     fn every_client_command_has_help() {
-        for c in ["get", "describe", "logs", "log", "exec", "validate"] {
+        for c in [
+            "get",
+            "describe",
+            "logs",
+            "log",
+            "exec",
+            "port-forward",
+            "validate",
+        ] {
             let help = command_help(c).unwrap_or_else(|| panic!("no help for {c}"));
             assert!(help.starts_with("Usage: nanolet "), "{c}: {help}");
         }

@@ -17,6 +17,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ("describe", "one pod with its status and events"),
     ("logs", "a container's log"),
     ("exec", "run a command in a container"),
+    ("port-forward", "forward local ports to a pod"),
     ("validate", "check manifests offline"),
     (
         "images",

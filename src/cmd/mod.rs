@@ -5,6 +5,7 @@
 pub mod client;
 pub mod docgen;
 mod run;
+mod stream;
 
 use std::process::ExitCode;
 
@@ -64,22 +65,23 @@ pub fn main(args: Vec<String>) -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Some(cmd @ ("get" | "describe" | "logs" | "log" | "validate" | "exec" | "images")) => {
-            match self::client::run(cmd, &args[1..]) {
-                Some(Ok(())) => ExitCode::SUCCESS,
-                Some(Err(e)) if e.downcast_ref::<self::client::ExitStatus>().is_some() => {
-                    let code = e
-                        .downcast_ref::<self::client::ExitStatus>()
-                        .map_or(1, |s| s.0);
-                    ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
-                }
-                Some(Err(e)) => {
-                    eprintln!("{e:#}");
-                    ExitCode::FAILURE
-                }
-                None => ExitCode::from(2),
+        Some(
+            cmd @ ("get" | "describe" | "logs" | "log" | "validate" | "exec" | "port-forward"
+            | "images"),
+        ) => match self::client::run(cmd, &args[1..]) {
+            Some(Ok(())) => ExitCode::SUCCESS,
+            Some(Err(e)) if e.downcast_ref::<self::client::ExitStatus>().is_some() => {
+                let code = e
+                    .downcast_ref::<self::client::ExitStatus>()
+                    .map_or(1, |s| s.0);
+                ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
             }
-        }
+            Some(Err(e)) => {
+                eprintln!("{e:#}");
+                ExitCode::FAILURE
+            }
+            None => ExitCode::from(2),
+        },
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}\n{}", self::client::USAGE);
             if args.is_empty() {

@@ -1276,6 +1276,64 @@ impl Runtime for CriRuntime {
         })
     }
 
+    fn exec(&self, req: &super::ExecRequest) -> Result<String> {
+        let mut c = self.runtime_client();
+        let deadline = self.default_timeout;
+        let preq = with_deadline(
+            pb::ExecRequest {
+                container_id: req.container_id.clone(),
+                cmd: req.cmd.clone(),
+                tty: req.tty,
+                stdin: req.stdin,
+                stdout: req.stdout,
+                stderr: req.stderr,
+            },
+            deadline,
+        );
+        let target = format!("container {}", req.container_id);
+        let r = self.run("Exec", &target, deadline, true, async move {
+            c.exec(preq).await.map(|r| r.into_inner())
+        })?;
+        Ok(r.url)
+    }
+
+    fn attach(&self, req: &super::AttachRequest) -> Result<String> {
+        let mut c = self.runtime_client();
+        let deadline = self.default_timeout;
+        let preq = with_deadline(
+            pb::AttachRequest {
+                container_id: req.container_id.clone(),
+                stdin: req.stdin,
+                tty: req.tty,
+                stdout: req.stdout,
+                stderr: req.stderr,
+            },
+            deadline,
+        );
+        let target = format!("container {}", req.container_id);
+        let r = self.run("Attach", &target, deadline, true, async move {
+            c.attach(preq).await.map(|r| r.into_inner())
+        })?;
+        Ok(r.url)
+    }
+
+    fn port_forward(&self, sandbox_id: &str, ports: &[u16]) -> Result<String> {
+        let mut c = self.runtime_client();
+        let deadline = self.default_timeout;
+        let preq = with_deadline(
+            pb::PortForwardRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                port: ports.iter().map(|&p| i32::from(p)).collect(),
+            },
+            deadline,
+        );
+        let target = format!("sandbox {sandbox_id}");
+        let r = self.run("PortForward", &target, deadline, true, async move {
+            c.port_forward(preq).await.map(|r| r.into_inner())
+        })?;
+        Ok(r.url)
+    }
+
     /// Subscribes to containerd's `/tasks/exit` and `/tasks/start` events in namespace k8s.io.
     ///
     /// Returns only once the subscription is live (it has seen its own probe event), so any task

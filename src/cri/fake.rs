@@ -45,6 +45,9 @@ struct Inner {
     down: bool,
     /// Exit code of ExecSync in containers named so (default 0).
     exec_exit: HashMap<String, i32>,
+    /// Base URL of a test streaming server: Exec/Attach/PortForward answer `{base}/{verb}/{id}`
+    /// (None: they fail as a runtime without a streaming server).
+    stream_base: Option<String>,
 }
 
 /// See module docs.
@@ -106,6 +109,13 @@ impl FakeRuntime {
     /// ExecSync (exec probes and hooks) in containers named `name` exits with `code`.
     pub fn set_exec_exit(&self, name: &str, code: i32) {
         self.lock().exec_exit.insert(name.to_string(), code);
+    }
+
+    /// Exec, Attach and PortForward answer URLs under `base` (a test streaming endpoint):
+    /// `{base}/exec/{container_id}`, `{base}/attach/{container_id}`,
+    /// `{base}/portforward/{sandbox_id}`.
+    pub fn set_stream_base(&self, base: &str) {
+        self.lock().stream_base = Some(base.trim_end_matches('/').to_string());
     }
 
     /// Simulate the runtime being down: every call fails with Unavailable.
@@ -570,6 +580,33 @@ impl Runtime for FakeRuntime {
         }
     }
 
+    fn exec(&self, req: &crate::cri::ExecRequest) -> Result<String> {
+        let g = self.enter("exec", &req.container_id)?;
+        fake_stream_url(&g, "exec", &req.container_id)
+    }
+
+    fn attach(&self, req: &crate::cri::AttachRequest) -> Result<String> {
+        let g = self.enter("attach", &req.container_id)?;
+        fake_stream_url(&g, "attach", &req.container_id)
+    }
+
+    fn port_forward(&self, sandbox_id: &str, _ports: &[u16]) -> Result<String> {
+        let g = self.enter("port_forward", sandbox_id)?;
+        match g.sandboxes.get(sandbox_id) {
+            Some(s) if s.state == SandboxState::Ready => {}
+            _ => return Err(not_found("port_forward", sandbox_id)),
+        }
+        match &g.stream_base {
+            Some(b) => Ok(format!("{b}/portforward/{sandbox_id}")),
+            None => Err(RuntimeError::new(
+                "port_forward",
+                sandbox_id,
+                ErrorKind::Other,
+                "this runtime has no streaming server",
+            )),
+        }
+    }
+
     fn reopen_container_log(&self, container_id: &str) -> Result<()> {
         let g = self.enter("reopen_container_log", container_id)?;
         if g.containers.contains_key(container_id) {
@@ -584,6 +621,23 @@ impl Runtime for FakeRuntime {
         let (tx, rx) = mpsc::channel();
         g.subscribers.push(tx);
         Ok(rx)
+    }
+}
+
+/// Exec/Attach in the fake: a running container and a configured streaming base.
+fn fake_stream_url(g: &Inner, verb: &'static str, container_id: &str) -> Result<String> {
+    match g.containers.get(container_id) {
+        Some(c) if c.state == ContainerState::Running => {}
+        _ => return Err(not_found(verb, container_id)),
+    }
+    match &g.stream_base {
+        Some(b) => Ok(format!("{b}/{verb}/{container_id}")),
+        None => Err(RuntimeError::new(
+            verb,
+            container_id,
+            ErrorKind::Other,
+            "this runtime has no streaming server",
+        )),
     }
 }
 

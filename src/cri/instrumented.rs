@@ -135,6 +135,15 @@ impl Runtime for InstrumentedRuntime {
             self.inner.exec_sync(container_id, cmd, timeout),
         )
     }
+    fn exec(&self, req: &super::ExecRequest) -> Result<String> {
+        self.count("exec", self.inner.exec(req))
+    }
+    fn attach(&self, req: &super::AttachRequest) -> Result<String> {
+        self.count("attach", self.inner.attach(req))
+    }
+    fn port_forward(&self, sandbox_id: &str, ports: &[u16]) -> Result<String> {
+        self.count("port_forward", self.inner.port_forward(sandbox_id, ports))
+    }
     fn list_container_stats(&self) -> Result<Vec<super::ContainerStats>> {
         self.count("list_container_stats", self.inner.list_container_stats())
     }

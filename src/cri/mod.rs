@@ -83,6 +83,36 @@ impl RuntimeError {
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;
 
+/// A CRI Exec request (runtime.v1 ExecRequest): a command with the streams it uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecRequest {
+    pub container_id: String,
+    pub cmd: Vec<String>,
+    pub tty: bool,
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+}
+
+/// A CRI Attach request (runtime.v1 AttachRequest).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttachRequest {
+    pub container_id: String,
+    pub tty: bool,
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+}
+
+fn no_streaming(op: &'static str, target: &str) -> RuntimeError {
+    RuntimeError::new(
+        op,
+        target,
+        ErrorKind::Other,
+        "this runtime has no streaming server",
+    )
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Protocol {
     #[default]
@@ -410,6 +440,21 @@ pub trait Runtime: Send + Sync {
         cmd: &[String],
         timeout: Duration,
     ) -> Result<ExecResult>;
+
+    /// CRI Exec: the URL of the runtime's streaming server that runs `req` once a client
+    /// connects to it (WebSocket or SPDY). The default: the runtime does not stream.
+    fn exec(&self, req: &ExecRequest) -> Result<String> {
+        Err(no_streaming("Exec", &req.container_id))
+    }
+    /// CRI Attach: the streaming URL attaching to the container's main process.
+    fn attach(&self, req: &AttachRequest) -> Result<String> {
+        Err(no_streaming("Attach", &req.container_id))
+    }
+    /// CRI PortForward: the streaming URL forwarding to `ports` in the sandbox's network
+    /// namespace (empty: the client names the ports per stream).
+    fn port_forward(&self, sandbox_id: &str, _ports: &[u16]) -> Result<String> {
+        Err(no_streaming("PortForward", sandbox_id))
+    }
 
     /// ListContainerStats: resource usage of the runtime's containers (for `/stats/summary`
     /// and `/metrics/resource`). The default (used by the fake runtime) reports none.

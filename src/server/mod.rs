@@ -27,6 +27,8 @@ pub mod auth_x509;
 pub(crate) mod httpd;
 #[cfg(feature = "tls")]
 pub mod secure;
+pub mod stream;
+pub mod ws;
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -19,7 +19,8 @@
 //! Endpoints: `/pods`, `/healthz`, `/configz`, `/stats/summary`, `/metrics`,
 //! `/metrics/{resource,cadvisor,probes}` and the kubectl-compatible `/api` subset (the
 //! read-only port's routing), `/containerLogs/{ns}/{pod}/{container}`, `/run/...` (ExecSync),
-//! and the streaming routes `/exec`, `/attach`, `/portForward` (see [`stream_seam`]).
+//! and the streaming routes `/exec`, `/attach`, `/portForward` (CRI Exec/Attach/PortForward,
+//! the upgrade proxied to the runtime's streaming server by [`super::stream`]).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -39,6 +40,7 @@ use rustls::server::{ResolvesServerCert, ServerConfig, ServerConnection, WebPkiC
 use rustls::{DistinguishedName, RootCertStore, StreamOwned};
 
 use super::auth::{Auth, ClientCert, Decision};
+use super::stream;
 use super::httpd::{self, Limits, Parse};
 use super::{Endpoints, Outcome, ReadOnlyOptions, Reply, Req, route_request, split_url};
 use crate::status::StatusStore;
@@ -1010,32 +1012,31 @@ fn run(shared: &Shared, ns: &str, pod: &str, rest: &[&str], query: &str) -> Repl
     }
 }
 
-/// What a streaming request asks the runtime for (mirrors the stream helper's `StreamKind`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamTarget {
-    Exec {
-        container_id: String,
-        cmd: Vec<String>,
-        tty: bool,
-        stdin: bool,
-        stdout: bool,
-        stderr: bool,
-    },
-    Attach {
-        container_id: String,
-        tty: bool,
-        stdin: bool,
-        stdout: bool,
-        stderr: bool,
-    },
-    PortForward {
-        sandbox_id: String,
-        ports: Vec<i32>,
-    },
+/// The kubelet server's end of a TLS connection is what `server::stream::proxy_upgrade` splices:
+/// poll the socket, but first drain the plaintext rustls already holds.
+impl stream::ReadWrite for Tls {
+    fn poll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.sock.as_fd()
+    }
+
+    fn has_buffered(&mut self) -> bool {
+        // Records already read from the socket but not yet returned as plaintext: rustls
+        // decrypts them without touching the socket, so poll(2) cannot see them.
+        self.conn
+            .process_new_packets()
+            .is_ok_and(|state| state.plaintext_bytes_to_read() > 0)
+    }
+
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.conn.send_close_notify();
+        self.flush()
+    }
 }
 
 /// `/exec/{ns}/{pod}[/{uid}]/{container}`, `/attach/...` and `/portForward/{ns}/{pod}[/{uid}]`:
-/// resolved to CRI IDs here, handed to [`stream_seam`].
+/// resolved to CRI IDs, then, as the kubelet: the URL from CRI Exec/Attach/PortForward and the
+/// upgrade proxied to the runtime's streaming server (`server::stream`).
 fn streaming(
     tls: &mut Tls,
     request: &httpd::Request,
@@ -1044,30 +1045,18 @@ fn streaming(
     (ns, pod, rest): (&str, &str, &[&str]),
     query: &str,
 ) -> io::Result<()> {
-    let q = query_pairs(query);
-    let flag = |k: &str| q.iter().any(|(n, v)| n == k && (v == "1" || v == "true"));
+    let refused = |e: stream::StreamError| Reply::text(e.http_status(), format!("{e}\n"));
     let target = if kind == "portForward" {
         let uid = match rest {
             [] => None,
             [u] => Some(*u),
             _ => return reply(tls, Reply::text(404, "404 page not found\n".into()), false),
         };
-        let ports = q
-            .iter()
-            .filter(|(k, _)| k == "port")
-            .flat_map(|(_, v)| {
-                v.split(',')
-                    .map(|p| p.trim().parse::<i32>())
-                    .collect::<Vec<_>>()
-            })
-            .collect::<Result<Vec<_>, _>>();
-        let Ok(ports) = ports else {
-            return reply(tls, Reply::text(400, "invalid port\n".into()), false);
-        };
-        match resolve_sandbox(shared, ns, pod, uid) {
-            Ok(sandbox_id) => StreamTarget::PortForward { sandbox_id, ports },
+        let sandbox_id = match resolve_sandbox(shared, ns, pod, uid) {
+            Ok(id) => id,
             Err(r) => return reply(tls, r, false),
-        }
+        };
+        stream::port_forward_kind(&sandbox_id, query, stream::is_websocket_request(request))
     } else {
         let (uid, container) = match rest {
             [c] => (None, *c),
@@ -1078,58 +1067,30 @@ fn streaming(
             Ok(id) => id,
             Err(r) => return reply(tls, r, false),
         };
-        let (tty, stdin, stdout, stderr) =
-            (flag("tty"), flag("input"), flag("output"), flag("error"));
         if kind == "exec" {
-            let cmd: Vec<String> = q
-                .iter()
-                .filter(|(k, _)| k == "command")
-                .map(|(_, v)| v.clone())
-                .collect();
-            StreamTarget::Exec {
-                container_id,
-                cmd,
-                tty,
-                stdin,
-                stdout,
-                stderr,
-            }
+            stream::exec_kind(&container_id, query)
         } else {
-            StreamTarget::Attach {
-                container_id,
-                tty,
-                stdin,
-                stdout,
-                stderr,
-            }
+            stream::attach_kind(&container_id, query)
         }
+    };
+    let target = match target {
+        Ok(t) => t,
+        Err(e) => return reply(tls, refused(e), false),
     };
     let Some(_permit) = stream_permit(shared) else {
         return reply(tls, too_many_streams(), false);
     };
+    let Some(runtime) = shared.options.node.runtime.as_ref() else {
+        return reply(tls, Reply::text(500, "no container runtime\n".into()), false);
+    };
     tracing::info!(pod = %pod, namespace = %ns, kind, "kubelet server: stream requested");
-    stream_seam(tls, request, shared, &target)
-}
-
-/// SEAM (issue 19, branch i19-stream): the streaming proxy. Once merged this is
-/// `let url = stream::stream_url(runtime, kind)?; stream::proxy_upgrade(tls, request, &url)`
-/// (CRI Exec/Attach/PortForward, then the upgrade proxied to containerd's streaming server).
-/// Until then: 501.
-fn stream_seam(
-    tls: &mut Tls,
-    _request: &httpd::Request,
-    _shared: &Shared,
-    target: &StreamTarget,
-) -> io::Result<()> {
-    tracing::debug!(?target, "kubelet server: streaming is not built in yet");
-    reply(
-        tls,
-        Reply::text(
-            501,
-            "streaming (exec, attach, port-forward) is not implemented yet\n".into(),
-        ),
-        false,
-    )
+    let url = match stream::stream_url(runtime.as_ref(), target) {
+        Ok(url) => url,
+        Err(e) => return reply(tls, refused(e), false),
+    };
+    // The head's deadline no longer applies: a stream may sit idle (the proxy bounds it).
+    tls.sock.set_read_timeout(None)?;
+    stream::proxy_upgrade(tls, request, &url)
 }
 
 #[cfg(test)]

@@ -42,5 +42,7 @@ mod secure_port;
 mod security;
 /// Many pods with probes every second: threads, fds and RSS stay flat (alone).
 mod soak;
+/// CRI streaming on real containerd: `nanolet exec -i/-t`, `nanolet port-forward`, the proxy.
+mod streaming;
 /// The .deb upgrade leaves running pods untouched.
 mod upgrade;
