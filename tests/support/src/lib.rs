@@ -29,8 +29,11 @@ use nanolet::cri::client::CriRuntime;
 
 pub mod agent;
 pub mod apiserver;
+pub mod front;
 pub mod gate;
 pub mod kubectl;
+pub mod pki;
+pub mod tls;
 
 pub use gate::exclusive;
 

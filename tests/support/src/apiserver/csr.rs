@@ -1,0 +1,439 @@
+//! Authentication (client certificates, bearer-token table, bootstrap tokens, anonymous),
+//! certificates.k8s.io/v1 CertificateSigningRequests with kube-controller-manager's signer and
+//! an optional auto-approver, TokenReview and SubjectAccessReview, as kube-apiserver.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{State, now_secs, rfc3339, status};
+use crate::pki::Ca;
+use crate::tls::Peer;
+
+/// An authenticated user (k8s.io/apiserver's user.Info).
+#[derive(Clone, Debug, PartialEq)]
+pub struct UserInfo {
+    pub name: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+}
+
+/// The signers the double's "kube-controller-manager" signs for.
+pub const CLIENT_KUBELET: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+pub const KUBELET_SERVING: &str = "kubernetes.io/kubelet-serving";
+
+pub(super) struct AuthState {
+    pub tokens: HashMap<String, UserInfo>,
+    /// Bootstrap tokens: id -> secret.
+    pub bootstrap: HashMap<String, String>,
+    pub auto_approve: BTreeSet<String>,
+    /// Set by the test: overrides spec.expirationSeconds and the 1-year default.
+    pub lifetime: Option<Duration>,
+    pub backdate: Duration,
+    pub ca: Option<Arc<Ca>>,
+    /// (user, verb, resource, subresource), "*" matches anything.
+    pub rules: Vec<[String; 4]>,
+    pub allow_all: bool,
+    pub access_reviews: Vec<Value>,
+    pub token_reviews: Vec<Value>,
+    /// The user of the request being handled.
+    pub user: Option<UserInfo>,
+}
+
+impl AuthState {
+    pub fn new() -> AuthState {
+        AuthState {
+            tokens: HashMap::new(),
+            bootstrap: HashMap::new(),
+            auto_approve: BTreeSet::new(),
+            lifetime: None,
+            // kube-controller-manager's signer: Backdate 5 minutes.
+            backdate: Duration::from_secs(300),
+            ca: None,
+            rules: Vec::new(),
+            allow_all: false,
+            access_reviews: Vec::new(),
+            token_reviews: Vec::new(),
+            user: None,
+        }
+    }
+}
+
+const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+pub fn base64_encode(data: &[u8]) -> String {
+    let mut out = String::new();
+    for c in data.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(B64[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for b in s.bytes().filter(|b| !b.is_ascii_whitespace() && *b != b'=') {
+        let v = B64.iter().position(|x| *x == b)? as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Some(out)
+}
+
+fn with_authenticated(mut groups: Vec<String>) -> Vec<String> {
+    if !groups.iter().any(|g| g == "system:authenticated") {
+        groups.push("system:authenticated".into());
+    }
+    groups
+}
+
+impl State {
+    /// kube-apiserver's union authenticator, in its order: x509 client certificate, then the
+    /// bearer token (static token table, bootstrap tokens), then anonymous if allowed.
+    pub(super) fn authenticate(&self, peer: &Peer, header: &str, anonymous: bool) -> Option<UserInfo> {
+        if let Peer::Cert { cn, orgs } = peer {
+            return Some(UserInfo {
+                name: cn.clone(),
+                uid: String::new(),
+                groups: with_authenticated(orgs.clone()),
+            });
+        }
+        if let Some(tok) = header.strip_prefix("Bearer ") {
+            return self.token_user(tok.trim());
+        }
+        if header.is_empty() && anonymous {
+            return Some(UserInfo {
+                name: "system:anonymous".into(),
+                uid: String::new(),
+                groups: vec!["system:unauthenticated".into()],
+            });
+        }
+        None
+    }
+
+    /// A token's user: the table, or a bootstrap token `<id>.<secret>` (id [a-z0-9]{6},
+    /// secret [a-z0-9]{16}) -> `system:bootstrap:<id>`, groups system:bootstrappers (the
+    /// bootstrap token authenticator; kubeadm's tokens add
+    /// `system:bootstrappers:kubeadm:default-node-token` through auth-extra-groups).
+    pub(super) fn token_user(&self, tok: &str) -> Option<UserInfo> {
+        if let Some(u) = self.auth.tokens.get(tok) {
+            return Some(u.clone());
+        }
+        let (id, secret) = tok.split_once('.')?;
+        let ok = |s: &str, n: usize| {
+            s.len() == n && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        };
+        if !ok(id, 6) || !ok(secret, 16) || self.auth.bootstrap.get(id)? != secret {
+            return None;
+        }
+        Some(UserInfo {
+            name: format!("system:bootstrap:{id}"),
+            uid: String::new(),
+            groups: with_authenticated(vec!["system:bootstrappers".into()]),
+        })
+    }
+
+    /// Create: the server fills spec.username/uid/groups from the requester (the CSR
+    /// strategy's PrepareForCreate) and clears status; validation of the required fields.
+    pub(super) fn prepare_csr(&self, body: &mut Value) -> Result<(), (u16, Value)> {
+        let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let invalid = |field: &str, why: &str| {
+            status(
+                422,
+                "Invalid",
+                &format!("CertificateSigningRequest.certificates.k8s.io \"{name}\" is invalid: {field}: {why}"),
+            )
+        };
+        let req = body["spec"]["request"].as_str().unwrap_or("");
+        let pem = base64_decode(req).unwrap_or_default();
+        if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE REQUEST-----") {
+            return Err(invalid("spec.request", "Invalid value: []byte{...}: PEM block type must be CERTIFICATE REQUEST"));
+        }
+        if body["spec"]["signerName"].as_str().unwrap_or("").is_empty() {
+            return Err(invalid("spec.signerName", "Required value"));
+        }
+        if body["spec"]["usages"].as_array().is_none_or(|u| u.is_empty()) {
+            return Err(invalid("spec.usages", "Required value"));
+        }
+        if let Some(s) = body["spec"]["expirationSeconds"].as_i64() {
+            if s < 600 {
+                return Err(invalid(
+                    "spec.expirationSeconds",
+                    &format!("Invalid value: {s}: may not specify a duration less than 600 seconds (10 minutes)"),
+                ));
+            }
+        }
+        let user = self.auth.user.clone().unwrap_or(UserInfo {
+            name: String::new(),
+            uid: String::new(),
+            groups: vec![],
+        });
+        body["spec"]["username"] = json!(user.name);
+        body["spec"]["groups"] = json!(user.groups);
+        if user.uid.is_empty() {
+            if let Some(m) = body["spec"].as_object_mut() {
+                m.remove("uid");
+            }
+        } else {
+            body["spec"]["uid"] = json!(user.uid);
+        }
+        body["status"] = json!({});
+        Ok(())
+    }
+
+    /// After a CSR write: the auto-approver (csrapproving) and the signer (csrsigning).
+    pub(super) fn csr_controllers(&mut self, key: &str) {
+        let Some(csr) = self.objects.get(key).cloned() else {
+            return;
+        };
+        let signer = csr["spec"]["signerName"].as_str().unwrap_or("").to_string();
+        let conds = csr["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let has = |t: &str| conds.iter().any(|c| c["type"] == t);
+        if conds.is_empty() && self.auth.auto_approve.contains(&signer) {
+            let mut c = csr.clone();
+            c["status"]["conditions"] = json!([condition("Approved", "AutoApproved",
+                "Auto approving kubelet client certificate after SubjectAccessReview.")]);
+            self.write(key, c);
+        }
+        let Some(csr) = self.objects.get(key).cloned() else {
+            return;
+        };
+        let conds = csr["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let has_now = |t: &str| conds.iter().any(|c| c["type"] == t);
+        let _ = has;
+        if !has_now("Approved") || has_now("Denied") || has_now("Failed") {
+            return;
+        }
+        if csr["status"]["certificate"].as_str().is_some_and(|c| !c.is_empty()) {
+            return;
+        }
+        if signer != CLIENT_KUBELET && signer != KUBELET_SERVING {
+            return;
+        }
+        let mut c = csr.clone();
+        match self.sign(&csr) {
+            Ok(pem) => c["status"]["certificate"] = json!(base64_encode(pem.as_bytes())),
+            Err(e) => {
+                let mut cs = conds.clone();
+                cs.push(condition("Failed", "SignerValidationFailure", &e));
+                c["status"]["conditions"] = json!(cs);
+            }
+        }
+        self.write(key, c);
+    }
+
+    /// kube-controller-manager's signer: TTL = min(expirationSeconds, 1 year) (or the test's),
+    /// NotBefore = now - backdate, NotAfter = now + TTL for TTLs under 8 h, else now + TTL -
+    /// backdate (PermissiveSigningPolicy).
+    fn sign(&mut self, csr: &Value) -> Result<String, String> {
+        let pem = base64_decode(csr["spec"]["request"].as_str().unwrap_or(""))
+            .ok_or("spec.request is not base64")?;
+        let usages: Vec<String> = csr["spec"]["usages"]
+            .as_array()
+            .map(|u| u.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        let year = 365 * 86400;
+        let ttl = match self.auth.lifetime {
+            Some(d) => d.as_secs() as i64,
+            None => csr["spec"]["expirationSeconds"].as_i64().map_or(year, |s| s.min(year)),
+        };
+        let backdate = self.auth.backdate.as_secs() as i64;
+        let now = now_secs();
+        let not_after = if ttl < 8 * 3600 { now + ttl } else { now + ttl - backdate };
+        let ca = self.ca();
+        ca.sign_csr(&pem, &usages, now - backdate, not_after)
+    }
+
+    pub(super) fn ca(&mut self) -> Arc<Ca> {
+        self.auth
+            .ca
+            .get_or_insert_with(|| Arc::new(Ca::new("kubernetes")))
+            .clone()
+    }
+
+    /// PUT .../certificatesigningrequests/NAME/approval: only status.conditions are taken;
+    /// Approved and Denied exclude each other; timestamps filled in.
+    pub(super) fn csr_approval(&mut self, key: &str, name: &str, body: &Value) -> (u16, Value) {
+        let Some(cur) = self.objects.get(key).cloned() else {
+            return super::not_found("certificatesigningrequests.certificates.k8s.io", name);
+        };
+        if let Some(rv) = body["metadata"]["resourceVersion"].as_str().filter(|r| !r.is_empty()) {
+            if cur["metadata"]["resourceVersion"].as_str() != Some(rv) {
+                return super::conflict("certificatesigningrequests.certificates.k8s.io", name, super::STALE);
+            }
+        }
+        let mut conds = body["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let has = |t: &str| conds.iter().any(|c| c["type"] == t);
+        if has("Approved") && has("Denied") {
+            return status(
+                422,
+                "Invalid",
+                &format!("CertificateSigningRequest.certificates.k8s.io \"{name}\" is invalid: status.conditions[1].type: Invalid value: \"Denied\": Approved and Denied conditions are mutually exclusive"),
+            );
+        }
+        let now = rfc3339(now_secs());
+        for c in &mut conds {
+            for k in ["lastUpdateTime", "lastTransitionTime"] {
+                if c[k].as_str().is_none_or(str::is_empty) {
+                    c[k] = json!(now);
+                }
+            }
+            if c["status"].as_str().is_none_or(str::is_empty) {
+                c["status"] = json!("True");
+            }
+        }
+        let mut new = cur.clone();
+        new["status"]["conditions"] = json!(conds);
+        let out = self.write(key, new);
+        self.csr_controllers(key);
+        (200, self.objects.get(key).cloned().unwrap_or(out))
+    }
+
+    /// POST /apis/authentication.k8s.io/v1/tokenreviews and
+    /// /apis/authorization.k8s.io/v1/subjectaccessreviews.
+    pub(super) fn reviews(&mut self, method: &str, path: &str, body: &Value) -> Option<(u16, Value)> {
+        let path = path.trim_end_matches('/');
+        let kind = match path {
+            "/apis/authentication.k8s.io/v1/tokenreviews" => "TokenReview",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews" => "SubjectAccessReview",
+            _ => return None,
+        };
+        if method != "POST" {
+            return Some(status(
+                405,
+                "MethodNotAllowed",
+                &format!("the server does not allow this method on the requested resource ({method} {path})"),
+            ));
+        }
+        let mut out = body.clone();
+        out["kind"] = json!(kind);
+        out["apiVersion"] = json!(if kind == "TokenReview" {
+            "authentication.k8s.io/v1"
+        } else {
+            "authorization.k8s.io/v1"
+        });
+        if out["metadata"].is_null() {
+            out["metadata"] = json!({});
+        }
+        out["metadata"]["creationTimestamp"] = Value::Null;
+        if kind == "TokenReview" {
+            let tok = body["spec"]["token"].as_str().unwrap_or("");
+            let audiences = match body["spec"]["audiences"].as_array() {
+                Some(a) if !a.is_empty() => json!(a),
+                _ => json!(["https://kubernetes.default.svc.cluster.local"]),
+            };
+            out["status"] = match self.token_user(tok) {
+                Some(u) => {
+                    let mut user = json!({"username": u.name, "groups": u.groups});
+                    if !u.uid.is_empty() {
+                        user["uid"] = json!(u.uid);
+                    }
+                    json!({"authenticated": true, "user": user, "audiences": audiences})
+                }
+                None => json!({"user": {}}),
+            };
+            self.auth.token_reviews.push(body.clone());
+        } else {
+            out["status"] = self.access_review(&body["spec"]);
+            self.auth.access_reviews.push(body.clone());
+        }
+        Some((201, out))
+    }
+
+    fn access_review(&self, spec: &Value) -> Value {
+        let user = spec["user"].as_str().unwrap_or("");
+        let groups: Vec<&str> = spec["groups"]
+            .as_array()
+            .map(|g| g.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        // kube-apiserver's privileged-group authorizer runs before RBAC.
+        if groups.contains(&"system:masters") {
+            return json!({"allowed": true});
+        }
+        if self.auth.allow_all {
+            return json!({"allowed": true, "reason": "allowed by the test double's allow-all switch"});
+        }
+        let (verb, resource, sub) = match spec.get("resourceAttributes") {
+            Some(r) => (
+                r["verb"].as_str().unwrap_or(""),
+                r["resource"].as_str().unwrap_or(""),
+                r["subresource"].as_str().unwrap_or(""),
+            ),
+            None => (spec["nonResourceAttributes"]["verb"].as_str().unwrap_or(""), "", ""),
+        };
+        let m = |rule: &str, v: &str| rule == "*" || rule == v;
+        let hit = self.auth.rules.iter().any(|[u, v, r, s]| {
+            (m(u, user) || groups.contains(&u.as_str())) && m(v, verb) && m(r, resource) && m(s, sub)
+        });
+        if hit {
+            json!({"allowed": true, "reason": format!(
+                "RBAC: allowed by ClusterRoleBinding \"nanolet-test\" of ClusterRole \"nanolet-test\" to User \"{user}\"")})
+        } else {
+            json!({"allowed": false})
+        }
+    }
+}
+
+/// A CSR condition as kubectl and the approver write it.
+pub fn condition(kind: &str, reason: &str, message: &str) -> Value {
+    let now = rfc3339(now_secs());
+    json!({"type": kind, "status": "True", "reason": reason, "message": message,
+           "lastUpdateTime": now, "lastTransitionTime": now})
+}
+
+/// printCertificateSigningRequest: NAME AGE SIGNERNAME REQUESTOR REQUESTEDDURATION CONDITION.
+pub(super) fn csr_row(o: &Value) -> (Vec<Value>, Vec<Value>) {
+    let col = |n: &str, f: &str| json!({"name": n, "type": "string", "format": f, "priority": 0});
+    let cols = vec![
+        col("Name", "name"),
+        col("Age", ""),
+        col("SignerName", ""),
+        col("Requestor", ""),
+        col("RequestedDuration", ""),
+        col("Condition", ""),
+    ];
+    let conds = o["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let has = |t: &str| conds.iter().any(|c| c["type"] == t);
+    let mut st = if has("Denied") {
+        "Denied"
+    } else if has("Approved") {
+        "Approved"
+    } else {
+        "Pending"
+    }
+    .to_string();
+    if has("Failed") {
+        st.push_str(",Failed");
+    }
+    if o["status"]["certificate"].as_str().is_some_and(|c| !c.is_empty()) {
+        st.push_str(",Issued");
+    }
+    let signer = o["spec"]["signerName"].as_str().filter(|s| !s.is_empty()).unwrap_or("<none>");
+    let dur = o["spec"]["expirationSeconds"]
+        .as_i64()
+        .map_or("<none>".to_string(), super::human_duration);
+    let cells = vec![
+        o["metadata"]["name"].clone(),
+        json!(super::age(o)),
+        json!(signer),
+        json!(o["spec"]["username"].as_str().unwrap_or("")),
+        json!(dur),
+        json!(st),
+    ];
+    (cols, cells)
+}

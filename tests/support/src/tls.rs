@@ -1,0 +1,339 @@
+//! The double's real TLS (rustls, ring): the server config with optional client certificates
+//! (kube-apiserver's `tls.RequestClientCert` + the x509 authenticator: a certificate that does
+//! not verify against the client CA is not a handshake failure but an unauthenticated request,
+//! 401), the client config the double dials kubelets with, the subject (CN, O) of a DER
+//! certificate, and a lock-sharing wrapper that lets two threads relay one TLS stream.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+
+pub use rustls;
+
+/// What the TLS layer learned about the client.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Peer {
+    /// No client certificate.
+    None,
+    /// A certificate that verifies against the client CA: its CN and Os.
+    Cert { cn: String, orgs: Vec<String> },
+    /// A certificate that does not verify (another CA, expired, not for client auth).
+    Invalid(String),
+}
+
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+pub fn load_certs(path: &Path) -> Vec<CertificateDer<'static>> {
+    CertificateDer::pem_file_iter(path)
+        .expect("read certificate PEM")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("parse certificate PEM")
+}
+
+pub fn load_key(path: &Path) -> PrivateKeyDer<'static> {
+    PrivateKeyDer::from_pem_file(path).expect("read key PEM")
+}
+
+fn roots(ca: &Path) -> rustls::RootCertStore {
+    let mut r = rustls::RootCertStore::empty();
+    for c in load_certs(ca) {
+        r.add(c).expect("CA certificate");
+    }
+    r
+}
+
+/// The client-CA check, kept for after the handshake.
+pub fn client_verifier(ca: &Path, optional: bool) -> Arc<dyn ClientCertVerifier> {
+    let b = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots(ca)),
+        provider(),
+    );
+    let b = if optional { b.allow_unauthenticated() } else { b };
+    b.build().expect("client verifier")
+}
+
+/// Asks for a client certificate and accepts any (the handshake signature is still checked);
+/// whether it verifies is decided after the handshake (`Peer`).
+#[derive(Debug)]
+struct RequestClientCert(Arc<dyn ClientCertVerifier>);
+
+impl ClientCertVerifier for RequestClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+    fn verify_client_cert(
+        &self,
+        _end: &CertificateDer<'_>,
+        _inter: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(m, c, d)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(m, c, d)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// A server config: `cert`/`key`, client certificates requested and checked against
+/// `client_ca` afterwards (see `peer`), ALPN http/1.1 only.
+pub fn server_config(cert: &Path, key: &Path, client_ca: &Path) -> Arc<rustls::ServerConfig> {
+    let verifier = Arc::new(RequestClientCert(client_verifier(client_ca, true)));
+    let mut c = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(load_certs(cert), load_key(key))
+        .expect("server certificate");
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(c)
+}
+
+/// A server config that requires a client certificate from `client_ca` (the stand-in kubelet).
+pub fn strict_server_config(cert: &Path, key: &Path, client_ca: &Path) -> Arc<rustls::ServerConfig> {
+    let mut c = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_client_cert_verifier(client_verifier(client_ca, false))
+        .with_single_cert(load_certs(cert), load_key(key))
+        .expect("server certificate");
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(c)
+}
+
+/// The peer of a finished handshake, checked against `verifier` (the client CA).
+pub fn peer(conn: &rustls::ServerConnection, verifier: &dyn ClientCertVerifier) -> Peer {
+    let Some(chain) = conn.peer_certificates().filter(|c| !c.is_empty()) else {
+        return Peer::None;
+    };
+    if let Err(e) = verifier.verify_client_cert(&chain[0], &chain[1..], UnixTime::now()) {
+        return Peer::Invalid(e.to_string());
+    }
+    match subject(&chain[0]) {
+        Some((cn, orgs)) => Peer::Cert { cn, orgs },
+        None => Peer::Invalid("unparsable subject".into()),
+    }
+}
+
+/// Skips verifying the server's certificate (the handshake signatures are still checked):
+/// kube-apiserver dialing a kubelet without `--kubelet-certificate-authority`.
+#[derive(Debug)]
+struct NoServerVerify(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoServerVerify {
+    fn verify_server_cert(
+        &self,
+        _e: &CertificateDer<'_>,
+        _i: &[CertificateDer<'_>],
+        _n: &ServerName<'_>,
+        _o: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A client config with a client certificate; the server verified against `ca` or, without
+/// one, not at all.
+pub fn client_config(cert: &Path, key: &Path, ca: Option<&Path>) -> Arc<rustls::ClientConfig> {
+    let b = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions");
+    let b = match ca {
+        Some(ca) => b.with_root_certificates(roots(ca)),
+        None => b
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoServerVerify(provider()))),
+    };
+    let mut c = b
+        .with_client_auth_cert(load_certs(cert), load_key(key))
+        .expect("client certificate");
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(c)
+}
+
+/// One DER TLV: (tag, contents, rest).
+fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let tag = *b.first()?;
+    let l0 = *b.get(1)?;
+    let (len, hdr) = if l0 < 0x80 {
+        (usize::from(l0), 2)
+    } else {
+        let n = usize::from(l0 & 0x7f);
+        if n == 0 || n > 4 {
+            return None;
+        }
+        let mut len = 0usize;
+        for i in 0..n {
+            len = (len << 8) | usize::from(*b.get(2 + i)?);
+        }
+        (len, 2 + n)
+    };
+    let end = hdr.checked_add(len)?;
+    Some((tag, b.get(hdr..end)?, b.get(end..)?))
+}
+
+/// The subject's CN and O values of a DER certificate.
+pub fn subject(der: &[u8]) -> Option<(String, Vec<String>)> {
+    let (_, cert, _) = tlv(der)?;
+    let (_, tbs, _) = tlv(cert)?;
+    let mut rest = tbs;
+    if rest.first() == Some(&0xa0) {
+        rest = tlv(rest)?.2;
+    }
+    // serial, signature algorithm, issuer, validity, then the subject.
+    for _ in 0..4 {
+        rest = tlv(rest)?.2;
+    }
+    let (_, mut name, _) = tlv(rest)?;
+    let (mut cn, mut orgs) = (String::new(), Vec::new());
+    while !name.is_empty() {
+        let (_, mut set, next) = tlv(name)?;
+        name = next;
+        while !set.is_empty() {
+            let (_, atv, next) = tlv(set)?;
+            set = next;
+            let (_, oid, val) = tlv(atv)?;
+            let (_, v, _) = tlv(val)?;
+            let v = String::from_utf8_lossy(v).into_owned();
+            match oid {
+                [0x55, 0x04, 0x03] => cn = v,
+                [0x55, 0x04, 0x0a] => orgs.push(v),
+                _ => {}
+            }
+        }
+    }
+    Some((cn, orgs))
+}
+
+/// A stream two threads share: reads poll (short socket timeouts) so a writer gets the lock.
+pub struct Shared<S> {
+    inner: Mutex<S>,
+    pub closed: AtomicBool,
+}
+
+pub trait Sock {
+    fn tcp(&self) -> &std::net::TcpStream;
+    fn close(&mut self);
+}
+
+macro_rules! tls_sock {
+    ($conn:ty) => {
+        impl Sock for rustls::StreamOwned<$conn, std::net::TcpStream> {
+            fn tcp(&self) -> &std::net::TcpStream {
+                &self.sock
+            }
+            fn close(&mut self) {
+                self.conn.send_close_notify();
+                let _ = self.conn.complete_io(&mut self.sock);
+                let _ = self.sock.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    };
+}
+tls_sock!(rustls::ServerConnection);
+tls_sock!(rustls::ClientConnection);
+
+impl Sock for std::net::TcpStream {
+    fn tcp(&self) -> &std::net::TcpStream {
+        self
+    }
+    fn close(&mut self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+impl<S: Read + Write + Sock> Shared<S> {
+    pub fn new(s: S) -> Arc<Shared<S>> {
+        let _ = s.tcp().set_read_timeout(Some(Duration::from_millis(20)));
+        Arc::new(Shared { inner: Mutex::new(s), closed: AtomicBool::new(false) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, S> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads some bytes (0 = end of stream or closed).
+    pub fn read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if self.closed.load(Ordering::SeqCst) {
+                return Ok(0);
+            }
+            let r = self.lock().read(buf);
+            match r {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    std::thread::yield_now();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(0),
+                other => return other,
+            }
+        }
+    }
+
+    pub fn write_all(&self, data: &[u8]) -> std::io::Result<()> {
+        let mut s = self.lock();
+        s.write_all(data)?;
+        s.flush()
+    }
+
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.lock().close();
+    }
+}
