@@ -33,6 +33,7 @@ pub mod front;
 pub mod gate;
 pub mod kubectl;
 pub mod pki;
+pub mod standin;
 pub mod tls;
 
 pub use gate::exclusive;

@@ -337,3 +337,80 @@ impl<S: Read + Write + Sock> Shared<S> {
         self.lock().close();
     }
 }
+
+/// A client config with an optional client certificate; the server verified against `ca`.
+pub fn test_client_config(cert: Option<&crate::pki::CertFiles>, ca: &Path) -> Arc<rustls::ClientConfig> {
+    let b = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots(ca));
+    let mut c = match cert {
+        Some(c) => b
+            .with_client_auth_cert(load_certs(&c.cert), load_key(&c.key))
+            .expect("client certificate"),
+        None => b.with_no_client_auth(),
+    };
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(c)
+}
+
+/// An HTTPS connection to 127.0.0.1:`port` (server name 127.0.0.1) for raw requests.
+pub fn connect(
+    port: u16,
+    cfg: Arc<rustls::ClientConfig>,
+) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let name = ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into());
+    let conn = rustls::ClientConnection::new(cfg, name).expect("TLS client");
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+/// One request with `Connection: close` over HTTPS: (status, body text). A handshake
+/// failure is status 0 with the error as the body.
+pub fn request(
+    port: u16,
+    cfg: Arc<rustls::ClientConfig>,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut s = connect(port, cfg);
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    if let Err(e) = s.write_all(req.as_bytes()) {
+        return (0, e.to_string());
+    }
+    let mut raw = Vec::new();
+    if let Err(e) = s.read_to_end(&mut raw) {
+        if raw.is_empty() {
+            return (0, e.to_string());
+        }
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let Some((head, rest)) = text.split_once("\r\n\r\n") else {
+        return (0, text);
+    };
+    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        let mut out = String::new();
+        let mut r = rest;
+        while let Some((size, tail)) = r.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 || tail.len() < n {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            r = tail.get(n + 2..).unwrap_or("");
+        }
+        out
+    } else {
+        rest.to_string()
+    };
+    (code, body)
+}
