@@ -1463,6 +1463,24 @@ impl State {
         if let Some(v) = self.discovery(method, path) {
             return v;
         }
+        let csr_pb = ctype.starts_with("application/vnd.kubernetes.protobuf")
+            && path.starts_with("/apis/certificates.k8s.io/v1/certificatesigningrequests/");
+        let decoded;
+        let raw = match csr_pb.then(|| csr::csr_from_protobuf(raw)).flatten() {
+            Some(v) => {
+                decoded = v.to_string().into_bytes();
+                &decoded[..]
+            }
+            None => raw,
+        };
+        if ctype.starts_with("application/vnd.kubernetes.protobuf") && !csr_pb && !raw.is_empty() {
+            // Protobuf is decoded only for CSRs (kubectl certificate approve|deny).
+            return status(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml",
+            );
+        }
         let body: Value = if raw.iter().all(u8::is_ascii_whitespace) {
             Value::Null
         } else {
@@ -1713,7 +1731,15 @@ impl State {
             "/openapi/v3" => json!({"paths": {
                 "api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=0"},
                 "apis/coordination.k8s.io/v1":
-                    {"serverRelativeURL": "/openapi/v3/apis/coordination.k8s.io/v1?hash=0"}}}),
+                    {"serverRelativeURL": "/openapi/v3/apis/coordination.k8s.io/v1?hash=0"},
+                "apis/certificates.k8s.io/v1":
+                    {"serverRelativeURL": "/openapi/v3/apis/certificates.k8s.io/v1?hash=0"}}}),
+            "/openapi/v3/apis/certificates.k8s.io/v1" => openapi_v3(
+                "/apis/certificates.k8s.io/v1",
+                "certificates.k8s.io",
+                "v1",
+                &[("certificatesigningrequests", "CertificateSigningRequest", false)],
+            ),
             "/openapi/v3/api/v1" => openapi_v3(
                 "/api/v1",
                 "",
@@ -2407,6 +2433,13 @@ impl FakeApiServer {
         pod["metadata"]["namespace"] = json!(ns);
         st.create(&format!("/api/v1/namespaces/{ns}/pods"), pod, "pods")
             .1
+    }
+
+    /// Creates an object server-side (as another client would): `collection` is its
+    /// collection's path, e.g. `/api/v1/nodes`. Returns the object or the error `Status`.
+    pub fn create_object(&self, collection: &str, obj: Value) -> Value {
+        let resource = collection.rsplit('/').next().unwrap_or("").to_string();
+        self.st().create(collection, obj, &resource).1
     }
 
     /// Deletes a pod as `kubectl delete pod` does: graceful (the pod's own grace period;

@@ -437,3 +437,94 @@ pub(super) fn csr_row(o: &Value) -> (Vec<Value>, Vec<Value>) {
     ];
     (cols, cells)
 }
+
+/// Protobuf wire format: (field, wire type, varint value, bytes) per field of a message.
+fn pb_fields(mut b: &[u8]) -> Option<Vec<(u64, u64, &[u8])>> {
+    fn varint(b: &mut &[u8]) -> Option<u64> {
+        let mut r = 0u64;
+        for s in (0..64).step_by(7) {
+            let (x, rest) = b.split_first()?;
+            *b = rest;
+            r |= u64::from(x & 0x7f) << s;
+            if x & 0x80 == 0 {
+                return Some(r);
+            }
+        }
+        None
+    }
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let key = varint(&mut b)?;
+        let (field, wire) = (key >> 3, key & 7);
+        match wire {
+            0 => out.push((field, varint(&mut b)?, &b[..0])),
+            2 => {
+                let n = usize::try_from(varint(&mut b)?).ok()?;
+                let (v, rest) = (b.get(..n)?, b.get(n..)?);
+                b = rest;
+                out.push((field, 0, v));
+            }
+            1 => b = b.get(8..)?,
+            5 => b = b.get(4..)?,
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+fn pb_str(v: &[u8]) -> Value {
+    json!(String::from_utf8_lossy(v))
+}
+
+/// A CertificateSigningRequest sent as `application/vnd.kubernetes.protobuf` (what
+/// kubectl's clientset sends for `certificate approve|deny`), as JSON with the fields the
+/// approval and status subresources take: metadata.name/resourceVersion/uid and
+/// status.conditions (k8s.io/api certificates/v1 generated.proto field numbers).
+pub(super) fn csr_from_protobuf(raw: &[u8]) -> Option<Value> {
+    let unknown = raw.strip_prefix(b"k8s\0")?;
+    let obj = pb_fields(unknown)?.into_iter().find(|f| f.0 == 2)?.2;
+    let mut out = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+                         "metadata": {}, "status": {}});
+    let time = |v: &[u8]| {
+        let secs = pb_fields(v)?.into_iter().find(|f| f.0 == 1)?.1 as i64;
+        Some(json!(rfc3339(secs)))
+    };
+    for (f, _, v) in pb_fields(obj)? {
+        match f {
+            1 => {
+                for (mf, _, mv) in pb_fields(v)? {
+                    match mf {
+                        1 => out["metadata"]["name"] = pb_str(mv),
+                        5 => out["metadata"]["uid"] = pb_str(mv),
+                        6 => out["metadata"]["resourceVersion"] = pb_str(mv),
+                        _ => {}
+                    }
+                }
+            }
+            3 => {
+                let mut conds = Vec::new();
+                for (sf, _, sv) in pb_fields(v)? {
+                    if sf != 1 {
+                        continue;
+                    }
+                    let mut c = json!({});
+                    for (cf, _, cv) in pb_fields(sv)? {
+                        match cf {
+                            1 => c["type"] = pb_str(cv),
+                            2 => c["reason"] = pb_str(cv),
+                            3 => c["message"] = pb_str(cv),
+                            4 => c["lastUpdateTime"] = time(cv).unwrap_or(Value::Null),
+                            5 => c["lastTransitionTime"] = time(cv).unwrap_or(Value::Null),
+                            6 => c["status"] = pb_str(cv),
+                            _ => {}
+                        }
+                    }
+                    conds.push(c);
+                }
+                out["status"]["conditions"] = json!(conds);
+            }
+            _ => {}
+        }
+    }
+    Some(out)
+}
