@@ -153,12 +153,16 @@ fn connection(ctx: &Ctx, tcp: TcpStream) {
             }
             Route::Reply(code, body) => {
                 let _ = take_body(&client, &head, &mut buf);
+                let close = head
+                    .header("Connection")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("close"));
                 let resp = format!(
-                    "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}\r\n{body}",
                     reason(code),
-                    body.len()
+                    body.len(),
+                    if close { "Connection: close\r\n" } else { "" }
                 );
-                if client.write_all(resp.as_bytes()).is_err() {
+                if client.write_all(resp.as_bytes()).is_err() || close {
                     break;
                 }
             }
