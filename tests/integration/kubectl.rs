@@ -978,7 +978,13 @@ fn kubectl_get_watch_prints_changes_as_they_happen() {
 use support::apiserver::{CLIENT_KUBELET, KUBELET_SERVING, base64_decode};
 use support::{pki, tls};
 
-fn csr_yaml(name: &str, pem: &str, signer: &str, usages: &[&str], expiration: Option<i64>) -> String {
+fn csr_yaml(
+    name: &str,
+    pem: &str,
+    signer: &str,
+    usages: &[&str],
+    expiration: Option<i64>,
+) -> String {
     let us: Vec<String> = usages.iter().map(|u| format!("  - {u}")).collect();
     let exp = expiration.map_or(String::new(), |e| format!("  expirationSeconds: {e}\n"));
     format!(
@@ -990,7 +996,9 @@ fn csr_yaml(name: &str, pem: &str, signer: &str, usages: &[&str], expiration: Op
 
 fn issued(api: &FakeApiServer, name: &str) -> String {
     let v = api
-        .get(&format!("/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}"))
+        .get(&format!(
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}"
+        ))
         .expect("csr");
     let b = v["status"]["certificate"].as_str().unwrap_or("");
     String::from_utf8(base64_decode(b).unwrap_or_default()).unwrap_or_default()
@@ -1006,24 +1014,68 @@ fn tls_double_authenticates_like_kube_apiserver() {
     let ca = api.ca_cert_path();
     let alice = api.client_cert("alice", &["team-a"]);
     let ns = "/api/v1/namespaces/default";
-    let (code, _) = tls::request(api.port, tls::test_client_config(Some(&alice), &ca), "GET", ns, &[], "");
+    let (code, _) = tls::request(
+        api.port,
+        tls::test_client_config(Some(&alice), &ca),
+        "GET",
+        ns,
+        &[],
+        "",
+    );
     assert_eq!(code, 200, "a client certificate from the CA authenticates");
-    let (code, body) = tls::request(api.port, tls::test_client_config(None, &ca), "GET", ns, &[], "");
+    let (code, body) = tls::request(
+        api.port,
+        tls::test_client_config(None, &ca),
+        "GET",
+        ns,
+        &[],
+        "",
+    );
     assert_eq!(code, 401, "no credentials: {body}");
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap_or_default()["reason"], "Unauthorized");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap_or_default()["reason"],
+        "Unauthorized"
+    );
     let other = pki::Ca::new("another-ca");
-    let mallory = other.issue(other.dir(), "m", "mallory", &["system:masters"], &[], &["client auth", "digital signature"]);
-    let (code, _) = tls::request(api.port, tls::test_client_config(Some(&mallory), &ca), "GET", ns, &[], "");
+    let mallory = other.issue(
+        other.dir(),
+        "m",
+        "mallory",
+        &["system:masters"],
+        &[],
+        &["client auth", "digital signature"],
+    );
+    let (code, _) = tls::request(
+        api.port,
+        tls::test_client_config(Some(&mallory), &ca),
+        "GET",
+        ns,
+        &[],
+        "",
+    );
     assert_eq!(code, 401, "a certificate from another CA is not a user");
-    let (code, _) = tls::request(api.port, tls::test_client_config(None, &ca), "GET", ns,
-        &[("Authorization", "Bearer abcdef.0123456789abcdef")], "");
+    let (code, _) = tls::request(
+        api.port,
+        tls::test_client_config(None, &ca),
+        "GET",
+        ns,
+        &[("Authorization", "Bearer abcdef.0123456789abcdef")],
+        "",
+    );
     assert_eq!(code, 401, "an unknown bootstrap token");
     api.add_bootstrap_token("abcdef", "0123456789abcdef");
 
     let dir = tempfile::tempdir().expect("tmp");
     let (pem, _) = pki::make_csr(dir.path(), "n1", "system:node:n1", &["system:nodes"], &[]);
-    let body = csr_yaml("x", &pem, CLIENT_KUBELET, &["digital signature", "client auth"], None);
-    let mut v: Value = serde_json::from_str(&serde_json::to_string(&json!({})).unwrap_or_default()).unwrap_or_default();
+    let body = csr_yaml(
+        "x",
+        &pem,
+        CLIENT_KUBELET,
+        &["digital signature", "client auth"],
+        None,
+    );
+    let mut v: Value = serde_json::from_str(&serde_json::to_string(&json!({})).unwrap_or_default())
+        .unwrap_or_default();
     v["apiVersion"] = json!("certificates.k8s.io/v1");
     v["kind"] = json!("CertificateSigningRequest");
     v["metadata"] = json!({"generateName": "csr-"});
@@ -1031,15 +1083,34 @@ fn tls_double_authenticates_like_kube_apiserver() {
         "signerName": CLIENT_KUBELET, "usages": ["digital signature", "client auth"],
         "username": "forged", "groups": ["system:masters"]});
     let _ = body;
-    let (code, out) = tls::request(api.port, tls::test_client_config(None, &ca), "POST",
+    let (code, out) = tls::request(
+        api.port,
+        tls::test_client_config(None, &ca),
+        "POST",
         "/apis/certificates.k8s.io/v1/certificatesigningrequests",
-        &[("Authorization", "Bearer abcdef.0123456789abcdef"), ("Content-Type", "application/json")],
-        &v.to_string());
+        &[
+            ("Authorization", "Bearer abcdef.0123456789abcdef"),
+            ("Content-Type", "application/json"),
+        ],
+        &v.to_string(),
+    );
     assert_eq!(code, 201, "{out}");
     let csr: Value = serde_json::from_str(&out).unwrap_or_default();
-    assert!(csr["metadata"]["name"].as_str().unwrap_or("").starts_with("csr-"), "generateName: {csr}");
-    assert_eq!(csr["spec"]["username"], "system:bootstrap:abcdef", "the server sets the requester");
-    assert_eq!(csr["spec"]["groups"], json!(["system:bootstrappers", "system:authenticated"]));
+    assert!(
+        csr["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("csr-"),
+        "generateName: {csr}"
+    );
+    assert_eq!(
+        csr["spec"]["username"], "system:bootstrap:abcdef",
+        "the server sets the requester"
+    );
+    assert_eq!(
+        csr["spec"]["groups"],
+        json!(["system:bootstrappers", "system:authenticated"])
+    );
 }
 
 /// The CSR API with the real kubectl: `kubectl get csr` prints the apiserver's columns
@@ -1049,7 +1120,10 @@ fn tls_double_authenticates_like_kube_apiserver() {
 /// auto-approver issues at once.
 #[test]
 fn kubectl_certificate_approve_and_deny_drive_the_signer() {
-    assert!(has_kubectl(), "kubectl not installed (scripts/install-deps.sh)");
+    assert!(
+        has_kubectl(),
+        "kubectl not installed (scripts/install-deps.sh)"
+    );
     let api = FakeApiServer::start_tls(TOKEN);
     let k = Kubectl::new(&api, TOKEN);
     api.add_bootstrap_token("abcdef", "0123456789abcdef");
@@ -1057,29 +1131,76 @@ fn kubectl_certificate_approve_and_deny_drive_the_signer() {
     let dir = tempfile::tempdir().expect("tmp");
     let (client_pem, _) = pki::make_csr(dir.path(), "c", "system:node:n1", &["system:nodes"], &[]);
     let sans = vec!["DNS:n1".to_string(), "IP:10.0.0.5".to_string()];
-    let (serving_pem, _) = pki::make_csr(dir.path(), "s", "system:node:n1", &["system:nodes"], &sans);
-    let f = node.write("c.yaml", &csr_yaml("node-client", &client_pem, CLIENT_KUBELET,
-        &["digital signature", "client auth"], Some(3600)));
+    let (serving_pem, _) =
+        pki::make_csr(dir.path(), "s", "system:node:n1", &["system:nodes"], &sans);
+    let f = node.write(
+        "c.yaml",
+        &csr_yaml(
+            "node-client",
+            &client_pem,
+            CLIENT_KUBELET,
+            &["digital signature", "client auth"],
+            Some(3600),
+        ),
+    );
     node.ok(&["create", "-f", &f.display().to_string()]);
-    let f = node.write("s.yaml", &csr_yaml("node-serving", &serving_pem, KUBELET_SERVING,
-        &["digital signature", "server auth"], None));
+    let f = node.write(
+        "s.yaml",
+        &csr_yaml(
+            "node-serving",
+            &serving_pem,
+            KUBELET_SERVING,
+            &["digital signature", "server auth"],
+            None,
+        ),
+    );
     node.ok(&["create", "-f", &f.display().to_string()]);
 
     let out = k.ok(&["get", "csr"]);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(cols(lines[0]), ["NAME", "AGE", "SIGNERNAME", "REQUESTOR", "REQUESTEDDURATION", "CONDITION"], "{out}");
-    let row = lines.iter().find(|l| l.starts_with("node-client")).expect("row");
-    assert_eq!(cols(row)[2..], [CLIENT_KUBELET, "system:bootstrap:abcdef", "60m", "Pending"], "{out}");
+    assert_eq!(
+        cols(lines[0]),
+        [
+            "NAME",
+            "AGE",
+            "SIGNERNAME",
+            "REQUESTOR",
+            "REQUESTEDDURATION",
+            "CONDITION"
+        ],
+        "{out}"
+    );
+    let row = lines
+        .iter()
+        .find(|l| l.starts_with("node-client"))
+        .expect("row");
+    assert_eq!(
+        cols(row)[2..],
+        [CLIENT_KUBELET, "system:bootstrap:abcdef", "60m", "Pending"],
+        "{out}"
+    );
 
     let out = k.ok(&["certificate", "approve", "node-client"]);
     assert!(out.contains("approved"), "{out}");
-    let csr = api.get("/apis/certificates.k8s.io/v1/certificatesigningrequests/node-client").expect("csr");
+    let csr = api
+        .get("/apis/certificates.k8s.io/v1/certificatesigningrequests/node-client")
+        .expect("csr");
     let c = &csr["status"]["conditions"][0];
-    assert_eq!((c["type"].as_str(), c["reason"].as_str(), c["status"].as_str()),
-        (Some("Approved"), Some("KubectlApprove"), Some("True")), "{csr}");
+    assert_eq!(
+        (
+            c["type"].as_str(),
+            c["reason"].as_str(),
+            c["status"].as_str()
+        ),
+        (Some("Approved"), Some("KubectlApprove"), Some("True")),
+        "{csr}"
+    );
     let pem = issued(&api, "node-client");
     let text = pki::cert_text(&pem);
-    assert!(text.contains("Subject: O = system:nodes, CN = system:node:n1"), "{text}");
+    assert!(
+        text.contains("Subject: O = system:nodes, CN = system:node:n1"),
+        "{text}"
+    );
     assert!(text.contains("TLS Web Client Authentication"), "{text}");
     // expirationSeconds 3600 < 8 h: NotBefore = now - 5 min, NotAfter = now + 1 h.
     let cert_file = dir.path().join("issued.crt");
@@ -1090,27 +1211,54 @@ fn kubectl_certificate_approve_and_deny_drive_the_signer() {
         .arg(&cert_file)
         .output()
         .expect("openssl verify");
-    assert!(verify.status.success(), "issued by the double's CA: {verify:?}");
+    assert!(
+        verify.status.success(),
+        "issued by the double's CA: {verify:?}"
+    );
     let out = k.ok(&["get", "csr", "node-client"]);
     assert!(out.contains("Approved,Issued"), "{out}");
 
     k.ok(&["certificate", "deny", "node-serving"]);
     let out = k.ok(&["get", "csr", "node-serving"]);
     assert!(out.contains("Denied") && !out.contains("Issued"), "{out}");
-    assert_eq!(issued(&api, "node-serving"), "", "a denied CSR gets no certificate");
+    assert_eq!(
+        issued(&api, "node-serving"),
+        "",
+        "a denied CSR gets no certificate"
+    );
 
     // A serving CSR approved: SANs copied, server auth.
-    let f = node.write("s2.yaml", &csr_yaml("node-serving-2", &serving_pem, KUBELET_SERVING,
-        &["digital signature", "server auth"], None));
+    let f = node.write(
+        "s2.yaml",
+        &csr_yaml(
+            "node-serving-2",
+            &serving_pem,
+            KUBELET_SERVING,
+            &["digital signature", "server auth"],
+            None,
+        ),
+    );
     node.ok(&["create", "-f", &f.display().to_string()]);
     k.ok(&["certificate", "approve", "node-serving-2"]);
     let text = pki::cert_text(&issued(&api, "node-serving-2"));
-    assert!(text.contains("DNS:n1, IP Address:10.0.0.5") && text.contains("TLS Web Server Authentication"), "{text}");
+    assert!(
+        text.contains("DNS:n1, IP Address:10.0.0.5")
+            && text.contains("TLS Web Server Authentication"),
+        "{text}"
+    );
 
     // The auto-approver (csrapproving) for the client signer.
     api.auto_approve(CLIENT_KUBELET, true);
-    let f = node.write("c2.yaml", &csr_yaml("node-client-2", &client_pem, CLIENT_KUBELET,
-        &["digital signature", "client auth"], None));
+    let f = node.write(
+        "c2.yaml",
+        &csr_yaml(
+            "node-client-2",
+            &client_pem,
+            CLIENT_KUBELET,
+            &["digital signature", "client auth"],
+            None,
+        ),
+    );
     node.ok(&["create", "-f", &f.display().to_string()]);
     let out = k.ok(&["get", "csr", "node-client-2"]);
     assert!(out.contains("Approved,Issued"), "{out}");
@@ -1124,22 +1272,44 @@ fn token_and_subject_access_reviews_answer_from_the_tables() {
     let api = FakeApiServer::start_tls(TOKEN);
     let ca = api.ca_cert_path();
     let cfg = || tls::test_client_config(None, &ca);
-    let hdr = [("Authorization", "Bearer kubectl-t0ken"), ("Content-Type", "application/json")];
-    api.add_token("metrics-token", "system:serviceaccount:kube-system:metrics-server", &[]);
+    let hdr = [
+        ("Authorization", "Bearer kubectl-t0ken"),
+        ("Content-Type", "application/json"),
+    ];
+    api.add_token(
+        "metrics-token",
+        "system:serviceaccount:kube-system:metrics-server",
+        &[],
+    );
     let review = |tok: &str| {
         let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
             "spec": {"token": tok}});
-        let (code, out) = tls::request(api.port, cfg(), "POST",
-            "/apis/authentication.k8s.io/v1/tokenreviews", &hdr, &body.to_string());
+        let (code, out) = tls::request(
+            api.port,
+            cfg(),
+            "POST",
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            &hdr,
+            &body.to_string(),
+        );
         assert_eq!(code, 201, "{out}");
         serde_json::from_str::<Value>(&out).unwrap_or_default()
     };
     let r = review("metrics-token");
     assert_eq!(r["status"]["authenticated"], true, "{r}");
-    assert_eq!(r["status"]["user"]["username"], "system:serviceaccount:kube-system:metrics-server");
-    assert_eq!(r["status"]["user"]["groups"], json!(["system:authenticated"]));
+    assert_eq!(
+        r["status"]["user"]["username"],
+        "system:serviceaccount:kube-system:metrics-server"
+    );
+    assert_eq!(
+        r["status"]["user"]["groups"],
+        json!(["system:authenticated"])
+    );
     let r = review("nope");
-    assert!(r["status"]["authenticated"].is_null() || r["status"]["authenticated"] == false, "{r}");
+    assert!(
+        r["status"]["authenticated"].is_null() || r["status"]["authenticated"] == false,
+        "{r}"
+    );
     assert_eq!(api.token_reviews().len(), 2);
 
     api.allow("alice", "get", "nodes", "proxy");
@@ -1147,8 +1317,14 @@ fn token_and_subject_access_reviews_answer_from_the_tables() {
         let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
             "spec": {"user": user, "groups": groups, "resourceAttributes":
                 {"verb": verb, "resource": "nodes", "subresource": sub, "name": "n1"}}});
-        let (code, out) = tls::request(api.port, cfg(), "POST",
-            "/apis/authorization.k8s.io/v1/subjectaccessreviews", &hdr, &body.to_string());
+        let (code, out) = tls::request(
+            api.port,
+            cfg(),
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            &hdr,
+            &body.to_string(),
+        );
         assert_eq!(code, 201, "{out}");
         serde_json::from_str::<Value>(&out).unwrap_or_default()["status"]["allowed"].clone()
     };
@@ -1168,7 +1344,10 @@ fn token_and_subject_access_reviews_answer_from_the_tables() {
 /// both ways).
 #[test]
 fn node_proxy_subresources_reach_the_kubelet_with_the_client_certificate() {
-    assert!(has_kubectl(), "kubectl not installed (scripts/install-deps.sh)");
+    assert!(
+        has_kubectl(),
+        "kubectl not installed (scripts/install-deps.sh)"
+    );
     let api = FakeApiServer::start_tls(TOKEN);
     let kubelet = support::standin::StandInKubelet::start(&api.ca_cert_path());
     api.create_object("/api/v1/nodes", json!({"metadata": {"name": "node1"}, "status": {
@@ -1178,23 +1357,43 @@ fn node_proxy_subresources_reach_the_kubelet_with_the_client_certificate() {
     let k = Kubectl::new(&api, TOKEN);
 
     let out = k.ok(&["logs", "web", "--tail=2", "--timestamps"]);
-    assert_eq!(out.trim(), "target=/containerLogs/default/web/c?tailLines=2&timestamps=true");
+    assert_eq!(
+        out.trim(),
+        "target=/containerLogs/default/web/c?tailLines=2&timestamps=true"
+    );
     let seen = kubelet.seen();
-    assert_eq!(seen[0].0, "kube-apiserver-kubelet-client", "the kubelet-client certificate");
+    assert_eq!(
+        seen[0].0, "kube-apiserver-kubelet-client",
+        "the kubelet-client certificate"
+    );
 
-    let out = k.ok(&["get", "--raw", "/api/v1/nodes/node1/proxy/stats/summary?only_cpu_and_memory=true"]);
+    let out = k.ok(&[
+        "get",
+        "--raw",
+        "/api/v1/nodes/node1/proxy/stats/summary?only_cpu_and_memory=true",
+    ]);
     let v: Value = serde_json::from_str(&out).unwrap_or_default();
     // The query goes through as sent (UpgradeAwareHandler keeps RawQuery; kubectl adds
     // --request-timeout as `timeout`).
-    assert_eq!(v["target"], "/stats/summary?only_cpu_and_memory=true&timeout=20s", "{out}");
+    assert_eq!(
+        v["target"], "/stats/summary?only_cpu_and_memory=true&timeout=20s",
+        "{out}"
+    );
     assert_eq!(v["groups"], json!(["kubeadm:cluster-admins"]));
 
     // logs -f: line 1 arrives before the kubelet sends line 2.
-    let mut child = k.cmd(&["logs", "-f", "web"]).stdout(Stdio::piped()).spawn().expect("kubectl logs -f");
+    let mut child = k
+        .cmd(&["logs", "-f", "web"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubectl logs -f");
     let mut rd = std::io::BufReader::new(child.stdout.take().expect("stdout"));
     let mut line = String::new();
     rd.read_line(&mut line).expect("read");
-    assert_eq!(line.trim(), "target=/containerLogs/default/web/c?follow=true");
+    assert_eq!(
+        line.trim(),
+        "target=/containerLogs/default/web/c?follow=true"
+    );
     line.clear();
     rd.read_line(&mut line).expect("read");
     assert_eq!(line.trim(), "line 1", "streamed before the stream ends");
@@ -1207,7 +1406,9 @@ fn node_proxy_subresources_reach_the_kubelet_with_the_client_certificate() {
     // An exec upgrade through the double: the kubelet's 101, then bytes both ways.
     let cfg = tls::test_client_config(None, &api.ca_cert_path());
     let mut s = tls::connect(api.port, cfg);
-    let req = format!("POST /api/v1/namespaces/default/pods/web/exec?command=sh&command=-c&command=echo%20hi&stdin=true&stdout=true&tty=true HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n");
+    let req = format!(
+        "POST /api/v1/namespaces/default/pods/web/exec?command=sh&command=-c&command=echo%20hi&stdin=true&stdout=true&tty=true HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n"
+    );
     s.write_all(req.as_bytes()).expect("send");
     let mut head = Vec::new();
     let mut b = [0u8; 1];
@@ -1217,19 +1418,33 @@ fn node_proxy_subresources_reach_the_kubelet_with_the_client_certificate() {
     }
     let head = String::from_utf8_lossy(&head);
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
-    assert!(head.contains("X-Stream-Protocol-Version: v4.channel.k8s.io"), "{head}");
+    assert!(
+        head.contains("X-Stream-Protocol-Version: v4.channel.k8s.io"),
+        "{head}"
+    );
     s.write_all(b"ping").expect("write");
     let mut echo = [0u8; 4];
     s.read_exact(&mut echo).expect("echo");
     assert_eq!(&echo, b"ping");
     let last = kubelet.seen().last().cloned().expect("exec seen");
-    assert_eq!((last.1.as_str(), last.2.as_str()),
-        ("POST", "/exec/default/web/c?command=sh&command=-c&command=echo+hi&input=1&output=1&tty=1"));
+    assert_eq!(
+        (last.1.as_str(), last.2.as_str()),
+        (
+            "POST",
+            "/exec/default/web/c?command=sh&command=-c&command=echo+hi&input=1&output=1&tty=1"
+        )
+    );
 
     // No credentials: 401 before any dial.
     let n = kubelet.seen().len();
-    let (code, _) = tls::request(api.port, tls::test_client_config(None, &api.ca_cert_path()), "GET",
-        "/api/v1/namespaces/default/pods/web/log", &[], "");
+    let (code, _) = tls::request(
+        api.port,
+        tls::test_client_config(None, &api.ca_cert_path()),
+        "GET",
+        "/api/v1/namespaces/default/pods/web/log",
+        &[],
+        "",
+    );
     assert_eq!(code, 401);
     assert_eq!(kubelet.seen().len(), n);
 }

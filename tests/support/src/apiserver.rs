@@ -194,11 +194,9 @@ fn resource_info(prefix: &str, resource: &str) -> Option<(&'static str, &'static
         ("/apis/coordination.k8s.io/v1", "leases") => {
             Some(("Lease", "coordination.k8s.io/v1", true))
         }
-        ("/apis/certificates.k8s.io/v1", "certificatesigningrequests") => Some((
-            "CertificateSigningRequest",
-            "certificates.k8s.io/v1",
-            false,
-        )),
+        ("/apis/certificates.k8s.io/v1", "certificatesigningrequests") => {
+            Some(("CertificateSigningRequest", "certificates.k8s.io/v1", false))
+        }
         _ => None,
     }
 }
@@ -1688,19 +1686,25 @@ impl State {
             "/apis" => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
                 api_group("authentication.k8s.io"), api_group("authorization.k8s.io"),
                 api_group("certificates.k8s.io"), api_group("coordination.k8s.io")]}),
-            "/apis/authentication.k8s.io" | "/apis/authorization.k8s.io"
+            "/apis/authentication.k8s.io"
+            | "/apis/authorization.k8s.io"
             | "/apis/certificates.k8s.io" => {
                 let mut g = api_group(path.trim_end_matches('/').trim_start_matches("/apis/"));
                 g["kind"] = json!("APIGroup");
                 g["apiVersion"] = json!("v1");
                 g
             }
-            "/apis/authentication.k8s.io/v1" => resource_list("authentication.k8s.io/v1", json!([
+            "/apis/authentication.k8s.io/v1" => resource_list(
+                "authentication.k8s.io/v1",
+                json!([
                 {"name": "selfsubjectreviews", "singularName": "selfsubjectreview",
                  "namespaced": false, "kind": "SelfSubjectReview", "verbs": ["create"]},
                 {"name": "tokenreviews", "singularName": "tokenreview", "namespaced": false,
-                 "kind": "TokenReview", "verbs": ["create"]}])),
-            "/apis/authorization.k8s.io/v1" => resource_list("authorization.k8s.io/v1", json!([
+                 "kind": "TokenReview", "verbs": ["create"]}]),
+            ),
+            "/apis/authorization.k8s.io/v1" => resource_list(
+                "authorization.k8s.io/v1",
+                json!([
                 {"name": "localsubjectaccessreviews", "singularName": "localsubjectaccessreview",
                  "namespaced": true, "kind": "LocalSubjectAccessReview", "verbs": ["create"]},
                 {"name": "selfsubjectaccessreviews", "singularName": "selfsubjectaccessreview",
@@ -1708,8 +1712,11 @@ impl State {
                 {"name": "selfsubjectrulesreviews", "singularName": "selfsubjectrulesreview",
                  "namespaced": false, "kind": "SelfSubjectRulesReview", "verbs": ["create"]},
                 {"name": "subjectaccessreviews", "singularName": "subjectaccessreview",
-                 "namespaced": false, "kind": "SubjectAccessReview", "verbs": ["create"]}])),
-            "/apis/certificates.k8s.io/v1" => resource_list("certificates.k8s.io/v1", json!([
+                 "namespaced": false, "kind": "SubjectAccessReview", "verbs": ["create"]}]),
+            ),
+            "/apis/certificates.k8s.io/v1" => resource_list(
+                "certificates.k8s.io/v1",
+                json!([
                 {"name": "certificatesigningrequests", "singularName": "certificatesigningrequest",
                  "namespaced": false, "kind": "CertificateSigningRequest",
                  "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
@@ -1719,7 +1726,8 @@ impl State {
                  "verbs": ["get", "patch", "update"]},
                 {"name": "certificatesigningrequests/status", "singularName": "",
                  "namespaced": false, "kind": "CertificateSigningRequest",
-                 "verbs": ["get", "patch", "update"]}])),
+                 "verbs": ["get", "patch", "update"]}]),
+            ),
             "/apis/coordination.k8s.io" => json!({"kind": "APIGroup", "apiVersion": "v1",
                 "name": "coordination.k8s.io",
                 "versions": [{"groupVersion": "coordination.k8s.io/v1", "version": "v1"}],
@@ -1738,7 +1746,11 @@ impl State {
                 "/apis/certificates.k8s.io/v1",
                 "certificates.k8s.io",
                 "v1",
-                &[("certificatesigningrequests", "CertificateSigningRequest", false)],
+                &[(
+                    "certificatesigningrequests",
+                    "CertificateSigningRequest",
+                    false,
+                )],
             ),
             "/openapi/v3/api/v1" => openapi_v3(
                 "/api/v1",
@@ -1912,7 +1924,12 @@ fn serve(
         let url = req.url().to_string();
         let peer = req
             .remote_addr()
-            .and_then(|a| ids.lock().unwrap_or_else(|e| e.into_inner()).get(a).cloned())
+            .and_then(|a| {
+                ids.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(a)
+                    .cloned()
+            })
             .unwrap_or(Peer::None);
         let (path, query) = match url.split_once('?') {
             Some((p, q)) => (p.to_string(), q.to_string()),
@@ -2087,14 +2104,23 @@ impl FakeApiServer {
         let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("fake apiserver"));
         let port = server.server_addr().to_ip().expect("addr").port();
         let state = Arc::new(Mutex::new(State::new()));
-        state.lock().unwrap_or_else(|e| e.into_inner()).auth.tokens.insert(
-            token.to_string(),
-            UserInfo {
-                name: ADMIN_USER.into(),
-                uid: String::new(),
-                groups: vec![ADMIN_GROUP.into(), "system:masters".into(), "system:authenticated".into()],
-            },
-        );
+        state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .auth
+            .tokens
+            .insert(
+                token.to_string(),
+                UserInfo {
+                    name: ADMIN_USER.into(),
+                    uid: String::new(),
+                    groups: vec![
+                        ADMIN_GROUP.into(),
+                        "system:masters".into(),
+                        "system:authenticated".into(),
+                    ],
+                },
+            );
         let down = Arc::new(AtomicBool::new(false));
         let anonymous = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -2198,7 +2224,14 @@ impl FakeApiServer {
         let ca = self.ca();
         let dir = self.tls().dir.path();
         let stem = format!("client-{}", self.st().uid());
-        ca.issue(dir, &stem, user, groups, &[], &["digital signature", "key encipherment", "client auth"])
+        ca.issue(
+            dir,
+            &stem,
+            user,
+            groups,
+            &[],
+            &["digital signature", "key encipherment", "client auth"],
+        )
     }
 
     /// The API server's kubelet-client certificate (CN kube-apiserver-kubelet-client, O
@@ -2222,7 +2255,11 @@ impl FakeApiServer {
         let groups = groups.iter().map(|g| g.to_string()).collect();
         self.st().auth.tokens.insert(
             token.to_string(),
-            UserInfo { name: user.into(), uid: String::new(), groups: csr_groups(groups) },
+            UserInfo {
+                name: user.into(),
+                uid: String::new(),
+                groups: csr_groups(groups),
+            },
         );
     }
 
@@ -2262,7 +2299,10 @@ impl FakeApiServer {
             return Value::Null;
         };
         let mut body = cur.clone();
-        let mut conds = cur["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let mut conds = cur["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         conds.push(csr::condition(kind, reason, message));
         body["status"]["conditions"] = json!(conds);
         st.csr_approval(&key, name, &body).1
@@ -2270,12 +2310,22 @@ impl FakeApiServer {
 
     /// Approves a CSR as `kubectl certificate approve` does (then the signer issues it).
     pub fn approve_csr(&self, name: &str) -> Value {
-        self.set_condition(name, "Approved", "KubectlApprove", "This CSR was approved by kubectl certificate approve.")
+        self.set_condition(
+            name,
+            "Approved",
+            "KubectlApprove",
+            "This CSR was approved by kubectl certificate approve.",
+        )
     }
 
     /// Denies a CSR as `kubectl certificate deny` does.
     pub fn deny_csr(&self, name: &str) -> Value {
-        self.set_condition(name, "Denied", "KubectlDeny", "This CSR was denied by kubectl certificate deny.")
+        self.set_condition(
+            name,
+            "Denied",
+            "KubectlDeny",
+            "This CSR was denied by kubectl certificate deny.",
+        )
     }
 
     /// Every CSR, by name.
@@ -2292,10 +2342,12 @@ impl FakeApiServer {
     /// SubjectAccessReview rule: `user` (or a group of the reviewed user; "*" any) may `verb`
     /// `resource`/`subresource` ("*" any, "" none).
     pub fn allow(&self, user: &str, verb: &str, resource: &str, subresource: &str) {
-        self.st()
-            .auth
-            .rules
-            .push([user.into(), verb.into(), resource.into(), subresource.into()]);
+        self.st().auth.rules.push([
+            user.into(),
+            verb.into(),
+            resource.into(),
+            subresource.into(),
+        ]);
     }
 
     /// Every SubjectAccessReview allowed (true) or only the rules (false, the default).

@@ -143,7 +143,9 @@ fn connection(ctx: &Ctx, tcp: TcpStream) {
     let mut backend: Option<TcpStream> = None;
     let mut buf: Vec<u8> = Vec::new();
     loop {
-        let Some(head) = read_head(&client, &mut buf) else { break };
+        let Some(head) = read_head(&client, &mut buf) else {
+            break;
+        };
         let route = (ctx.router)(&head, &peer);
         match route {
             Route::Pass => {
@@ -369,17 +371,18 @@ fn proxy(
     log: bool,
 ) {
     let upgrade = head.is_upgrade();
-    let body = if upgrade { Some(Vec::new()) } else { take_body(client, head, buf) };
+    let body = if upgrade {
+        Some(Vec::new())
+    } else {
+        take_body(client, head, buf)
+    };
     let Some(body) = body else { return };
     let kubelet = match dial(ctx, addr) {
         Ok(k) => Shared::new(k),
         Err(e) => return backend_error(client, &e),
     };
     // The client's credentials are for the API server, not the kubelet.
-    let mut extra = vec![
-        ("Host", addr.to_string()),
-        ("Authorization", String::new()),
-    ];
+    let mut extra = vec![("Host", addr.to_string()), ("Authorization", String::new())];
     if !upgrade {
         extra.push(("Connection", "close".to_string()));
     }

@@ -57,7 +57,9 @@ fn asn1_time(secs: i64) -> String {
 
 /// certificates.k8s.io/v1 key usages -> openssl's keyUsage / extendedKeyUsage names
 /// (`keyUsageDict` / `extKeyUsageDict` in k8s.io/kubernetes pkg/controller/certificates/authority).
-pub fn usage_extensions(usages: &[String]) -> Result<(Vec<&'static str>, Vec<&'static str>), String> {
+pub fn usage_extensions(
+    usages: &[String],
+) -> Result<(Vec<&'static str>, Vec<&'static str>), String> {
     let (mut ku, mut eku) = (Vec::new(), Vec::new());
     for u in usages {
         match u.as_str() {
@@ -100,11 +102,25 @@ impl Ca {
         openssl(
             dir.path(),
             &[
-                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
-                "-subj", &subject(cn, &[]),
-                "-addext", "basicConstraints=critical,CA:TRUE",
-                "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "3650",
+                "-subj",
+                &subject(cn, &[]),
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
             ],
         )
         .expect("openssl: the CA");
@@ -118,7 +134,12 @@ impl Ca {
         )
         .expect("CA config");
         std::fs::create_dir(dir.path().join("issued")).expect("CA issued dir");
-        Ca { dir, cert, key, lock: Mutex::new(1) }
+        Ca {
+            dir,
+            cert,
+            key,
+            lock: Mutex::new(1),
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -145,7 +166,11 @@ impl Ca {
         *serial += 1;
         let n = *serial;
         let d = self.dir.path();
-        let (csr, crt, ext) = (format!("req{n}.csr"), format!("req{n}.crt"), format!("req{n}.ext"));
+        let (csr, crt, ext) = (
+            format!("req{n}.csr"),
+            format!("req{n}.crt"),
+            format!("req{n}.ext"),
+        );
         std::fs::write(d.join(&csr), csr_pem).map_err(|e| e.to_string())?;
         std::fs::write(d.join("serial"), format!("{n:04X}\n")).map_err(|e| e.to_string())?;
         let mut text = String::from("[x]\nbasicConstraints = critical,CA:FALSE\n");
@@ -160,9 +185,28 @@ impl Ca {
         let r = openssl(
             d,
             &[
-                "ca", "-batch", "-config", "ca.cnf", "-cert", "ca.crt", "-keyfile", "ca.key",
-                "-in", &csr, "-out", &crt, "-notext", "-preserveDN", "-startdate", &start,
-                "-enddate", &end, "-extfile", &ext, "-extensions", "x",
+                "ca",
+                "-batch",
+                "-config",
+                "ca.cnf",
+                "-cert",
+                "ca.crt",
+                "-keyfile",
+                "ca.key",
+                "-in",
+                &csr,
+                "-out",
+                &crt,
+                "-notext",
+                "-preserveDN",
+                "-startdate",
+                &start,
+                "-enddate",
+                &end,
+                "-extfile",
+                &ext,
+                "-extensions",
+                "x",
             ],
         )
         .and_then(|_| std::fs::read_to_string(d.join(&crt)).map_err(|e| e.to_string()));
@@ -186,16 +230,30 @@ impl Ca {
         let key = dir.join(format!("{stem}.key"));
         let csr = dir.join(format!("{stem}.csr"));
         let mut args: Vec<String> = [
-            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
             "-keyout",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         args.push(key.display().to_string());
-        args.extend(["-out".into(), csr.display().to_string(), "-subj".into(), subject(cn, orgs)]);
+        args.extend([
+            "-out".into(),
+            csr.display().to_string(),
+            "-subj".into(),
+            subject(cn, orgs),
+        ]);
         if !sans.is_empty() {
-            args.extend(["-addext".into(), format!("subjectAltName={}", sans.join(","))]);
+            args.extend([
+                "-addext".into(),
+                format!("subjectAltName={}", sans.join(",")),
+            ]);
         }
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         openssl(dir, &a).expect("openssl: a key and CSR");
@@ -220,14 +278,31 @@ fn set_mode_0600(p: &Path) {
 
 /// A PEM CSR made by openssl for `cn`/`orgs` with SANs, and its key (for tests that play the
 /// kubelet's side of the CSR flow): (csr PEM, key path).
-pub fn make_csr(dir: &Path, stem: &str, cn: &str, orgs: &[&str], sans: &[String]) -> (String, PathBuf) {
+pub fn make_csr(
+    dir: &Path,
+    stem: &str,
+    cn: &str,
+    orgs: &[&str],
+    sans: &[String],
+) -> (String, PathBuf) {
     let key = dir.join(format!("{stem}.key"));
     let csr = dir.join(format!("{stem}.csr"));
     let subj = subject(cn, orgs);
     let (k, c) = (key.display().to_string(), csr.display().to_string());
     let mut args = vec![
-        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", &k, "-out", &c, "-subj", &subj,
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &k,
+        "-out",
+        &c,
+        "-subj",
+        &subj,
     ];
     let san = format!("subjectAltName={}", sans.join(","));
     if !sans.is_empty() {
@@ -241,7 +316,10 @@ pub fn make_csr(dir: &Path, stem: &str, cn: &str, orgs: &[&str], sans: &[String]
 pub fn cert_text(pem: &str) -> String {
     let dir = tempfile::tempdir().expect("tmp");
     std::fs::write(dir.path().join("c.pem"), pem).expect("write");
-    let out = openssl(dir.path(), &["x509", "-in", "c.pem", "-noout", "-text", "-dates"])
-        .expect("openssl x509 -text");
+    let out = openssl(
+        dir.path(),
+        &["x509", "-in", "c.pem", "-noout", "-text", "-dates"],
+    )
+    .expect("openssl x509 -text");
     String::from_utf8_lossy(&out).into_owned()
 }

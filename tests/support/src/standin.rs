@@ -75,7 +75,14 @@ impl StandInKubelet {
                 }
             })
         };
-        StandInKubelet { port, seen, release, stop, thread: Some(thread), _ca: ca }
+        StandInKubelet {
+            port,
+            seen,
+            release,
+            stop,
+            thread: Some(thread),
+            _ca: ca,
+        }
     }
 
     /// Lets a `follow` log stream send its second line and end.
@@ -95,23 +102,31 @@ fn serve(
     release: &AtomicBool,
 ) {
     let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(20)));
-    let Ok(conn) = rustls::ServerConnection::new(cfg) else { return };
+    let Ok(conn) = rustls::ServerConnection::new(cfg) else {
+        return;
+    };
     let mut s = rustls::StreamOwned::new(conn, c);
-    let Some((method, target, hs)) = head(&mut s) else { return };
+    let Some((method, target, hs)) = head(&mut s) else {
+        return;
+    };
     let (cn, orgs) = s
         .conn
         .peer_certificates()
         .and_then(|c| c.first().and_then(|d| crate::tls::subject(d)))
         .unwrap_or_default();
-    seen.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((cn.clone(), method.clone(), target.clone()));
+    seen.lock().unwrap_or_else(|e| e.into_inner()).push((
+        cn.clone(),
+        method.clone(),
+        target.clone(),
+    ));
     let h = |k: &str| hs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     if let Some(up) = h("upgrade") {
         let proto = h("x-stream-protocol-version")
             .map(|v| v.split(',').next().unwrap_or("").trim().to_string())
             .unwrap_or_default();
-        let resp = format!("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: {up}\r\nX-Stream-Protocol-Version: {proto}\r\n\r\n");
+        let resp = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: {up}\r\nX-Stream-Protocol-Version: {proto}\r\n\r\n"
+        );
         let _ = s.write_all(resp.as_bytes());
         let _ = s.flush();
         let mut buf = [0u8; 4096];
@@ -124,7 +139,8 @@ fn serve(
     }
     if target.starts_with("/containerLogs/") {
         let follow = target.contains("follow=true");
-        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n");
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n");
         let _ = s.write_all(format!("target={target}\n").as_bytes());
         if follow {
             let _ = s.write_all(b"line 1\n");
@@ -140,8 +156,12 @@ fn serve(
         let _ = s.flush();
         return;
     }
-    let body = serde_json::json!({"method": method, "target": target, "user": cn, "groups": orgs}).to_string();
-    let resp = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    let body = serde_json::json!({"method": method, "target": target, "user": cn, "groups": orgs})
+        .to_string();
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     let _ = s.write_all(resp.as_bytes());
     let _ = s.flush();
     s.conn.send_close_notify();

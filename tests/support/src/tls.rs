@@ -59,7 +59,11 @@ pub fn client_verifier(ca: &Path, optional: bool) -> Arc<dyn ClientCertVerifier>
         Arc::new(roots(ca)),
         provider(),
     );
-    let b = if optional { b.allow_unauthenticated() } else { b };
+    let b = if optional {
+        b.allow_unauthenticated()
+    } else {
+        b
+    };
     b.build().expect("client verifier")
 }
 
@@ -122,7 +126,11 @@ pub fn server_config(cert: &Path, key: &Path, client_ca: &Path) -> Arc<rustls::S
 }
 
 /// A server config that requires a client certificate from `client_ca` (the stand-in kubelet).
-pub fn strict_server_config(cert: &Path, key: &Path, client_ca: &Path) -> Arc<rustls::ServerConfig> {
+pub fn strict_server_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: &Path,
+) -> Arc<rustls::ServerConfig> {
     let mut c = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .expect("protocol versions")
@@ -297,7 +305,10 @@ impl Sock for std::net::TcpStream {
 impl<S: Read + Write + Sock> Shared<S> {
     pub fn new(s: S) -> Arc<Shared<S>> {
         let _ = s.tcp().set_read_timeout(Some(Duration::from_millis(20)));
-        Arc::new(Shared { inner: Mutex::new(s), closed: AtomicBool::new(false) })
+        Arc::new(Shared {
+            inner: Mutex::new(s),
+            closed: AtomicBool::new(false),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, S> {
@@ -339,7 +350,10 @@ impl<S: Read + Write + Sock> Shared<S> {
 }
 
 /// A client config with an optional client certificate; the server verified against `ca`.
-pub fn test_client_config(cert: Option<&crate::pki::CertFiles>, ca: &Path) -> Arc<rustls::ClientConfig> {
+pub fn test_client_config(
+    cert: Option<&crate::pki::CertFiles>,
+    ca: &Path,
+) -> Arc<rustls::ClientConfig> {
     let b = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .expect("protocol versions")
@@ -360,7 +374,8 @@ pub fn connect(
     cfg: Arc<rustls::ClientConfig>,
 ) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
     let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    tcp.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
     let name = ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into());
     let conn = rustls::ClientConnection::new(cfg, name).expect("TLS client");
     rustls::StreamOwned::new(conn, tcp)
@@ -377,7 +392,10 @@ pub fn request(
     body: &str,
 ) -> (u16, String) {
     let mut s = connect(port, cfg);
-    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut req = format!(
+        "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -396,8 +414,15 @@ pub fn request(
     let Some((head, rest)) = text.split_once("\r\n\r\n") else {
         return (0, text);
     };
-    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         let mut out = String::new();
         let mut r = rest;
         while let Some((size, tail)) = r.split_once("\r\n") {

@@ -105,7 +105,12 @@ fn with_authenticated(mut groups: Vec<String>) -> Vec<String> {
 impl State {
     /// kube-apiserver's union authenticator, in its order: x509 client certificate, then the
     /// bearer token (static token table, bootstrap tokens), then anonymous if allowed.
-    pub(super) fn authenticate(&self, peer: &Peer, header: &str, anonymous: bool) -> Option<UserInfo> {
+    pub(super) fn authenticate(
+        &self,
+        peer: &Peer,
+        header: &str,
+        anonymous: bool,
+    ) -> Option<UserInfo> {
         if let Peer::Cert { cn, orgs } = peer {
             return Some(UserInfo {
                 name: cn.clone(),
@@ -136,7 +141,9 @@ impl State {
         }
         let (id, secret) = tok.split_once('.')?;
         let ok = |s: &str, n: usize| {
-            s.len() == n && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         };
         if !ok(id, 6) || !ok(secret, 16) || self.auth.bootstrap.get(id)? != secret {
             return None;
@@ -156,25 +163,35 @@ impl State {
             status(
                 422,
                 "Invalid",
-                &format!("CertificateSigningRequest.certificates.k8s.io \"{name}\" is invalid: {field}: {why}"),
+                &format!(
+                    "CertificateSigningRequest.certificates.k8s.io \"{name}\" is invalid: {field}: {why}"
+                ),
             )
         };
         let req = body["spec"]["request"].as_str().unwrap_or("");
         let pem = base64_decode(req).unwrap_or_default();
         if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE REQUEST-----") {
-            return Err(invalid("spec.request", "Invalid value: []byte{...}: PEM block type must be CERTIFICATE REQUEST"));
+            return Err(invalid(
+                "spec.request",
+                "Invalid value: []byte{...}: PEM block type must be CERTIFICATE REQUEST",
+            ));
         }
         if body["spec"]["signerName"].as_str().unwrap_or("").is_empty() {
             return Err(invalid("spec.signerName", "Required value"));
         }
-        if body["spec"]["usages"].as_array().is_none_or(|u| u.is_empty()) {
+        if body["spec"]["usages"]
+            .as_array()
+            .is_none_or(|u| u.is_empty())
+        {
             return Err(invalid("spec.usages", "Required value"));
         }
         if let Some(s) = body["spec"]["expirationSeconds"].as_i64() {
             if s < 600 {
                 return Err(invalid(
                     "spec.expirationSeconds",
-                    &format!("Invalid value: {s}: may not specify a duration less than 600 seconds (10 minutes)"),
+                    &format!(
+                        "Invalid value: {s}: may not specify a duration less than 600 seconds (10 minutes)"
+                    ),
                 ));
             }
         }
@@ -202,24 +219,36 @@ impl State {
             return;
         };
         let signer = csr["spec"]["signerName"].as_str().unwrap_or("").to_string();
-        let conds = csr["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let conds = csr["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let has = |t: &str| conds.iter().any(|c| c["type"] == t);
         if conds.is_empty() && self.auth.auto_approve.contains(&signer) {
             let mut c = csr.clone();
-            c["status"]["conditions"] = json!([condition("Approved", "AutoApproved",
-                "Auto approving kubelet client certificate after SubjectAccessReview.")]);
+            c["status"]["conditions"] = json!([condition(
+                "Approved",
+                "AutoApproved",
+                "Auto approving kubelet client certificate after SubjectAccessReview."
+            )]);
             self.write(key, c);
         }
         let Some(csr) = self.objects.get(key).cloned() else {
             return;
         };
-        let conds = csr["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let conds = csr["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let has_now = |t: &str| conds.iter().any(|c| c["type"] == t);
         let _ = has;
         if !has_now("Approved") || has_now("Denied") || has_now("Failed") {
             return;
         }
-        if csr["status"]["certificate"].as_str().is_some_and(|c| !c.is_empty()) {
+        if csr["status"]["certificate"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty())
+        {
             return;
         }
         if signer != CLIENT_KUBELET && signer != KUBELET_SERVING {
@@ -245,16 +274,26 @@ impl State {
             .ok_or("spec.request is not base64")?;
         let usages: Vec<String> = csr["spec"]["usages"]
             .as_array()
-            .map(|u| u.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+            .map(|u| {
+                u.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default();
         let year = 365 * 86400;
         let ttl = match self.auth.lifetime {
             Some(d) => d.as_secs() as i64,
-            None => csr["spec"]["expirationSeconds"].as_i64().map_or(year, |s| s.min(year)),
+            None => csr["spec"]["expirationSeconds"]
+                .as_i64()
+                .map_or(year, |s| s.min(year)),
         };
         let backdate = self.auth.backdate.as_secs() as i64;
         let now = now_secs();
-        let not_after = if ttl < 8 * 3600 { now + ttl } else { now + ttl - backdate };
+        let not_after = if ttl < 8 * 3600 {
+            now + ttl
+        } else {
+            now + ttl - backdate
+        };
         let ca = self.ca();
         ca.sign_csr(&pem, &usages, now - backdate, not_after)
     }
@@ -272,18 +311,30 @@ impl State {
         let Some(cur) = self.objects.get(key).cloned() else {
             return super::not_found("certificatesigningrequests.certificates.k8s.io", name);
         };
-        if let Some(rv) = body["metadata"]["resourceVersion"].as_str().filter(|r| !r.is_empty()) {
+        if let Some(rv) = body["metadata"]["resourceVersion"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+        {
             if cur["metadata"]["resourceVersion"].as_str() != Some(rv) {
-                return super::conflict("certificatesigningrequests.certificates.k8s.io", name, super::STALE);
+                return super::conflict(
+                    "certificatesigningrequests.certificates.k8s.io",
+                    name,
+                    super::STALE,
+                );
             }
         }
-        let mut conds = body["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let mut conds = body["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let has = |t: &str| conds.iter().any(|c| c["type"] == t);
         if has("Approved") && has("Denied") {
             return status(
                 422,
                 "Invalid",
-                &format!("CertificateSigningRequest.certificates.k8s.io \"{name}\" is invalid: status.conditions[1].type: Invalid value: \"Denied\": Approved and Denied conditions are mutually exclusive"),
+                &format!(
+                    "CertificateSigningRequest.certificates.k8s.io \"{name}\" is invalid: status.conditions[1].type: Invalid value: \"Denied\": Approved and Denied conditions are mutually exclusive"
+                ),
             );
         }
         let now = rfc3339(now_secs());
@@ -306,7 +357,12 @@ impl State {
 
     /// POST /apis/authentication.k8s.io/v1/tokenreviews and
     /// /apis/authorization.k8s.io/v1/subjectaccessreviews.
-    pub(super) fn reviews(&mut self, method: &str, path: &str, body: &Value) -> Option<(u16, Value)> {
+    pub(super) fn reviews(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &Value,
+    ) -> Option<(u16, Value)> {
         let path = path.trim_end_matches('/');
         let kind = match path {
             "/apis/authentication.k8s.io/v1/tokenreviews" => "TokenReview",
@@ -317,7 +373,9 @@ impl State {
             return Some(status(
                 405,
                 "MethodNotAllowed",
-                &format!("the server does not allow this method on the requested resource ({method} {path})"),
+                &format!(
+                    "the server does not allow this method on the requested resource ({method} {path})"
+                ),
             ));
         }
         let mut out = body.clone();
@@ -374,11 +432,18 @@ impl State {
                 r["resource"].as_str().unwrap_or(""),
                 r["subresource"].as_str().unwrap_or(""),
             ),
-            None => (spec["nonResourceAttributes"]["verb"].as_str().unwrap_or(""), "", ""),
+            None => (
+                spec["nonResourceAttributes"]["verb"].as_str().unwrap_or(""),
+                "",
+                "",
+            ),
         };
         let m = |rule: &str, v: &str| rule == "*" || rule == v;
         let hit = self.auth.rules.iter().any(|[u, v, r, s]| {
-            (m(u, user) || groups.contains(&u.as_str())) && m(v, verb) && m(r, resource) && m(s, sub)
+            (m(u, user) || groups.contains(&u.as_str()))
+                && m(v, verb)
+                && m(r, resource)
+                && m(s, sub)
         });
         if hit {
             json!({"allowed": true, "reason": format!(
@@ -407,7 +472,10 @@ pub(super) fn csr_row(o: &Value) -> (Vec<Value>, Vec<Value>) {
         col("RequestedDuration", ""),
         col("Condition", ""),
     ];
-    let conds = o["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let conds = o["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let has = |t: &str| conds.iter().any(|c| c["type"] == t);
     let mut st = if has("Denied") {
         "Denied"
@@ -420,10 +488,16 @@ pub(super) fn csr_row(o: &Value) -> (Vec<Value>, Vec<Value>) {
     if has("Failed") {
         st.push_str(",Failed");
     }
-    if o["status"]["certificate"].as_str().is_some_and(|c| !c.is_empty()) {
+    if o["status"]["certificate"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty())
+    {
         st.push_str(",Issued");
     }
-    let signer = o["spec"]["signerName"].as_str().filter(|s| !s.is_empty()).unwrap_or("<none>");
+    let signer = o["spec"]["signerName"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("<none>");
     let dur = o["spec"]["expirationSeconds"]
         .as_i64()
         .map_or("<none>".to_string(), super::human_duration);

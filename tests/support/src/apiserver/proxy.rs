@@ -40,7 +40,10 @@ fn all_params(query: &str, key: &str) -> Vec<String> {
 }
 
 fn truthy(v: Option<String>) -> bool {
-    matches!(v.as_deref(), Some("1" | "t" | "T" | "true" | "TRUE" | "True"))
+    matches!(
+        v.as_deref(),
+        Some("1" | "t" | "T" | "true" | "TRUE" | "True")
+    )
 }
 
 /// url.Values.Encode: keys sorted, values in order.
@@ -72,7 +75,11 @@ fn node_addr(node: &Value) -> Option<SocketAddr> {
             if let Ok(ip) = host.parse::<std::net::IpAddr>() {
                 return Some(SocketAddr::new(ip, port));
             }
-            if let Some(sa) = (host, port).to_socket_addrs().ok().and_then(|mut i| i.next()) {
+            if let Some(sa) = (host, port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut i| i.next())
+            {
                 return Some(sa);
             }
         }
@@ -98,7 +105,11 @@ impl State {
         }
         let names: Vec<String> = pod["spec"]["containers"]
             .as_array()
-            .map(|cs| cs.iter().filter_map(|c| c["name"].as_str().map(String::from)).collect())
+            .map(|cs| {
+                cs.iter()
+                    .filter_map(|c| c["name"].as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default();
         match names.as_slice() {
             [one] => Ok(one.clone()),
@@ -121,8 +132,10 @@ impl State {
             json_reply(status(
                 500,
                 "InternalError",
-                &format!("Internal error occurred: no preferred addresses found; known addresses: {}",
-                    n["status"]["addresses"]),
+                &format!(
+                    "Internal error occurred: no preferred addresses found; known addresses: {}",
+                    n["status"]["addresses"]
+                ),
             ))
         })
     }
@@ -137,10 +150,15 @@ impl State {
             return json_reply(status(
                 405,
                 "MethodNotAllowed",
-                &format!("the server does not allow this method on the requested resource ({method} pods/{sub})"),
+                &format!(
+                    "the server does not allow this method on the requested resource ({method} pods/{sub})"
+                ),
             ));
         }
-        let Some(pod) = self.objects.get(&format!("/api/v1/namespaces/{ns}/pods/{name}")) else {
+        let Some(pod) = self
+            .objects
+            .get(&format!("/api/v1/namespaces/{ns}/pods/{name}"))
+        else {
             return json_reply(not_found("pods", name));
         };
         let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
@@ -179,7 +197,12 @@ impl State {
                         }
                     }
                 } else {
-                    for (k, to) in [("stdin", "input"), ("stdout", "output"), ("stderr", "error"), ("tty", "tty")] {
+                    for (k, to) in [
+                        ("stdin", "input"),
+                        ("stdout", "output"),
+                        ("stderr", "error"),
+                        ("tty", "tty"),
+                    ] {
                         if truthy(p(k)) {
                             pairs.push((to, "1".into()));
                         }
@@ -195,8 +218,16 @@ impl State {
             }
         };
         let q = encode(params);
-        let target = if q.is_empty() { path } else { format!("{path}?{q}") };
-        Route::Dial { addr, target, log: sub == "log" }
+        let target = if q.is_empty() {
+            path
+        } else {
+            format!("{path}?{q}")
+        };
+        Route::Dial {
+            addr,
+            target,
+            log: sub == "log",
+        }
     }
 
     /// Routes a request the front sees: proxy subresources to the kubelet, the rest to the
