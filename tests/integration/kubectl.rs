@@ -1262,6 +1262,45 @@ fn kubectl_certificate_approve_and_deny_drive_the_signer() {
     node.ok(&["create", "-f", &f.display().to_string()]);
     let out = k.ok(&["get", "csr", "node-client-2"]);
     assert!(out.contains("Approved,Issued"), "{out}");
+    // The signer's own checks (ValidateKubeletClientCSR): a client CSR not in system:nodes is
+    // approved but fails, with the upstream message, and gets no certificate.
+    let (bad_pem, _) = pki::make_csr(dir.path(), "b", "system:node:n1", &["evil"], &[]);
+    let f = node.write(
+        "b.yaml",
+        &csr_yaml("bad-org", &bad_pem, CLIENT_KUBELET, &["digital signature", "client auth"], None),
+    );
+    node.ok(&["create", "-f", &f.display().to_string()]);
+    let out = k.ok(&["get", "csr", "bad-org"]);
+    assert!(out.contains("Approved,Failed"), "{out}");
+    let csr = api
+        .get("/apis/certificates.k8s.io/v1/certificatesigningrequests/bad-org")
+        .expect("csr");
+    let failed = &csr["status"]["conditions"][1];
+    assert_eq!(failed["reason"], "SignerValidationFailure", "{csr}");
+    assert_eq!(failed["message"], "subject organization is not system:nodes");
+    assert_eq!(issued(&api, "bad-org"), "");
+
+    // A watch on one CSR (fieldSelector metadata.name, as the kubelet's certificate manager
+    // waits): only that CSR, ADDED with its current state.
+    let ca = api.ca_cert_path();
+    let (code, body) = tls::request(
+        api.port,
+        tls::test_client_config(None, &ca),
+        "GET",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests?watch=true&fieldSelector=metadata.name%3Dnode-client&timeoutSeconds=1",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let events: Vec<Value> = body
+        .split('\n')
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l.trim()).unwrap_or_default())
+        .collect();
+    assert_eq!(events.len(), 1, "{body}");
+    assert_eq!(events[0]["type"], "ADDED");
+    assert_eq!(events[0]["object"]["metadata"]["name"], "node-client");
+    assert!(events[0]["object"]["status"]["certificate"].is_string());
 }
 
 /// TokenReview from the token table (and a bootstrap token), SubjectAccessReview from the

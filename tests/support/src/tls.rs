@@ -244,7 +244,12 @@ pub fn subject(der: &[u8]) -> Option<(String, Vec<String>)> {
     for _ in 0..4 {
         rest = tlv(rest)?.2;
     }
-    let (_, mut name, _) = tlv(rest)?;
+    let (_, name, _) = tlv(rest)?;
+    name_cn_orgs(name)
+}
+
+/// CN and O values of an X.501 Name's contents.
+fn name_cn_orgs(mut name: &[u8]) -> Option<(String, Vec<String>)> {
     let (mut cn, mut orgs) = (String::new(), Vec::new());
     while !name.is_empty() {
         let (_, mut set, next) = tlv(name)?;
@@ -263,6 +268,70 @@ pub fn subject(der: &[u8]) -> Option<(String, Vec<String>)> {
         }
     }
     Some((cn, orgs))
+}
+
+/// What a PKCS#10 request asks for: subject CN and Os, and its SANs (from the
+/// extensionRequest attribute).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CsrInfo {
+    pub cn: String,
+    pub orgs: Vec<String>,
+    pub dns: Vec<String>,
+    pub ips: Vec<Vec<u8>>,
+    pub emails: Vec<String>,
+    pub uris: Vec<String>,
+}
+
+/// Parses a DER CertificationRequest (RFC 2986) far enough for kube-controller-manager's
+/// kubelet CSR checks.
+pub fn csr_info(der: &[u8]) -> Option<CsrInfo> {
+    let (_, req, _) = tlv(der)?;
+    let (_, info, _) = tlv(req)?;
+    let rest = tlv(info)?.2; // version
+    let (_, name, rest) = tlv(rest)?;
+    let (cn, orgs) = name_cn_orgs(name)?;
+    let mut out = CsrInfo { cn, orgs, ..CsrInfo::default() };
+    let rest = tlv(rest)?.2; // subjectPKInfo
+    let Some((0xa0, mut attrs, _)) = tlv(rest) else {
+        return Some(out);
+    };
+    const EXT_REQ: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x0e];
+    while !attrs.is_empty() {
+        let (_, attr, next) = tlv(attrs)?;
+        attrs = next;
+        let (_, oid, vals) = tlv(attr)?;
+        if oid != EXT_REQ {
+            continue;
+        }
+        let (_, set, _) = tlv(vals)?;
+        let (_, mut exts, _) = tlv(set)?;
+        while !exts.is_empty() {
+            let (_, ext, next) = tlv(exts)?;
+            exts = next;
+            let (_, oid, mut rest) = tlv(ext)?;
+            if oid != [0x55, 0x1d, 0x11] {
+                continue;
+            }
+            if rest.first() == Some(&0x01) {
+                rest = tlv(rest)?.2; // critical
+            }
+            let (_, octets, _) = tlv(rest)?;
+            let (_, mut names, _) = tlv(octets)?;
+            while !names.is_empty() {
+                let (tag, v, next) = tlv(names)?;
+                names = next;
+                let text = String::from_utf8_lossy(v).into_owned();
+                match tag {
+                    0x81 => out.emails.push(text),
+                    0x82 => out.dns.push(text),
+                    0x86 => out.uris.push(text),
+                    0x87 => out.ips.push(v.to_vec()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Some(out)
 }
 
 /// A stream two threads share: reads poll (short socket timeouts) so a writer gets the lock.

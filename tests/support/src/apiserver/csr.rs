@@ -223,7 +223,6 @@ impl State {
             .as_array()
             .cloned()
             .unwrap_or_default();
-        let has = |t: &str| conds.iter().any(|c| c["type"] == t);
         if conds.is_empty() && self.auth.auto_approve.contains(&signer) {
             let mut c = csr.clone();
             c["status"]["conditions"] = json!([condition(
@@ -241,7 +240,6 @@ impl State {
             .cloned()
             .unwrap_or_default();
         let has_now = |t: &str| conds.iter().any(|c| c["type"] == t);
-        let _ = has;
         if !has_now("Approved") || has_now("Denied") || has_now("Failed") {
             return;
         }
@@ -255,7 +253,7 @@ impl State {
             return;
         }
         let mut c = csr.clone();
-        match self.sign(&csr) {
+        match validate_kubelet_csr(&csr).and_then(|()| self.sign(&csr)) {
             Ok(pem) => c["status"]["certificate"] = json!(base64_encode(pem.as_bytes())),
             Err(e) => {
                 let mut cs = conds.clone();
@@ -452,6 +450,74 @@ impl State {
             json!({"allowed": false})
         }
     }
+}
+
+/// The PEM request of a CSR object as DER.
+fn request_der(csr: &Value) -> Option<Vec<u8>> {
+    let pem = base64_decode(csr["spec"]["request"].as_str()?)?;
+    let pem = String::from_utf8(pem).ok()?;
+    let body = pem
+        .split("-----BEGIN CERTIFICATE REQUEST-----")
+        .nth(1)?
+        .split("-----END CERTIFICATE REQUEST-----")
+        .next()?;
+    base64_decode(body)
+}
+
+/// kube-controller-manager's signer checks for its two kubelet signers
+/// (k8s.io/kubernetes pkg/apis/certificates ValidateKubeletClientCSR /
+/// ValidateKubeletServingCSR): a failure is a Failed condition, reason
+/// SignerValidationFailure, with these messages.
+fn validate_kubelet_csr(csr: &Value) -> Result<(), String> {
+    let signer = csr["spec"]["signerName"].as_str().unwrap_or("");
+    let info = request_der(csr)
+        .and_then(|d| crate::tls::csr_info(&d))
+        .ok_or("PEM block type must be CERTIFICATE REQUEST")?;
+    let usages: BTreeSet<String> = csr["spec"]["usages"]
+        .as_array()
+        .map(|u| u.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    let set = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<BTreeSet<String>>();
+    if info.orgs != ["system:nodes"] {
+        return Err("subject organization is not system:nodes".into());
+    }
+    let node_cn = info.cn.starts_with("system:node:");
+    if signer == CLIENT_KUBELET {
+        let e = if !info.dns.is_empty() {
+            "DNS subjectAltNames are not allowed"
+        } else if !info.emails.is_empty() {
+            "Email subjectAltNames are not allowed"
+        } else if !info.ips.is_empty() {
+            "IP subjectAltNames are not allowed"
+        } else if !info.uris.is_empty() {
+            "URI subjectAltNames are not allowed"
+        } else if !node_cn {
+            "subject common name does not begin with system:node:"
+        } else if usages != set(&["digital signature", "client auth"])
+            && usages != set(&["digital signature", "key encipherment", "client auth"])
+        {
+            "usages did not match [client auth digital signature key encipherment]"
+        } else {
+            return Ok(());
+        };
+        return Err(e.into());
+    }
+    let e = if info.dns.is_empty() && info.ips.is_empty() {
+        "DNS or IP subjectAltName is required"
+    } else if !info.emails.is_empty() {
+        "Email subjectAltNames are not allowed"
+    } else if !info.uris.is_empty() {
+        "URI subjectAltNames are not allowed"
+    } else if usages != set(&["digital signature", "server auth"])
+        && usages != set(&["digital signature", "key encipherment", "server auth"])
+    {
+        "usages did not match [digital signature key encipherment server auth]"
+    } else if !node_cn {
+        "subject common name does not begin with system:node:"
+    } else {
+        return Ok(());
+    };
+    Err(e.into())
 }
 
 /// A CSR condition as kubectl and the approver write it.
