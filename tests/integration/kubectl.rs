@@ -1067,22 +1067,12 @@ fn tls_double_authenticates_like_kube_apiserver() {
 
     let dir = tempfile::tempdir().expect("tmp");
     let (pem, _) = pki::make_csr(dir.path(), "n1", "system:node:n1", &["system:nodes"], &[]);
-    let body = csr_yaml(
-        "x",
-        &pem,
-        CLIENT_KUBELET,
-        &["digital signature", "client auth"],
-        None,
-    );
-    let mut v: Value = serde_json::from_str(&serde_json::to_string(&json!({})).unwrap_or_default())
-        .unwrap_or_default();
-    v["apiVersion"] = json!("certificates.k8s.io/v1");
-    v["kind"] = json!("CertificateSigningRequest");
-    v["metadata"] = json!({"generateName": "csr-"});
-    v["spec"] = json!({"request": support::apiserver::base64_encode(pem.as_bytes()),
-        "signerName": CLIENT_KUBELET, "usages": ["digital signature", "client auth"],
-        "username": "forged", "groups": ["system:masters"]});
-    let _ = body;
+    // spec.username/groups sent by the client are overwritten by the server.
+    let v = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"generateName": "csr-"},
+        "spec": {"request": support::apiserver::base64_encode(pem.as_bytes()),
+            "signerName": CLIENT_KUBELET, "usages": ["digital signature", "client auth"],
+            "username": "forged", "groups": ["system:masters"]}});
     let (code, out) = tls::request(
         api.port,
         tls::test_client_config(None, &ca),
@@ -1111,6 +1101,23 @@ fn tls_double_authenticates_like_kube_apiserver() {
         csr["spec"]["groups"],
         json!(["system:bootstrappers", "system:authenticated"])
     );
+
+    // nanolet's own API client (rustls, the kubeconfig's CA data), by token and by client
+    // certificate.
+    let ns = api
+        .client(TOKEN)
+        .get("/api/v1/namespaces/default")
+        .expect("GET over https");
+    assert_eq!(ns["metadata"]["name"], "default");
+    let kc = dir.path().join("kc");
+    api.write_kubeconfig_cert(&kc, &api.client_cert("system:node:n1", &["system:nodes"]));
+    let kc = nanolet::apiclient::kubeconfig::Kubeconfig::load(&kc).expect("kubeconfig");
+    let c =
+        nanolet::apiclient::client::ApiClient::new(&kc, Duration::from_secs(10)).expect("client");
+    let csrs = c
+        .get("/apis/certificates.k8s.io/v1/certificatesigningrequests")
+        .expect("GET with a client certificate");
+    assert_eq!(csrs["items"].as_array().map(Vec::len), Some(1), "{csrs}");
 }
 
 /// The CSR API with the real kubectl: `kubectl get csr` prints the apiserver's columns
@@ -1267,7 +1274,13 @@ fn kubectl_certificate_approve_and_deny_drive_the_signer() {
     let (bad_pem, _) = pki::make_csr(dir.path(), "b", "system:node:n1", &["evil"], &[]);
     let f = node.write(
         "b.yaml",
-        &csr_yaml("bad-org", &bad_pem, CLIENT_KUBELET, &["digital signature", "client auth"], None),
+        &csr_yaml(
+            "bad-org",
+            &bad_pem,
+            CLIENT_KUBELET,
+            &["digital signature", "client auth"],
+            None,
+        ),
     );
     node.ok(&["create", "-f", &f.display().to_string()]);
     let out = k.ok(&["get", "csr", "bad-org"]);
@@ -1277,7 +1290,10 @@ fn kubectl_certificate_approve_and_deny_drive_the_signer() {
         .expect("csr");
     let failed = &csr["status"]["conditions"][1];
     assert_eq!(failed["reason"], "SignerValidationFailure", "{csr}");
-    assert_eq!(failed["message"], "subject organization is not system:nodes");
+    assert_eq!(
+        failed["message"],
+        "subject organization is not system:nodes"
+    );
     assert_eq!(issued(&api, "bad-org"), "");
 
     // A watch on one CSR (fieldSelector metadata.name, as the kubelet's certificate manager

@@ -290,7 +290,11 @@ pub fn csr_info(der: &[u8]) -> Option<CsrInfo> {
     let rest = tlv(info)?.2; // version
     let (_, name, rest) = tlv(rest)?;
     let (cn, orgs) = name_cn_orgs(name)?;
-    let mut out = CsrInfo { cn, orgs, ..CsrInfo::default() };
+    let mut out = CsrInfo {
+        cn,
+        orgs,
+        ..CsrInfo::default()
+    };
     let rest = tlv(rest)?.2; // subjectPKInfo
     let Some((0xa0, mut attrs, _)) = tlv(rest) else {
         return Some(out);

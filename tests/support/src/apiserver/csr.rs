@@ -475,9 +475,17 @@ fn validate_kubelet_csr(csr: &Value) -> Result<(), String> {
         .ok_or("PEM block type must be CERTIFICATE REQUEST")?;
     let usages: BTreeSet<String> = csr["spec"]["usages"]
         .as_array()
-        .map(|u| u.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .map(|u| {
+            u.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default();
-    let set = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<BTreeSet<String>>();
+    let set = |xs: &[&str]| {
+        xs.iter()
+            .map(|x| x.to_string())
+            .collect::<BTreeSet<String>>()
+    };
     if info.orgs != ["system:nodes"] {
         return Err("subject organization is not system:nodes".into());
     }
