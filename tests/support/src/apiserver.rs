@@ -1,6 +1,7 @@
-//! A Kubernetes API server test double (plain HTTP, in memory) that speaks the real REST and
-//! watch wire format for what nanolet (API-server mode) and kubectl use. Its fidelity is
-//! checked against the real `kubectl` in tests/kubectl.rs.
+//! A Kubernetes API server test double (in memory; plain HTTP with `start`, HTTPS with
+//! `start_tls`) that speaks the real REST and watch wire format for what nanolet (API-server
+//! mode) and kubectl use. Its fidelity is checked against the real `kubectl` in
+//! tests/integration/kubectl.rs.
 //!
 //! What it implements, as kube-apiserver does:
 //! - Objects: pods, pods/status, nodes, nodes/status, namespaces, events (core v1), leases
@@ -43,13 +44,29 @@
 //!   against an older server), no OpenAPI (404: kubectl apply falls back to its compiled-in
 //!   patch metadata), server-side `Table`s (`Accept: ...;as=Table;g=meta.k8s.io;v=v1`) with the
 //!   apiserver printers' columns for pods, nodes, leases and namespaces, also on watches.
-//! - `Status` objects for errors (`reason`, `code`, `details`), 401 without the bearer token;
+//! - `Status` objects for errors (`reason`, `code`, `details`), 401 without credentials;
 //!   `set_down(true)` answers 503 to everything (an outage without closing the port).
+//! - Real TLS (`start_tls`, `front.rs`, certificates made by the openssl CLI in `pki.rs`) and
+//!   the union authenticator: client certificate (CN user, O groups; one from another CA is a
+//!   401, not a handshake failure), bearer tokens (`add_token`), bootstrap tokens
+//!   (`add_bootstrap_token` -> system:bootstrap:<id>, system:bootstrappers), anonymous only
+//!   when allowed; every authenticated user is in system:authenticated.
+//! - certificates.k8s.io/v1 CertificateSigningRequests (`csr.rs`): create with the requester
+//!   written into spec.username/groups/uid, get/list/watch/delete, `/approval`, `/status`,
+//!   kubectl's protobuf approval bodies; kube-controller-manager's signer for the two kubelet
+//!   signers (its validation, backdating and TTL rules; `openssl ca`) and an optional
+//!   auto-approver; the printer's Table columns.
+//! - TokenReview and SubjectAccessReview from tables the test sets, recorded.
+//! - The node proxy subresources (`proxy.rs`, `start_tls` only): pods/log, exec, attach,
+//!   portforward and nodes/NAME/proxy to the kubelet URL kube-apiserver builds, dialled with
+//!   the kubelet-client certificate, upgrade-aware and streaming.
 //!
 //! Deliberately not implemented: admission plugins (ServiceAccount token volumes,
 //! DefaultTolerationSeconds, LimitRanger), finalizers, server-side apply, JSON patch
-//! (RFC 6902), protobuf, pagination (`limit` is ignored: everything fits in one page), other
-//! resources, field validation, authorization (any valid token may do anything).
+//! (RFC 6902), protobuf (other than CSR approval/status bodies), pagination (`limit` is
+//! ignored: everything fits in one page), other resources, field validation, authorization
+//! of the double's own requests (any authenticated user may do anything; proxied requests
+//! are authenticated only), the approver's SubjectAccessReview, SelfSubjectReview.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
