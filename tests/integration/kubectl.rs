@@ -1013,6 +1013,13 @@ fn tls_double_authenticates_like_kube_apiserver() {
     let api = FakeApiServer::start_tls(TOKEN);
     let ca = api.ca_cert_path();
     let alice = api.client_cert("alice", &["team-a"]);
+    let two = api.client_cert("bob", &["g1", "g2"]);
+    let der = tls::load_certs(&two.cert);
+    assert_eq!(
+        tls::subject(&der[0]),
+        Some(("bob".to_string(), vec!["g1".to_string(), "g2".to_string()])),
+        "one O per group, in order"
+    );
     let ns = "/api/v1/namespaces/default";
     let (code, _) = tls::request(
         api.port,

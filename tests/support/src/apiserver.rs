@@ -2091,7 +2091,7 @@ struct TlsParts {
     front: Option<crate::front::Front>,
     ca: Arc<Ca>,
     /// Serving and client certificates made for this server.
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
     kubelet_client: CertFiles,
     kubelet_ca: Option<PathBuf>,
     kubelet_cfg: Arc<Mutex<Option<Arc<rustls::ClientConfig>>>>,
@@ -2211,7 +2211,7 @@ impl FakeApiServer {
         api.tls = Some(TlsParts {
             front: Some(front),
             ca,
-            dir,
+            _dir: dir,
             kubelet_client,
             kubelet_ca: None,
             kubelet_cfg,
@@ -2239,7 +2239,8 @@ impl FakeApiServer {
     /// with `groups` as O, from the double's CA.
     pub fn client_cert(&self, user: &str, groups: &[&str]) -> CertFiles {
         let ca = self.ca();
-        let dir = self.tls().dir.path();
+        let dir = ca.dir().to_path_buf();
+        let dir = dir.as_path();
         let stem = format!("client-{}", self.st().uid());
         ca.issue(
             dir,
