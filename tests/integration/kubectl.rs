@@ -1410,7 +1410,7 @@ fn node_proxy_subresources_reach_the_kubelet_with_the_client_certificate() {
         has_kubectl(),
         "kubectl not installed (scripts/install-deps.sh)"
     );
-    let api = FakeApiServer::start_tls(TOKEN);
+    let mut api = FakeApiServer::start_tls(TOKEN);
     let kubelet = support::standin::StandInKubelet::start(&api.ca_cert_path());
     api.create_object("/api/v1/nodes", json!({"metadata": {"name": "node1"}, "status": {
         "addresses": [{"type": "Hostname", "address": "node1"}, {"type": "InternalIP", "address": "127.0.0.1"}],
@@ -1508,5 +1508,18 @@ fn node_proxy_subresources_reach_the_kubelet_with_the_client_certificate() {
         "",
     );
     assert_eq!(code, 401);
+    assert_eq!(kubelet.seen().len(), n);
+
+    // --kubelet-certificate-authority: the stand-in's CA passes, another CA is refused
+    // (500 from the proxy, nothing reaches the kubelet).
+    api.set_kubelet_ca(Some(&kubelet.ca_cert()));
+    k.ok(&["get", "--raw", "/api/v1/nodes/node1/proxy/healthz"]);
+    api.set_kubelet_ca(Some(&api.ca_cert_path()));
+    let n = kubelet.seen().len();
+    let (ok, _, err) = k.run(&["get", "--raw", "/api/v1/nodes/node1/proxy/healthz"]);
+    assert!(
+        !ok && err.contains("error trying to reach service"),
+        "{err}"
+    );
     assert_eq!(kubelet.seen().len(), n);
 }

@@ -85,6 +85,11 @@ impl StandInKubelet {
         }
     }
 
+    /// The CA that signed its serving certificate (for `set_kubelet_ca`).
+    pub fn ca_cert(&self) -> std::path::PathBuf {
+        self._ca.cert.clone()
+    }
+
     /// Lets a `follow` log stream send its second line and end.
     pub fn release(&self) {
         self.release.store(true, Ordering::SeqCst);
