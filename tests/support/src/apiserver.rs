@@ -96,6 +96,8 @@ pub struct SeenRequest {
     pub body: String,
     pub content_type: String,
     pub accept: String,
+    /// The authenticated user's name ("" when the request was refused with 401).
+    pub user: String,
 }
 
 impl SeenRequest {
@@ -1969,6 +1971,7 @@ fn serve(
             body: String::from_utf8_lossy(&body).into_owned(),
             content_type: ctype.clone(),
             accept: accept.clone(),
+            user: String::new(),
         };
         let is_watch = method == "GET"
             && matches!(query_param(&query, "watch").as_deref(), Some("true" | "1"));
@@ -1981,6 +1984,9 @@ fn serve(
                 "the server is down (test)",
             ))
         } else if let Some(user) = st.authenticate(&peer, &auth, anonymous.load(Ordering::SeqCst)) {
+            if let Some(r) = st.requests.last_mut() {
+                r.user = user.name.clone();
+            }
             st.auth.user = Some(user);
             if is_watch {
                 watch_request(&mut st, state, &path, &query, &accept)

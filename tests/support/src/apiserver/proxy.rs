@@ -255,10 +255,14 @@ impl State {
             body: String::new(),
             content_type: head.header("Content-Type").unwrap_or("").to_string(),
             accept: head.header("Accept").unwrap_or("").to_string(),
+            user: String::new(),
         });
         let auth = head.header("Authorization").unwrap_or("");
-        if self.authenticate(peer, auth, anonymous).is_none() {
+        let Some(user) = self.authenticate(peer, auth, anonymous) else {
             return json_reply(status(401, "Unauthorized", "Unauthorized"));
+        };
+        if let Some(r) = self.requests.last_mut() {
+            r.user = user.name;
         }
         match kind {
             Kind::Pod(ns, name, sub) => self.pod_route(ns, name, sub, &head.method, query),
