@@ -1522,4 +1522,42 @@ fn node_proxy_subresources_reach_the_kubelet_with_the_client_certificate() {
         "{err}"
     );
     assert_eq!(kubelet.seen().len(), n);
+
+    // The real `kubectl exec`: its WebSocket (v5.channel.k8s.io) is refused, so it falls back
+    // to SPDY, which reaches the kubelet (what kube-apiserver >= 1.30 sends the kubelet after
+    // translating). The stand-in only echoes, so kubectl is stopped once the kubelet saw it.
+    api.set_kubelet_ca(Some(&kubelet.ca_cert()));
+    let before = kubelet.upgrades().len();
+    let mut exec = k
+        .cmd(&["exec", "web", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl exec");
+    let up = wait_for(Duration::from_secs(20), || {
+        kubelet.upgrades().get(before).cloned()
+    });
+    let _ = exec.kill();
+    let _ = exec.wait();
+    assert_eq!(up.as_deref(), Some("SPDY/3.1"), "{:?}", kubelet.upgrades());
+    let ws = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/api/v1/namespaces/default/pods/web/exec")
+        .count();
+    assert!(ws >= 2, "a WebSocket attempt, then SPDY");
+
+    // websocket_passthrough(true): kubectl's WebSocket itself reaches the kubelet.
+    api.websocket_passthrough(true);
+    let before = kubelet.upgrades().len();
+    let mut exec = k
+        .cmd(&["exec", "web", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl exec");
+    let up = wait_for(Duration::from_secs(20), || kubelet.upgrades().get(before).cloned());
+    let _ = exec.kill();
+    let _ = exec.wait();
+    assert_eq!(up.as_deref(), Some("websocket"), "{:?}", kubelet.upgrades());
 }

@@ -59,7 +59,9 @@
 //! - TokenReview and SubjectAccessReview from tables the test sets, recorded.
 //! - The node proxy subresources (`proxy.rs`, `start_tls` only): pods/log, exec, attach,
 //!   portforward and nodes/NAME/proxy to the kubelet URL kube-apiserver builds, dialled with
-//!   the kubelet-client certificate, upgrade-aware and streaming.
+//!   the kubelet-client certificate, upgrade-aware and streaming. WebSocket exec/attach/
+//!   portforward upgrades are refused (kubectl falls back to SPDY) unless
+//!   `websocket_passthrough(true)`: kube-apiserver >= 1.30 translates them to SPDY itself.
 //!
 //! Deliberately not implemented: admission plugins (ServiceAccount token volumes,
 //! DefaultTolerationSeconds, LimitRanger), finalizers, server-side apply, JSON patch
@@ -2372,6 +2374,14 @@ impl FakeApiServer {
             resource.into(),
             subresource.into(),
         ]);
+    }
+
+    /// exec/attach/portforward over WebSocket: relayed to the kubelet as is (true), or
+    /// refused with 400 so kubectl falls back to SPDY (false, the default: kube-apiserver
+    /// >= 1.30 translates kubectl's WebSocket to SPDY toward the kubelet, which the double
+    /// does not do).
+    pub fn websocket_passthrough(&self, on: bool) {
+        self.st().auth.websocket_passthrough = on;
     }
 
     /// Every SubjectAccessReview allowed (true) or only the rules (false, the default).

@@ -18,6 +18,8 @@ use crate::pki::Ca;
 pub struct StandInKubelet {
     pub port: u16,
     pub seen: Arc<Mutex<Vec<(String, String, String)>>>,
+    /// The `Upgrade` header of each upgrade request, in order.
+    pub upgrades: Arc<Mutex<Vec<String>>>,
     release: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -60,10 +62,12 @@ impl StandInKubelet {
         let listener = TcpListener::bind("127.0.0.1:0").expect("stand-in kubelet");
         let port = listener.local_addr().expect("addr").port();
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let upgrades = Arc::new(Mutex::new(Vec::new()));
         let release = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (seen, release, stop) = (seen.clone(), release.clone(), stop.clone());
+            let upgrades = upgrades.clone();
             std::thread::spawn(move || {
                 for c in listener.incoming() {
                     if stop.load(Ordering::SeqCst) {
@@ -71,13 +75,15 @@ impl StandInKubelet {
                     }
                     let Ok(c) = c else { continue };
                     let (cfg, seen, release) = (cfg.clone(), seen.clone(), release.clone());
-                    std::thread::spawn(move || serve(c, cfg, &seen, &release));
+                    let upgrades = upgrades.clone();
+                    std::thread::spawn(move || serve(c, cfg, &seen, &upgrades, &release));
                 }
             })
         };
         StandInKubelet {
             port,
             seen,
+            upgrades,
             release,
             stop,
             thread: Some(thread),
@@ -95,6 +101,13 @@ impl StandInKubelet {
         self.release.store(true, Ordering::SeqCst);
     }
 
+    pub fn upgrades(&self) -> Vec<String> {
+        self.upgrades
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub fn seen(&self) -> Vec<(String, String, String)> {
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -104,6 +117,7 @@ fn serve(
     c: TcpStream,
     cfg: Arc<rustls::ServerConfig>,
     seen: &Mutex<Vec<(String, String, String)>>,
+    upgrades: &Mutex<Vec<String>>,
     release: &AtomicBool,
 ) {
     let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(20)));
@@ -126,6 +140,10 @@ fn serve(
     ));
     let h = |k: &str| hs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     if let Some(up) = h("upgrade") {
+        upgrades
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(up.clone());
         let proto = h("x-stream-protocol-version")
             .map(|v| v.split(',').next().unwrap_or("").trim().to_string())
             .unwrap_or_default();

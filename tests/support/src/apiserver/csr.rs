@@ -36,6 +36,9 @@ pub(super) struct AuthState {
     /// (user, verb, resource, subresource), "*" matches anything.
     pub rules: Vec<[String; 4]>,
     pub allow_all: bool,
+    /// Relay WebSocket upgrades of exec/attach/portforward to the kubelet as they are
+    /// (true) or refuse them so kubectl falls back to SPDY (false, the default).
+    pub websocket_passthrough: bool,
     pub access_reviews: Vec<Value>,
     pub token_reviews: Vec<Value>,
     /// The user of the request being handled.
@@ -54,6 +57,7 @@ impl AuthState {
             ca: None,
             rules: Vec::new(),
             allow_all: false,
+            websocket_passthrough: false,
             access_reviews: Vec::new(),
             token_reviews: Vec::new(),
             user: None,

@@ -264,7 +264,23 @@ impl State {
         if let Some(r) = self.requests.last_mut() {
             r.user = user.name;
         }
+        let websocket = head
+            .header("Upgrade")
+            .is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
         match kind {
+            Kind::Pod(_, _, sub)
+                if sub != "log" && websocket && !self.auth.websocket_passthrough =>
+            {
+                // kube-apiserver >= 1.30 (TranslateStreamsToWebSockets, PortForwardWebsockets)
+                // ends kubectl's WebSocket itself and speaks SPDY to the kubelet; the double
+                // does not translate, so it refuses the WebSocket and kubectl falls back to
+                // SPDY, which reaches the kubelet as it would from a real API server.
+                json_reply(status(
+                    400,
+                    "BadRequest",
+                    "the test double does not translate WebSocket streams to SPDY",
+                ))
+            }
             Kind::Pod(ns, name, sub) => self.pod_route(ns, name, sub, &head.method, query),
             Kind::Node(name, rest) => match self.node_of(name) {
                 Ok(addr) => Route::Dial {
