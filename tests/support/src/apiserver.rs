@@ -2211,7 +2211,7 @@ impl FakeApiServer {
             client_ca: crate::tls::client_verifier(&ca.cert, true),
             backend: SocketAddr::from(([127, 0, 0, 1], api.port)),
             ids,
-            router: proxy::router(api.state.clone(), api.anonymous.clone()),
+            router: proxy::router(api.state.clone(), api.anonymous.clone(), api.down.clone()),
             kubelet_client: kubelet_cfg.clone(),
         };
         let front = crate::front::Front::start(ctx);

@@ -299,8 +299,20 @@ impl State {
 }
 
 /// The front's router for this double.
-pub(super) fn router(state: Arc<Mutex<State>>, anonymous: Arc<AtomicBool>) -> crate::front::Router {
+pub(super) fn router(
+    state: Arc<Mutex<State>>,
+    anonymous: Arc<AtomicBool>,
+    down: Arc<AtomicBool>,
+) -> crate::front::Router {
     Arc::new(move |head: &Head, peer: &Peer| {
+        if down.load(Ordering::SeqCst) {
+            // `set_down`: the tiny_http double answers everything else with 503.
+            return json_reply(status(
+                503,
+                "ServiceUnavailable",
+                "the server is down (test)",
+            ));
+        }
         let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
         st.route(head, peer, anonymous.load(Ordering::SeqCst))
     })
