@@ -1125,6 +1125,19 @@ fn tls_double_authenticates_like_kube_apiserver() {
         .get("/apis/certificates.k8s.io/v1/certificatesigningrequests")
         .expect("GET with a client certificate");
     assert_eq!(csrs["items"].as_array().map(Vec::len), Some(1), "{csrs}");
+
+    // The real kubectl with a client certificate: `kubectl auth whoami` (SelfSubjectReview)
+    // shows the CN as user and the Os (plus system:authenticated) as groups.
+    if has_kubectl() {
+        let k = Kubectl::with_cert(&api, &alice);
+        let who: Value =
+            serde_json::from_str(&k.ok(&["auth", "whoami", "-o", "json"])).unwrap_or_default();
+        assert_eq!(who["status"]["userInfo"]["username"], "alice", "{who}");
+        assert_eq!(
+            who["status"]["userInfo"]["groups"],
+            json!(["team-a", "system:authenticated"])
+        );
+    }
 }
 
 /// The CSR API with the real kubectl: `kubectl get csr` prints the apiserver's columns
@@ -1556,7 +1569,9 @@ fn node_proxy_subresources_reach_the_kubelet_with_the_client_certificate() {
         .stderr(Stdio::null())
         .spawn()
         .expect("kubectl exec");
-    let up = wait_for(Duration::from_secs(20), || kubelet.upgrades().get(before).cloned());
+    let up = wait_for(Duration::from_secs(20), || {
+        kubelet.upgrades().get(before).cloned()
+    });
     let _ = exec.kill();
     let _ = exec.wait();
     assert_eq!(up.as_deref(), Some("websocket"), "{:?}", kubelet.upgrades());

@@ -56,7 +56,8 @@
 //!   kubectl's protobuf approval bodies; kube-controller-manager's signer for the two kubelet
 //!   signers (its validation, backdating and TTL rules; `openssl ca`) and an optional
 //!   auto-approver; the printer's Table columns.
-//! - TokenReview and SubjectAccessReview from tables the test sets, recorded.
+//! - TokenReview and SubjectAccessReview from tables the test sets, recorded;
+//!   SelfSubjectReview (`kubectl auth whoami`).
 //! - The node proxy subresources (`proxy.rs`, `start_tls` only): pods/log, exec, attach,
 //!   portforward and nodes/NAME/proxy to the kubelet URL kube-apiserver builds, dialled with
 //!   the kubelet-client certificate, upgrade-aware and streaming. WebSocket exec/attach/
@@ -68,7 +69,8 @@
 //! (RFC 6902), protobuf (other than CSR approval/status bodies), pagination (`limit` is
 //! ignored: everything fits in one page), other resources, field validation, authorization
 //! of the double's own requests (any authenticated user may do anything; proxied requests
-//! are authenticated only), the approver's SubjectAccessReview, SelfSubjectReview.
+//! are authenticated only), the approver's SubjectAccessReview, the other
+//! authorization.k8s.io reviews.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -1482,17 +1484,22 @@ impl State {
         if let Some(v) = self.discovery(method, path) {
             return v;
         }
-        let csr_pb = ctype.starts_with("application/vnd.kubernetes.protobuf")
-            && path.starts_with("/apis/certificates.k8s.io/v1/certificatesigningrequests/");
+        let pb = ctype.starts_with("application/vnd.kubernetes.protobuf");
+        let csr_pb =
+            pb && path.starts_with("/apis/certificates.k8s.io/v1/certificatesigningrequests/");
+        // A SelfSubjectReview has no spec: its body (protobuf from `kubectl auth whoami`)
+        // says nothing.
+        let whoami = pb && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews";
         let decoded;
         let raw = match csr_pb.then(|| csr::csr_from_protobuf(raw)).flatten() {
             Some(v) => {
                 decoded = v.to_string().into_bytes();
                 &decoded[..]
             }
+            None if whoami => b"{}",
             None => raw,
         };
-        if ctype.starts_with("application/vnd.kubernetes.protobuf") && !csr_pb && !raw.is_empty() {
+        if pb && !csr_pb && !whoami && !raw.is_empty() {
             // Protobuf is decoded only for CSRs (kubectl certificate approve|deny).
             return status(
                 415,
@@ -1726,12 +1733,6 @@ impl State {
             "/apis/authorization.k8s.io/v1" => resource_list(
                 "authorization.k8s.io/v1",
                 json!([
-                {"name": "localsubjectaccessreviews", "singularName": "localsubjectaccessreview",
-                 "namespaced": true, "kind": "LocalSubjectAccessReview", "verbs": ["create"]},
-                {"name": "selfsubjectaccessreviews", "singularName": "selfsubjectaccessreview",
-                 "namespaced": false, "kind": "SelfSubjectAccessReview", "verbs": ["create"]},
-                {"name": "selfsubjectrulesreviews", "singularName": "selfsubjectrulesreview",
-                 "namespaced": false, "kind": "SelfSubjectRulesReview", "verbs": ["create"]},
                 {"name": "subjectaccessreviews", "singularName": "subjectaccessreview",
                  "namespaced": false, "kind": "SubjectAccessReview", "verbs": ["create"]}]),
             ),

@@ -232,7 +232,11 @@ impl State {
             c["status"]["conditions"] = json!([condition(
                 "Approved",
                 "AutoApproved",
-                "Auto approving kubelet client certificate after SubjectAccessReview."
+                if signer == KUBELET_SERVING {
+                    "Auto approving kubelet serving certificate after SubjectAccessReview."
+                } else {
+                    "Auto approving kubelet client certificate after SubjectAccessReview."
+                }
             )]);
             self.write(key, c);
         }
@@ -369,6 +373,7 @@ impl State {
         let kind = match path {
             "/apis/authentication.k8s.io/v1/tokenreviews" => "TokenReview",
             "/apis/authorization.k8s.io/v1/subjectaccessreviews" => "SubjectAccessReview",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews" => "SelfSubjectReview",
             _ => return None,
         };
         if method != "POST" {
@@ -382,7 +387,7 @@ impl State {
         }
         let mut out = body.clone();
         out["kind"] = json!(kind);
-        out["apiVersion"] = json!(if kind == "TokenReview" {
+        out["apiVersion"] = json!(if kind != "SubjectAccessReview" {
             "authentication.k8s.io/v1"
         } else {
             "authorization.k8s.io/v1"
@@ -391,7 +396,18 @@ impl State {
             out["metadata"] = json!({});
         }
         out["metadata"]["creationTimestamp"] = Value::Null;
-        if kind == "TokenReview" {
+        if kind == "SelfSubjectReview" {
+            // `kubectl auth whoami`: the requester as authenticated.
+            let u = self.auth.user.clone();
+            let mut info = json!({});
+            if let Some(u) = u {
+                info = json!({"username": u.name, "groups": u.groups});
+                if !u.uid.is_empty() {
+                    info["uid"] = json!(u.uid);
+                }
+            }
+            out["status"] = json!({"userInfo": info});
+        } else if kind == "TokenReview" {
             let tok = body["spec"]["token"].as_str().unwrap_or("");
             let audiences = match body["spec"]["audiences"].as_array() {
                 Some(a) if !a.is_empty() => json!(a),
