@@ -1441,6 +1441,16 @@ fn node_proxy_subresources_reach_the_kubelet_with_the_client_certificate() {
         seen[0].0, "kube-apiserver-kubelet-client",
         "the kubelet-client certificate"
     );
+    // A kubelet error on pods/log comes back as a Status with the kubelet's text
+    // (GenericHttpResponseChecker), which kubectl prints.
+    let (ok, _, err) = k.run(&["logs", "web", "--previous"]);
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains(
+            "Error from server (NotFound): previous terminated container \"c\" in pod \"web\" not found"
+        ),
+        "{err}"
+    );
 
     let out = k.ok(&[
         "get",

@@ -1,6 +1,8 @@
 //! A stand-in "kubelet" for the double's node proxy tests: an HTTPS server (rustls) with its
 //! own serving CA that requires a client certificate from the API server's CA (as the
 //! kubelet's `--client-ca-file`), and answers:
+//! - `/containerLogs/...?previous=true`: the kubelet's 404 for a container without a previous
+//!   instance;
 //! - `/containerLogs/...`: 200 text/plain `target=<path?query>` then, with `follow=true`,
 //!   `line 1`, and `line 2` once `release()` is called;
 //! - an upgrade request (`Connection: Upgrade`): 101 with the same `Upgrade` and the
@@ -158,6 +160,26 @@ fn serve(
                 break;
             }
         }
+        return;
+    }
+    if target.starts_with("/containerLogs/") && target.contains("previous=true") {
+        // The kubelet's answer when there is no previous instance.
+        let c = target
+            .split('?')
+            .next()
+            .unwrap_or("")
+            .rsplit('/')
+            .next()
+            .unwrap_or("");
+        let body = format!("previous terminated container \"{c}\" in pod \"web\" not found");
+        let resp = format!(
+            "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = s.write_all(resp.as_bytes());
+        let _ = s.flush();
+        s.conn.send_close_notify();
+        let _ = s.flush();
         return;
     }
     if target.starts_with("/containerLogs/") {
