@@ -338,15 +338,22 @@ pub fn csr_info(der: &[u8]) -> Option<CsrInfo> {
     Some(out)
 }
 
-/// A stream two threads share: reads poll (short socket timeouts) so a writer gets the lock.
+/// A stream two threads share: the reader waits for the socket without the lock, so a writer
+/// never waits behind a blocked read.
 pub struct Shared<S> {
     inner: Mutex<S>,
+    /// The same socket, to wait for readability without holding `inner`.
+    waiter: Option<std::net::TcpStream>,
     pub closed: AtomicBool,
 }
 
 pub trait Sock {
     fn tcp(&self) -> &std::net::TcpStream;
     fn close(&mut self);
+    /// Plaintext already received (WouldBlock when none, Ok(0) at a clean end).
+    fn buffered(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
+    /// Reads what the socket has (it is readable) and processes it. Ok(false) at EOF.
+    fn fill(&mut self) -> std::io::Result<bool>;
 }
 
 macro_rules! tls_sock {
@@ -360,26 +367,32 @@ macro_rules! tls_sock {
                 let _ = self.conn.complete_io(&mut self.sock);
                 let _ = self.sock.shutdown(std::net::Shutdown::Both);
             }
+            fn buffered(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.conn.reader().read(buf)
+            }
+            fn fill(&mut self) -> std::io::Result<bool> {
+                let n = self.conn.read_tls(&mut self.sock)?;
+                self.conn
+                    .process_new_packets()
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+                while self.conn.wants_write() {
+                    self.conn.write_tls(&mut self.sock)?;
+                }
+                Ok(n > 0)
+            }
         }
     };
 }
 tls_sock!(rustls::ServerConnection);
 tls_sock!(rustls::ClientConnection);
 
-impl Sock for std::net::TcpStream {
-    fn tcp(&self) -> &std::net::TcpStream {
-        self
-    }
-    fn close(&mut self) {
-        let _ = self.shutdown(std::net::Shutdown::Both);
-    }
-}
-
 impl<S: Read + Write + Sock> Shared<S> {
     pub fn new(s: S) -> Arc<Shared<S>> {
-        let _ = s.tcp().set_read_timeout(Some(Duration::from_millis(20)));
+        let _ = s.tcp().set_read_timeout(Some(Duration::from_millis(50)));
+        let waiter = s.tcp().try_clone().ok();
         Arc::new(Shared {
             inner: Mutex::new(s),
+            waiter,
             closed: AtomicBool::new(false),
         })
     }
@@ -388,24 +401,36 @@ impl<S: Read + Write + Sock> Shared<S> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reads some bytes (0 = end of stream or closed).
+    /// Reads some bytes (0 = end of stream or closed). Waits for the socket without the
+    /// lock (a writer never waits for a reader), then reads and decrypts under it.
     pub fn read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::io::ErrorKind::{TimedOut, UnexpectedEof, WouldBlock};
+        let mut eof = false;
         loop {
             if self.closed.load(Ordering::SeqCst) {
                 return Ok(0);
             }
-            let r = self.lock().read(buf);
-            match r {
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    std::thread::yield_now();
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(0),
-                other => return other,
+            match self.lock().buffered(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == WouldBlock => {}
+                Err(e) if e.kind() == UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+            }
+            if eof {
+                return Ok(0);
+            }
+            let Some(w) = &self.waiter else {
+                return Ok(0);
+            };
+            match w.peek(&mut [0u8; 1]) {
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), WouldBlock | TimedOut) => continue,
+                Err(e) => return Err(e),
+            }
+            match self.lock().fill() {
+                Ok(more) => eof = !more,
+                Err(e) if matches!(e.kind(), WouldBlock | TimedOut) => {}
+                Err(e) => return Err(e),
             }
         }
     }
