@@ -140,7 +140,6 @@ fn connection(ctx: &Ctx, tcp: TcpStream) {
     }
     let peer = crate::tls::peer(&s.conn, ctx.client_ca.as_ref());
     let client = Shared::new(s);
-    let mut backend: Option<TcpStream> = None;
     let mut buf: Vec<u8> = Vec::new();
     loop {
         let Some(head) = read_head(&client, &mut buf) else {
@@ -149,7 +148,7 @@ fn connection(ctx: &Ctx, tcp: TcpStream) {
         let route = (ctx.router)(&head, &peer);
         match route {
             Route::Pass => {
-                if !pass(ctx, &client, &mut backend, &peer, &head, &mut buf) {
+                if !pass(ctx, &client, &peer, &head, &mut buf) {
                     break;
                 }
             }
@@ -174,77 +173,102 @@ fn connection(ctx: &Ctx, tcp: TcpStream) {
             }
         }
     }
-    if let Some(b) = &backend {
-        if let Ok(a) = b.local_addr() {
-            ctx.ids.lock().unwrap_or_else(|e| e.into_inner()).remove(&a);
-        }
-        let _ = b.shutdown(std::net::Shutdown::Both);
-    }
     client.close();
 }
 
-/// Forwards one request to the tiny_http double (connecting first, with a relay thread for
-/// the answers). False: the connection is done.
+/// Forwards one request to the tiny_http double on a connection of its own (`Connection:
+/// close`; the client's connection stays open) and relays the answer. A fresh backend
+/// connection per request: tiny_http's task pool can leave a new connection's task queued
+/// behind long-lived keep-alive connections when several arrive at once (kubectl's parallel
+/// discovery), which stalled requests until the client's timeout. False: the client
+/// connection is done.
 fn pass(
     ctx: &Ctx,
     client: &Arc<Shared<ServerTls>>,
-    backend: &mut Option<TcpStream>,
     peer: &Peer,
     head: &Head,
     buf: &mut Vec<u8>,
 ) -> bool {
-    if backend.is_none() {
-        let Ok(b) = TcpStream::connect(ctx.backend) else {
-            return false;
-        };
-        let _ = b.set_nodelay(true);
-        if let Ok(a) = b.local_addr() {
-            ctx.ids
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(a, peer.clone());
-        }
-        let Ok(mut rd) = b.try_clone() else {
-            return false;
-        };
-        let client = client.clone();
-        std::thread::spawn(move || {
-            let mut chunk = vec![0u8; 16384];
-            loop {
-                match rd.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if client.write_all(&chunk[..n]).is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-            client.close();
-        });
-        *backend = Some(b);
+    if head.chunked() {
+        // client-go sends bodies with a length; chunked request bodies are not relayed.
+        let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"chunked request bodies are not supported by the test double","reason":"BadRequest","code":400}"#;
+        let resp = format!(
+            "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = client.write_all(resp.as_bytes());
+        return false;
     }
-    let Some(b) = backend.as_mut() else {
+    let Some(body) = take_body(client, head, buf) else {
         return false;
     };
-    if b.write_all(&raw_head(head, &head.target, &[])).is_err() {
+    let Ok(mut b) = TcpStream::connect(ctx.backend) else {
+        return false;
+    };
+    let _ = b.set_nodelay(true);
+    let addr = b.local_addr().ok();
+    if let Some(a) = addr {
+        ctx.ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(a, peer.clone());
+    }
+    let sent = b
+        .write_all(&raw_head(
+            head,
+            &head.target,
+            &[("Connection", "close".into())],
+        ))
+        .and_then(|()| b.write_all(&body))
+        .is_ok();
+    let ok = sent && relay_back(client, &mut b);
+    if let Some(a) = addr {
+        ctx.ids.lock().unwrap_or_else(|e| e.into_inner()).remove(&a);
+    }
+    let _ = b.shutdown(std::net::Shutdown::Both);
+    ok && !head
+        .header("Connection")
+        .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+}
+
+/// The double's answer to the client: its head without the `Connection: close` the front
+/// asked for, then everything until the double closes (the body is framed by
+/// Content-Length or chunks, so the client connection can carry on).
+fn relay_back(client: &Shared<ServerTls>, b: &mut TcpStream) -> bool {
+    let mut data = Vec::new();
+    let mut chunk = vec![0u8; 16384];
+    let end = loop {
+        if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        match b.read(&mut chunk) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => data.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let text = String::from_utf8_lossy(&data[..end]).into_owned();
+    let mut out = String::new();
+    for (i, line) in text.split("\r\n").enumerate() {
+        if i > 0 && line.to_ascii_lowercase().starts_with("connection:") {
+            continue;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    out.push_str("\r\n");
+    if client.write_all(out.as_bytes()).is_err() || client.write_all(&data[end + 4..]).is_err() {
         return false;
     }
-    if head.chunked() {
-        // Rare (client-go sends bodies with a length): relay the rest raw.
-        let _ = b.write_all(buf);
-        buf.clear();
-        let mut chunk = vec![0u8; 16384];
-        while let Ok(n) = client.read(&mut chunk) {
-            if n == 0 || b.write_all(&chunk[..n]).is_err() {
-                break;
+    loop {
+        match b.read(&mut chunk) {
+            Ok(0) => return true,
+            Err(_) => return false,
+            Ok(n) => {
+                if client.write_all(&chunk[..n]).is_err() {
+                    return false;
+                }
             }
         }
-        return false;
-    }
-    match take_body(client, head, buf) {
-        Some(body) => b.write_all(&body).is_ok(),
-        None => false,
     }
 }
 
