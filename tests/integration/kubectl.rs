@@ -1138,6 +1138,24 @@ fn tls_double_authenticates_like_kube_apiserver() {
             json!(["team-a", "system:authenticated"])
         );
     }
+
+    // A bootstrap kubeconfig: nanolet's client is system:bootstrap:<id>.
+    let bkc = dir.path().join("bootstrap-kc");
+    api.write_bootstrap_kubeconfig(&bkc, "07401b", "f395accd246ae52d");
+    let kc = nanolet::apiclient::kubeconfig::Kubeconfig::load(&bkc).expect("kubeconfig");
+    let c =
+        nanolet::apiclient::client::ApiClient::new(&kc, Duration::from_secs(10)).expect("client");
+    let body = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": "boot"},
+        "spec": {"request": support::apiserver::base64_encode(pem.as_bytes()),
+            "signerName": CLIENT_KUBELET, "usages": ["digital signature", "client auth"]}});
+    let csr = c
+        .post(
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            &body,
+        )
+        .expect("POST CSR");
+    assert_eq!(csr["spec"]["username"], "system:bootstrap:07401b", "{csr}");
 }
 
 /// The CSR API with the real kubectl: `kubectl get csr` prints the apiserver's columns

@@ -2297,6 +2297,14 @@ impl FakeApiServer {
         self.st().auth.bootstrap.insert(id.into(), secret.into());
     }
 
+    /// Adds the bootstrap token `<id>.<secret>` and writes a kubeconfig that uses it (what
+    /// `kubeadm token create --print-join-command` leads to: nanolet's
+    /// `--bootstrap-kubeconfig`).
+    pub fn write_bootstrap_kubeconfig(&self, path: &Path, id: &str, secret: &str) {
+        self.add_bootstrap_token(id, secret);
+        self.write_kubeconfig(path, &format!("{id}.{secret}"));
+    }
+
     /// Approve CSRs for `signer` as soon as they are created (kube-controller-manager's
     /// csrapproving for node client CSRs), or stop doing so.
     pub fn auto_approve(&self, signer: &str, on: bool) {
