@@ -716,3 +716,29 @@ fn kubectl_apply_get_and_delete_drive_nanolet() {
         api.get(MIRROR)
     );
 }
+
+/// API-server mode over real TLS (the double's `start_tls`): nanolet verifies the API server
+/// against the kubeconfig's CA data and authenticates with a node client certificate
+/// (CN system:node:node1, O system:nodes) made by openssl; the Node and its Lease appear.
+#[test]
+fn joins_over_tls_with_a_node_client_certificate() {
+    let ctd = Containerd::start();
+    let api = FakeApiServer::start_tls(TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    let cert = api.client_cert("system:node:node1", &["system:nodes"]);
+    api.write_kubeconfig_cert(&kc, &cert);
+    let n = Nanolet::start(&ctd, &[format!("--kubeconfig={}", kc.display())]);
+    wait_for(Duration::from_secs(30), || api.get(NODE_PATH))
+        .unwrap_or_else(|| panic!("node never registered over TLS\n{}", n.log_tail()));
+    wait_for(Duration::from_secs(30), || api.get(LEASE_PATH))
+        .unwrap_or_else(|| panic!("no Lease over TLS\n{}", n.log_tail()));
+    let reg = api
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST" && r.path == "/api/v1/nodes")
+        .expect("registration request");
+    assert_eq!(
+        reg.user, "system:node:node1",
+        "authenticated by its client certificate"
+    );
+}

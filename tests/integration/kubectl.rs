@@ -972,3 +972,635 @@ fn kubectl_get_watch_prints_changes_as_they_happen() {
     api.delete("/api/v1/namespaces/default/pods/first");
     assert_eq!(cols(&w.next())[..3], ["first", "1/1", "Terminating"]);
 }
+
+// ---- issue 19: the double's TLS, CSR API, reviews and node proxy ----
+
+use support::apiserver::{CLIENT_KUBELET, KUBELET_SERVING, base64_decode};
+use support::{pki, tls};
+
+fn csr_yaml(
+    name: &str,
+    pem: &str,
+    signer: &str,
+    usages: &[&str],
+    expiration: Option<i64>,
+) -> String {
+    let us: Vec<String> = usages.iter().map(|u| format!("  - {u}")).collect();
+    let exp = expiration.map_or(String::new(), |e| format!("  expirationSeconds: {e}\n"));
+    format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: {name}\nspec:\n  request: {}\n  signerName: {signer}\n{exp}  usages:\n{}\n",
+        support::apiserver::base64_encode(pem.as_bytes()),
+        us.join("\n")
+    )
+}
+
+fn issued(api: &FakeApiServer, name: &str) -> String {
+    let v = api
+        .get(&format!(
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}"
+        ))
+        .expect("csr");
+    let b = v["status"]["certificate"].as_str().unwrap_or("");
+    String::from_utf8(base64_decode(b).unwrap_or_default()).unwrap_or_default()
+}
+
+/// kube-apiserver's authenticators over real TLS: a client certificate from the CA is its CN
+/// with its Os as groups, a bootstrap token is system:bootstrap:<id> in
+/// system:bootstrappers (the CSR's spec.username/groups, set by the server from the
+/// requester), no credentials or a certificate from another CA -> 401 `Status`.
+#[test]
+fn tls_double_authenticates_like_kube_apiserver() {
+    let api = FakeApiServer::start_tls(TOKEN);
+    let ca = api.ca_cert_path();
+    let alice = api.client_cert("alice", &["team-a"]);
+    let two = api.client_cert("bob", &["g1", "g2"]);
+    let der = tls::load_certs(&two.cert);
+    assert_eq!(
+        tls::subject(&der[0]),
+        Some(("bob".to_string(), vec!["g1".to_string(), "g2".to_string()])),
+        "one O per group, in order"
+    );
+    let ns = "/api/v1/namespaces/default";
+    let (code, _) = tls::request(
+        api.port,
+        tls::test_client_config(Some(&alice), &ca),
+        "GET",
+        ns,
+        &[],
+        "",
+    );
+    assert_eq!(code, 200, "a client certificate from the CA authenticates");
+    let (code, body) = tls::request(
+        api.port,
+        tls::test_client_config(None, &ca),
+        "GET",
+        ns,
+        &[],
+        "",
+    );
+    assert_eq!(code, 401, "no credentials: {body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap_or_default()["reason"],
+        "Unauthorized"
+    );
+    let other = pki::Ca::new("another-ca");
+    let mallory = other.issue(
+        other.dir(),
+        "m",
+        "mallory",
+        &["system:masters"],
+        &[],
+        &["client auth", "digital signature"],
+    );
+    let (code, _) = tls::request(
+        api.port,
+        tls::test_client_config(Some(&mallory), &ca),
+        "GET",
+        ns,
+        &[],
+        "",
+    );
+    assert_eq!(code, 401, "a certificate from another CA is not a user");
+    let (code, _) = tls::request(
+        api.port,
+        tls::test_client_config(None, &ca),
+        "GET",
+        ns,
+        &[("Authorization", "Bearer abcdef.0123456789abcdef")],
+        "",
+    );
+    assert_eq!(code, 401, "an unknown bootstrap token");
+    api.add_bootstrap_token("abcdef", "0123456789abcdef");
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let (pem, _) = pki::make_csr(dir.path(), "n1", "system:node:n1", &["system:nodes"], &[]);
+    // spec.username/groups sent by the client are overwritten by the server.
+    let v = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"generateName": "csr-"},
+        "spec": {"request": support::apiserver::base64_encode(pem.as_bytes()),
+            "signerName": CLIENT_KUBELET, "usages": ["digital signature", "client auth"],
+            "username": "forged", "groups": ["system:masters"]}});
+    let (code, out) = tls::request(
+        api.port,
+        tls::test_client_config(None, &ca),
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        &[
+            ("Authorization", "Bearer abcdef.0123456789abcdef"),
+            ("Content-Type", "application/json"),
+        ],
+        &v.to_string(),
+    );
+    assert_eq!(code, 201, "{out}");
+    let csr: Value = serde_json::from_str(&out).unwrap_or_default();
+    assert!(
+        csr["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("csr-"),
+        "generateName: {csr}"
+    );
+    assert_eq!(
+        csr["spec"]["username"], "system:bootstrap:abcdef",
+        "the server sets the requester"
+    );
+    assert_eq!(
+        csr["spec"]["groups"],
+        json!(["system:bootstrappers", "system:authenticated"])
+    );
+
+    // nanolet's own API client (rustls, the kubeconfig's CA data), by token and by client
+    // certificate.
+    let ns = api
+        .client(TOKEN)
+        .get("/api/v1/namespaces/default")
+        .expect("GET over https");
+    assert_eq!(ns["metadata"]["name"], "default");
+    let kc = dir.path().join("kc");
+    api.write_kubeconfig_cert(&kc, &api.client_cert("system:node:n1", &["system:nodes"]));
+    let kc = nanolet::apiclient::kubeconfig::Kubeconfig::load(&kc).expect("kubeconfig");
+    let c =
+        nanolet::apiclient::client::ApiClient::new(&kc, Duration::from_secs(10)).expect("client");
+    let csrs = c
+        .get("/apis/certificates.k8s.io/v1/certificatesigningrequests")
+        .expect("GET with a client certificate");
+    assert_eq!(csrs["items"].as_array().map(Vec::len), Some(1), "{csrs}");
+
+    // The real kubectl with a client certificate: `kubectl auth whoami` (SelfSubjectReview)
+    // shows the CN as user and the Os (plus system:authenticated) as groups.
+    if has_kubectl() {
+        let k = Kubectl::with_cert(&api, &alice);
+        let who: Value =
+            serde_json::from_str(&k.ok(&["auth", "whoami", "-o", "json"])).unwrap_or_default();
+        assert_eq!(who["status"]["userInfo"]["username"], "alice", "{who}");
+        assert_eq!(
+            who["status"]["userInfo"]["groups"],
+            json!(["team-a", "system:authenticated"])
+        );
+    }
+
+    // A bootstrap kubeconfig: nanolet's client is system:bootstrap:<id>.
+    let bkc = dir.path().join("bootstrap-kc");
+    api.write_bootstrap_kubeconfig(&bkc, "07401b", "f395accd246ae52d");
+    let kc = nanolet::apiclient::kubeconfig::Kubeconfig::load(&bkc).expect("kubeconfig");
+    let c =
+        nanolet::apiclient::client::ApiClient::new(&kc, Duration::from_secs(10)).expect("client");
+    let body = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": "boot"},
+        "spec": {"request": support::apiserver::base64_encode(pem.as_bytes()),
+            "signerName": CLIENT_KUBELET, "usages": ["digital signature", "client auth"]}});
+    let csr = c
+        .post(
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            &body,
+        )
+        .expect("POST CSR");
+    assert_eq!(csr["spec"]["username"], "system:bootstrap:07401b", "{csr}");
+}
+
+/// The CSR API with the real kubectl: `kubectl get csr` prints the apiserver's columns
+/// (printCertificateSigningRequest: NAME AGE SIGNERNAME REQUESTOR REQUESTEDDURATION
+/// CONDITION), `kubectl certificate approve` (PUT .../approval) makes the signer issue a
+/// certificate from the double's CA with the usages and SANs; `deny` leaves none; the
+/// auto-approver issues at once.
+#[test]
+fn kubectl_certificate_approve_and_deny_drive_the_signer() {
+    assert!(
+        has_kubectl(),
+        "kubectl not installed (scripts/install-deps.sh)"
+    );
+    let api = FakeApiServer::start_tls(TOKEN);
+    let k = Kubectl::new(&api, TOKEN);
+    api.add_bootstrap_token("abcdef", "0123456789abcdef");
+    let node = Kubectl::new(&api, "abcdef.0123456789abcdef");
+    let dir = tempfile::tempdir().expect("tmp");
+    let (client_pem, _) = pki::make_csr(dir.path(), "c", "system:node:n1", &["system:nodes"], &[]);
+    let sans = vec!["DNS:n1".to_string(), "IP:10.0.0.5".to_string()];
+    let (serving_pem, _) =
+        pki::make_csr(dir.path(), "s", "system:node:n1", &["system:nodes"], &sans);
+    let f = node.write(
+        "c.yaml",
+        &csr_yaml(
+            "node-client",
+            &client_pem,
+            CLIENT_KUBELET,
+            &["digital signature", "client auth"],
+            Some(3600),
+        ),
+    );
+    node.ok(&["create", "-f", &f.display().to_string()]);
+    let f = node.write(
+        "s.yaml",
+        &csr_yaml(
+            "node-serving",
+            &serving_pem,
+            KUBELET_SERVING,
+            &["digital signature", "server auth"],
+            None,
+        ),
+    );
+    node.ok(&["create", "-f", &f.display().to_string()]);
+
+    let out = k.ok(&["get", "csr"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        cols(lines[0]),
+        [
+            "NAME",
+            "AGE",
+            "SIGNERNAME",
+            "REQUESTOR",
+            "REQUESTEDDURATION",
+            "CONDITION"
+        ],
+        "{out}"
+    );
+    let row = lines
+        .iter()
+        .find(|l| l.starts_with("node-client"))
+        .expect("row");
+    assert_eq!(
+        cols(row)[2..],
+        [CLIENT_KUBELET, "system:bootstrap:abcdef", "60m", "Pending"],
+        "{out}"
+    );
+
+    let out = k.ok(&["certificate", "approve", "node-client"]);
+    assert!(out.contains("approved"), "{out}");
+    let csr = api
+        .get("/apis/certificates.k8s.io/v1/certificatesigningrequests/node-client")
+        .expect("csr");
+    let c = &csr["status"]["conditions"][0];
+    assert_eq!(
+        (
+            c["type"].as_str(),
+            c["reason"].as_str(),
+            c["status"].as_str()
+        ),
+        (Some("Approved"), Some("KubectlApprove"), Some("True")),
+        "{csr}"
+    );
+    let pem = issued(&api, "node-client");
+    let text = pki::cert_text(&pem);
+    assert!(
+        text.contains("Subject: O = system:nodes, CN = system:node:n1"),
+        "{text}"
+    );
+    assert!(text.contains("TLS Web Client Authentication"), "{text}");
+    // expirationSeconds 3600 < 8 h: NotBefore = now - 5 min, NotAfter = now + 1 h.
+    let cert_file = dir.path().join("issued.crt");
+    std::fs::write(&cert_file, &pem).expect("write");
+    let verify = Command::new("openssl")
+        .args(["verify", "-CAfile"])
+        .arg(api.ca_cert_path())
+        .arg(&cert_file)
+        .output()
+        .expect("openssl verify");
+    assert!(
+        verify.status.success(),
+        "issued by the double's CA: {verify:?}"
+    );
+    let out = k.ok(&["get", "csr", "node-client"]);
+    assert!(out.contains("Approved,Issued"), "{out}");
+
+    k.ok(&["certificate", "deny", "node-serving"]);
+    let out = k.ok(&["get", "csr", "node-serving"]);
+    assert!(out.contains("Denied") && !out.contains("Issued"), "{out}");
+    assert_eq!(
+        issued(&api, "node-serving"),
+        "",
+        "a denied CSR gets no certificate"
+    );
+
+    // A serving CSR approved: SANs copied, server auth.
+    let f = node.write(
+        "s2.yaml",
+        &csr_yaml(
+            "node-serving-2",
+            &serving_pem,
+            KUBELET_SERVING,
+            &["digital signature", "server auth"],
+            None,
+        ),
+    );
+    node.ok(&["create", "-f", &f.display().to_string()]);
+    k.ok(&["certificate", "approve", "node-serving-2"]);
+    let text = pki::cert_text(&issued(&api, "node-serving-2"));
+    assert!(
+        text.contains("DNS:n1, IP Address:10.0.0.5")
+            && text.contains("TLS Web Server Authentication"),
+        "{text}"
+    );
+
+    // The auto-approver (csrapproving) for the client signer.
+    api.auto_approve(CLIENT_KUBELET, true);
+    let f = node.write(
+        "c2.yaml",
+        &csr_yaml(
+            "node-client-2",
+            &client_pem,
+            CLIENT_KUBELET,
+            &["digital signature", "client auth"],
+            None,
+        ),
+    );
+    node.ok(&["create", "-f", &f.display().to_string()]);
+    let out = k.ok(&["get", "csr", "node-client-2"]);
+    assert!(out.contains("Approved,Issued"), "{out}");
+    // The signer's own checks (ValidateKubeletClientCSR): a client CSR not in system:nodes is
+    // approved but fails, with the upstream message, and gets no certificate.
+    let (bad_pem, _) = pki::make_csr(dir.path(), "b", "system:node:n1", &["evil"], &[]);
+    let f = node.write(
+        "b.yaml",
+        &csr_yaml(
+            "bad-org",
+            &bad_pem,
+            CLIENT_KUBELET,
+            &["digital signature", "client auth"],
+            None,
+        ),
+    );
+    node.ok(&["create", "-f", &f.display().to_string()]);
+    let out = k.ok(&["get", "csr", "bad-org"]);
+    assert!(out.contains("Approved,Failed"), "{out}");
+    let csr = api
+        .get("/apis/certificates.k8s.io/v1/certificatesigningrequests/bad-org")
+        .expect("csr");
+    let failed = &csr["status"]["conditions"][1];
+    assert_eq!(failed["reason"], "SignerValidationFailure", "{csr}");
+    assert_eq!(
+        failed["message"],
+        "subject organization is not system:nodes"
+    );
+    assert_eq!(issued(&api, "bad-org"), "");
+
+    // A watch on one CSR (fieldSelector metadata.name, as the kubelet's certificate manager
+    // waits): only that CSR, ADDED with its current state.
+    let ca = api.ca_cert_path();
+    let (code, body) = tls::request(
+        api.port,
+        tls::test_client_config(None, &ca),
+        "GET",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests?watch=true&fieldSelector=metadata.name%3Dnode-client&timeoutSeconds=1",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let events: Vec<Value> = body
+        .split('\n')
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l.trim()).unwrap_or_default())
+        .collect();
+    assert_eq!(events.len(), 1, "{body}");
+    assert_eq!(events[0]["type"], "ADDED");
+    assert_eq!(events[0]["object"]["metadata"]["name"], "node-client");
+    assert!(events[0]["object"]["status"]["certificate"].is_string());
+}
+
+/// TokenReview from the token table (and a bootstrap token), SubjectAccessReview from the
+/// test's rules (default deny; system:masters always allowed, as the privileged-group
+/// authorizer), both recorded.
+#[test]
+fn token_and_subject_access_reviews_answer_from_the_tables() {
+    let api = FakeApiServer::start_tls(TOKEN);
+    let ca = api.ca_cert_path();
+    let cfg = || tls::test_client_config(None, &ca);
+    let hdr = [
+        ("Authorization", "Bearer kubectl-t0ken"),
+        ("Content-Type", "application/json"),
+    ];
+    api.add_token(
+        "metrics-token",
+        "system:serviceaccount:kube-system:metrics-server",
+        &[],
+    );
+    let review = |tok: &str| {
+        let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": tok}});
+        let (code, out) = tls::request(
+            api.port,
+            cfg(),
+            "POST",
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            &hdr,
+            &body.to_string(),
+        );
+        assert_eq!(code, 201, "{out}");
+        serde_json::from_str::<Value>(&out).unwrap_or_default()
+    };
+    let r = review("metrics-token");
+    assert_eq!(r["status"]["authenticated"], true, "{r}");
+    assert_eq!(
+        r["status"]["user"]["username"],
+        "system:serviceaccount:kube-system:metrics-server"
+    );
+    assert_eq!(
+        r["status"]["user"]["groups"],
+        json!(["system:authenticated"])
+    );
+    let r = review("nope");
+    assert!(
+        r["status"]["authenticated"].is_null() || r["status"]["authenticated"] == false,
+        "{r}"
+    );
+    assert_eq!(api.token_reviews().len(), 2);
+
+    api.allow("alice", "get", "nodes", "proxy");
+    let sar = |user: &str, groups: &[&str], verb: &str, sub: &str| {
+        let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": groups, "resourceAttributes":
+                {"verb": verb, "resource": "nodes", "subresource": sub, "name": "n1"}}});
+        let (code, out) = tls::request(
+            api.port,
+            cfg(),
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            &hdr,
+            &body.to_string(),
+        );
+        assert_eq!(code, 201, "{out}");
+        serde_json::from_str::<Value>(&out).unwrap_or_default()["status"]["allowed"].clone()
+    };
+    assert_eq!(sar("alice", &[], "get", "proxy"), true);
+    assert_eq!(sar("alice", &[], "create", "proxy"), false, "default deny");
+    assert_eq!(sar("bob", &[], "get", "proxy"), false);
+    assert_eq!(sar("root", &["system:masters"], "create", "stats"), true);
+    let seen = api.access_reviews();
+    assert_eq!(seen.len(), 4);
+    assert_eq!(seen[1]["spec"]["resourceAttributes"]["verb"], "create");
+}
+
+/// The node proxy subresources reach the node's kubelet (status.addresses InternalIP,
+/// daemonEndpoints.kubeletEndpoint.Port) with the API server's kubelet-client certificate:
+/// `kubectl logs` (LogLocation's parameters), `kubectl logs -f` streaming line by line,
+/// `kubectl get --raw .../nodes/N/proxy/...`, and an exec upgrade relayed (101, then bytes
+/// both ways).
+#[test]
+fn node_proxy_subresources_reach_the_kubelet_with_the_client_certificate() {
+    assert!(
+        has_kubectl(),
+        "kubectl not installed (scripts/install-deps.sh)"
+    );
+    let mut api = FakeApiServer::start_tls(TOKEN);
+    let kubelet = support::standin::StandInKubelet::start(&api.ca_cert_path());
+    api.create_object("/api/v1/nodes", json!({"metadata": {"name": "node1"}, "status": {
+        "addresses": [{"type": "Hostname", "address": "node1"}, {"type": "InternalIP", "address": "127.0.0.1"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet.port}}}}));
+    api.create_pod("default", pod("web", Some("node1")));
+    let k = Kubectl::new(&api, TOKEN);
+
+    let out = k.ok(&["logs", "web", "--tail=2", "--timestamps"]);
+    assert_eq!(
+        out.trim(),
+        "target=/containerLogs/default/web/c?tailLines=2&timestamps=true"
+    );
+    let seen = kubelet.seen();
+    assert_eq!(
+        seen[0].0, "kube-apiserver-kubelet-client",
+        "the kubelet-client certificate"
+    );
+    // A kubelet error on pods/log comes back as a Status with the kubelet's text
+    // (GenericHttpResponseChecker), which kubectl prints.
+    let (ok, _, err) = k.run(&["logs", "web", "--previous"]);
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains(
+            "Error from server (NotFound): previous terminated container \"c\" in pod \"web\" not found"
+        ),
+        "{err}"
+    );
+
+    let out = k.ok(&[
+        "get",
+        "--raw",
+        "/api/v1/nodes/node1/proxy/stats/summary?only_cpu_and_memory=true",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap_or_default();
+    // The query goes through as sent (UpgradeAwareHandler keeps RawQuery; kubectl adds
+    // --request-timeout as `timeout`).
+    assert_eq!(
+        v["target"], "/stats/summary?only_cpu_and_memory=true&timeout=20s",
+        "{out}"
+    );
+    assert_eq!(v["groups"], json!(["kubeadm:cluster-admins"]));
+
+    // logs -f: line 1 arrives before the kubelet sends line 2.
+    let mut child = k
+        .cmd(&["logs", "-f", "web"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubectl logs -f");
+    let mut rd = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    rd.read_line(&mut line).expect("read");
+    assert_eq!(
+        line.trim(),
+        "target=/containerLogs/default/web/c?follow=true"
+    );
+    line.clear();
+    rd.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "line 1", "streamed before the stream ends");
+    kubelet.release();
+    line.clear();
+    rd.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "line 2");
+    assert!(child.wait().expect("wait").success());
+
+    // An exec upgrade through the double: the kubelet's 101, then bytes both ways.
+    let cfg = tls::test_client_config(None, &api.ca_cert_path());
+    let mut s = tls::connect(api.port, cfg);
+    let req = format!(
+        "POST /api/v1/namespaces/default/pods/web/exec?command=sh&command=-c&command=echo%20hi&stdin=true&stdout=true&tty=true HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).expect("send");
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).expect("101 head");
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.contains("X-Stream-Protocol-Version: v4.channel.k8s.io"),
+        "{head}"
+    );
+    s.write_all(b"ping").expect("write");
+    let mut echo = [0u8; 4];
+    s.read_exact(&mut echo).expect("echo");
+    assert_eq!(&echo, b"ping");
+    let last = kubelet.seen().last().cloned().expect("exec seen");
+    assert_eq!(
+        (last.1.as_str(), last.2.as_str()),
+        (
+            "POST",
+            "/exec/default/web/c?command=sh&command=-c&command=echo+hi&input=1&output=1&tty=1"
+        )
+    );
+
+    // No credentials: 401 before any dial.
+    let n = kubelet.seen().len();
+    let (code, _) = tls::request(
+        api.port,
+        tls::test_client_config(None, &api.ca_cert_path()),
+        "GET",
+        "/api/v1/namespaces/default/pods/web/log",
+        &[],
+        "",
+    );
+    assert_eq!(code, 401);
+    assert_eq!(kubelet.seen().len(), n);
+
+    // --kubelet-certificate-authority: the stand-in's CA passes, another CA is refused
+    // (500 from the proxy, nothing reaches the kubelet).
+    api.set_kubelet_ca(Some(&kubelet.ca_cert()));
+    k.ok(&["get", "--raw", "/api/v1/nodes/node1/proxy/healthz"]);
+    api.set_kubelet_ca(Some(&api.ca_cert_path()));
+    let n = kubelet.seen().len();
+    let (ok, _, err) = k.run(&["get", "--raw", "/api/v1/nodes/node1/proxy/healthz"]);
+    assert!(
+        !ok && err.contains("error trying to reach service"),
+        "{err}"
+    );
+    assert_eq!(kubelet.seen().len(), n);
+
+    // The real `kubectl exec`: its WebSocket (v5.channel.k8s.io) is refused, so it falls back
+    // to SPDY, which reaches the kubelet (what kube-apiserver >= 1.30 sends the kubelet after
+    // translating). The stand-in only echoes, so kubectl is stopped once the kubelet saw it.
+    api.set_kubelet_ca(Some(&kubelet.ca_cert()));
+    let before = kubelet.upgrades().len();
+    let mut exec = k
+        .cmd(&["exec", "web", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl exec");
+    let up = wait_for(Duration::from_secs(20), || {
+        kubelet.upgrades().get(before).cloned()
+    });
+    let _ = exec.kill();
+    let _ = exec.wait();
+    assert_eq!(up.as_deref(), Some("SPDY/3.1"), "{:?}", kubelet.upgrades());
+    let ws = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/api/v1/namespaces/default/pods/web/exec")
+        .count();
+    assert!(ws >= 2, "a WebSocket attempt, then SPDY");
+
+    // websocket_passthrough(true): kubectl's WebSocket itself reaches the kubelet.
+    api.websocket_passthrough(true);
+    let before = kubelet.upgrades().len();
+    let mut exec = k
+        .cmd(&["exec", "web", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl exec");
+    let up = wait_for(Duration::from_secs(20), || {
+        kubelet.upgrades().get(before).cloned()
+    });
+    let _ = exec.kill();
+    let _ = exec.wait();
+    assert_eq!(up.as_deref(), Some("websocket"), "{:?}", kubelet.upgrades());
+}

@@ -1,6 +1,7 @@
-//! A Kubernetes API server test double (plain HTTP, in memory) that speaks the real REST and
-//! watch wire format for what nanolet (API-server mode) and kubectl use. Its fidelity is
-//! checked against the real `kubectl` in tests/kubectl.rs.
+//! A Kubernetes API server test double (in memory; plain HTTP with `start`, HTTPS with
+//! `start_tls`) that speaks the real REST and watch wire format for what nanolet (API-server
+//! mode) and kubectl use. Its fidelity is checked against the real `kubectl` in
+//! tests/integration/kubectl.rs.
 //!
 //! What it implements, as kube-apiserver does:
 //! - Objects: pods, pods/status, nodes, nodes/status, namespaces, events (core v1), leases
@@ -43,21 +44,51 @@
 //!   against an older server), no OpenAPI (404: kubectl apply falls back to its compiled-in
 //!   patch metadata), server-side `Table`s (`Accept: ...;as=Table;g=meta.k8s.io;v=v1`) with the
 //!   apiserver printers' columns for pods, nodes, leases and namespaces, also on watches.
-//! - `Status` objects for errors (`reason`, `code`, `details`), 401 without the bearer token;
+//! - `Status` objects for errors (`reason`, `code`, `details`), 401 without credentials;
 //!   `set_down(true)` answers 503 to everything (an outage without closing the port).
+//! - Real TLS (`start_tls`, `front.rs`, certificates made by the openssl CLI in `pki.rs`) and
+//!   the union authenticator: client certificate (CN user, O groups; one from another CA is a
+//!   401, not a handshake failure), bearer tokens (`add_token`), bootstrap tokens
+//!   (`add_bootstrap_token` -> system:bootstrap:<id>, system:bootstrappers), anonymous only
+//!   when allowed; every authenticated user is in system:authenticated.
+//! - certificates.k8s.io/v1 CertificateSigningRequests (`csr.rs`): create with the requester
+//!   written into spec.username/groups/uid, get/list/watch/delete, `/approval`, `/status`,
+//!   kubectl's protobuf approval bodies; kube-controller-manager's signer for the two kubelet
+//!   signers (its validation, backdating and TTL rules; `openssl ca`) and an optional
+//!   auto-approver; the printer's Table columns.
+//! - TokenReview and SubjectAccessReview from tables the test sets, recorded;
+//!   SelfSubjectReview (`kubectl auth whoami`).
+//! - The node proxy subresources (`proxy.rs`, `start_tls` only): pods/log, exec, attach,
+//!   portforward and nodes/NAME/proxy to the kubelet URL kube-apiserver builds, dialled with
+//!   the kubelet-client certificate, upgrade-aware and streaming. WebSocket exec/attach/
+//!   portforward upgrades are refused (kubectl falls back to SPDY) unless
+//!   `websocket_passthrough(true)`: kube-apiserver >= 1.30 translates them to SPDY itself.
 //!
 //! Deliberately not implemented: admission plugins (ServiceAccount token volumes,
 //! DefaultTolerationSeconds, LimitRanger), finalizers, server-side apply, JSON patch
-//! (RFC 6902), protobuf, pagination (`limit` is ignored: everything fits in one page), other
-//! resources, field validation, authorization (any valid token may do anything).
+//! (RFC 6902), protobuf (other than CSR approval/status bodies), pagination (`limit` is
+//! ignored: everything fits in one page), other resources, field validation, authorization
+//! of the double's own requests (any authenticated user may do anything; proxied requests
+//! are authenticated only), the approver's SubjectAccessReview, the other
+//! authorization.k8s.io reviews.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+
+use crate::pki::{Ca, CertFiles};
+use crate::tls::Peer;
+
+mod csr;
+mod proxy;
+
+pub use csr::{CLIENT_KUBELET, KUBELET_SERVING, UserInfo, base64_decode, base64_encode};
 
 /// One request the double received.
 #[derive(Clone, Debug)]
@@ -69,6 +100,8 @@ pub struct SeenRequest {
     pub body: String,
     pub content_type: String,
     pub accept: String,
+    /// The authenticated user's name ("" when the request was refused with 401).
+    pub user: String,
 }
 
 impl SeenRequest {
@@ -128,7 +161,7 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     Some(days * 86400 + hh * 3600 + mm * 60 + ss)
 }
 
-fn now_secs() -> i64 {
+pub(crate) fn now_secs() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -183,6 +216,9 @@ fn resource_info(prefix: &str, resource: &str) -> Option<(&'static str, &'static
         ("/api/v1", "events") => Some(("Event", "v1", true)),
         ("/apis/coordination.k8s.io/v1", "leases") => {
             Some(("Lease", "coordination.k8s.io/v1", true))
+        }
+        ("/apis/certificates.k8s.io/v1", "certificatesigningrequests") => {
+            Some(("CertificateSigningRequest", "certificates.k8s.io/v1", false))
         }
         _ => None,
     }
@@ -907,6 +943,7 @@ fn to_table(resource: &str, objs: &[Value], rv: u64, opts: TableOpts) -> Value {
         let (c, cells) = match resource {
             "pods" => pod_row(o),
             "nodes" => node_row(o),
+            "certificatesigningrequests" => csr::csr_row(o),
             _ => generic_row(resource, o),
         };
         cols = c;
@@ -925,6 +962,7 @@ fn to_table(resource: &str, objs: &[Value], rv: u64, opts: TableOpts) -> Value {
         cols = match resource {
             "pods" => pod_row(&json!({})).0,
             "nodes" => node_row(&json!({})).0,
+            "certificatesigningrequests" => csr::csr_row(&json!({})).0,
             _ => generic_row(resource, &json!({})).0,
         };
     }
@@ -1020,6 +1058,7 @@ struct State {
     watchers: Vec<Watcher>,
     bookmark_every: Duration,
     seq: u64,
+    auth: csr::AuthState,
 }
 
 impl State {
@@ -1033,6 +1072,7 @@ impl State {
             watchers: Vec::new(),
             bookmark_every: Duration::from_secs(60),
             seq: 0,
+            auth: csr::AuthState::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             st.ensure_namespace(ns);
@@ -1444,6 +1484,29 @@ impl State {
         if let Some(v) = self.discovery(method, path) {
             return v;
         }
+        let pb = ctype.starts_with("application/vnd.kubernetes.protobuf");
+        let csr_pb =
+            pb && path.starts_with("/apis/certificates.k8s.io/v1/certificatesigningrequests/");
+        // A SelfSubjectReview has no spec: its body (protobuf from `kubectl auth whoami`)
+        // says nothing.
+        let whoami = pb && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+        let decoded;
+        let raw = match csr_pb.then(|| csr::csr_from_protobuf(raw)).flatten() {
+            Some(v) => {
+                decoded = v.to_string().into_bytes();
+                &decoded[..]
+            }
+            None if whoami => b"{}",
+            None => raw,
+        };
+        if pb && !csr_pb && !whoami && !raw.is_empty() {
+            // Protobuf is decoded only for CSRs (kubectl certificate approve|deny).
+            return status(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml",
+            );
+        }
         let body: Value = if raw.iter().all(u8::is_ascii_whitespace) {
             Value::Null
         } else {
@@ -1452,6 +1515,9 @@ impl State {
                 Err(e) => return status(400, "BadRequest", &format!("error decoding body: {e}")),
             }
         };
+        if let Some(v) = self.reviews(method, path, &body) {
+            return v;
+        }
         let Some(res) = Res::parse(path) else {
             return status(
                 404,
@@ -1474,11 +1540,11 @@ impl State {
                 "the server could not find the requested resource",
             );
         }
-        if res
-            .sub
-            .as_deref()
-            .is_some_and(|s| s != "status" || !matches!(res.resource.as_str(), "pods" | "nodes"))
-        {
+        let csr = res.resource == "certificatesigningrequests";
+        if res.sub.as_deref().is_some_and(|s| {
+            !(s == "status" && matches!(res.resource.as_str(), "pods" | "nodes")
+                || csr && matches!(s, "status" | "approval"))
+        }) {
             return status(
                 404,
                 "NotFound",
@@ -1520,8 +1586,19 @@ impl State {
                         m.remove(k);
                     }
                 }
+                if csr {
+                    if let Err(e) = self.prepare_csr(&mut body) {
+                        return e;
+                    }
+                }
                 let coll = res.collection();
-                self.create(&coll, body, &res.resource)
+                let (code, obj) = self.create(&coll, body, &res.resource);
+                if csr && code == 201 {
+                    let key = res.key(obj["metadata"]["name"].as_str().unwrap_or(""));
+                    self.csr_controllers(&key);
+                    return (code, self.objects.get(&key).cloned().unwrap_or(obj));
+                }
+                (code, obj)
             }
             ("GET", Some(name)) => {
                 let key = res.key(name);
@@ -1545,7 +1622,14 @@ impl State {
                     );
                 }
                 let key = res.key(name);
-                self.update(&res, &key, body)
+                if csr && res.sub.as_deref() == Some("approval") {
+                    return self.csr_approval(&key, name, &body);
+                }
+                let out = self.update(&res, &key, body);
+                if csr {
+                    self.csr_controllers(&key);
+                }
+                out
             }
             ("PATCH", Some(name)) => {
                 let key = res.key(name);
@@ -1611,16 +1695,61 @@ impl State {
                  "kind": "Namespace", "verbs": verbs, "shortNames": ["ns"]},
                 {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node",
                  "verbs": verbs, "shortNames": ["no"]},
+                {"name": "nodes/proxy", "singularName": "", "namespaced": false,
+                 "kind": "NodeProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]},
                 {"name": "nodes/status", "singularName": "", "namespaced": false, "kind": "Node",
                  "verbs": sub},
                 {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
                  "verbs": verbs, "shortNames": ["po"], "categories": ["all"]},
+                {"name": "pods/attach", "singularName": "", "namespaced": true,
+                 "kind": "PodAttachOptions", "verbs": ["create", "get"]},
+                {"name": "pods/exec", "singularName": "", "namespaced": true,
+                 "kind": "PodExecOptions", "verbs": ["create", "get"]},
+                {"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod",
+                 "verbs": ["get"]},
+                {"name": "pods/portforward", "singularName": "", "namespaced": true,
+                 "kind": "PodPortForwardOptions", "verbs": ["create", "get"]},
                 {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod",
                  "verbs": sub}]}),
             "/apis" => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-                {"name": "coordination.k8s.io",
-                 "versions": [{"groupVersion": "coordination.k8s.io/v1", "version": "v1"}],
-                 "preferredVersion": {"groupVersion": "coordination.k8s.io/v1", "version": "v1"}}]}),
+                api_group("authentication.k8s.io"), api_group("authorization.k8s.io"),
+                api_group("certificates.k8s.io"), api_group("coordination.k8s.io")]}),
+            "/apis/authentication.k8s.io"
+            | "/apis/authorization.k8s.io"
+            | "/apis/certificates.k8s.io" => {
+                let mut g = api_group(path.trim_end_matches('/').trim_start_matches("/apis/"));
+                g["kind"] = json!("APIGroup");
+                g["apiVersion"] = json!("v1");
+                g
+            }
+            "/apis/authentication.k8s.io/v1" => resource_list(
+                "authentication.k8s.io/v1",
+                json!([
+                {"name": "selfsubjectreviews", "singularName": "selfsubjectreview",
+                 "namespaced": false, "kind": "SelfSubjectReview", "verbs": ["create"]},
+                {"name": "tokenreviews", "singularName": "tokenreview", "namespaced": false,
+                 "kind": "TokenReview", "verbs": ["create"]}]),
+            ),
+            "/apis/authorization.k8s.io/v1" => resource_list(
+                "authorization.k8s.io/v1",
+                json!([
+                {"name": "subjectaccessreviews", "singularName": "subjectaccessreview",
+                 "namespaced": false, "kind": "SubjectAccessReview", "verbs": ["create"]}]),
+            ),
+            "/apis/certificates.k8s.io/v1" => resource_list(
+                "certificates.k8s.io/v1",
+                json!([
+                {"name": "certificatesigningrequests", "singularName": "certificatesigningrequest",
+                 "namespaced": false, "kind": "CertificateSigningRequest",
+                 "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+                 "shortNames": ["csr"]},
+                {"name": "certificatesigningrequests/approval", "singularName": "",
+                 "namespaced": false, "kind": "CertificateSigningRequest",
+                 "verbs": ["get", "patch", "update"]},
+                {"name": "certificatesigningrequests/status", "singularName": "",
+                 "namespaced": false, "kind": "CertificateSigningRequest",
+                 "verbs": ["get", "patch", "update"]}]),
+            ),
             "/apis/coordination.k8s.io" => json!({"kind": "APIGroup", "apiVersion": "v1",
                 "name": "coordination.k8s.io",
                 "versions": [{"groupVersion": "coordination.k8s.io/v1", "version": "v1"}],
@@ -1632,7 +1761,19 @@ impl State {
             "/openapi/v3" => json!({"paths": {
                 "api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=0"},
                 "apis/coordination.k8s.io/v1":
-                    {"serverRelativeURL": "/openapi/v3/apis/coordination.k8s.io/v1?hash=0"}}}),
+                    {"serverRelativeURL": "/openapi/v3/apis/coordination.k8s.io/v1?hash=0"},
+                "apis/certificates.k8s.io/v1":
+                    {"serverRelativeURL": "/openapi/v3/apis/certificates.k8s.io/v1?hash=0"}}}),
+            "/openapi/v3/apis/certificates.k8s.io/v1" => openapi_v3(
+                "/apis/certificates.k8s.io/v1",
+                "certificates.k8s.io",
+                "v1",
+                &[(
+                    "certificatesigningrequests",
+                    "CertificateSigningRequest",
+                    false,
+                )],
+            ),
             "/openapi/v3/api/v1" => openapi_v3(
                 "/api/v1",
                 "",
@@ -1661,6 +1802,17 @@ impl State {
         };
         Some((200, v))
     }
+}
+
+/// One entry of /apis (v1 only, preferred v1).
+fn api_group(name: &str) -> Value {
+    let gv = json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
+    json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
+}
+
+fn resource_list(gv: &str, resources: Value) -> Value {
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+           "resources": resources})
 }
 
 /// An OpenAPI v3 document for one group-version with only the operations and their
@@ -1773,8 +1925,11 @@ pub struct FakeApiServer {
     state: Arc<Mutex<State>>,
     down: Arc<AtomicBool>,
     anonymous: Arc<AtomicBool>,
+    /// The port clients use (the HTTPS front's with `start_tls`).
     pub port: u16,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// With `start_tls`: the HTTPS front, the CA and the files made at start.
+    tls: Option<TlsParts>,
     /// The shared gate while the double serves (see `gate`).
     _gate: crate::gate::Shared,
 }
@@ -1784,11 +1939,20 @@ fn serve(
     state: &Arc<Mutex<State>>,
     down: &AtomicBool,
     anonymous: &AtomicBool,
-    want: &str,
+    ids: &Mutex<HashMap<SocketAddr, Peer>>,
 ) {
     for mut req in server.incoming_requests() {
         let method = req.method().as_str().to_string();
         let url = req.url().to_string();
+        let peer = req
+            .remote_addr()
+            .and_then(|a| {
+                ids.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(a)
+                    .cloned()
+            })
+            .unwrap_or(Peer::None);
         let (path, query) = match url.split_once('?') {
             Some((p, q)) => (p.to_string(), q.to_string()),
             None => (url.clone(), String::new()),
@@ -1810,6 +1974,7 @@ fn serve(
             body: String::from_utf8_lossy(&body).into_owned(),
             content_type: ctype.clone(),
             accept: accept.clone(),
+            user: String::new(),
         };
         let is_watch = method == "GET"
             && matches!(query_param(&query, "watch").as_deref(), Some("true" | "1"));
@@ -1821,13 +1986,20 @@ fn serve(
                 "ServiceUnavailable",
                 "the server is down (test)",
             ))
-        } else if auth != want && !(auth.is_empty() && anonymous.load(Ordering::SeqCst)) {
-            Answer::Json(status(401, "Unauthorized", "Unauthorized"))
-        } else if is_watch {
-            watch_request(&mut st, state, &path, &query, &accept)
+        } else if let Some(user) = st.authenticate(&peer, &auth, anonymous.load(Ordering::SeqCst)) {
+            if let Some(r) = st.requests.last_mut() {
+                r.user = user.name.clone();
+            }
+            st.auth.user = Some(user);
+            if is_watch {
+                watch_request(&mut st, state, &path, &query, &accept)
+            } else {
+                Answer::Json(st.handle(&method, &path, &query, &ctype, &accept, &body))
+            }
         } else {
-            Answer::Json(st.handle(&method, &path, &query, &ctype, &accept, &body))
+            Answer::Json(status(401, "Unauthorized", "Unauthorized"))
         };
+        st.auth.user = None;
         drop(st);
         match answer {
             Answer::Json((code, v)) => {
@@ -1924,13 +2096,57 @@ fn watch_request(
     }))
 }
 
+struct TlsParts {
+    front: Option<crate::front::Front>,
+    ca: Arc<Ca>,
+    /// Serving and client certificates made for this server.
+    _dir: tempfile::TempDir,
+    kubelet_client: CertFiles,
+    kubelet_ca: Option<PathBuf>,
+    kubelet_cfg: Arc<Mutex<Option<Arc<rustls::ClientConfig>>>>,
+}
+
+fn csr_groups(groups: Vec<String>) -> Vec<String> {
+    let mut g = groups;
+    if !g.iter().any(|x| x == "system:authenticated") {
+        g.push("system:authenticated".into());
+    }
+    g
+}
+
+/// The user the `start`/`start_tls` token authenticates as (kubeadm's admin.conf user).
+pub const ADMIN_USER: &str = "kubernetes-admin";
+pub const ADMIN_GROUP: &str = "kubeadm:cluster-admins";
+
 impl FakeApiServer {
-    /// Starts the double; requests must carry `Authorization: Bearer <token>`.
+    /// Starts the double (plain HTTP); requests must carry `Authorization: Bearer <token>`
+    /// (user `kubernetes-admin`, groups kubeadm:cluster-admins, system:masters).
     pub fn start(token: &str) -> FakeApiServer {
+        Self::start_inner(token, Arc::new(Mutex::new(HashMap::new())))
+    }
+
+    fn start_inner(token: &str, ids: Arc<Mutex<HashMap<SocketAddr, Peer>>>) -> FakeApiServer {
         let gate = crate::gate::shared();
         let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("fake apiserver"));
         let port = server.server_addr().to_ip().expect("addr").port();
         let state = Arc::new(Mutex::new(State::new()));
+        state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .auth
+            .tokens
+            .insert(
+                token.to_string(),
+                UserInfo {
+                    name: ADMIN_USER.into(),
+                    uid: String::new(),
+                    groups: vec![
+                        ADMIN_GROUP.into(),
+                        "system:masters".into(),
+                        "system:authenticated".into(),
+                    ],
+                },
+            );
         let down = Arc::new(AtomicBool::new(false));
         let anonymous = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -1940,8 +2156,7 @@ impl FakeApiServer {
                 down.clone(),
                 anonymous.clone(),
             );
-            let want = format!("Bearer {token}");
-            std::thread::spawn(move || serve(&server, &state, &down, &anon, &want))
+            std::thread::spawn(move || serve(&server, &state, &down, &anon, &ids))
         };
         FakeApiServer {
             server,
@@ -1950,8 +2165,280 @@ impl FakeApiServer {
             anonymous,
             port,
             thread: Some(thread),
+            tls: None,
             _gate: gate,
         }
+    }
+
+    /// Starts the double behind real TLS (`https://127.0.0.1:PORT`): a CA made now with the
+    /// openssl CLI, a serving certificate for 127.0.0.1/localhost, client certificates
+    /// requested (optional) and authenticated as kube-apiserver's x509 authenticator (CN =
+    /// user, O = groups); `token` as in `start`. The node proxy subresources are served (see
+    /// the module doc).
+    pub fn start_tls(token: &str) -> FakeApiServer {
+        let ids = Arc::new(Mutex::new(HashMap::new()));
+        let mut api = Self::start_inner(token, ids.clone());
+        let ca = Arc::new(Ca::new("kubernetes"));
+        let dir = tempfile::tempdir().expect("tmp for the apiserver's certificates");
+        let sans: Vec<String> = ["IP:127.0.0.1", "DNS:localhost", "DNS:kubernetes"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let serving = ca.issue(
+            dir.path(),
+            "apiserver",
+            "kube-apiserver",
+            &[],
+            &sans,
+            &["digital signature", "key encipherment", "server auth"],
+        );
+        // kubeadm's apiserver-kubelet-client.crt.
+        let kubelet_client = ca.issue(
+            dir.path(),
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            &[ADMIN_GROUP],
+            &[],
+            &["digital signature", "key encipherment", "client auth"],
+        );
+        api.st().auth.ca = Some(ca.clone());
+        let kubelet_cfg = Arc::new(Mutex::new(Some(crate::tls::client_config(
+            &kubelet_client.cert,
+            &kubelet_client.key,
+            None,
+        ))));
+        let ctx = crate::front::Ctx {
+            tls: crate::tls::server_config(&serving.cert, &serving.key, &ca.cert),
+            client_ca: crate::tls::client_verifier(&ca.cert, true),
+            backend: SocketAddr::from(([127, 0, 0, 1], api.port)),
+            ids,
+            router: proxy::router(api.state.clone(), api.anonymous.clone(), api.down.clone()),
+            kubelet_client: kubelet_cfg.clone(),
+        };
+        let front = crate::front::Front::start(ctx);
+        api.port = front.port;
+        api.tls = Some(TlsParts {
+            front: Some(front),
+            ca,
+            _dir: dir,
+            kubelet_client,
+            kubelet_ca: None,
+            kubelet_cfg,
+        });
+        api
+    }
+
+    fn tls(&self) -> &TlsParts {
+        self.tls.as_ref().expect("a double started with start_tls")
+    }
+
+    /// The CA (its certificate signs the serving certificate, client certificates and
+    /// approved CSRs). A `start` double makes one on first use.
+    pub fn ca(&self) -> Arc<Ca> {
+        self.st().ca()
+    }
+
+    /// The CA certificate's path (the clients' `certificate-authority`, a kubelet's
+    /// `--client-ca-file`).
+    pub fn ca_cert_path(&self) -> PathBuf {
+        self.ca().cert.clone()
+    }
+
+    /// A new client certificate and key (PEM files, in the double's temp dir) for `user`
+    /// with `groups` as O, from the double's CA.
+    pub fn client_cert(&self, user: &str, groups: &[&str]) -> CertFiles {
+        let ca = self.ca();
+        let dir = ca.dir().to_path_buf();
+        let dir = dir.as_path();
+        let stem = format!("client-{}", self.st().uid());
+        ca.issue(
+            dir,
+            &stem,
+            user,
+            groups,
+            &[],
+            &["digital signature", "key encipherment", "client auth"],
+        )
+    }
+
+    /// The API server's kubelet-client certificate (CN kube-apiserver-kubelet-client, O
+    /// kubeadm:cluster-admins), what a kubelet's `--client-ca-file` must accept.
+    pub fn kubelet_client_cert(&self) -> CertFiles {
+        self.tls().kubelet_client.clone()
+    }
+
+    /// Verify kubelets' serving certificates against `ca` (kube-apiserver's
+    /// `--kubelet-certificate-authority`); `None` (the default) skips the check.
+    pub fn set_kubelet_ca(&mut self, ca: Option<&Path>) {
+        let t = self.tls.as_mut().expect("a double started with start_tls");
+        t.kubelet_ca = ca.map(Path::to_path_buf);
+        let cfg = crate::tls::client_config(&t.kubelet_client.cert, &t.kubelet_client.key, ca);
+        *t.kubelet_cfg.lock().unwrap_or_else(|e| e.into_inner()) = Some(cfg);
+    }
+
+    /// A bearer token for `user` with `groups` (plus system:authenticated), as a line of
+    /// kube-apiserver's `--token-auth-file`.
+    pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
+        let groups = groups.iter().map(|g| g.to_string()).collect();
+        self.st().auth.tokens.insert(
+            token.to_string(),
+            UserInfo {
+                name: user.into(),
+                uid: String::new(),
+                groups: csr_groups(groups),
+            },
+        );
+    }
+
+    /// A bootstrap token `<id>.<secret>` (as `kubeadm token create`; a Secret
+    /// bootstrap-token-<id> in kube-system upstream): user system:bootstrap:<id>, group
+    /// system:bootstrappers.
+    pub fn add_bootstrap_token(&self, id: &str, secret: &str) {
+        self.st().auth.bootstrap.insert(id.into(), secret.into());
+    }
+
+    /// Adds the bootstrap token `<id>.<secret>` and writes a kubeconfig that uses it (what
+    /// `kubeadm token create --print-join-command` leads to: nanolet's
+    /// `--bootstrap-kubeconfig`).
+    pub fn write_bootstrap_kubeconfig(&self, path: &Path, id: &str, secret: &str) {
+        self.add_bootstrap_token(id, secret);
+        self.write_kubeconfig(path, &format!("{id}.{secret}"));
+    }
+
+    /// Approve CSRs for `signer` as soon as they are created (kube-controller-manager's
+    /// csrapproving for node client CSRs), or stop doing so.
+    pub fn auto_approve(&self, signer: &str, on: bool) {
+        let mut st = self.st();
+        if on {
+            st.auth.auto_approve.insert(signer.into());
+        } else {
+            st.auth.auto_approve.remove(signer);
+        }
+    }
+
+    /// Issued certificates' lifetime (instead of spec.expirationSeconds / one year).
+    pub fn set_cert_lifetime(&self, d: Duration) {
+        self.st().auth.lifetime = Some(d);
+    }
+
+    /// How far NotBefore is set back (the signer's 5 minutes by default; 0 makes
+    /// short lifetimes exact for rotation tests).
+    pub fn set_cert_backdate(&self, d: Duration) {
+        self.st().auth.backdate = d;
+    }
+
+    fn set_condition(&self, name: &str, kind: &str, reason: &str, message: &str) -> Value {
+        let key = format!("/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}");
+        let mut st = self.st();
+        let Some(cur) = st.objects.get(&key).cloned() else {
+            return Value::Null;
+        };
+        let mut body = cur.clone();
+        let mut conds = cur["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        conds.push(csr::condition(kind, reason, message));
+        body["status"]["conditions"] = json!(conds);
+        st.csr_approval(&key, name, &body).1
+    }
+
+    /// Approves a CSR as `kubectl certificate approve` does (then the signer issues it).
+    pub fn approve_csr(&self, name: &str) -> Value {
+        self.set_condition(
+            name,
+            "Approved",
+            "KubectlApprove",
+            "This CSR was approved by kubectl certificate approve.",
+        )
+    }
+
+    /// Denies a CSR as `kubectl certificate deny` does.
+    pub fn deny_csr(&self, name: &str) -> Value {
+        self.set_condition(
+            name,
+            "Denied",
+            "KubectlDeny",
+            "This CSR was denied by kubectl certificate deny.",
+        )
+    }
+
+    /// Every CSR, by name.
+    pub fn csrs(&self) -> Vec<Value> {
+        let prefix = "/apis/certificates.k8s.io/v1/certificatesigningrequests/";
+        self.st()
+            .objects
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// SubjectAccessReview rule: `user` (or a group of the reviewed user; "*" any) may `verb`
+    /// `resource`/`subresource` ("*" any, "" none).
+    pub fn allow(&self, user: &str, verb: &str, resource: &str, subresource: &str) {
+        self.st().auth.rules.push([
+            user.into(),
+            verb.into(),
+            resource.into(),
+            subresource.into(),
+        ]);
+    }
+
+    /// exec/attach/portforward over WebSocket: relayed to the kubelet as is (true), or
+    /// refused with 400 so kubectl falls back to SPDY (false, the default: kube-apiserver
+    /// >= 1.30 translates kubectl's WebSocket to SPDY toward the kubelet, which the double
+    /// does not do).
+    pub fn websocket_passthrough(&self, on: bool) {
+        self.st().auth.websocket_passthrough = on;
+    }
+
+    /// Every SubjectAccessReview allowed (true) or only the rules (false, the default).
+    pub fn allow_all(&self, on: bool) {
+        self.st().auth.allow_all = on;
+    }
+
+    /// The SubjectAccessReview requests received (bodies), in order.
+    pub fn access_reviews(&self) -> Vec<Value> {
+        self.st().auth.access_reviews.clone()
+    }
+
+    /// The TokenReview requests received (bodies), in order.
+    pub fn token_reviews(&self) -> Vec<Value> {
+        self.st().auth.token_reviews.clone()
+    }
+
+    /// A kubeconfig for this server authenticating with a client certificate.
+    pub fn write_kubeconfig_cert(&self, path: &Path, cert: &CertFiles) {
+        let user = format!(
+            "    client-certificate: {}\n    client-key: {}\n",
+            cert.cert.display(),
+            cert.key.display()
+        );
+        self.write_kubeconfig_user(path, &user);
+    }
+
+    fn write_kubeconfig_user(&self, path: &Path, user: &str) {
+        let ca = match &self.tls {
+            Some(t) => format!(
+                "    certificate-authority-data: {}\n",
+                base64_encode(t.ca.pem().as_bytes())
+            ),
+            None => String::new(),
+        };
+        std::fs::write(
+            path,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: fake\n  cluster:\n    server: {}\n{ca}contexts:\n- name: test\n  context: {{cluster: fake, user: node, namespace: default}}\nusers:\n- name: node\n  user:\n{user}",
+                self.url()
+            ),
+        )
+        .expect("write kubeconfig");
+    }
+
+    /// Whether this double serves HTTPS (`start_tls`).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     fn st(&self) -> std::sync::MutexGuard<'_, State> {
@@ -1959,7 +2446,8 @@ impl FakeApiServer {
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// The object stored at `path` (e.g. `/api/v1/namespaces/NS/pods/NAME`).
@@ -2042,6 +2530,13 @@ impl FakeApiServer {
             .1
     }
 
+    /// Creates an object server-side (as another client would): `collection` is its
+    /// collection's path, e.g. `/api/v1/nodes`. Returns the object or the error `Status`.
+    pub fn create_object(&self, collection: &str, obj: Value) -> Value {
+        let resource = collection.rsplit('/').next().unwrap_or("").to_string();
+        self.st().create(collection, obj, &resource).1
+    }
+
     /// Deletes a pod as `kubectl delete pod` does: graceful (the pod's own grace period;
     /// a bound pod gets deletionTimestamp and stays).
     pub fn delete_pod(&self, ns: &str, name: &str) -> Value {
@@ -2082,15 +2577,9 @@ impl FakeApiServer {
             .expect("client")
     }
 
+    /// A kubeconfig for this server with a bearer token (and, with TLS, the CA's data).
     pub fn write_kubeconfig(&self, path: &std::path::Path, token: &str) {
-        std::fs::write(
-            path,
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: test\n  context: {{cluster: fake, user: node, namespace: default}}\nusers:\n- name: node\n  user:\n    token: {token}\n",
-                self.url()
-            ),
-        )
-        .expect("write kubeconfig");
+        self.write_kubeconfig_user(path, &format!("    token: {token}\n"));
     }
 }
 
@@ -2098,6 +2587,9 @@ impl Drop for FakeApiServer {
     fn drop(&mut self) {
         // Ends the open watches (their channels close), then the accept loop.
         self.st().watchers.clear();
+        if let Some(t) = self.tls.as_mut() {
+            t.front.take();
+        }
         self.server.unblock();
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -17,10 +17,24 @@ impl Kubectl {
     /// (kubernetes/kubectl#744) and the double speaks plain HTTP, so the double serves
     /// anonymous requests as kube-apiserver with `--anonymous-auth=true` would.
     pub fn new(api: &FakeApiServer, token: &str) -> Kubectl {
-        api.allow_anonymous(true);
+        if !api.is_tls() {
+            api.allow_anonymous(true);
+        }
         let dir = tempfile::tempdir().expect("tmp");
         let kubeconfig = dir.path().join("kubeconfig");
         api.write_kubeconfig(&kubeconfig, token);
+        Kubectl {
+            kubeconfig,
+            cache: dir.path().join("cache"),
+            _dir: dir,
+        }
+    }
+
+    /// kubectl for a `start_tls` double authenticating with a client certificate.
+    pub fn with_cert(api: &FakeApiServer, cert: &crate::pki::CertFiles) -> Kubectl {
+        let dir = tempfile::tempdir().expect("tmp");
+        let kubeconfig = dir.path().join("kubeconfig");
+        api.write_kubeconfig_cert(&kubeconfig, cert);
         Kubectl {
             kubeconfig,
             cache: dir.path().join("cache"),

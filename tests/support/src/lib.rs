@@ -1,8 +1,11 @@
 //! The integration-test harness (the `nanolet-test-support` crate): a private containerd in a
 //! temp directory, and beside it `agent` (a running `nanolet run`), `apiserver` (the API server
 //! test double), `kubectl` (the real kubectl against it) and `gate` (which tests may run side by
-//! side in the one test process). Used by the integration tests (`tests/integration/`) and the
-//! benchmark (`benches/footprint.rs`).
+//! side in the one test process); for the double's HTTPS side `front` (its TLS front and node
+//! proxy relay), `tls` (rustls configs, certificate subjects, an HTTPS test client), `pki`
+//! (the CA and certificates through the `openssl` CLI) and `standin` (a stand-in kubelet).
+//! Used by the integration tests (`tests/integration/`) and the benchmark
+//! (`benches/footprint.rs`).
 //!
 //! `Containerd::start()` gives each test its own containerd (own root, state, socket, CNI
 //! bridge and /16 subnet) with the local test images imported:
@@ -29,8 +32,12 @@ use nanolet::cri::client::CriRuntime;
 
 pub mod agent;
 pub mod apiserver;
+pub mod front;
 pub mod gate;
 pub mod kubectl;
+pub mod pki;
+pub mod standin;
+pub mod tls;
 
 pub use gate::exclusive;
 
