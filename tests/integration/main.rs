@@ -17,6 +17,8 @@
 mod api;
 /// API-server mode against the API server test double.
 mod apiserver;
+/// A real cluster node: TLS bootstrap, rotation, kubectl through the node proxy (issue 19).
+mod cluster_node;
 /// The CRI client against a real containerd.
 mod cri_runtime;
 /// The real binary against a real containerd: the static-pod semantics end to end.

@@ -19,7 +19,7 @@ use support::{Containerd, wait_for};
 
 /// An echo server on 8080 (greets, then echoes each connection's bytes; `-ll`: one process per
 /// connection, always listening) and a shell.
-const SHELL: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: shell\nspec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [nc, -ll, -p, '8080', -e, sh, -c, 'echo hello-from-pod; cat']\n";
+pub(crate) const SHELL: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: shell\nspec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [nc, -ll, -p, '8080', -e, sh, -c, 'echo hello-from-pod; cat']\n";
 
 fn pod_name() -> String {
     format!("shell-{}", NODE.to_lowercase())
@@ -101,13 +101,13 @@ fn exec_with_a_tty_on_a_pty(endpoint: &str) {
 
 /// The remote side of a TTY session: waits for the local size (the initial size races the
 /// command's start, as with kubectl), reads a line, waits for the new size, exits 4.
-const TTY_SCRIPT: &str = "wait_size() { i=0; while [ \"$(stty size 2>/dev/null)\" != \"$1\" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; echo size:$(stty size); }; \
+pub(crate) const TTY_SCRIPT: &str = "wait_size() { i=0; while [ \"$(stty size 2>/dev/null)\" != \"$1\" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; echo size:$(stty size); }; \
                   wait_size '33 101'; read x; echo tty-got:$x; wait_size '20 60'; exit 4";
 
 /// Runs `cmd` (a client running [`TTY_SCRIPT`] with a TTY) on a pseudo-terminal of 33x101 and
 /// checks: the size arrives, the terminal is raw meanwhile, typed input reaches the remote
 /// TTY, a resize plus SIGWINCH arrives, exit code 4, the terminal's mode restored.
-fn tty_session(cmd: &mut Command, what: &str) {
+pub(crate) fn tty_session(cmd: &mut Command, what: &str) {
     use nix::pty::{Winsize, openpty};
     use nix::sys::termios::{LocalFlags, tcgetattr};
     let size = Winsize {
@@ -192,7 +192,7 @@ fn tty_session(cmd: &mut Command, what: &str) {
 }
 
 /// Kills the child it holds when dropped (the port-forward runs until interrupted).
-struct KillOnDrop(Child);
+pub(crate) struct KillOnDrop(pub(crate) Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
