@@ -63,8 +63,11 @@ if [ "$demo_only" -eq 0 ]; then
   # Benchmark charts (scripts/bench draws results/*.png with gnuplot).
   need gnuplot-nox have gnuplot
   # tests/integration/security.rs: the HTTPS manifest-URL test makes its PKI with openssl and
-  # serves with python3.
+  # serves with python3. src/certificate's unit tests check our keys, CSRs and certificates with
+  # the openssl CLI; the API-server double signs CSRs with it; the kubelet-server tests
+  # (src/server/secure_tests.rs, tests/integration/{secure_port,cluster_node}.rs) ask with curl.
   need openssl have openssl
+  need curl have curl
   need python3 have python3
   # tests/integration/images.rs (archives that real tools write): skopeo writes oci-archive
   # (gzip and zstd layers) and docker-archive tarballs, podman builds and saves images

@@ -40,8 +40,8 @@ use rustls::server::{ResolvesServerCert, ServerConfig, ServerConnection, WebPkiC
 use rustls::{DistinguishedName, RootCertStore, StreamOwned};
 
 use super::auth::{Auth, ClientCert, Decision};
-use super::stream;
 use super::httpd::{self, Limits, Parse};
+use super::stream;
 use super::{Endpoints, Outcome, ReadOnlyOptions, Reply, Req, route_request, split_url};
 use crate::status::StatusStore;
 
@@ -1081,7 +1081,11 @@ fn streaming(
         return reply(tls, too_many_streams(), false);
     };
     let Some(runtime) = shared.options.node.runtime.as_ref() else {
-        return reply(tls, Reply::text(500, "no container runtime\n".into()), false);
+        return reply(
+            tls,
+            Reply::text(500, "no container runtime\n".into()),
+            false,
+        );
     };
     tracing::info!(pod = %pod, namespace = %ns, kind, "kubelet server: stream requested");
     let url = match stream::stream_url(runtime.as_ref(), target) {
