@@ -436,3 +436,123 @@ fn rotates_the_client_certificate_without_restarting_pods() {
     assert_eq!(restarts(&api), Some(0), "no pod restarted by the rotation");
     n.stop();
 }
+
+/// A denied node CSR is followed by a new one (new key), which `kubectl certificate approve`
+/// lets through; with `--rotate-server-certificates` (serverTLSBootstrap) the kubelet server's
+/// certificate comes from a kubernetes.io/kubelet-serving CSR (SANs: the node's name and
+/// addresses), and the API server, verifying kubelets against its CA
+/// (`--kubelet-certificate-authority`), reaches it. Neither the bootstrap token's secret nor a
+/// key is in the log or `/configz`.
+#[test]
+fn denied_requests_are_retried_and_the_serving_certificate_is_bootstrapped() {
+    let ctd = Containerd::start();
+    let mut api = FakeApiServer::start_tls(TOKEN);
+    api.add_bootstrap_token("abcdef", "0123456789abcdef");
+    api.allow("kube-apiserver-kubelet-client", "*", "nodes", "*");
+    let ca = api.ca_cert_path();
+    api.set_kubelet_ca(Some(&ca));
+    let admin = Kubectl::with_cert(
+        &api,
+        &api.client_cert("kubernetes-admin", &["system:masters"]),
+    );
+    let dir = ctd.tmp().join("node");
+    std::fs::create_dir_all(&dir).expect("node dir");
+    let port = support::agent::free_port();
+    let mut n = Nanolet::start(
+        &ctd,
+        &node_flags(&api, &dir, port, &["--rotate-server-certificates"]),
+    );
+    let csr_of = |signer: &str, api: &FakeApiServer| {
+        api.csrs()
+            .into_iter()
+            .filter(|c| c["spec"]["signerName"] == signer)
+            .collect::<Vec<_>>()
+    };
+    let first = wait_for(Duration::from_secs(30), || {
+        csr_of(CLIENT_SIGNER, &api).pop()
+    })
+    .unwrap_or_else(|| panic!("no CSR\n{}", n.log_tail()));
+    let denied = first["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    admin.ok(&["certificate", "deny", &denied]);
+    // client-go's back-off after a failed attempt: 2 s, doubling.
+    let second = wait_for(Duration::from_secs(30), || {
+        csr_of(CLIENT_SIGNER, &api)
+            .into_iter()
+            .find(|c| c["metadata"]["name"] != denied.as_str())
+    })
+    .unwrap_or_else(|| panic!("no new CSR after the denial\n{}", n.log_tail()));
+    assert_ne!(
+        second["spec"]["request"], first["spec"]["request"],
+        "a new key"
+    );
+    assert!(
+        n.log_tail().contains(&denied),
+        "the log names the denied CSR:\n{}",
+        n.log_tail()
+    );
+    let name = second["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    admin.ok(&["certificate", "approve", &name]);
+    wait_for(Duration::from_secs(60), || node_ready(&api).then_some(()))
+        .unwrap_or_else(|| panic!("node never Ready\n{}", n.log_tail()));
+
+    // The serving CSR, sent with the node's own certificate once it has one.
+    let serving = wait_for(Duration::from_secs(30), || {
+        csr_of("kubernetes.io/kubelet-serving", &api).pop()
+    })
+    .unwrap_or_else(|| panic!("no serving CSR\n{}", n.log_tail()));
+    assert_eq!(serving["spec"]["username"], "system:node:node1");
+    assert_eq!(
+        serving["spec"]["usages"],
+        json!(["digital signature", "server auth"])
+    );
+    let serving_name = serving["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    api.create_pod("default", shell_pod());
+    wait_for(Duration::from_secs(60), || {
+        (api_phase(&api, "/api/v1/namespaces/default/pods/shell") == "Running").then_some(())
+    })
+    .unwrap_or_else(|| panic!("API pod never Running\n{}", n.log_tail()));
+    // Not approved yet: the kubelet server has no certificate, the API server cannot reach it.
+    let (ok, _, _) = admin.run(&["logs", "shell"]);
+    assert!(!ok, "kubectl logs before the serving certificate exists");
+    admin.ok(&["certificate", "approve", &serving_name]);
+    let logs = wait_for(Duration::from_secs(30), || {
+        let (ok, out, _) = admin.run(&["logs", "shell"]);
+        ok.then_some(out)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "kubectl logs with a verified serving certificate: {:?}\n{}",
+            admin.run(&["logs", "shell"]),
+            n.log_tail()
+        )
+    });
+    assert_eq!(logs, "started-shell\n");
+    let san = Command::new("openssl")
+        .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+        .arg(dir.join("pki/kubelet-server-current.pem"))
+        .output()
+        .expect("openssl");
+    let san = String::from_utf8_lossy(&san.stdout).into_owned();
+    assert!(san.contains("DNS:node1"), "{san}");
+    assert!(san.contains("IP Address:"), "{san}");
+
+    let log = std::fs::read_to_string(&n.log).expect("log");
+    let configz = n.get("/configz").expect("configz");
+    for (what, text) in [("log", &log), ("/configz", &configz)] {
+        assert!(
+            !text.contains("0123456789abcdef"),
+            "the bootstrap token's secret in the {what}"
+        );
+        assert!(!text.contains("PRIVATE KEY"), "a key in the {what}");
+    }
+    n.stop();
+}
