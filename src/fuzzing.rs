@@ -12,13 +12,14 @@ use crate::status::StatusStore;
 pub type Target = fn(&[u8]);
 
 /// The targets, by the names of `fuzz/fuzz_targets/<name>.rs`.
-pub const TARGETS: [(&str, Target); 6] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("manifest", manifest),
     ("podlist", podlist),
     ("config", config),
     ("cri_log", cri_log),
     ("http_request", http_request),
     ("image_archive", image_archive),
+    ("streaming", streaming),
 ];
 
 /// A static pod manifest file: decode (YAML/JSON), default, validate, name and hash: the path
@@ -141,6 +142,30 @@ pub fn image_archive(data: &[u8]) {
                 }
             }
             Err(e) => named(&e),
+        }
+    }
+}
+
+/// What the streaming code reads from outside: the query of the kubelet server's `/exec`,
+/// `/attach` and `/portForward` (the kubelet's option rules, `server::stream`), and WebSocket
+/// frames as `nanolet exec -i/-t` and `port-forward` read them from the runtime's streaming
+/// server (`server::ws`: fragments joined, control frames between them, the message size
+/// limit). Every message read stays within that limit.
+pub fn streaming(data: &[u8]) {
+    use crate::server::{stream, ws};
+    let query = String::from_utf8_lossy(data);
+    let _ = stream::parse_stream_options(&query);
+    let _ = stream::parse_command(&query);
+    let _ = stream::parse_ports(&query, data.first().is_some_and(|b| b % 2 == 0));
+    let mut reader = ws::WsReader::new(data);
+    // Each message consumes at least a frame header, so this ends; the bound is a backstop.
+    for _ in 0..data.len() + 1 {
+        match reader.read_message() {
+            Ok(Some(ws::Message::Data { data, .. })) => {
+                assert!(data.len() <= ws::MAX_MESSAGE, "message over the limit")
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => break,
         }
     }
 }

@@ -305,6 +305,34 @@ mod tests {
     use crate::certificate::testutil::{openssl, write};
     use std::time::Duration;
 
+    /// Certificates and keys come from outside the process (the API server's CSR status, files
+    /// in --cert-dir, --tls-cert-file): every prefix and every one-byte corruption of a real
+    /// certificate, its PEM and a key is an error or a value, never a panic.
+    #[test]
+    fn truncated_and_corrupted_inputs_never_panic() {
+        let pair = crate::certificate::selfsigned::generate("node1", SystemTime::now()).unwrap();
+        let pem_text = pair.cert_pem.clone();
+        let der_bytes = pem::certificates(&pem_text).unwrap().remove(0);
+        assert!(Certificate::parse(&der_bytes).is_ok());
+        let key_pem = pair.key.to_pem().into_bytes();
+        for input in [&der_bytes, &pem_text, &key_pem] {
+            for len in 0..input.len() {
+                let _ = Certificate::parse(&input[..len]);
+                let _ = Certificate::parse_pem_chain(&input[..len]);
+                let _ = EcKey::from_pem(&input[..len]);
+            }
+            for i in 0..input.len() {
+                for flip in [0x01u8, 0x80, 0xff] {
+                    let mut bad = input.clone();
+                    bad[i] ^= flip;
+                    let _ = Certificate::parse(&bad);
+                    let _ = Certificate::parse_pem_chain(&bad);
+                    let _ = EcKey::from_pem(&bad);
+                }
+            }
+        }
+    }
+
     #[test]
     fn times_encode_as_rfc5280_and_parse_back() {
         let t = crate::timeutil::parse_rfc3339("2026-11-26T01:02:03Z").unwrap();
