@@ -307,7 +307,7 @@ impl Wiring<'_> {
         };
         if client_ca.is_none() && !cfg.authentication_token_webhook && !cfg.anonymous_auth {
             warn!(
-                "kubelet server on port {}: no authentication is configured (--client-ca-file, --authentication-token-webhook or --anonymous-auth): every request is refused with 401",
+                "kubelet server on port {}: no authentication is configured (--client-ca-file, --authentication-token-webhook or --anonymous-auth): every request but a local administrator's (nanolet admin-kubeconfig) is refused with 401",
                 cfg.port
             );
         }
@@ -334,14 +334,15 @@ impl Wiring<'_> {
             // TLS bootstrap makes the client later: the webhooks and the serving certificate's
             // rotation (serverTLSBootstrap) start with it.
             let (auth, certificate) = (auth.clone(), certificate.clone());
-            self.on_api_client.push(Box::new(move |client: &Arc<ApiClient>| {
-                auth.set_reviewer(Arc::new(ApiReviewer {
-                    client: client.clone(),
+            self.on_api_client
+                .push(Box::new(move |client: &Arc<ApiClient>| {
+                    auth.set_reviewer(Arc::new(ApiReviewer {
+                        client: client.clone(),
+                    }));
+                    if let Err(e) = certificate.attach_client(client.clone()) {
+                        warn!(error = %e, "serving certificate rotation");
+                    }
                 }));
-                if let Err(e) = certificate.attach_client(client.clone()) {
-                    warn!(error = %e, "serving certificate rotation");
-                }
-            }));
         }
         let options = secure::SecureOptions {
             shared: ReadOnlyOptions {
@@ -354,6 +355,8 @@ impl Wiring<'_> {
             auth,
             certificate,
             client_ca,
+            // issue 19: admin. The device's local administrators (`nanolet admin-kubeconfig`).
+            local_admin_ca: Some(crate::certificate::localca::paths(&cfg.cert_dir()).0),
             run_timeout: cfg.runtime_request_timeout,
             system_logs: cfg
                 .enable_system_log_handler
