@@ -6,6 +6,7 @@
 //! the real `kubectl get pods`, `kubectl exec`, `kubectl port-forward` work against
 //! `https://127.0.0.1:10250`. docs/kubelet-server.md, "Local administrator".
 
+#[cfg(feature = "tls")]
 pub const USAGE: &str = "Usage: nanolet admin-kubeconfig [flags]
 
 Writes a kubeconfig for a local administrator of this device (run as root): creates the local
@@ -35,7 +36,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 /// Without TLS there is no kubelet server to administer.
 #[cfg(not(feature = "tls"))]
 pub fn run(_args: &[String]) -> anyhow::Result<()> {
-    anyhow::bail!("nanolet admin-kubeconfig needs a build with the tls feature")
+    anyhow::bail!("needs a build with the tls feature")
 }
 
 #[cfg(feature = "tls")]
