@@ -307,6 +307,35 @@ mod tests {
         );
     }
 
+    /// Without a serving certificate nothing is created (no CA, no kubeconfig); with the
+    /// self-signed pair, the CA and a 0600 kubeconfig appear, and a second run reuses the CA.
+    #[test]
+    fn run_needs_the_serving_certificate_then_writes_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        let out = d.path().join("etc/admin.conf");
+        let argv = args(&[
+            &format!("--root-dir={}", root.display()),
+            &format!("--out={}", out.display()),
+        ]);
+        let err = run(&argv).unwrap_err().to_string();
+        assert!(err.contains("kubelet.crt does not exist yet"), "{err}");
+        assert!(!root.join("pki/nanolet-client-ca.key").exists());
+        assert!(!out.exists());
+        crate::certificate::selfsigned::load_or_generate(&root.join("pki"), "node1").unwrap();
+        run(&argv).unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&out), 0o600);
+        assert_eq!(mode(&root.join("pki/nanolet-client-ca.key")), 0o600);
+        let ca = std::fs::read(root.join("pki/nanolet-client-ca.crt")).unwrap();
+        run(&argv).unwrap();
+        assert_eq!(
+            std::fs::read(root.join("pki/nanolet-client-ca.crt")).unwrap(),
+            ca
+        );
+    }
+
     /// The kubeconfig parses as YAML with the fields kubectl reads, and the embedded pair is
     /// the CA's O=system:masters certificate with its key.
     #[test]

@@ -20,8 +20,9 @@ Usage:
   nanolet exec N -- CMD   run a command in a container (CRI ExecSync), exit with its code
   nanolet validate FILE.. check manifests offline, exactly as `run` would
   nanolet images import F import image tarballs into containerd (air-gapped); `images ls`
-  nanolet admin-kubeconfig a kubeconfig for this device's local administrator (kubectl
-                          exec/port-forward on the kubelet server; run as root)
+  nanolet admin-kubeconfig
+                          write a kubeconfig for this device's local administrator (kubectl
+                          get/exec/port-forward on the kubelet server; run as root)
   nanolet version         print the version
   nanolet completion SH   print the completion script for SH: bash or zsh
   nanolet man             print the man page (roff; `nanolet man | man -l -`)
