@@ -14,13 +14,17 @@
 //! kubelet): the handshake accepts any certificate whose key signs the handshake, and the
 //! request is authenticated only if it chains to `--client-ca-file` with the client-auth usage
 //! (rustls' `WebPkiClientVerifier`), so a certificate from another CA gets the kubelet's 401,
-//! not a TLS alert. Without `--client-ca-file` no certificate is requested.
+//! not a TLS alert. A certificate of the device's local client CA (`nanolet
+//! admin-kubeconfig`, `LocalAdmins`) is a local administrator's, allowed without the
+//! authorizer; so certificates are requested also without `--client-ca-file`.
 //!
 //! Endpoints: `/pods`, `/healthz`, `/configz`, `/stats/summary`, `/metrics`,
 //! `/metrics/{resource,cadvisor,probes}` and the kubectl-compatible `/api` subset (the
 //! read-only port's routing), `/containerLogs/{ns}/{pod}/{container}`, `/run/...` (ExecSync),
 //! and the streaming routes `/exec`, `/attach`, `/portForward` (CRI Exec/Attach/PortForward,
-//! the upgrade proxied to the runtime's streaming server by [`super::stream`]).
+//! the upgrade proxied to the runtime's streaming server by [`super::stream`]), and kubectl's
+//! `/api/v1/namespaces/{ns}/pods/{name}/{exec,attach,portforward}` (`api_stream`: what
+//! kube-apiserver does before its node proxy, then the same streams).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
