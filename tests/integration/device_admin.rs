@@ -123,6 +123,7 @@ fn kubectl_with_the_admin_kubeconfig_gets_execs_and_forwards() {
     );
 
     kubectl_exec(&home, &conf, &pod);
+    kubectl_exec_tty(&home, &conf, &pod);
     kubectl_port_forward(&home, &conf, &pod);
     read_only_port_refuses_exec(&n, &pod);
     drop(n);
@@ -156,6 +157,55 @@ fn kubectl_exec(home: &Path, conf: &Path, pod: &str) {
         "{out:?}"
     );
     assert_eq!(out.status.code(), Some(3), "{out:?}");
+}
+
+/// `kubectl exec -it` on a pseudo-terminal of 33x101: the remote command has a TTY of the local
+/// size (kube-apiserver's `tty=true` reaches the kubelet as `tty=1`, the size over the resize
+/// stream), exit code 4.
+fn kubectl_exec_tty(home: &Path, conf: &Path, pod: &str) {
+    use nix::pty::{Winsize, openpty};
+    let size = Winsize {
+        ws_row: 33,
+        ws_col: 101,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = openpty(Some(&size), None).expect("openpty");
+    let dup = |fd: &std::os::fd::OwnedFd| Stdio::from(fd.try_clone().expect("dup slave"));
+    // The initial size races the command's start (as with any kubectl): wait for it.
+    let script = "i=0; while [ \"$(stty size)\" != '33 101' ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; [ -t 0 ] && echo size:$(stty size); exit 4";
+    let mut child = KillOnDrop(
+        kubectl(home, conf)
+            .args(["exec", "-it", pod, "--", "sh", "-c", script])
+            .stdin(dup(&pty.slave))
+            .stdout(dup(&pty.slave))
+            .stderr(dup(&pty.slave))
+            .spawn()
+            .expect("kubectl exec -it"),
+    );
+    let mut reader = std::fs::File::from(pty.master);
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    // Ends with EIO once the test drops its slave descriptor after the child exits.
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(k) = reader.read(&mut buf) {
+            if k == 0 || tx.send(buf[..k].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut text = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !text.contains("size:33 101") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(b) => text.push_str(&String::from_utf8_lossy(&b)),
+            Err(_) => panic!("kubectl exec -it: no TTY of 33x101: {text:?}"),
+        }
+    }
+    let status = child.0.wait().expect("kubectl exec -it");
+    assert_eq!(status.code(), Some(4), "{text:?}");
+    drop(pty.slave);
 }
 
 /// `kubectl port-forward POD :8080`: two connections, each greeted by the pod and echoing.
