@@ -334,15 +334,14 @@ impl Wiring<'_> {
             // TLS bootstrap makes the client later: the webhooks and the serving certificate's
             // rotation (serverTLSBootstrap) start with it.
             let (auth, certificate) = (auth.clone(), certificate.clone());
-            self.on_api_client
-                .push(Box::new(move |client: &Arc<ApiClient>| {
-                    auth.set_reviewer(Arc::new(ApiReviewer {
-                        client: client.clone(),
-                    }));
-                    if let Err(e) = certificate.attach_client(client.clone()) {
-                        warn!(error = %e, "serving certificate rotation");
-                    }
+            self.on_api_client.push(Box::new(move |client: &Arc<ApiClient>| {
+                auth.set_reviewer(Arc::new(ApiReviewer {
+                    client: client.clone(),
                 }));
+                if let Err(e) = certificate.attach_client(client.clone()) {
+                    warn!(error = %e, "serving certificate rotation");
+                }
+            }));
         }
         let options = secure::SecureOptions {
             shared: ReadOnlyOptions {
