@@ -4,7 +4,7 @@ _nanolet() {
   local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
   COMPREPLY=()
   if [ "$COMP_CWORD" -eq 1 ]; then
-    mapfile -t COMPREPLY < <(compgen -W "run get describe logs exec port-forward validate images version completion man help" -- "$cur")
+    mapfile -t COMPREPLY < <(compgen -W "run get describe logs exec port-forward validate images admin-kubeconfig version completion man help" -- "$cur")
     return
   fi
   case ${COMP_WORDS[1]} in

@@ -5,6 +5,7 @@
 //! - [`der`], [`pem`]: our own minimal DER writer/reader and PEM.
 //! - [`key`]: ECDSA P-256 keys (ring); [`csr`]: PKCS#10; [`x509`]: certificates read and signed.
 //! - [`store`]: client-go's FileStore layout; [`selfsigned`]: certutil.GenerateSelfSignedCertKey.
+//! - [`localca`]: the device's local client CA for `nanolet admin-kubeconfig`.
 //! - [`manager`]: bootstrap and rotation (upstream pkg/kubelet/certificate and client-go
 //!   util/certificate); [`serving`]: the serving certificate as a rustls resolver.
 //!
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 pub mod csr;
 pub mod der;
 pub mod key;
+pub mod localca;
 pub mod manager;
 pub mod pem;
 pub mod selfsigned;

@@ -17,6 +17,7 @@ const OID_KEY_USAGE: &[u64] = &[2, 5, 29, 15];
 const OID_BASIC_CONSTRAINTS: &[u64] = &[2, 5, 29, 19];
 const OID_EXT_KEY_USAGE: &[u64] = &[2, 5, 29, 37];
 const OID_SERVER_AUTH: &[u64] = &[1, 3, 6, 1, 5, 5, 7, 3, 1];
+const OID_CLIENT_AUTH: &[u64] = &[1, 3, 6, 1, 5, 5, 7, 3, 2];
 
 /// What nanolet reads from a certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,6 +257,26 @@ impl Template {
         issuer: Option<&[u8]>,
         issuer_key: &EcKey,
     ) -> Result<Vec<u8>, CertificateError> {
+        self.sign_with_usage(subject, issuer, issuer_key, OID_SERVER_AUTH)
+    }
+
+    /// As [`Template::sign`], a TLS client leaf (extended key usage clientAuth) when not a CA.
+    pub fn sign_client(
+        &self,
+        subject: &EcKey,
+        issuer: Option<&[u8]>,
+        issuer_key: &EcKey,
+    ) -> Result<Vec<u8>, CertificateError> {
+        self.sign_with_usage(subject, issuer, issuer_key, OID_CLIENT_AUTH)
+    }
+
+    fn sign_with_usage(
+        &self,
+        subject: &EcKey,
+        issuer: Option<&[u8]>,
+        issuer_key: &EcKey,
+        extended_usage: &[u64],
+    ) -> Result<Vec<u8>, CertificateError> {
         let subject_name = encode_name(&self.common_name, &self.organizations);
         let issuer_name = issuer.map(<[u8]>::to_vec).unwrap_or(subject_name.clone());
         // keyUsage: digitalSignature | keyEncipherment (| keyCertSign), as
@@ -270,7 +291,7 @@ impl Template {
             let bc = der::seq(&[&der::tlv(der::BOOLEAN, &[0xff])]);
             exts.push(extension(OID_BASIC_CONSTRAINTS, true, &bc));
         } else {
-            let eku = der::seq(&[&der::oid(OID_SERVER_AUTH)]);
+            let eku = der::seq(&[&der::oid(extended_usage)]);
             exts.push(extension(OID_EXT_KEY_USAGE, false, &eku));
             exts.push(extension(OID_BASIC_CONSTRAINTS, true, &der::seq(&[])));
         }

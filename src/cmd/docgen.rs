@@ -23,6 +23,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "images",
         "import image tarballs into containerd, list images",
     ),
+    (
+        "admin-kubeconfig",
+        "write a kubeconfig for the device's local administrator",
+    ),
     ("version", "print the version"),
     ("completion", "print the bash or zsh completion script"),
     ("man", "print the man page (roff)"),

@@ -2,6 +2,7 @@
 //! (flags, logging, then `kubelet::run`); the client commands (`get`, `describe`, `logs`,
 //! `exec`, `images`, `validate`); the generated man page and completions.
 
+mod admin;
 pub mod client;
 pub mod docgen;
 mod run;
@@ -19,6 +20,9 @@ Usage:
   nanolet exec N -- CMD   run a command in a container (CRI ExecSync), exit with its code
   nanolet validate FILE.. check manifests offline, exactly as `run` would
   nanolet images import F import image tarballs into containerd (air-gapped); `images ls`
+  nanolet admin-kubeconfig
+                          write a kubeconfig for this device's local administrator (kubectl
+                          get/exec/port-forward on the kubelet server; run as root)
   nanolet version         print the version
   nanolet completion SH   print the completion script for SH: bash or zsh
   nanolet man             print the man page (roff; `nanolet man | man -l -`)
@@ -48,6 +52,13 @@ pub fn main(args: Vec<String>) -> ExitCode {
             print!("{}", run::version_text());
             ExitCode::SUCCESS
         }
+        Some("admin-kubeconfig") => match self::admin::run(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nanolet admin-kubeconfig: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Some("man") => {
             print!("{}", self::docgen::man_page());
             ExitCode::SUCCESS

@@ -307,7 +307,7 @@ impl Wiring<'_> {
         };
         if client_ca.is_none() && !cfg.authentication_token_webhook && !cfg.anonymous_auth {
             warn!(
-                "kubelet server on port {}: no authentication is configured (--client-ca-file, --authentication-token-webhook or --anonymous-auth): every request is refused with 401",
+                "kubelet server on port {}: no authentication is configured (--client-ca-file, --authentication-token-webhook or --anonymous-auth): every request but a local administrator's (nanolet admin-kubeconfig) is refused with 401",
                 cfg.port
             );
         }
@@ -355,6 +355,8 @@ impl Wiring<'_> {
             auth,
             certificate,
             client_ca,
+            // issue 19: admin. The device's local administrators (`nanolet admin-kubeconfig`).
+            local_admin_ca: Some(crate::certificate::localca::paths(&cfg.cert_dir()).0),
             run_timeout: cfg.runtime_request_timeout,
             system_logs: cfg
                 .enable_system_log_handler

@@ -14,13 +14,17 @@
 //! kubelet): the handshake accepts any certificate whose key signs the handshake, and the
 //! request is authenticated only if it chains to `--client-ca-file` with the client-auth usage
 //! (rustls' `WebPkiClientVerifier`), so a certificate from another CA gets the kubelet's 401,
-//! not a TLS alert. Without `--client-ca-file` no certificate is requested.
+//! not a TLS alert. A certificate of the device's local client CA (`nanolet
+//! admin-kubeconfig`, `LocalAdmins`) is a local administrator's, allowed without the
+//! authorizer; so certificates are requested also without `--client-ca-file`.
 //!
 //! Endpoints: `/pods`, `/healthz`, `/configz`, `/stats/summary`, `/metrics`,
 //! `/metrics/{resource,cadvisor,probes}` and the kubectl-compatible `/api` subset (the
 //! read-only port's routing), `/containerLogs/{ns}/{pod}/{container}`, `/run/...` (ExecSync),
 //! and the streaming routes `/exec`, `/attach`, `/portForward` (CRI Exec/Attach/PortForward,
-//! the upgrade proxied to the runtime's streaming server by [`super::stream`]).
+//! the upgrade proxied to the runtime's streaming server by [`super::stream`]), and kubectl's
+//! `/api/v1/namespaces/{ns}/pods/{name}/{exec,attach,portforward}` (`api_stream`: what
+//! kube-apiserver does before its node proxy, then the same streams).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -71,8 +75,13 @@ pub struct SecureOptions {
     /// The serving certificate (`certificate::ServingCertificate` once merged; a fixed one
     /// from `--tls-cert-file`/`--tls-private-key-file` until then: [`resolver_from_pem_files`]).
     pub certificate: Arc<dyn ResolvesServerCert>,
-    /// `--client-ca-file`'s certificates; `None`: client certificates are not requested.
+    /// `--client-ca-file`'s certificates; `None`: client certificates are not requested
+    /// (unless `local_admin_ca` is set).
     pub client_ca: Option<Vec<CertificateDer<'static>>>,
+    /// The device's local client CA file (`<cert-dir>/nanolet-client-ca.crt`, made by `nanolet
+    /// admin-kubeconfig`): read whenever it changes; the users it vouches for are local
+    /// administrators, allowed without the authorizer. `None`: no local administrators.
+    pub local_admin_ca: Option<PathBuf>,
     /// The ExecSync timeout of `/run`.
     pub run_timeout: Duration,
     /// The directory `/logs/` serves (`/var/log` with `enableSystemLogHandler`); `None`: 404.
@@ -85,6 +94,7 @@ impl std::fmt::Debug for SecureOptions {
             .field("node", &self.shared.node.node_name)
             .field("auth", &self.auth)
             .field("client_ca", &self.client_ca.as_ref().map(Vec::len))
+            .field("local_admin_ca", &self.local_admin_ca)
             .finish()
     }
 }
@@ -149,11 +159,13 @@ pub fn resolver_from_pem_files(
 }
 
 /// Requests a client certificate and accepts any whose key signs the handshake; the chain is
-/// checked per request ([`client_cert`]), as Go's `RequestClientCert` plus the x509
-/// authenticator.
+/// checked per request ([`client_cert`], [`LocalAdmins::user`]), as Go's `RequestClientCert`
+/// plus the x509 authenticator.
 #[derive(Debug)]
 struct RequestClientCert {
-    inner: Arc<dyn ClientCertVerifier>,
+    /// The client CAs' subjects (certificate_authorities in the CertificateRequest).
+    hints: Vec<DistinguishedName>,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
 }
 
 impl ClientCertVerifier for RequestClientCert {
@@ -166,7 +178,7 @@ impl ClientCertVerifier for RequestClientCert {
     }
 
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.inner.root_hint_subjects()
+        &self.hints
     }
 
     fn verify_client_cert(
@@ -184,7 +196,7 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -193,18 +205,39 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.inner.supported_verify_schemes()
+        self.algorithms.supported_schemes()
     }
+}
+
+/// A client-auth verifier over `certs` (rustls' `WebPkiClientVerifier`: chain, validity,
+/// extended key usage clientAuth).
+fn client_verifier(
+    certs: &[CertificateDer<'static>],
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Verifier, SecureError> {
+    let mut roots = RootCertStore::empty();
+    for c in certs {
+        roots
+            .add(c.clone())
+            .map_err(|e| SecureError::Tls(format!("client CA certificate: {e}")))?;
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(provider))
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| SecureError::Tls(format!("client CA: {e}")))
 }
 
 /// The client CA's verifier, used per request.
 type Verifier = Arc<dyn ClientCertVerifier>;
 
-/// The rustls configuration and the client CA verifier (checked per request).
+/// The rustls configuration and the client CA verifier (checked per request). Client
+/// certificates are requested when there is a client CA or a local administrator CA may
+/// appear; the CertificateRequest names the client CA's subjects and the local CA's, if it
+/// exists at start.
 fn tls_config(
     options: &SecureOptions,
 ) -> Result<(Arc<ServerConfig>, Option<Verifier>), SecureError> {
@@ -212,28 +245,108 @@ fn tls_config(
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(|e| SecureError::Tls(e.to_string()))?;
-    let (builder, verifier) = match &options.client_ca {
-        Some(certs) => {
-            let mut roots = RootCertStore::empty();
-            for c in certs {
-                roots
-                    .add(c.clone())
-                    .map_err(|e| SecureError::Tls(format!("client CA certificate: {e}")))?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| SecureError::Tls(format!("client CA: {e}")))?;
-            let request = Arc::new(RequestClientCert {
-                inner: Arc::clone(&verifier),
-            });
-            (builder.with_client_cert_verifier(request), Some(verifier))
-        }
-        None => (builder.with_no_client_auth(), None),
+    let verifier = match &options.client_ca {
+        Some(certs) => Some(client_verifier(certs, &provider)?),
+        None => None,
+    };
+    let local = options
+        .local_admin_ca
+        .as_deref()
+        .filter(|p| p.exists())
+        .and_then(|p| load_client_ca(p).ok())
+        .unwrap_or_default();
+    let builder = if verifier.is_some() || options.local_admin_ca.is_some() {
+        let mut hint_certs = options.client_ca.clone().unwrap_or_default();
+        hint_certs.extend(local);
+        let hints = if hint_certs.is_empty() {
+            Vec::new()
+        } else {
+            client_verifier(&hint_certs, &provider)?
+                .root_hint_subjects()
+                .to_vec()
+        };
+        builder.with_client_cert_verifier(Arc::new(RequestClientCert {
+            hints,
+            algorithms: provider.signature_verification_algorithms,
+        }))
+    } else {
+        builder.with_no_client_auth()
     };
     let mut config = builder.with_cert_resolver(Arc::clone(&options.certificate));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok((Arc::new(config), verifier))
+}
+
+/// A file's identity and version: reloaded when any of them changes.
+type FileStamp = (u64, u64, Option<std::time::SystemTime>);
+
+fn file_stamp(path: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.ino(), m.len(), m.modified().ok()))
+}
+
+/// The device's local administrators: client certificates of the local client CA
+/// (`nanolet admin-kubeconfig`). The CA file is read when it appears or changes, so a
+/// kubeconfig made while nanolet runs works at once.
+struct LocalAdmins {
+    path: PathBuf,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    cached: Mutex<Option<(FileStamp, Option<Verifier>)>>,
+}
+
+impl LocalAdmins {
+    fn new(path: PathBuf) -> LocalAdmins {
+        LocalAdmins {
+            path,
+            provider: Arc::new(rustls::crypto::ring::default_provider()),
+            cached: Mutex::new(None),
+        }
+    }
+
+    /// The verifier of the CA file as it is now; `None` without a (usable) file.
+    fn verifier(&self) -> Option<Verifier> {
+        let stamp = file_stamp(&self.path)?;
+        let mut cached = self.cached.lock().ok()?;
+        if let Some((s, v)) = cached.as_ref() {
+            if *s == stamp {
+                return v.clone();
+            }
+        }
+        let loaded = load_client_ca(&self.path).and_then(|c| client_verifier(&c, &self.provider));
+        let v = match loaded {
+            Ok(v) => {
+                tracing::info!(ca = %self.path.display(), "kubelet server: trusting the local client CA for local administrators");
+                Some(v)
+            }
+            Err(e) => {
+                tracing::warn!(ca = %self.path.display(), "kubelet server: the local client CA is unusable: {e}");
+                None
+            }
+        };
+        *cached = Some((stamp, v.clone()));
+        v
+    }
+
+    /// The local administrator of a finished handshake (CN, O plus `system:authenticated`),
+    /// `None` when the certificate is not the local CA's (other authenticators decide).
+    fn user(&self, conn: &ServerConnection) -> Option<super::auth::UserInfo> {
+        let (leaf, intermediates) = conn.peer_certificates()?.split_first()?;
+        let verifier = self.verifier()?;
+        verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .ok()?;
+        let (name, mut groups) = super::auth_x509::subject_cn_and_organizations(leaf)?;
+        if name.is_empty() {
+            return None;
+        }
+        groups.push("system:authenticated".into());
+        Some(super::auth::UserInfo {
+            name,
+            groups,
+            ..Default::default()
+        })
+    }
 }
 
 /// The client certificate of a finished handshake, checked against the client CA.
@@ -313,6 +426,7 @@ struct Shared {
     auth: Arc<Auth>,
     tls: Arc<ServerConfig>,
     verifier: Option<Arc<dyn ClientCertVerifier>>,
+    local_admins: Option<LocalAdmins>,
     run_timeout: Duration,
     system_logs: Option<PathBuf>,
     stopping: Arc<AtomicBool>,
@@ -343,6 +457,7 @@ pub fn spawn_secure(
         auth: options.auth,
         tls,
         verifier,
+        local_admins: options.local_admin_ca.map(LocalAdmins::new),
         run_timeout: options.run_timeout,
         system_logs: options.system_logs,
         stopping: Arc::clone(&stopping),
@@ -505,12 +620,22 @@ fn serve(tcp: TcpStream, slot: &Slot, shared: &Shared) -> io::Result<()> {
     let cert = client_cert(&tls.conn, shared.verifier.as_ref());
     let (path, _) = split_url(&request.target);
     let path = path.to_string();
-    let decision = shared.auth.check(
-        &cert,
-        request.header("Authorization"),
-        &request.method,
-        &path,
-    );
+    let local_admin = shared.local_admins.as_ref().and_then(|l| l.user(&tls.conn));
+    let decision = match local_admin {
+        // The device's administrators: authorized here, whatever the authorization mode (as
+        // system:masters bypasses authorization in kube-apiserver; the cluster cannot know
+        // them).
+        Some(user) => {
+            tracing::debug!(user = %user.name, method = %request.method, %path, "kubelet server: local administrator");
+            Decision::Allow(user)
+        }
+        None => shared.auth.check(
+            &cert,
+            request.header("Authorization"),
+            &request.method,
+            &path,
+        ),
+    };
     let head_only = request.method == "HEAD";
     if let Some((status, body)) = decision.refusal() {
         tracing::debug!(method = %request.method, %path, status, "kubelet server: refused");
@@ -620,6 +745,15 @@ fn answer(tls: &mut Tls, request: &httpd::Request, shared: &Shared) -> io::Resul
             }
             streaming(tls, request, shared, kind, (ns, pod, rest), query)
         }
+        [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            "pods",
+            pod,
+            sub @ ("exec" | "attach" | "portforward"),
+        ] => api_stream(tls, request, shared, (ns, pod, sub), query),
         _ => {
             let req = Req {
                 method: request.method.clone(),
@@ -1010,6 +1144,173 @@ fn run(shared: &Shared, ns: &str, pod: &str, rest: &[&str], query: &str) -> Repl
         }
         Err(e) => Reply::text(500, format!("{e}\n")),
     }
+}
+
+/// A JSON `Status` answer of the kubectl-compatible API.
+fn status_reply(code: u16, reason: &str, message: &str, details: Option<(&str, &str)>) -> Reply {
+    let status = super::api::status(code, reason, message, details);
+    Reply {
+        status: code,
+        headers: vec![("Content-Type", "application/json")],
+        body: serde_json::to_vec(&status).unwrap_or_default(),
+    }
+}
+
+/// kubectl's pod subresources on the device's kubectl-compatible API,
+/// `/api/v1/namespaces/{ns}/pods/{name}/{exec,attach,portforward}`: what kube-apiserver does
+/// before its node proxy (`ExecLocation`, `AttachLocation`, `PortForwardLocation`): the pod
+/// (404 Status when absent), the container defaulted ([`default_container`]), the options'
+/// query mapped to the kubelet's ([`kubelet_stream_query`]); then the same resolution and
+/// proxy as `/exec`, `/attach`, `/portForward`. Authorized before this as every other path
+/// (`nodes/proxy`, verb from the method).
+fn api_stream(
+    tls: &mut Tls,
+    request: &httpd::Request,
+    shared: &Shared,
+    (ns, pod, sub): (&str, &str, &str),
+    query: &str,
+) -> io::Result<()> {
+    if request.method != "GET" && request.method != "POST" {
+        let mut r = status_reply(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+            None,
+        );
+        r.headers.push(("Allow", "GET, POST"));
+        return reply(tls, r, false);
+    }
+    let decode = super::api::percent_decode;
+    let (ns, pod) = (decode(ns), decode(pod));
+    let found = shared
+        .store
+        .pods()
+        .into_iter()
+        .find(|p| p.metadata.namespace == ns && p.metadata.name == pod);
+    let Some(found) = found else {
+        let message = format!("pods \"{pod}\" not found");
+        let r = status_reply(404, "NotFound", &message, Some(("pods", &pod)));
+        return reply(tls, r, false);
+    };
+    let pairs = query_pairs(query);
+    let (kind, container) = match sub {
+        "portforward" => ("portForward", None),
+        _ => {
+            let requested = pairs
+                .iter()
+                .find(|(k, _)| k == "container")
+                .map_or("", |(_, v)| v.as_str());
+            match default_container(&found, requested) {
+                Ok(c) => (if sub == "exec" { "exec" } else { "attach" }, Some(c)),
+                Err(message) => {
+                    let r = status_reply(400, "BadRequest", &message, None);
+                    return reply(tls, r, false);
+                }
+            }
+        }
+    };
+    let kubelet_query = kubelet_stream_query(kind, &pairs);
+    let rest: Vec<&str> = container.iter().map(String::as_str).collect();
+    streaming(
+        tls,
+        request,
+        shared,
+        kind,
+        (&ns, &pod, &rest),
+        &kubelet_query,
+    )
+}
+
+/// The container of an exec or attach, as kube-apiserver's `validateContainer`: a named one
+/// must be one of the pod's (init, regular; "container X is not valid for pod P"); none named
+/// is the only container, else a 400 naming every container (init containers first, as
+/// `podutil.VisitContainers`, Go's `%s` of a string slice: `[a b]`).
+pub(crate) fn default_container(pod: &crate::api::Pod, requested: &str) -> Result<String, String> {
+    let name = &pod.metadata.name;
+    let spec = &pod.spec;
+    let all: Vec<&str> = spec
+        .init_containers
+        .iter()
+        .chain(&spec.containers)
+        .map(|c| c.name.as_str())
+        .collect();
+    if !requested.is_empty() {
+        return if all.contains(&requested) {
+            Ok(requested.to_string())
+        } else {
+            Err(format!("container {requested} is not valid for pod {name}"))
+        };
+    }
+    match spec.containers.as_slice() {
+        [only] => Ok(only.name.clone()),
+        [] => Err(format!("a container name must be specified for pod {name}")),
+        _ => Err(format!(
+            "a container name must be specified for pod {name}, choose one of: [{}]",
+            all.join(" ")
+        )),
+    }
+}
+
+/// Go's `strconv.ParseBool` true values (how the API server decodes PodExecOptions' booleans).
+fn go_true(v: &str) -> bool {
+    matches!(v, "1" | "t" | "T" | "TRUE" | "true" | "True")
+}
+
+/// Go's `url.QueryEscape`.
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            b' ' => "+".to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The kubelet's query for the API server's options (kube-apiserver's `streamParams`):
+/// PodExecOptions/PodAttachOptions `stdin`, `stdout`, `stderr`, `tty` become `input`,
+/// `output`, `error`, `tty` with the value `1`; an exec's `command` values stay, in order;
+/// PodPortForwardOptions' `ports` become one `port` with the ports joined by commas. Anything
+/// else (`container`, which is in the kubelet's path) is dropped.
+pub(crate) fn kubelet_stream_query(kind: &str, pairs: &[(String, String)]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    if kind == "portForward" {
+        let ports: Vec<&str> = pairs
+            .iter()
+            .filter(|(k, _)| k == "ports")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        if !ports.is_empty() {
+            out.push(format!("port={}", query_escape(&ports.join(","))));
+        }
+        return out.join("&");
+    }
+    for (flag, param) in [
+        ("stdin", "input"),
+        ("stdout", "output"),
+        ("stderr", "error"),
+        ("tty", "tty"),
+    ] {
+        // url.Values' Get: the first value.
+        if pairs
+            .iter()
+            .find(|(k, _)| k == flag)
+            .is_some_and(|(_, v)| go_true(v))
+        {
+            out.push(format!("{param}=1"));
+        }
+    }
+    if kind == "exec" {
+        out.extend(
+            pairs
+                .iter()
+                .filter(|(k, _)| k == "command")
+                .map(|(_, v)| format!("command={}", query_escape(v))),
+        );
+    }
+    out.join("&")
 }
 
 /// The kubelet server's end of a TLS connection is what `server::stream::proxy_upgrade` splices:

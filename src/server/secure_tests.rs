@@ -172,6 +172,7 @@ fn start(dir: &Path, anonymous: bool, webhook: bool) -> (SecureServerHandle, Arc
         certificate: resolver_from_pem_files(&dir.join("serving.crt"), &dir.join("serving.key"))
             .unwrap(),
         client_ca: Some(load_client_ca(&dir.join("cluster-ca.crt")).unwrap()),
+        local_admin_ca: Some(dir.join("local-ca.crt")),
         run_timeout: Duration::from_secs(10),
         system_logs: Some(dir.join("varlog")),
     };
@@ -406,4 +407,203 @@ fn legacy_tail_parameter() {
     assert_eq!(legacy_tail("tail=5&follow=true"), "tailLines=5&follow=true");
     assert_eq!(legacy_tail("tail=all&timestamps=true"), "timestamps=true");
     assert_eq!(legacy_tail(""), "");
+}
+
+/// The device's local client CA (`nanolet admin-kubeconfig`): made while the server runs (read
+/// when it appears), its users are allowed even where the webhook would deny them; the same
+/// certificate is 401 before the CA exists, and a local CA certificate without clientAuth is
+/// not an administrator.
+#[test]
+fn local_administrators_are_allowed_without_the_authorizer() {
+    let dir = pki();
+    let d = dir.path();
+    let (h, _store) = start(d, false, true);
+    let port = h.local_addr().port();
+    ca(d, "local");
+    let client = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+    leaf(d, "local", "ops", "/O=system:masters/CN=ops", client);
+    leaf(
+        d,
+        "local",
+        "ops-server",
+        "/O=system:masters/CN=ops",
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    );
+    // The CA file is not there yet (openssl wrote local-ca.crt, the server looks for it): 401.
+    std::fs::rename(d.join("local-ca.crt"), d.join("local-ca.pending")).unwrap();
+    assert_eq!(curl(d, port, "GET", "/pods", Some("ops")).0, "401");
+    std::fs::rename(d.join("local-ca.pending"), d.join("local-ca.crt")).unwrap();
+    // The webhook (OnlyAdmin) would deny "ops"; a local administrator is not asked about.
+    let (code, body) = curl(d, port, "GET", "/pods", Some("ops"));
+    assert_eq!(code, "200", "{body}");
+    assert_eq!(curl(d, port, "GET", "/pods", Some("ops-server")).0, "401");
+    // Another CA's certificate is still 401.
+    assert_eq!(curl(d, port, "GET", "/pods", Some("stranger")).0, "401");
+    h.stop();
+}
+
+/// kubectl's pod subresources on the secure port: the API server's answers before a stream
+/// (`validateContainer`, `getPod`) as `Status` objects.
+#[test]
+fn api_pod_subresources_default_the_container_as_the_api_server() {
+    let dir = pki();
+    let d = dir.path();
+    let (h, store) = start(d, false, false);
+    let port = h.local_addr().port();
+    let base = "/api/v1/namespaces/default/pods";
+    let (code, body) = curl(
+        d,
+        port,
+        "POST",
+        &format!("{base}/nope/exec?command=sh&stdout=true"),
+        Some("admin"),
+    );
+    assert_eq!(code, "404", "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["kind"], "Status");
+    assert_eq!(v["message"], "pods \"nope\" not found");
+    // web-node1 has no containers in its spec.
+    let (code, body) = curl(
+        d,
+        port,
+        "POST",
+        &format!("{base}/web-node1/exec?command=sh&stdout=true"),
+        Some("admin"),
+    );
+    assert_eq!(code, "400", "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["reason"], "BadRequest");
+    assert_eq!(
+        v["message"],
+        "a container name must be specified for pod web-node1"
+    );
+    let mut pod = store.pods().into_iter().next().unwrap();
+    for name in ["a", "b"] {
+        pod.spec.containers.push(crate::api::Container {
+            name: name.into(),
+            ..Default::default()
+        });
+    }
+    store.set_pod(pod);
+    let (code, body) = curl(
+        d,
+        port,
+        "GET",
+        &format!("{base}/web-node1/attach?stdout=true"),
+        Some("admin"),
+    );
+    assert_eq!(code, "400", "{body}");
+    assert!(
+        body.contains("a container name must be specified for pod web-node1, choose one of: [a b]"),
+        "{body}"
+    );
+    // A named container passes to the kubelet's resolution (not running: no status).
+    let (code, body) = curl(
+        d,
+        port,
+        "POST",
+        &format!("{base}/web-node1/exec?container=b&command=sh&stdout=true"),
+        Some("admin"),
+    );
+    assert_eq!(code, "404", "{body}");
+    assert!(body.contains("container not found"), "{body}");
+    assert_eq!(
+        curl(
+            d,
+            port,
+            "PUT",
+            &format!("{base}/web-node1/exec"),
+            Some("admin")
+        )
+        .0,
+        "405"
+    );
+    assert_eq!(
+        curl(d, port, "POST", &format!("{base}/web-node1/exec"), None).0,
+        "401"
+    );
+    h.stop();
+}
+
+fn pod_with(init: &[&str], containers: &[&str]) -> Pod {
+    let c = |n: &&str| crate::api::Container {
+        name: n.to_string(),
+        ..Default::default()
+    };
+    let mut p = Pod {
+        metadata: ObjectMeta {
+            name: "p".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    p.spec.init_containers = init.iter().map(c).collect();
+    p.spec.containers = containers.iter().map(c).collect();
+    p
+}
+
+/// kube-apiserver's validateContainer (pkg/registry/core/pod/strategy.go).
+#[test]
+fn container_defaulting_follows_validate_container() {
+    assert_eq!(
+        default_container(&pod_with(&["init"], &["app"]), ""),
+        Ok("app".into())
+    );
+    assert_eq!(
+        default_container(&pod_with(&[], &[]), ""),
+        Err("a container name must be specified for pod p".into())
+    );
+    assert_eq!(
+        default_container(&pod_with(&[], &["a", "b"]), ""),
+        Err("a container name must be specified for pod p, choose one of: [a b]".into())
+    );
+    // VisitContainers: init containers first.
+    assert_eq!(
+        default_container(&pod_with(&["i"], &["a", "b"]), ""),
+        Err("a container name must be specified for pod p, choose one of: [i a b]".into())
+    );
+    assert_eq!(
+        default_container(&pod_with(&["i"], &["a", "b"]), "i"),
+        Ok("i".into())
+    );
+    assert_eq!(
+        default_container(&pod_with(&[], &["a", "b"]), "b"),
+        Ok("b".into())
+    );
+    assert_eq!(
+        default_container(&pod_with(&[], &["a"]), "x"),
+        Err("container x is not valid for pod p".into())
+    );
+}
+
+/// kube-apiserver's streamParams: PodExecOptions names to the kubelet's, values "1".
+#[test]
+fn api_options_map_to_the_kubelets_query() {
+    let pairs = query_pairs(
+        "command=sh&command=-c&command=echo+a%26b&container=c&stdin=true&stdout=1&stderr=false&tty=True",
+    );
+    assert_eq!(
+        kubelet_stream_query("exec", &pairs),
+        "input=1&output=1&tty=1&command=sh&command=-c&command=echo+a%26b"
+    );
+    let back = query_pairs(&kubelet_stream_query("exec", &pairs));
+    assert_eq!(
+        crate::server::stream::parse_command(&kubelet_stream_query("exec", &pairs)),
+        ["sh", "-c", "echo a&b"]
+    );
+    assert!(back.iter().all(|(k, _)| k != "container" && k != "stdin"));
+    // Attach has no command.
+    assert_eq!(
+        kubelet_stream_query("attach", &pairs),
+        "input=1&output=1&tty=1"
+    );
+    // Port-forward: `ports` joined into one `port` (strconv, strings.Join with ",").
+    let pf = query_pairs("ports=8080&ports=9090");
+    assert_eq!(kubelet_stream_query("portForward", &pf), "port=8080%2C9090");
+    assert_eq!(
+        crate::server::stream::parse_ports(&kubelet_stream_query("portForward", &pf), true)
+            .unwrap(),
+        [8080, 9090]
+    );
+    assert_eq!(kubelet_stream_query("portForward", &[]), "");
 }

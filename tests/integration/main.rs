@@ -21,6 +21,9 @@ mod apiserver;
 mod cluster_node;
 /// The CRI client against a real containerd.
 mod cri_runtime;
+/// The device's local administrator: `nanolet admin-kubeconfig` and the real kubectl on the
+/// kubelet server (get, exec, port-forward).
+mod device_admin;
 /// The real binary against a real containerd: the static-pod semantics end to end.
 mod e2e;
 /// Disk and memory pressure, emptyDir limits, admission, image GC (each test alone).
