@@ -50,8 +50,45 @@ pub trait ConfigMapsAndSecrets: std::fmt::Debug + Send + Sync {
     ) -> Result<Vec<u8>, LookupError>;
 }
 
+/// A lookup error whose text is the kubelet's own message (`secret "x" not found`): the
+/// environment shows it alone, without a field path, as the kubelet does for API objects.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {reason}")]
+#[error("{0}")]
+pub struct KubeletMessage(pub String);
+
+/// A TokenRequest for a projected `serviceAccountToken` source, bound to the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRequestSpec {
+    pub namespace: String,
+    pub service_account: String,
+    /// Empty: the API server's default audiences.
+    pub audiences: Vec<String>,
+    pub expiration_seconds: u64,
+    pub pod_name: String,
+    pub pod_uid: String,
+}
+
+/// Where ServiceAccount tokens come from (`apiobjects::ApiObjects` implements it).
+pub trait ServiceAccountTokens: std::fmt::Debug + Send + Sync {
+    fn token(&self, req: &TokenRequestSpec) -> Result<String, LookupError>;
+}
+
+/// The field and reason of a failed ConfigMap/Secret lookup (a [`KubeletMessage`] stands alone).
+fn lookup_error(field: String, e: &LookupError) -> EnvError {
+    match e.downcast_ref::<KubeletMessage>() {
+        Some(m) => EnvError {
+            field: String::new(),
+            reason: m.0.clone(),
+        },
+        None => EnvError {
+            field,
+            reason: e.to_string(),
+        },
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{reason}", if field.is_empty() { String::new() } else { format!("{field}: ") })]
 pub struct EnvError {
     pub field: String,
     pub reason: String,
@@ -247,12 +284,7 @@ fn env_from(
                 }
             }
             _ if optional(r) => {}
-            Some(Err(e)) => {
-                return Err(EnvError {
-                    field: format!("envFrom[{i}].{field}"),
-                    reason: e.to_string(),
-                });
-            }
+            Some(Err(e)) => return Err(lookup_error(format!("envFrom[{i}].{field}"), &e)),
             None => {
                 return Err(EnvError {
                     field: format!("envFrom[{i}].{field}"),
@@ -306,12 +338,7 @@ pub fn resolve_env(
                         Some(Ok(v)) => String::from_utf8_lossy(&v).into_owned(),
                         // An optional reference that does not resolve leaves the variable out.
                         _ if optional(r) => continue,
-                        Some(Err(e)) => {
-                            return Err(EnvError {
-                                field: field(sub),
-                                reason: e.to_string(),
-                            });
-                        }
+                        Some(Err(e)) => return Err(lookup_error(field(sub), &e)),
                         None => {
                             return Err(EnvError {
                                 field: field(sub),
