@@ -1496,8 +1496,17 @@ impl State {
         // A SelfSubjectReview has no spec: its body (protobuf from `kubectl auth whoami`)
         // says nothing.
         let whoami = pb && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+        let objects_pb = pb
+            && method == "POST"
+            && objects::object_from_protobuf(path, raw).is_some();
         let decoded;
-        let raw = match csr_pb.then(|| csr::csr_from_protobuf(raw)).flatten() {
+        let raw = match csr_pb
+            .then(|| csr::csr_from_protobuf(raw))
+            .flatten()
+            .or_else(|| {
+                pb.then(|| objects::object_from_protobuf(path, raw))
+                    .flatten()
+            }) {
             Some(v) => {
                 decoded = v.to_string().into_bytes();
                 &decoded[..]
@@ -1505,7 +1514,7 @@ impl State {
             None if whoami => b"{}",
             None => raw,
         };
-        if pb && !csr_pb && !whoami && !raw.is_empty() {
+        if pb && !csr_pb && !objects_pb && !whoami && !raw.is_empty() {
             // Protobuf is decoded only for CSRs (kubectl certificate approve|deny).
             return status(
                 415,

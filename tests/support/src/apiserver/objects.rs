@@ -19,6 +19,7 @@
 
 use serde_json::{Value, json};
 
+use super::csr::{pb_fields, pb_str};
 use super::{FakeApiServer, Res, State, base64_encode, now_secs, rfc3339, status, status_for};
 
 /// kube-apiserver's default `--api-audiences` (its service account issuer).
@@ -202,4 +203,112 @@ impl FakeApiServer {
     pub fn set_token_lifetime(&self, secs: Option<i64>) {
         self.st().tokens.lifetime_override = secs;
     }
+}
+
+/// `ObjectMeta` fields a create sends (k8s.io/apimachinery generated.proto: name 1,
+/// generateName 2, namespace 3, labels 11, annotations 12).
+fn meta_from_protobuf(b: &[u8]) -> Option<Value> {
+    let mut m = json!({});
+    for (f, _, v) in pb_fields(b)? {
+        match f {
+            1 => m["name"] = pb_str(v),
+            2 => m["generateName"] = pb_str(v),
+            3 => m["namespace"] = pb_str(v),
+            11 | 12 => {
+                let (k, val) = map_entry(v)?;
+                let field = if f == 11 { "labels" } else { "annotations" };
+                m[field][k] = json!(String::from_utf8_lossy(&val));
+            }
+            _ => {}
+        }
+    }
+    Some(m)
+}
+
+/// A protobuf map entry: key 1, value 2.
+fn map_entry(b: &[u8]) -> Option<(String, Vec<u8>)> {
+    let mut k = String::new();
+    let mut val = Vec::new();
+    for (f, _, v) in pb_fields(b)? {
+        match f {
+            1 => k = String::from_utf8_lossy(v).into_owned(),
+            2 => val = v.to_vec(),
+            _ => {}
+        }
+    }
+    Some((k, val))
+}
+
+/// ConfigMaps, Secrets, ServiceAccounts and TokenRequests sent as
+/// `application/vnd.kubernetes.protobuf` (kubectl's typed clientset: `create configmap`,
+/// `create secret`, `create serviceaccount`, `create token`), as JSON (k8s.io/api core/v1 and
+/// authentication/v1 generated.proto field numbers). None for other paths.
+pub(super) fn object_from_protobuf(path: &str, raw: &[u8]) -> Option<Value> {
+    let resource = if path.ends_with("/serviceaccounts") || path.ends_with("/configmaps") || path.ends_with("/secrets") {
+        path.rsplit('/').next()?
+    } else if path.contains("/serviceaccounts/") && path.ends_with("/token") {
+        "token"
+    } else {
+        return None;
+    };
+    let unknown = raw.strip_prefix(b"k8s\0")?;
+    let obj = pb_fields(unknown)?.into_iter().find(|f| f.0 == 2)?.2;
+    let mut out = json!({});
+    for (f, _, v) in pb_fields(obj)? {
+        match (resource, f) {
+            (_, 1) => out["metadata"] = meta_from_protobuf(v)?,
+            // ConfigMap: data 2 (map<string,string>), binaryData 3 (map<string,bytes>).
+            ("configmaps", 2) => {
+                let (k, val) = map_entry(v)?;
+                out["data"][k] = json!(String::from_utf8_lossy(&val));
+            }
+            ("configmaps", 3) => {
+                let (k, val) = map_entry(v)?;
+                out["binaryData"][k] = json!(base64_encode(&val));
+            }
+            // Secret: data 2 (map<string,bytes>), type 3, stringData 4.
+            ("secrets", 2) => {
+                let (k, val) = map_entry(v)?;
+                out["data"][k] = json!(base64_encode(&val));
+            }
+            ("secrets", 3) => out["type"] = pb_str(v),
+            ("secrets", 4) => {
+                let (k, val) = map_entry(v)?;
+                out["stringData"][k] = json!(String::from_utf8_lossy(&val));
+            }
+            // TokenRequestSpec: audiences 1, boundObjectRef 3 (kind 1, apiVersion 2, name 3,
+            // uid 4), expirationSeconds 4.
+            ("token", 2) => {
+                let mut spec = json!({"audiences": []});
+                for (sf, n, sv) in pb_fields(v)? {
+                    match sf {
+                        1 => {
+                            if let Some(a) = spec["audiences"].as_array_mut() {
+                                a.push(pb_str(sv));
+                            }
+                        }
+                        3 => {
+                            let mut r = json!({});
+                            for (rf, _, rv) in pb_fields(sv)? {
+                                let k = match rf {
+                                    1 => "kind",
+                                    2 => "apiVersion",
+                                    3 => "name",
+                                    4 => "uid",
+                                    _ => continue,
+                                };
+                                r[k] = pb_str(rv);
+                            }
+                            spec["boundObjectRef"] = r;
+                        }
+                        4 => spec["expirationSeconds"] = json!(n),
+                        _ => {}
+                    }
+                }
+                out["spec"] = spec;
+            }
+            _ => {}
+        }
+    }
+    Some(out)
 }
