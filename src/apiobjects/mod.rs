@@ -255,7 +255,7 @@ impl ApiObjects {
 
     /// The referenced ConfigMaps and Secrets with their reference counts.
     #[cfg(test)]
-    pub fn referenced(&self) -> (Vec<(String, String, usize)>, Vec<(String, String, usize)>) {
+    pub fn referenced(&self) -> (Vec<watch::Referenced>, Vec<watch::Referenced>) {
         (self.config_maps.referenced(), self.secrets.referenced())
     }
 

@@ -103,6 +103,9 @@ impl Item {
     }
 }
 
+/// A watched object: namespace, name, reference count.
+pub type Referenced = (String, String, usize);
+
 struct Entry {
     refs: usize,
     item: Arc<Item>,
@@ -154,7 +157,7 @@ impl Manager {
     }
 
     /// The objects with a reflector, and their reference counts.
-    pub fn referenced(&self) -> Vec<(String, String, usize)> {
+    pub fn referenced(&self) -> Vec<Referenced> {
         let items = self.items.lock().unwrap_or_else(|p| p.into_inner());
         items
             .iter()
