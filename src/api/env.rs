@@ -579,4 +579,55 @@ mod tests {
         assert_eq!(e.field, "env[0].valueFrom.fieldRef.fieldPath");
         assert!(e.reason.contains("Unsupported value"));
     }
+
+    #[derive(Debug)]
+    struct ApiLike;
+
+    impl ConfigMapsAndSecrets for ApiLike {
+        fn config_map(&self, _: &str, name: &str) -> Result<ObjectData, LookupError> {
+            Err(Box::new(KubeletMessage(format!(
+                "configmap \"{name}\" not found"
+            ))))
+        }
+        fn secret(&self, _: &str, name: &str) -> Result<ObjectData, LookupError> {
+            Err(Box::new(KubeletMessage(format!(
+                "secret \"{name}\" not found"
+            ))))
+        }
+        fn key(&self, secret: bool, ns: &str, name: &str, _: &str) -> Result<Vec<u8>, LookupError> {
+            if secret {
+                self.secret(ns, name)
+            } else {
+                self.config_map(ns, name)
+            }
+            .map(|_| vec![])
+        }
+    }
+
+    /// kubelet_pods.go makeEnvironmentVariables returns the object manager's error as is: the
+    /// waiting message is `secret "x" not found`, no field path; optional references are skipped.
+    #[test]
+    fn api_object_errors_are_the_kubelet_message_alone() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "env": [{"name": "O", "valueFrom": {"configMapKeyRef": {"name": "opt", "key": "k", "optional": true}}},
+                        {"name": "S", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}]}
+        }))
+        .unwrap();
+        let ctx = EnvContext {
+            store: Some(Arc::new(ApiLike)),
+            ..EnvContext::default()
+        };
+        let e = resolve_env(&pod, &pod.spec.containers[0], &ctx).unwrap_err();
+        assert_eq!(e.to_string(), "secret \"db\" not found");
+        let mut c = pod.spec.containers[0].clone();
+        c.env.remove(1);
+        c.extra.insert(
+            "envFrom".into(),
+            serde_json::json!([{"configMapRef": {"name": "cm"}}]),
+        );
+        let e = resolve_env(&pod, &c, &ctx).unwrap_err();
+        assert_eq!(e.to_string(), "configmap \"cm\" not found");
+    }
 }

@@ -232,6 +232,22 @@ fn daemonset_pod_gets_token_config_map_and_secret_from_the_api() {
         "ConfigMap change never reached the container\n{}",
         n.log_tail()
     );
+    // The watch expires (410 Gone): the reflector relists and keeps following.
+    api.expire_watches();
+    api.modify(
+        "/api/v1/namespaces/kube-system/configmaps/agent-config",
+        |o| {
+            o["data"]["agent.conf"] = json!("level=3\n");
+        },
+    );
+    let relisted = wait_for(Duration::from_secs(60), || {
+        (exec(&rt, &id, &["cat", "/etc/agent/agent.conf"]) == "level=3\n").then_some(())
+    });
+    assert!(
+        relisted.is_some(),
+        "ConfigMap not followed after a 410\n{}",
+        n.log_tail()
+    );
     // Watched by name, as the Node authorizer allows.
     assert!(api.requests().iter().any(|r| {
         r.path == "/api/v1/namespaces/kube-system/configmaps"
