@@ -65,12 +65,22 @@ pub enum Known {
     Present(Arc<Value>),
 }
 
-/// One object's reflector state, shared with its thread.
-#[derive(Debug)]
+/// One object's reflector state, shared with its thread. Its Debug shows no data (Secrets).
 pub struct Item {
     known: Mutex<Known>,
     changed: Condvar,
     stop: AtomicBool,
+}
+
+impl std::fmt::Debug for Item {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &*self.known.lock().unwrap_or_else(|p| p.into_inner()) {
+            Known::Pending(_) => "pending",
+            Known::Absent => "absent",
+            Known::Present(_) => "present",
+        };
+        f.debug_struct("Item").field("state", &state).finish()
+    }
 }
 
 impl Item {
@@ -88,12 +98,14 @@ impl Item {
         self.changed.notify_all();
     }
 
-    /// The state, waiting up to `wait` while the first list is pending.
+    /// The state, waiting up to `wait` while the first list has not answered yet (once a
+    /// list failed, lookups answer at once with its error: an unreachable API server must not
+    /// stall every sync).
     pub fn get(&self, wait: Duration) -> Known {
         let g = self.known.lock().unwrap_or_else(|p| p.into_inner());
         let (g, _) = self
             .changed
-            .wait_timeout_while(g, wait, |k| matches!(k, Known::Pending(_)))
+            .wait_timeout_while(g, wait, |k| matches!(k, Known::Pending(None)))
             .unwrap_or_else(|p| p.into_inner());
         g.clone()
     }
@@ -410,4 +422,42 @@ fn reflect(kind: Kind, client: &OnceLock<Arc<ApiClient>>, ns: &str, name: &str, 
         name,
         "reflector stopped"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// The objectCacheItem rule: a lookup waits for the first list, but not once a list failed.
+    #[test]
+    fn lookups_wait_for_the_first_list_only() {
+        let item = Item::new();
+        let it = item.clone();
+        let setter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            it.set(Known::Absent);
+        });
+        let t = Instant::now();
+        assert_eq!(item.get(Duration::from_secs(10)), Known::Absent);
+        assert!(t.elapsed() < Duration::from_secs(5));
+        setter.join().unwrap();
+        item.set(Known::Pending(Some("connection refused".into())));
+        let t = Instant::now();
+        assert_eq!(
+            item.get(Duration::from_secs(10)),
+            Known::Pending(Some("connection refused".into()))
+        );
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(format!("{item:?}"), "Item { state: \"pending\" }");
+    }
+
+    #[test]
+    fn the_watch_path_selects_the_object_by_name() {
+        assert_eq!(
+            path(Kind::Secret, "kube-system", "agent"),
+            "/api/v1/namespaces/kube-system/secrets?fieldSelector=metadata.name%3Dagent"
+        );
+        assert_eq!(Kind::ConfigMap.singular(), "configmap");
+    }
 }
