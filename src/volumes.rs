@@ -209,11 +209,12 @@ fn store_source(
         store.config_map(ns, name)
     } {
         Ok(data) => key_files(&data, src, default_mode, &what, files),
-        Err(_)
-            if src
-                .get("optional")
-                .and_then(Value::as_bool)
-                .unwrap_or(false) =>
+        Err(e)
+            if crate::api::env::optional_skips(&e)
+                && src
+                    .get("optional")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false) =>
         {
             Ok(())
         }

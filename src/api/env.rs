@@ -56,6 +56,17 @@ pub trait ConfigMapsAndSecrets: std::fmt::Debug + Send + Sync {
 #[error("{0}")]
 pub struct KubeletMessage(pub String);
 
+/// An object that could not be read (API server unreachable, forbidden): unlike a missing
+/// one, `optional: true` does not skip it (the kubelet skips only `IsNotFound`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+/// Whether `optional: true` skips this lookup error.
+pub fn optional_skips(e: &LookupError) -> bool {
+    e.downcast_ref::<Unavailable>().is_none()
+}
+
 /// A TokenRequest for a projected `serviceAccountToken` source, bound to the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenRequestSpec {
@@ -283,7 +294,8 @@ fn env_from(
                     }
                 }
             }
-            _ if optional(r) => {}
+            Some(Err(e)) if optional(r) && optional_skips(&e) => {}
+            None if optional(r) => {}
             Some(Err(e)) => return Err(lookup_error(format!("envFrom[{i}].{field}"), &e)),
             None => {
                 return Err(EnvError {
@@ -337,7 +349,8 @@ pub fn resolve_env(
                     match ctx.store.as_ref().map(|s| s.key(secret, ns, name, key)) {
                         Some(Ok(v)) => String::from_utf8_lossy(&v).into_owned(),
                         // An optional reference that does not resolve leaves the variable out.
-                        _ if optional(r) => continue,
+                        Some(Err(e)) if optional(r) && optional_skips(&e) => continue,
+                        None if optional(r) => continue,
                         Some(Err(e)) => return Err(lookup_error(field(sub), &e)),
                         None => {
                             return Err(EnvError {

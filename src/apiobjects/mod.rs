@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::api::Pod;
 use crate::api::env::{
     ConfigMapsAndSecrets, KubeletMessage, LookupError, ObjectData, ServiceAccountTokens,
-    TokenRequestSpec,
+    TokenRequestSpec, Unavailable,
 };
 use crate::apiclient::client::ApiClient;
 
@@ -64,9 +64,13 @@ pub enum ObjectError {
     },
 }
 
-/// As a lookup error whose text the kubelet shows alone.
+/// As a lookup error: the kubelet's text alone, or (unreadable object) one `optional` does not
+/// skip.
 fn kubelet_message(e: ObjectError) -> LookupError {
-    Box::new(KubeletMessage(e.to_string()))
+    match e {
+        ObjectError::Unavailable { .. } => Box::new(Unavailable(e.to_string())),
+        _ => Box::new(KubeletMessage(e.to_string())),
+    }
 }
 
 /// The ConfigMaps, Secrets and tokens of API pods.
@@ -436,5 +440,10 @@ mod tests {
             .err()
             .map(|e| e.to_string());
         assert!(e.is_some_and(|e| e.contains("not available")));
+        // optional: true skips a missing object, never an unreadable one.
+        let missing = o.secret("kube-system", "s1").unwrap_err();
+        assert!(crate::api::env::optional_skips(&missing));
+        let unreadable = o.config_map("kube-system", "cm2").unwrap_err();
+        assert!(!crate::api::env::optional_skips(&unreadable));
     }
 }
