@@ -7,6 +7,7 @@
 
 pub(crate) mod api;
 pub mod apiclient;
+pub(crate) mod apiobjects;
 /// The kubelet's certificates: TLS bootstrap, rotation, the serving certificate (`tls` only).
 #[cfg(feature = "tls")]
 pub mod certificate;

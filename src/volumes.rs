@@ -4,9 +4,14 @@
 //! - `emptyDir` under `<root-dir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`, and
 //!   `medium: Memory` as a tmpfs honouring `sizeLimit`.
 //!
+//! - `configMap`, `secret`, `downwardAPI` and `projected` (configMap, secret, downwardAPI and
+//!   `serviceAccountToken` sources), written by the atomic writer ([`write_atomic`]) and
+//!   rewritten in place at every sync. Their objects come from the [`VolumeContext`]: the local
+//!   store for static pods, the API server (`apiobjects`) for API pods; tokens only for API pods.
+//!
 //! and the container's `volumeMounts` (readOnly, subPath, subPathExpr, mountPropagation).
-//! Other volume types (downwardAPI, projected, and the local configMap/secret store) are
-//! reported as unsupported: the pod waits in ContainerCreating with the reason.
+//! Other volume types are reported as unsupported: the pod waits in ContainerCreating with the
+//! reason.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -14,11 +19,11 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::api::env::EnvContext;
+use crate::api::env::{ConfigMapsAndSecrets, EnvContext, ServiceAccountTokens, TokenRequestSpec};
 use crate::api::quantity::parse_quantity;
 use crate::api::{Container, Pod};
 use crate::cri::{Mount, MountPropagation};
-use crate::localstore::{Data, LocalStore};
+use crate::localstore::Data;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VolumeError {
@@ -50,6 +55,9 @@ pub enum DataSourceError {
     NoRef(String),
     #[error("projected source not supported (serviceAccountToken needs an API server)")]
     Projected,
+    /// The token manager's error (the kubelet's `failed to fetch token: ...`).
+    #[error("{0}")]
+    Token(String),
     #[error(transparent)]
     Path(#[from] SubPathError),
 }
@@ -73,7 +81,10 @@ fn setup_err(volume: &str, reason: impl Into<String>) -> VolumeError {
 /// What API-data volumes (configMap, secret, downwardAPI, projected) are made from.
 #[derive(Debug, Clone, Default)]
 pub struct VolumeContext {
-    pub store: Option<LocalStore>,
+    /// ConfigMaps and Secrets: the local store (static pods) or the API objects (API pods).
+    pub store: Option<std::sync::Arc<dyn ConfigMapsAndSecrets>>,
+    /// ServiceAccount tokens (API pods only).
+    pub tokens: Option<std::sync::Arc<dyn ServiceAccountTokens>>,
     pub env: EnvContext,
     /// spec.securityContext.fsGroup: emptyDir and API-data volumes become group-owned by it
     /// (setgid directories, group read/write), as the kubelet's SetVolumeOwnership does.
@@ -198,16 +209,63 @@ fn store_source(
         store.config_map(ns, name)
     } {
         Ok(data) => key_files(&data, src, default_mode, &what, files),
-        Err(_)
-            if src
-                .get("optional")
-                .and_then(Value::as_bool)
-                .unwrap_or(false) =>
+        Err(e)
+            if crate::api::env::optional_skips(&e)
+                && src
+                    .get("optional")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false) =>
         {
             Ok(())
         }
         Err(e) => Err(DataSourceError::Store(e.to_string())),
     }
+}
+
+/// The TokenRequest of a projected `serviceAccountToken` source of `pod` (the kubelet's
+/// projected volume: audiences `[audience]` or none, expirationSeconds defaulting to 3600,
+/// bound to the pod).
+pub fn token_request(pod: &Pod, src: &Value) -> TokenRequestSpec {
+    let sa = &pod.spec.service_account_name;
+    TokenRequestSpec {
+        namespace: pod.metadata.namespace.clone(),
+        service_account: if sa.is_empty() {
+            "default".into()
+        } else {
+            sa.clone()
+        },
+        audiences: src
+            .get("audience")
+            .and_then(Value::as_str)
+            .filter(|a| !a.is_empty())
+            .map(|a| vec![a.to_string()])
+            .unwrap_or_default(),
+        expiration_seconds: src
+            .get("expirationSeconds")
+            .and_then(Value::as_u64)
+            .unwrap_or(3600),
+        pod_name: pod.metadata.name.clone(),
+        pod_uid: pod.metadata.uid.clone(),
+    }
+}
+
+fn token_source(
+    pod: &Pod,
+    ctx: &VolumeContext,
+    src: &Value,
+    default_mode: u32,
+    files: &mut Files,
+) -> Result<(), DataSourceError> {
+    let path = src.get("path").and_then(Value::as_str).unwrap_or_default();
+    clean_relative(path)?;
+    let Some(tokens) = ctx.tokens.as_ref() else {
+        return Err(DataSourceError::Projected);
+    };
+    let token = tokens
+        .token(&token_request(pod, src))
+        .map_err(|e| DataSourceError::Token(e.to_string()))?;
+    files.insert(path.to_string(), (token.into_bytes(), default_mode));
+    Ok(())
 }
 
 fn downward_items(
@@ -291,6 +349,10 @@ fn api_data_volume(
                     store_source(pod, ctx, c, true, dm, &mut files)
                 } else if let Some(d) = s.get("downwardAPI") {
                     downward_items(pod, ctx, d.get("items"), dm, &mut files)
+                } else if let Some(t) = s.get("serviceAccountToken") {
+                    // A credential: the volume is a tmpfs, as the kubelet's projected volume.
+                    secret = true;
+                    token_source(pod, ctx, t, dm, &mut files)
                 } else {
                     Err(DataSourceError::Projected)
                 }
@@ -682,7 +744,9 @@ pub fn teardown(pod_dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::localstore::LocalStore;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn pod_with(vols: Value) -> Pod {
         let mut p = Pod::default();
@@ -802,7 +866,8 @@ mod tests {
         pod.metadata.name = "web-node1".into();
         pod.metadata.labels.insert("app".into(), "web".into());
         let ctx = VolumeContext {
-            store: Some(store.clone()),
+            store: Some(Arc::new(store.clone()) as Arc<dyn ConfigMapsAndSecrets>),
+            tokens: None,
             env: EnvContext::default(),
             fs_group: None,
         };
@@ -875,5 +940,140 @@ mod tests {
             e.to_string().contains("configmap \"/nope\" not found"),
             "{e}"
         );
+    }
+}
+
+#[cfg(test)]
+mod projected_tests {
+    use super::*;
+    use crate::api::env::{LookupError, ObjectData};
+    use serde_json::json;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Debug, Default)]
+    struct Fake {
+        token: Mutex<String>,
+        requests: Mutex<Vec<TokenRequestSpec>>,
+    }
+
+    impl ConfigMapsAndSecrets for Fake {
+        fn config_map(&self, _: &str, name: &str) -> Result<ObjectData, LookupError> {
+            match name {
+                "kube-root-ca.crt" => Ok([("ca.crt".to_string(), b"PEM".to_vec())].into()),
+                _ => Err(Box::new(crate::api::env::KubeletMessage(format!(
+                    "configmap \"{name}\" not found"
+                )))),
+            }
+        }
+        fn secret(&self, _: &str, name: &str) -> Result<ObjectData, LookupError> {
+            self.config_map("", name)
+        }
+        fn key(&self, _: bool, _: &str, _: &str, _: &str) -> Result<Vec<u8>, LookupError> {
+            Err("unused".into())
+        }
+    }
+
+    impl ServiceAccountTokens for Fake {
+        fn token(&self, req: &TokenRequestSpec) -> Result<String, LookupError> {
+            self.requests.lock().unwrap().push(req.clone());
+            Ok(self.token.lock().unwrap().clone())
+        }
+    }
+
+    /// The ServiceAccount admission plugin's volume (plugin/pkg/admission/serviceaccount:
+    /// defaultMode 0644, token expirationSeconds 3607, kube-root-ca.crt's ca.crt, the
+    /// namespace), on a tmpfs, rewritten in place by the atomic writer when the token changes.
+    #[test]
+    fn the_kube_api_access_volume_is_token_ca_and_namespace() {
+        let d = tempfile::tempdir().unwrap();
+        let mut pod = Pod::default();
+        pod.metadata.name = "ds-abcde".into();
+        pod.metadata.namespace = "kube-system".into();
+        pod.metadata.uid = "uid-1".into();
+        pod.spec.service_account_name = "kube-proxy".into();
+        pod.spec.extra.insert("volumes".into(), json!([{"name": "kube-api-access-x7k2p", "projected": {
+            "defaultMode": 420,
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}]));
+        let fake = Arc::new(Fake::default());
+        *fake.token.lock().unwrap() = "tok-1".into();
+        let ctx = VolumeContext {
+            store: Some(fake.clone() as Arc<dyn ConfigMapsAndSecrets>),
+            tokens: Some(fake.clone() as Arc<dyn ServiceAccountTokens>),
+            ..VolumeContext::default()
+        };
+        let pod_dir = d.path().join("pod");
+        let vols = prepare(&pod, &pod_dir, &ctx).expect("volumes");
+        let dir = &vols["kube-api-access-x7k2p"];
+        assert!(dir.ends_with("volumes/kubernetes.io~projected/kube-api-access-x7k2p"));
+        assert!(is_mount_point(dir), "a projected token volume is a tmpfs");
+        assert_eq!(std::fs::read(dir.join("token")).unwrap(), b"tok-1");
+        assert_eq!(std::fs::read(dir.join("ca.crt")).unwrap(), b"PEM");
+        assert_eq!(
+            std::fs::read(dir.join("namespace")).unwrap(),
+            b"kube-system"
+        );
+        let mode = std::fs::metadata(dir.join("token"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o644);
+        assert_eq!(
+            std::fs::read_link(dir.join("token")).unwrap(),
+            Path::new("..data/token")
+        );
+        let req = fake.requests.lock().unwrap()[0].clone();
+        assert_eq!(req.expiration_seconds, 3607);
+        assert_eq!(req.service_account, "kube-proxy");
+        assert_eq!(
+            (req.pod_name.as_str(), req.pod_uid.as_str()),
+            ("ds-abcde", "uid-1")
+        );
+        assert!(req.audiences.is_empty());
+        // A refreshed token is swapped in through ..data; the directory stays the same mount.
+        let before = std::fs::read_link(dir.join("..data")).unwrap();
+        *fake.token.lock().unwrap() = "tok-2".into();
+        prepare(&pod, &pod_dir, &ctx).expect("volumes again");
+        assert_eq!(std::fs::read(dir.join("token")).unwrap(), b"tok-2");
+        assert_ne!(std::fs::read_link(dir.join("..data")).unwrap(), before);
+        teardown(&pod_dir);
+        assert!(!is_mount_point(dir));
+    }
+
+    /// A required ConfigMap that does not exist: the kubelet's FailedMount text.
+    #[test]
+    fn a_missing_config_map_fails_the_mount_with_the_kubelet_text() {
+        let d = tempfile::tempdir().unwrap();
+        let mut pod = Pod::default();
+        pod.metadata.namespace = "ns".into();
+        pod.spec.extra.insert(
+            "volumes".into(),
+            json!([{"name": "cfg", "configMap": {"name": "app"}},
+                   {"name": "opt", "configMap": {"name": "other", "optional": true}}]),
+        );
+        let fake = Arc::new(Fake::default());
+        let ctx = VolumeContext {
+            store: Some(fake as Arc<dyn ConfigMapsAndSecrets>),
+            ..VolumeContext::default()
+        };
+        let e = prepare(&pod, d.path(), &ctx).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "MountVolume.SetUp failed for volume \"cfg\" : configmap \"app\" not found"
+        );
+        // A token source without a token manager (a static pod) is refused, as before.
+        pod.spec.extra.insert(
+            "volumes".into(),
+            json!([{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]),
+        );
+        let e = prepare(&pod, d.path(), &ctx).unwrap_err();
+        assert!(
+            e.to_string().contains("projected source not supported"),
+            "{e}"
+        );
+        teardown(d.path());
     }
 }

@@ -50,8 +50,56 @@ pub trait ConfigMapsAndSecrets: std::fmt::Debug + Send + Sync {
     ) -> Result<Vec<u8>, LookupError>;
 }
 
+/// A lookup error whose text is the kubelet's own message (`secret "x" not found`): the
+/// environment shows it alone, without a field path, as the kubelet does for API objects.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {reason}")]
+#[error("{0}")]
+pub struct KubeletMessage(pub String);
+
+/// An object that could not be read (API server unreachable, forbidden): unlike a missing
+/// one, `optional: true` does not skip it (the kubelet skips only `IsNotFound`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+/// Whether `optional: true` skips this lookup error.
+pub fn optional_skips(e: &LookupError) -> bool {
+    e.downcast_ref::<Unavailable>().is_none()
+}
+
+/// A TokenRequest for a projected `serviceAccountToken` source, bound to the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRequestSpec {
+    pub namespace: String,
+    pub service_account: String,
+    /// Empty: the API server's default audiences.
+    pub audiences: Vec<String>,
+    pub expiration_seconds: u64,
+    pub pod_name: String,
+    pub pod_uid: String,
+}
+
+/// Where ServiceAccount tokens come from (`apiobjects::ApiObjects` implements it).
+pub trait ServiceAccountTokens: std::fmt::Debug + Send + Sync {
+    fn token(&self, req: &TokenRequestSpec) -> Result<String, LookupError>;
+}
+
+/// The field and reason of a failed ConfigMap/Secret lookup (a [`KubeletMessage`] stands alone).
+fn lookup_error(field: String, e: &LookupError) -> EnvError {
+    match e.downcast_ref::<KubeletMessage>() {
+        Some(m) => EnvError {
+            field: String::new(),
+            reason: m.0.clone(),
+        },
+        None => EnvError {
+            field,
+            reason: e.to_string(),
+        },
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{reason}", if field.is_empty() { String::new() } else { format!("{field}: ") })]
 pub struct EnvError {
     pub field: String,
     pub reason: String,
@@ -246,13 +294,9 @@ fn env_from(
                     }
                 }
             }
-            _ if optional(r) => {}
-            Some(Err(e)) => {
-                return Err(EnvError {
-                    field: format!("envFrom[{i}].{field}"),
-                    reason: e.to_string(),
-                });
-            }
+            Some(Err(e)) if optional(r) && optional_skips(&e) => {}
+            None if optional(r) => {}
+            Some(Err(e)) => return Err(lookup_error(format!("envFrom[{i}].{field}"), &e)),
             None => {
                 return Err(EnvError {
                     field: format!("envFrom[{i}].{field}"),
@@ -305,13 +349,9 @@ pub fn resolve_env(
                     match ctx.store.as_ref().map(|s| s.key(secret, ns, name, key)) {
                         Some(Ok(v)) => String::from_utf8_lossy(&v).into_owned(),
                         // An optional reference that does not resolve leaves the variable out.
-                        _ if optional(r) => continue,
-                        Some(Err(e)) => {
-                            return Err(EnvError {
-                                field: field(sub),
-                                reason: e.to_string(),
-                            });
-                        }
+                        Some(Err(e)) if optional(r) && optional_skips(&e) => continue,
+                        None if optional(r) => continue,
+                        Some(Err(e)) => return Err(lookup_error(field(sub), &e)),
                         None => {
                             return Err(EnvError {
                                 field: field(sub),
@@ -551,5 +591,56 @@ mod tests {
         let e = resolve_env(&pod(), &c, &EnvContext::default()).expect_err("error");
         assert_eq!(e.field, "env[0].valueFrom.fieldRef.fieldPath");
         assert!(e.reason.contains("Unsupported value"));
+    }
+
+    #[derive(Debug)]
+    struct ApiLike;
+
+    impl ConfigMapsAndSecrets for ApiLike {
+        fn config_map(&self, _: &str, name: &str) -> Result<ObjectData, LookupError> {
+            Err(Box::new(KubeletMessage(format!(
+                "configmap \"{name}\" not found"
+            ))))
+        }
+        fn secret(&self, _: &str, name: &str) -> Result<ObjectData, LookupError> {
+            Err(Box::new(KubeletMessage(format!(
+                "secret \"{name}\" not found"
+            ))))
+        }
+        fn key(&self, secret: bool, ns: &str, name: &str, _: &str) -> Result<Vec<u8>, LookupError> {
+            if secret {
+                self.secret(ns, name)
+            } else {
+                self.config_map(ns, name)
+            }
+            .map(|_| vec![])
+        }
+    }
+
+    /// kubelet_pods.go makeEnvironmentVariables returns the object manager's error as is: the
+    /// waiting message is `secret "x" not found`, no field path; optional references are skipped.
+    #[test]
+    fn api_object_errors_are_the_kubelet_message_alone() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "env": [{"name": "O", "valueFrom": {"configMapKeyRef": {"name": "opt", "key": "k", "optional": true}}},
+                        {"name": "S", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}]}
+        }))
+        .unwrap();
+        let ctx = EnvContext {
+            store: Some(Arc::new(ApiLike)),
+            ..EnvContext::default()
+        };
+        let e = resolve_env(&pod, &pod.spec.containers[0], &ctx).unwrap_err();
+        assert_eq!(e.to_string(), "secret \"db\" not found");
+        let mut c = pod.spec.containers[0].clone();
+        c.env.remove(1);
+        c.extra.insert(
+            "envFrom".into(),
+            serde_json::json!([{"configMapRef": {"name": "cm"}}]),
+        );
+        let e = resolve_env(&pod, &c, &ctx).unwrap_err();
+        assert_eq!(e.to_string(), "configmap \"cm\" not found");
     }
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::localstore::LocalStore;
+use crate::api::env::ConfigMapsAndSecrets;
 use crate::util::base64::decode as base64_decode;
 
 const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
@@ -271,7 +271,7 @@ impl Keyring {
 
 /// The keyring of one pull secret from the local store.
 pub fn secret_keyring(
-    store: &LocalStore,
+    store: &dyn ConfigMapsAndSecrets,
     namespace: &str,
     name: &str,
 ) -> Result<Keyring, CredentialError> {
@@ -314,7 +314,7 @@ pub fn credentials_for(
     image: &str,
     namespace: &str,
     pull_secrets: &[String],
-    store: Option<&LocalStore>,
+    store: Option<&dyn ConfigMapsAndSecrets>,
     node_file: Option<&PathBuf>,
 ) -> Vec<Credential> {
     let mut out = Vec::new();
@@ -478,7 +478,7 @@ mod tests {
             br#"{"auths":{"127.0.0.1:5000":{"username":"node","password":"np"}}}"#,
         )
         .unwrap();
-        let store = LocalStore::new(d.path().join("cm"), secrets);
+        let store = crate::localstore::LocalStore::new(d.path().join("cm"), secrets);
         let extra: BTreeMap<String, Value> =
             serde_json::from_str(r#"{"imagePullSecrets":[{"name":"missing"},{"name":"regcred"}]}"#)
                 .unwrap();
@@ -488,14 +488,21 @@ mod tests {
             "127.0.0.1:5000/busybox:1",
             "default",
             &names,
-            Some(&store),
+            Some(&store as &dyn ConfigMapsAndSecrets),
             Some(&node),
         );
         let users: Vec<&str> = c.iter().map(|c| c.username.as_str()).collect();
         assert_eq!(users, ["pod", "node"]);
         assert_eq!(c[0].origin, "secret default/regcred");
         assert!(
-            credentials_for("other.io/x", "default", &names, Some(&store), Some(&node)).is_empty()
+            credentials_for(
+                "other.io/x",
+                "default",
+                &names,
+                Some(&store as &dyn ConfigMapsAndSecrets),
+                Some(&node)
+            )
+            .is_empty()
         );
         let e = secret_keyring(&store, "default", "missing")
             .unwrap_err()

@@ -9,7 +9,6 @@ use tracing::warn;
 use crate::api::{Container, Pod};
 use crate::cri::{Runtime, RuntimeError};
 use crate::events::{EventRecorder, EventType, container_ref};
-use crate::localstore::LocalStore;
 use crate::util::backoff::Backoff;
 
 use super::credentials;
@@ -62,7 +61,8 @@ impl PullError {
 /// registry credentials file.
 #[derive(Debug, Clone, Copy)]
 pub struct CredentialSources<'a> {
-    pub store: Option<&'a LocalStore>,
+    /// The pod's ConfigMap/Secret source (local store for static pods, the API for API pods).
+    pub store: Option<&'a dyn crate::api::env::ConfigMapsAndSecrets>,
     pub registry_config: Option<&'a PathBuf>,
 }
 

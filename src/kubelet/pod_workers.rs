@@ -351,6 +351,8 @@ impl PodWorker {
 
     /// One sync pass. Returns how long until the next pass is due without an event.
     pub fn sync(&mut self) -> Result<Duration, SyncError> {
+        // The kubelet's pod manager registers the pod's ConfigMaps and Secrets (API pods).
+        self.ctx.settings.runtime.register_pod(&self.pod);
         let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
         if self.start_time_nanos.is_none() {
             // Adopted pods keep the start time of their sandbox; new pods start now.
@@ -606,11 +608,7 @@ impl PodWorker {
             return;
         }
         let settings = &self.ctx.settings.runtime;
-        let vctx = crate::volumes::VolumeContext {
-            store: settings.store.clone(),
-            env: settings.env_context(&self.pod, &self.runtime.pod_ip),
-            fs_group: crate::api::security::fs_group(&self.pod),
-        };
+        let vctx = settings.volume_context(&self.pod, &self.runtime.pod_ip);
         if let Err(e) = crate::volumes::prepare(&self.pod, &self.pod_dir(), &vctx) {
             debug!(pod = %self.full_name, error = %e, "refreshing volumes");
         }
@@ -660,6 +658,7 @@ impl PodWorker {
         crate::volumes::teardown(&self.pod_dir());
         let _ = std::fs::remove_dir_all(self.pod_dir());
         self.manager().remove_legacy_links();
+        self.ctx.settings.runtime.unregister_pod(self.uid());
         self.ctx.store.remove_pod(self.uid());
         info!(pod = %self.full_name, "pod terminated");
     }

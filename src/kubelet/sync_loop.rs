@@ -573,6 +573,7 @@ mod tests {
                         pod_logs_dir: logs.path().join("pods"),
                         root_dir: logs.path().join("root"),
                         store: None,
+                        api_objects: None,
                         registry_config: None,
                         container_logs_dir: logs.path().join("containers"),
                         cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,

@@ -166,6 +166,7 @@ impl Kubelet {
             probes: Arc::default(),
             kubelet_port: 0,
             on_api_client: Vec::new(),
+            api_objects: None,
         };
         w.start_secure_server(deps.api_client.as_ref())?;
         w.start_servers(token)?;
@@ -173,6 +174,9 @@ impl Kubelet {
         let bootstrap = deps.bootstrap;
         #[cfg(not(feature = "tls"))]
         let bootstrap: Option<()> = None;
+        if deps.api_client.is_some() || bootstrap.is_some() {
+            w.attach_api_objects();
+        }
         let api_mode = w.start_sources(deps.api_client.is_some() || bootstrap.is_some())?;
         w.start_images_dir()?;
         w.start_log_rotation()?;
@@ -266,6 +270,8 @@ struct Wiring<'a> {
     /// register what to do with it here, e.g. the serving certificate's
     /// `certificate::ServingCertificate::attach_client`. [`ApiMode::start`] runs them.
     on_api_client: Vec<ApiClientHook>,
+    /// API-server mode: the ConfigMaps, Secrets and tokens of API pods.
+    api_objects: Option<Arc<crate::apiobjects::ApiObjects>>,
 }
 
 /// Run once the API client exists (see `Wiring::on_api_client`).
@@ -276,6 +282,18 @@ fn start_error(what: &'static str) -> impl FnOnce(std::io::Error) -> KubeletErro
 }
 
 impl Wiring<'_> {
+    /// API-server mode: the API pods' ConfigMaps, Secrets and tokens, served once the client
+    /// exists.
+    fn attach_api_objects(&mut self) {
+        let objects = Arc::new(crate::apiobjects::ApiObjects::new());
+        let o = objects.clone();
+        self.on_api_client
+            .push(Box::new(move |client: &Arc<ApiClient>| {
+                o.attach_client(client)
+            }));
+        self.api_objects = Some(objects);
+    }
+
     /// This node as the HTTP API and the Node object describe it.
     fn node_context(&self) -> NodeContext {
         let mut n = NodeContext::new(&self.cfg.node_name);
@@ -627,6 +645,7 @@ impl Wiring<'_> {
                         )
                         .allowing_insecure(cfg.allow_insecure_manifest_dir),
                     ),
+                    api_objects: self.api_objects.clone(),
                     registry_config: cfg.image_credentials_file(),
                     container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
                     cgroup_driver: cfg.cgroup_driver,

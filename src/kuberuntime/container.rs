@@ -27,7 +27,7 @@ use super::state::PodRuntimeState;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A bad env reference.
-    #[error("spec.containers{{{container}}}.{source}")]
+    #[error("{}", env_message(container, source))]
     Env { container: String, source: EnvError },
     /// A volume could not be set up or mounted (the kubelet's FailedMount text).
     #[error(transparent)]
@@ -35,6 +35,15 @@ pub enum ConfigError {
     /// runAsNonRoot and the effective user is root or unknown (the kubelet's message).
     #[error(transparent)]
     RunAsNonRoot(crate::api::security::NonRootError),
+}
+
+/// `spec.containers{c}.<field>: <reason>`, or the kubelet's own message alone (API objects).
+fn env_message(container: &str, e: &EnvError) -> String {
+    if e.field.is_empty() {
+        e.reason.clone()
+    } else {
+        format!("spec.containers{{{container}}}.{e}")
+    }
 }
 
 impl ConfigError {
@@ -171,10 +180,11 @@ impl RuntimeManager<'_> {
     ) -> Result<(), StartError> {
         let name = c.name.as_str();
         let settings = self.settings;
+        let objects = settings.objects_for(self.pod);
         self.state.images.ensure_image_exists(
             self.runtime,
             self.events,
-            settings.credential_sources(),
+            settings.credential_sources(objects.as_deref()),
             self.pod,
             c,
             now,
@@ -242,9 +252,8 @@ impl RuntimeManager<'_> {
         // Volumes: set up (idempotent) and mounted per volumeMounts; a failure keeps the
         // container in ContainerCreating with the kubelet's FailedMount text.
         let vctx = crate::volumes::VolumeContext {
-            store: self.settings.store.clone(),
             env: env_ctx,
-            fs_group: crate::api::security::fs_group(p),
+            ..self.settings.volume_context(p, "")
         };
         let volumes = crate::volumes::prepare(p, &self.pod_dir(), &vctx)
             .and_then(|v| crate::volumes::mounts_for(c, &v, &envs))?;

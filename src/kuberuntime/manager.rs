@@ -34,8 +34,11 @@ pub struct RuntimeSettings {
     pub pod_logs_dir: PathBuf,
     /// nanolet's state directory (`--root-dir`): `pods/<uid>/...` lives below it.
     pub root_dir: PathBuf,
-    /// The local ConfigMap/Secret store (configMap/secret volumes and env references).
+    /// The local ConfigMap/Secret store (configMap/secret volumes and env references of
+    /// static pods).
     pub store: Option<LocalStore>,
+    /// API-server mode: the ConfigMaps, Secrets and ServiceAccount tokens of API pods.
+    pub api_objects: Option<Arc<crate::apiobjects::ApiObjects>>,
     /// The node's registry credentials file (docker config.json), tried after the pod's
     /// imagePullSecrets; `None` when disabled.
     pub registry_config: Option<PathBuf>,
@@ -75,17 +78,68 @@ impl RuntimeSettings {
             node_cpu_millis: cap.cpu_millis,
             node_memory_bytes: cap.memory_bytes,
             node_ephemeral_bytes: 0,
-            store: self
+            store: self.objects_for(pod),
+        }
+    }
+
+    /// Whether `pod` came from the API server (its objects and tokens come from there too).
+    fn is_api_pod(pod: &Pod) -> bool {
+        pod.metadata
+            .annotations
+            .get(crate::config::naming::CONFIG_SOURCE_ANNOTATION)
+            .is_some_and(|s| s == crate::config::SourceKind::Api.as_str())
+    }
+
+    /// Where `pod`'s ConfigMaps and Secrets come from: the API for API pods (in API-server
+    /// mode), else the local store.
+    pub fn objects_for(&self, pod: &Pod) -> Option<Arc<dyn ConfigMapsAndSecrets>> {
+        match &self.api_objects {
+            Some(o) if Self::is_api_pod(pod) => Some(o.clone() as Arc<dyn ConfigMapsAndSecrets>),
+            _ => self
                 .store
                 .clone()
                 .map(|s| Arc::new(s) as Arc<dyn ConfigMapsAndSecrets>),
         }
     }
 
-    /// Where image pulls find credentials.
-    pub fn credential_sources(&self) -> CredentialSources<'_> {
+    /// What `pod`'s API-data volumes are made from, with the pod IP `pod_ip`.
+    pub fn volume_context(&self, pod: &Pod, pod_ip: &str) -> crate::volumes::VolumeContext {
+        crate::volumes::VolumeContext {
+            store: self.objects_for(pod),
+            tokens: match &self.api_objects {
+                Some(o) if Self::is_api_pod(pod) => {
+                    Some(o.clone() as Arc<dyn crate::api::env::ServiceAccountTokens>)
+                }
+                _ => None,
+            },
+            env: self.env_context(pod, pod_ip),
+            fs_group: crate::api::security::fs_group(pod),
+        }
+    }
+
+    /// Reference what an API pod refers to (its object watches start); static pods: nothing.
+    pub fn register_pod(&self, pod: &Pod) {
+        if let Some(o) = &self.api_objects {
+            if Self::is_api_pod(pod) {
+                o.register_pod(pod);
+            }
+        }
+    }
+
+    /// The pod is gone: drop its references and tokens.
+    pub fn unregister_pod(&self, uid: &str) {
+        if let Some(o) = &self.api_objects {
+            o.unregister_pod(uid);
+        }
+    }
+
+    /// Where image pulls of `pod` find credentials.
+    pub fn credential_sources<'a>(
+        &'a self,
+        store: Option<&'a dyn ConfigMapsAndSecrets>,
+    ) -> CredentialSources<'a> {
         CredentialSources {
-            store: self.store.as_ref(),
+            store,
             registry_config: self.registry_config.as_ref(),
         }
     }

@@ -86,8 +86,10 @@ use crate::pki::{Ca, CertFiles};
 use crate::tls::Peer;
 
 mod csr;
+mod objects;
 mod proxy;
 
+pub use objects::DEFAULT_AUDIENCE;
 pub use csr::{CLIENT_KUBELET, KUBELET_SERVING, UserInfo, base64_decode, base64_encode};
 
 /// One request the double received.
@@ -220,7 +222,7 @@ fn resource_info(prefix: &str, resource: &str) -> Option<(&'static str, &'static
         ("/apis/certificates.k8s.io/v1", "certificatesigningrequests") => {
             Some(("CertificateSigningRequest", "certificates.k8s.io/v1", false))
         }
-        _ => None,
+        _ => objects::resource_info(prefix, resource),
     }
 }
 
@@ -1059,6 +1061,7 @@ struct State {
     bookmark_every: Duration,
     seq: u64,
     auth: csr::AuthState,
+    tokens: objects::TokenState,
 }
 
 impl State {
@@ -1073,6 +1076,7 @@ impl State {
             bookmark_every: Duration::from_secs(60),
             seq: 0,
             auth: csr::AuthState::new(),
+            tokens: objects::TokenState::default(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             st.ensure_namespace(ns);
@@ -1227,6 +1231,7 @@ impl State {
         if resource == "pods" {
             default_pod(&mut obj);
         }
+        objects::prepare_for_write(resource, &mut obj);
         (201, self.write(&key, obj))
     }
 
@@ -1466,6 +1471,7 @@ impl State {
             new["apiVersion"] = json!(api_version);
         }
         new["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"].clone();
+        objects::prepare_for_write(&res.resource, &mut new);
         if new == cur {
             return (200, cur);
         }
@@ -1490,8 +1496,17 @@ impl State {
         // A SelfSubjectReview has no spec: its body (protobuf from `kubectl auth whoami`)
         // says nothing.
         let whoami = pb && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+        let objects_pb = pb
+            && method == "POST"
+            && objects::object_from_protobuf(path, raw).is_some();
         let decoded;
-        let raw = match csr_pb.then(|| csr::csr_from_protobuf(raw)).flatten() {
+        let raw = match csr_pb
+            .then(|| csr::csr_from_protobuf(raw))
+            .flatten()
+            .or_else(|| {
+                pb.then(|| objects::object_from_protobuf(path, raw))
+                    .flatten()
+            }) {
             Some(v) => {
                 decoded = v.to_string().into_bytes();
                 &decoded[..]
@@ -1499,7 +1514,7 @@ impl State {
             None if whoami => b"{}",
             None => raw,
         };
-        if pb && !csr_pb && !whoami && !raw.is_empty() {
+        if pb && !csr_pb && !objects_pb && !whoami && !raw.is_empty() {
             // Protobuf is decoded only for CSRs (kubectl certificate approve|deny).
             return status(
                 415,
@@ -1539,6 +1554,9 @@ impl State {
                 "NotFound",
                 "the server could not find the requested resource",
             );
+        }
+        if let Some(v) = self.token_request(method, &res, &body) {
+            return v;
         }
         let csr = res.resource == "certificatesigningrequests";
         if res.sub.as_deref().is_some_and(|s| {
@@ -1688,7 +1706,8 @@ impl State {
                 "compiler": "gc", "platform": "linux/amd64"}),
             "/api" => json!({"kind": "APIVersions", "versions": ["v1"],
                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
-            "/api/v1" => json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+            "/api/v1" => {
+                let mut l = json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
                 {"name": "events", "singularName": "event", "namespaced": true, "kind": "Event",
                  "verbs": verbs, "shortNames": ["ev"]},
                 {"name": "namespaces", "singularName": "namespace", "namespaced": false,
@@ -1710,7 +1729,12 @@ impl State {
                 {"name": "pods/portforward", "singularName": "", "namespaced": true,
                  "kind": "PodPortForwardOptions", "verbs": ["create", "get"]},
                 {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod",
-                 "verbs": sub}]}),
+                 "verbs": sub}]});
+                if let Some(a) = l["resources"].as_array_mut() {
+                    a.extend(objects::discovery(&verbs));
+                }
+                l
+            }
             "/apis" => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
                 api_group("authentication.k8s.io"), api_group("authorization.k8s.io"),
                 api_group("certificates.k8s.io"), api_group("coordination.k8s.io")]}),
@@ -1783,6 +1807,9 @@ impl State {
                     ("nodes", "Node", false),
                     ("namespaces", "Namespace", false),
                     ("events", "Event", true),
+                    ("configmaps", "ConfigMap", true),
+                    ("secrets", "Secret", true),
+                    ("serviceaccounts", "ServiceAccount", true),
                 ],
             ),
             "/openapi/v3/apis/coordination.k8s.io/v1" => openapi_v3(

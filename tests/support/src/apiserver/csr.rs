@@ -607,7 +607,7 @@ pub(super) fn csr_row(o: &Value) -> (Vec<Value>, Vec<Value>) {
 }
 
 /// Protobuf wire format: (field, wire type, varint value, bytes) per field of a message.
-fn pb_fields(mut b: &[u8]) -> Option<Vec<(u64, u64, &[u8])>> {
+pub(super) fn pb_fields(mut b: &[u8]) -> Option<Vec<(u64, u64, &[u8])>> {
     fn varint(b: &mut &[u8]) -> Option<u64> {
         let mut r = 0u64;
         for s in (0..64).step_by(7) {
@@ -640,7 +640,7 @@ fn pb_fields(mut b: &[u8]) -> Option<Vec<(u64, u64, &[u8])>> {
     Some(out)
 }
 
-fn pb_str(v: &[u8]) -> Value {
+pub(super) fn pb_str(v: &[u8]) -> Value {
     json!(String::from_utf8_lossy(v))
 }
 
