@@ -496,6 +496,8 @@ impl Wiring<'_> {
             stop_pods: self.shutdown.receiver(),
             stop_status: self.shutdown.receiver(),
             stop_heartbeat: self.shutdown.receiver(),
+            // issue 20: events
+            stop_events: self.shutdown.receiver(),
             stop_rotation: self.shutdown.receiver(),
             stop_bootstrap: self.shutdown.receiver(),
             on_client: std::mem::take(&mut self.on_api_client),
@@ -667,6 +669,8 @@ struct ApiMode {
     stop_pods: mpsc::Receiver<()>,
     stop_status: mpsc::Receiver<()>,
     stop_heartbeat: mpsc::Receiver<()>,
+    // issue 20: events
+    stop_events: mpsc::Receiver<()>,
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     stop_rotation: mpsc::Receiver<()>,
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
@@ -698,10 +702,13 @@ impl ApiMode {
             stop_pods,
             stop_status,
             stop_heartbeat,
+            stop_events,
             stop_rotation,
             stop_bootstrap: _,
             on_client,
         } = self;
+        // issue 20: events. First, so that the pod source's first pods' events reach the API.
+        Self::start_events(&cfg, &store, stop_events, &client)?;
         let parts = ApiParts {
             store: store.clone(),
             runtime,
@@ -802,6 +809,31 @@ impl ApiMode {
             .stack_size(1024 * 1024)
             .spawn(move || writer.run(stop))
             .map_err(start_error("API status writer"))?;
+        Ok(())
+    }
+
+    /// issue 20: events. Every recorded event (those before now included) also goes to the API
+    /// server through the correlator; "Starting kubelet." is the Node's first, as upstream.
+    fn start_events(
+        cfg: &Config,
+        store: &StatusStore,
+        stop: mpsc::Receiver<()>,
+        client: &Arc<ApiClient>,
+    ) -> Result<(), KubeletError> {
+        let rate = crate::nodestatus::event_sink::EventRate {
+            qps: cfg.event_record_qps,
+            burst: cfg.event_burst,
+        };
+        let sink =
+            crate::nodestatus::event_sink::start(client.clone(), &cfg.node_name, rate, stop)
+                .map_err(start_error("API events"))?;
+        store.events().set_sink(sink);
+        store.events().record(
+            &crate::events::PodRef::node(&cfg.node_name),
+            crate::events::EventType::Normal,
+            "Starting",
+            "Starting kubelet.",
+        );
         Ok(())
     }
 
