@@ -15,6 +15,8 @@
 
 /// The read-only port with the real kubectl, promtool and the CLI.
 mod api;
+/// Events to the API server and API-pod correctness (issue 20).
+mod api_events;
 /// API-server mode against the API server test double.
 mod apiserver;
 /// A real cluster node: TLS bootstrap, rotation, kubectl through the node proxy (issue 19).
