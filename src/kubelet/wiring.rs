@@ -285,6 +285,8 @@ impl Wiring<'_> {
         n.root_dir = self.cfg.root_dir.clone();
         n.runtime = Some(self.runtime.clone());
         n.kubelet_port = self.kubelet_port;
+        // issue 20: allocatable
+        n.eviction = self.cfg.eviction.clone();
         n
     }
 
