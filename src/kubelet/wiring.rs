@@ -826,9 +826,8 @@ impl ApiMode {
             qps: cfg.event_record_qps,
             burst: cfg.event_burst,
         };
-        let sink =
-            crate::nodestatus::event_sink::start(client.clone(), &cfg.node_name, rate, stop)
-                .map_err(start_error("API events"))?;
+        let sink = crate::nodestatus::event_sink::start(client.clone(), &cfg.node_name, rate, stop)
+            .map_err(start_error("API events"))?;
         store.events().set_sink(sink);
         store.events().record(
             &crate::events::PodRef::node(&cfg.node_name),

@@ -481,7 +481,12 @@ pub(super) const SETTINGS: &[Setting] = &[
         value_name: "int32",
         default: "100",
         help: "Maximum size of a burst of event creations in API-server mode, with event-qps > 0 (config: eventBurst)",
-        apply: |c, v| set(&mut c.event_burst, v.int(parse_event_limit, event_limit_from_int)),
+        apply: |c, v| {
+            set(
+                &mut c.event_burst,
+                v.int(parse_event_limit, event_limit_from_int),
+            )
+        },
         configz: Some(("eventBurst", |c| c.event_burst.into())),
     },
     Setting {
@@ -490,7 +495,12 @@ pub(super) const SETTINGS: &[Setting] = &[
         value_name: "int32",
         default: "50",
         help: "Maximum event creations per second in API-server mode; 0 for no limit (config: eventRecordQPS)",
-        apply: |c, v| set(&mut c.event_record_qps, v.int(parse_event_limit, event_limit_from_int)),
+        apply: |c, v| {
+            set(
+                &mut c.event_record_qps,
+                v.int(parse_event_limit, event_limit_from_int),
+            )
+        },
         configz: Some(("eventRecordQPS", |c| c.event_record_qps.into())),
     },
     Setting {

@@ -244,10 +244,15 @@ impl Correlator {
     fn spam(&mut self, object: &PodRef, now: SystemTime) -> bool {
         let key = object_key(object);
         let refill = 1.0 / SPAM_REFILL.as_secs_f64();
-        let mut bucket = self.spam.map.remove(&key).map(|(_, b)| b).unwrap_or(Bucket {
-            tokens: SPAM_BURST,
-            at: now,
-        });
+        let mut bucket = self
+            .spam
+            .map
+            .remove(&key)
+            .map(|(_, b)| b)
+            .unwrap_or(Bucket {
+                tokens: SPAM_BURST,
+                at: now,
+            });
         let elapsed = now.duration_since(bucket.at).unwrap_or_default();
         bucket.tokens = (bucket.tokens + elapsed.as_secs_f64() * refill).min(SPAM_BURST);
         bucket.at = now;
@@ -425,7 +430,10 @@ mod tests {
             Correlated::Skip
         );
         let q = PodRef::pod("ns", "db", "u2");
-        assert_ne!(c.correlate(&event(&q, "Pulled", "x"), t(302)), Correlated::Skip);
+        assert_ne!(
+            c.correlate(&event(&q, "Pulled", "x"), t(302)),
+            Correlated::Skip
+        );
     }
 
     #[test]

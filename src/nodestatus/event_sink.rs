@@ -184,7 +184,10 @@ mod tests {
     /// 101st waits 1/50 s; qps 0 is no limit.
     #[test]
     fn rate_limiter_burst_then_qps() {
-        let mut l = RateLimiter::new(EventRate { qps: 50, burst: 100 });
+        let mut l = RateLimiter::new(EventRate {
+            qps: 50,
+            burst: 100,
+        });
         let now = l.at;
         for i in 0..100 {
             assert_eq!(l.reserve(now), Duration::ZERO, "write {i}");

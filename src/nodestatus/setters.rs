@@ -332,7 +332,10 @@ mod tests {
         };
         let a = allocatable(&cap, &cfg.eviction);
         assert_eq!(a.cpu_millis, 4000 - 500 - 100);
-        assert_eq!(a.memory_bytes, (8 << 30) - (1 << 30) - (512 << 20) - (100 << 20));
+        assert_eq!(
+            a.memory_bytes,
+            (8 << 30) - (1 << 30) - (512 << 20) - (100 << 20)
+        );
         assert_eq!(
             a.ephemeral_bytes,
             Some((100i64 << 30) - (3 << 30) - (100i64 << 30) / 10)

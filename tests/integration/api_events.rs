@@ -110,7 +110,12 @@ fn api_pod_events_are_posted_and_counted() {
     let (later_name, later) = wait_for(Duration::from_secs(90), || {
         backoff_count(&k).filter(|(_, c)| *c > first)
     })
-    .unwrap_or_else(|| panic!("the BackOff count never rose from {first}\n{}", n.log_tail()));
+    .unwrap_or_else(|| {
+        panic!(
+            "the BackOff count never rose from {first}\n{}",
+            n.log_tail()
+        )
+    });
     assert_eq!(later_name, name, "a repeat patches the same Event");
     assert!(later > first);
     let backoffs = events_of(&k, "prod", "crash")
