@@ -139,3 +139,163 @@ fn api_pod_events_are_posted_and_counted() {
     assert_eq!(starting["involvedObject"]["kind"], "Node");
     assert_eq!(starting["involvedObject"]["uid"], "node1");
 }
+
+/// A byte quantity as the Node prints it: plain, `Ki`, `Mi` or `Gi`.
+fn bytes(v: &Value) -> i64 {
+    let s = v.as_str().unwrap_or_default();
+    for (suffix, mul) in [("Ki", 1i64 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30)] {
+        if let Some(n) = s.strip_suffix(suffix) {
+            return n.parse::<i64>().unwrap_or(-1) * mul;
+        }
+    }
+    s.parse().unwrap_or(-1)
+}
+
+/// A cpu quantity in millicores: `1900m` or whole cores.
+fn millis(v: &Value) -> i64 {
+    let s = v.as_str().unwrap_or_default();
+    match s.strip_suffix('m') {
+        Some(m) => m.parse().unwrap_or(-1),
+        None => s.parse::<i64>().map(|n| n * 1000).unwrap_or(-1),
+    }
+}
+
+/// Issue 20 item 5 with the real kubectl: `kubectl delete --grace-period=3` of a pod whose
+/// own terminationGracePeriodSeconds is 120 and whose process ignores SIGTERM ends within
+/// the 3 s (calculateEffectiveGracePeriod: deletionGracePeriodSeconds wins); an API pod
+/// evicted for its emptyDir sizeLimit stays Failed past the pressure transition period
+/// (kubernetes/kubernetes#54530; a static pod would be re-admitted); the Node's allocatable
+/// is capacity - systemReserved - kubeReserved - hard eviction (GetNodeAllocatableAbsolute).
+#[test]
+fn deletion_grace_terminal_phase_and_allocatable() {
+    let ctd = Containerd::start();
+    let api = FakeApiServer::start(TOKEN);
+    let k = Kubectl::new(&api, TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    api.write_kubeconfig(&kc, TOKEN);
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--kubeconfig={}", kc.display()),
+            "--eviction-monitoring-period=1s".into(),
+            "--eviction-pressure-transition-period=3s".into(),
+            "--system-reserved=cpu=100m,memory=100Mi".into(),
+            "--kube-reserved=memory=50Mi,ephemeral-storage=1Gi".into(),
+            "--eviction-hard=memory.available<100Mi,nodefs.available<5%".into(),
+        ],
+    );
+    let mut slow = api_pod(
+        "slow",
+        &["sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
+    );
+    slow["spec"]["terminationGracePeriodSeconds"] = json!(120);
+    api.create_pod("prod", slow);
+    let mut over = api_pod(
+        "over",
+        &[
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=/scratch/fill bs=1M count=3; exec sleep 3600",
+        ],
+    );
+    over["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "scratch", "mountPath": "/scratch"}]);
+    over["spec"]["volumes"] = json!([{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]);
+    api.create_pod("prod", over);
+
+    let phase = |name: &str| -> (String, String) {
+        api.get(&format!("/api/v1/namespaces/prod/pods/{name}"))
+            .map(|p| {
+                (
+                    p["status"]["phase"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    p["status"]["reason"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .unwrap_or_default()
+    };
+    wait_for(Duration::from_secs(60), || {
+        (phase("slow").0 == "Running").then_some(())
+    })
+    .unwrap_or_else(|| panic!("slow never ran\n{}", n.log_tail()));
+
+    // kubectl delete --grace-period=3: gone (final DELETE after the kill) within the grace.
+    let t0 = std::time::Instant::now();
+    let (ok, out, err) = k.run(&[
+        "delete",
+        "pod",
+        "slow",
+        "-n",
+        "prod",
+        "--grace-period=3",
+        "--timeout=60s",
+    ]);
+    let took = t0.elapsed();
+    assert!(ok, "kubectl delete: {out}{err}\n{}", n.log_tail());
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(20),
+        "kubectl delete --grace-period=3 took {took:?} (the pod's own grace is 120 s)\n{}",
+        n.log_tail()
+    );
+
+    // The evicted API pod stays Failed, with nothing running, after the transition period.
+    wait_for(Duration::from_secs(60), || {
+        (phase("over") == ("Failed".into(), "Evicted".into())).then_some(())
+    })
+    .unwrap_or_else(|| panic!("over never evicted: {:?}\n{}", phase("over"), n.log_tail()));
+    let evicted = wait_for(Duration::from_secs(30), || {
+        with_reason(&events_of(&k, "prod", "over"), "Evicted").cloned()
+    })
+    .unwrap_or_else(|| panic!("no Evicted event for over\n{}", n.log_tail()));
+    assert_eq!(evicted["type"], "Warning");
+    // Three transition periods (a static pod is re-admitted after one). Not a synchronisation
+    // sleep: the window in which a re-admission would have happened.
+    std::thread::sleep(Duration::from_secs(9));
+    assert_eq!(phase("over"), ("Failed".into(), "Evicted".into()));
+    assert!(
+        !std::fs::read_to_string(&n.log)
+            .unwrap_or_default()
+            .contains("re-admitting evicted pod"),
+        "the evicted API pod was re-admitted\n{}",
+        n.log_tail()
+    );
+    let local = n
+        .pods()
+        .into_iter()
+        .find(|p| p["metadata"]["name"] == "over")
+        .expect("over on the read-only port");
+    assert_eq!(local["status"]["phase"], "Failed");
+    assert!(
+        local["status"]["containerStatuses"][0]["state"]["running"].is_null(),
+        "{local:#}"
+    );
+
+    // Allocatable = capacity - reserved - hard eviction.
+    let node: Value =
+        serde_json::from_str(&k.ok(&["get", "node", "node1", "-o", "json"])).expect("node JSON");
+    let cap = &node["status"]["capacity"];
+    let alloc = &node["status"]["allocatable"];
+    assert_eq!(
+        millis(&alloc["cpu"]),
+        millis(&cap["cpu"]) - 100,
+        "cpu {cap} {alloc}"
+    );
+    assert_eq!(
+        bytes(&alloc["memory"]),
+        bytes(&cap["memory"]) - (100 << 20) - (50 << 20) - (100 << 20),
+        "memory {cap} {alloc}"
+    );
+    let disk = bytes(&cap["ephemeral-storage"]);
+    assert!(disk > 0, "ephemeral-storage capacity {cap}");
+    assert_eq!(
+        bytes(&alloc["ephemeral-storage"]),
+        disk - (1 << 30) - (disk as f64 * 0.05).round() as i64,
+        "ephemeral-storage {cap} {alloc}"
+    );
+    assert_eq!(alloc["pods"], cap["pods"]);
+}
