@@ -711,6 +711,8 @@ impl ApiMode {
         } = self;
         // issue 20: events. First, so that the pod source's first pods' events reach the API.
         Self::start_events(&cfg, &store, stop_events, &client)?;
+        #[cfg(feature = "tls")]
+        let events_store = store.clone();
         let parts = ApiParts {
             store: store.clone(),
             runtime,
@@ -725,7 +727,7 @@ impl ApiMode {
             hook(&client);
         }
         #[cfg(feature = "tls")]
-        start_client_rotation(&cfg, client, stop_rotation)?;
+        start_client_rotation(&cfg, client, events_store, stop_rotation)?;
         #[cfg(not(feature = "tls"))]
         drop(stop_rotation);
         Ok(())
@@ -870,18 +872,29 @@ impl ApiMode {
 fn start_client_rotation(
     cfg: &Config,
     client: Arc<ApiClient>,
+    store: Arc<StatusStore>,
     stop: mpsc::Receiver<()>,
 ) -> Result<(), KubeletError> {
     let Some(kubeconfig) = cfg.kubeconfig.as_ref().filter(|_| cfg.rotate_certificates) else {
         return Ok(());
     };
-    let rotation = crate::certificate::manager::prepare_client_rotation(
+    let mut rotation = crate::certificate::manager::prepare_client_rotation(
         client,
         kubeconfig,
         &cfg.cert_dir(),
         &cfg.node_name,
     )
     .map_err(KubeletError::Certificates)?;
+    // issue 20: events. Denied or failing CSRs and rotations as Node events.
+    let node = crate::events::PodRef::node(&cfg.node_name);
+    rotation.on_event = Some(Arc::new(move |warning, reason, message| {
+        let type_ = if warning {
+            crate::events::EventType::Warning
+        } else {
+            crate::events::EventType::Normal
+        };
+        store.events().record(&node, type_, reason, message);
+    }));
     std::thread::Builder::new()
         .name("cert-rotation".into())
         .stack_size(512 * 1024)
