@@ -584,7 +584,11 @@ impl Wiring<'_> {
             self.cfg.eviction.clone(),
             self.runtime.clone(),
             self.store.clone(),
-            eviction_to_loop(self.loop_tx.clone()),
+            eviction_to_loop(
+                self.loop_tx.clone(),
+                self.store.clone(),
+                &self.cfg.node_name,
+            ),
             crate::eviction::Paths {
                 root_dir: self.cfg.root_dir.clone(),
                 pod_logs_dir: self.cfg.pod_logs_dir.clone(),
@@ -946,11 +950,41 @@ fn pleg_to_loop(tx: Sender<LoopMsg>) -> crate::pleg::PlegSink {
 }
 
 /// The eviction manager's events, as sync loop messages.
-fn eviction_to_loop(tx: Sender<LoopMsg>) -> crate::eviction::EventSink {
+fn eviction_to_loop(
+    tx: Sender<LoopMsg>,
+    store: Arc<StatusStore>,
+    node_name: &str,
+) -> crate::eviction::EventSink {
+    // issue 20: events. The eviction manager's Node events (pressure transitions,
+    // EvictionThresholdMet), as upstream's setters and eviction manager record them.
+    let node = crate::events::PodRef::node(node_name);
+    let seen = std::sync::Mutex::new(std::collections::BTreeSet::<&'static str>::new());
     Box::new(move |event| {
         let msg = match event {
-            crate::eviction::ManagerEvent::Evict(eviction) => LoopMsg::Evict(eviction),
-            crate::eviction::ManagerEvent::NodeConditionsChanged => LoopMsg::NodeConditions,
+            crate::eviction::ManagerEvent::Evict(eviction) => {
+                if let Some(c) = eviction.condition {
+                    let message = crate::nodestatus::setters::eviction_threshold_event(c);
+                    let warning = crate::events::EventType::Warning;
+                    store
+                        .events()
+                        .record(&node, warning, "EvictionThresholdMet", &message);
+                }
+                LoopMsg::Evict(eviction)
+            }
+            crate::eviction::ManagerEvent::NodeConditionsChanged => {
+                let now: std::collections::BTreeSet<&'static str> =
+                    store.node_conditions().into_keys().collect();
+                let mut before = seen.lock().unwrap_or_else(|e| e.into_inner());
+                let name = node.name.as_str();
+                for (reason, message) in
+                    crate::nodestatus::setters::pressure_events(name, &before, &now)
+                {
+                    let normal = crate::events::EventType::Normal;
+                    store.events().record(&node, normal, reason, &message);
+                }
+                *before = now;
+                LoopMsg::NodeConditions
+            }
         };
         let _ = tx.send(msg);
     })

@@ -115,7 +115,7 @@ fn bytes_quantity(v: i64) -> String {
 }
 
 impl Resources {
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(self) -> Value {
         let cpu = if self.cpu_millis % 1000 == 0 {
             (self.cpu_millis / 1000).to_string()
         } else {
@@ -180,6 +180,57 @@ pub fn allocatable(cap: &Resources, ev: &crate::eviction::EvictionConfig) -> Res
         }),
         pods: cap.pods,
     }
+}
+
+// issue 20: events
+/// The Node events of pressure conditions that changed from `before` to `after` (condition
+/// types), as upstream's MemoryPressureCondition/DiskPressureCondition/PIDPressureCondition
+/// setters record them: the reason, and "Node <node> status is now: <reason>".
+pub fn pressure_events(
+    node: &str,
+    before: &std::collections::BTreeSet<&str>,
+    after: &std::collections::BTreeSet<&str>,
+) -> Vec<(&'static str, String)> {
+    const REASONS: [(&str, &str, &str); 3] = [
+        (
+            "MemoryPressure",
+            "NodeHasInsufficientMemory",
+            "NodeHasSufficientMemory",
+        ),
+        (
+            "DiskPressure",
+            "NodeHasDiskPressure",
+            "NodeHasNoDiskPressure",
+        ),
+        (
+            "PIDPressure",
+            "NodeHasInsufficientPID",
+            "NodeHasSufficientPID",
+        ),
+    ];
+    REASONS
+        .iter()
+        .filter_map(
+            |(cond, on, off)| match (before.contains(cond), after.contains(cond)) {
+                (false, true) => Some(*on),
+                (true, false) => Some(*off),
+                _ => None,
+            },
+        )
+        .map(|reason| (reason, format!("Node {node} status is now: {reason}")))
+        .collect()
+}
+
+/// The eviction manager's Node event before it evicts for `condition` (upstream:
+/// Warning EvictionThresholdMet "Attempting to reclaim <resource>").
+pub fn eviction_threshold_event(condition: crate::api::helpers::NodeCondition) -> String {
+    use crate::api::helpers::NodeCondition;
+    let resource = match condition {
+        NodeCondition::MemoryPressure => "memory",
+        NodeCondition::DiskPressure => "ephemeral-storage",
+        NodeCondition::PidPressure => "pids",
+    };
+    format!("Attempting to reclaim {resource}")
 }
 
 /// The Node object for this node (served on `/api/v1/nodes`, registered in API-server mode).
@@ -305,6 +356,32 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
 
 #[cfg(test)]
 mod tests {
+    /// Upstream's pressure condition setters: one Normal event per transition, named as
+    /// recordNodeStatusEvent names it.
+    #[test]
+    fn pressure_transitions_are_node_events() {
+        let before: std::collections::BTreeSet<&str> = ["DiskPressure"].into();
+        let after: std::collections::BTreeSet<&str> = ["MemoryPressure"].into();
+        assert_eq!(
+            pressure_events("n1", &before, &after),
+            vec![
+                (
+                    "NodeHasInsufficientMemory",
+                    "Node n1 status is now: NodeHasInsufficientMemory".to_string()
+                ),
+                (
+                    "NodeHasNoDiskPressure",
+                    "Node n1 status is now: NodeHasNoDiskPressure".to_string()
+                ),
+            ]
+        );
+        assert!(pressure_events("n1", &after, &after).is_empty());
+        assert_eq!(
+            eviction_threshold_event(crate::api::helpers::NodeCondition::MemoryPressure),
+            "Attempting to reclaim memory"
+        );
+    }
+
     // issue 20: allocatable
     /// Node allocatable as upstream's GetNodeAllocatableAbsolute (node-allocatable doc):
     /// capacity - kubeReserved - systemReserved - hard eviction (memory.available for memory,
