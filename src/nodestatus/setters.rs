@@ -32,6 +32,8 @@ pub struct NodeContext {
     // issue 20: allocatable
     /// Reservations and hard eviction thresholds, subtracted from capacity for allocatable.
     pub eviction: crate::eviction::EvictionConfig,
+    /// issue 20: the Ready status last posted (for NodeReady / NodeNotReady events).
+    ready_posted: std::sync::Mutex<Option<bool>>,
     runtime_version: OnceLock<String>,
 }
 
@@ -47,6 +49,7 @@ impl NodeContext {
             started: SystemTime::now(),
             kubelet_port: 0,
             eviction: crate::eviction::EvictionConfig::default(),
+            ready_posted: std::sync::Mutex::new(None),
             runtime_version: OnceLock::new(),
         }
     }
@@ -221,6 +224,35 @@ pub fn pressure_events(
         .collect()
 }
 
+impl NodeContext {
+    /// The Node event for the Ready condition of `node` (about to be posted), as upstream's
+    /// ReadyCondition setter records it: `NodeReady` / `NodeNotReady` when the status changed
+    /// since the last post (none for the first), with "Node <node> status is now: <reason>".
+    pub fn ready_event(&self, node: &Value) -> Option<(&'static str, String)> {
+        let ready = node["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .map(|c| c["status"] == "True")?;
+        let mut last = self.ready_posted.lock().unwrap_or_else(|e| e.into_inner());
+        let before = last.replace(ready);
+        let reason = match before {
+            Some(b) if b != ready => {
+                if ready {
+                    "NodeReady"
+                } else {
+                    "NodeNotReady"
+                }
+            }
+            _ => return None,
+        };
+        Some((
+            reason,
+            format!("Node {} status is now: {reason}", self.node_name),
+        ))
+    }
+}
+
 /// The eviction manager's Node event before it evicts for `condition` (upstream:
 /// Warning EvictionThresholdMet "Attempting to reclaim <resource>").
 pub fn eviction_threshold_event(condition: crate::api::helpers::NodeCondition) -> String {
@@ -356,6 +388,23 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
 
 #[cfg(test)]
 mod tests {
+    /// Upstream's ReadyCondition setter: an event on each change of Ready, none at first.
+    #[test]
+    fn ready_transitions_are_node_events() {
+        let ctx = NodeContext::new("n1");
+        let node = |s: &str| json!({"status": {"conditions": [{"type": "Ready", "status": s}]}});
+        assert_eq!(ctx.ready_event(&node("False")), None);
+        assert_eq!(
+            ctx.ready_event(&node("True")),
+            Some(("NodeReady", "Node n1 status is now: NodeReady".to_string()))
+        );
+        assert_eq!(ctx.ready_event(&node("True")), None);
+        assert_eq!(
+            ctx.ready_event(&node("False")).map(|e| e.0),
+            Some("NodeNotReady")
+        );
+    }
+
     /// Upstream's pressure condition setters: one Normal event per transition, named as
     /// recordNodeStatusEvent names it.
     #[test]

@@ -136,6 +136,29 @@ fn api_pod_events_are_posted_and_counted() {
     })
     .unwrap_or_else(|| panic!("no Starting event for the Node\n{}", n.log_tail()));
     assert_eq!(starting["message"], "Starting kubelet.");
+    // Registered NotReady (runtime checks pending), then Ready: upstream's ReadyCondition
+    // setter records NodeReady on that transition (none when the registration was Ready).
+    let registered_ready = api
+        .requests()
+        .iter()
+        .find(|r| r.method == "POST" && r.path == "/api/v1/nodes")
+        .and_then(|r| serde_json::from_str::<Value>(&r.body).ok())
+        .and_then(|n| {
+            n["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Ready")
+                .map(|c| c["status"] == "True")
+        })
+        .expect("the Node was registered with a Ready condition");
+    eprintln!("registered Ready={registered_ready}");
+    if !registered_ready {
+        let ready = wait_for(Duration::from_secs(30), || {
+            with_reason(&events_of(&k, "default", "node1"), "NodeReady").cloned()
+        })
+        .unwrap_or_else(|| panic!("no NodeReady event\n{}", n.log_tail()));
+        assert_eq!(ready["message"], "Node node1 status is now: NodeReady");
+    }
     assert_eq!(starting["involvedObject"]["kind"], "Node");
     assert_eq!(starting["involvedObject"]["uid"], "node1");
 }
