@@ -69,6 +69,10 @@ fn api_pod_events_are_posted_and_counted() {
     let kc = ctd.tmp().join("kubeconfig");
     api.write_kubeconfig(&kc, TOKEN);
     let n = Nanolet::start(&ctd, &[format!("--kubeconfig={}", kc.display())]);
+    n.write(
+        "st.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: st\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '3600']\n",
+    );
     let web = api.create_pod("prod", api_pod("web", &["sleep", "3600"]));
     api.create_pod("prod", api_pod("crash", &["sh", "-c", "exit 3"]));
 
@@ -95,6 +99,18 @@ fn api_pod_events_are_posted_and_counted() {
     assert_eq!(started["reportingInstance"], "node1");
     assert_eq!(started["message"], "Started container c");
     assert_eq!(started["type"], "Normal");
+    // kubectl describe pod lists them (its events query names the pod's uid too).
+    let described = k.ok(&["describe", "pod", "web", "-n", "prod"]);
+    let events_part = described.split("Events:").nth(1).unwrap_or_default();
+    for reason in ["Pulled", "Created", "Started"] {
+        assert!(events_part.contains(reason), "{reason} in:\n{described}");
+    }
+    // A static pod's events go to the API too (involvedObject: the static pod's UID).
+    let st = wait_for(Duration::from_secs(60), || {
+        with_reason(&events_of(&k, "default", "st-node1"), "Started").cloned()
+    })
+    .unwrap_or_else(|| panic!("no Started event for the static pod\n{}", n.log_tail()));
+    assert_eq!(st["involvedObject"]["kind"], "Pod");
 
     // BackOff of the crash-looping container: one object, its count rising.
     let backoff_count = |k: &Kubectl| -> Option<(String, i64)> {
