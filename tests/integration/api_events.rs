@@ -75,6 +75,14 @@ fn api_pod_events_are_posted_and_counted() {
     );
     let web = api.create_pod("prod", api_pod("web", &["sleep", "3600"]));
     api.create_pod("prod", api_pod("crash", &["sh", "-c", "exit 3"]));
+    // A readiness probe failing with a new message each second: Unhealthy events that differ
+    // only by message.
+    let mut flaky = api_pod("flaky", &["sleep", "3600"]);
+    flaky["spec"]["containers"][0]["readinessProbe"] = json!({
+        "exec": {"command": ["sh", "-c", "date +%s%N; exit 1"]},
+        "periodSeconds": 1
+    });
+    api.create_pod("prod", flaky);
 
     let events = wait_for(Duration::from_secs(60), || {
         let ev = events_of(&k, "prod", "web");
@@ -145,6 +153,35 @@ fn api_pod_events_are_posted_and_counted() {
             .any(|r| r.method == "PATCH" && r.path.contains("/namespaces/prod/events/")),
         "repeats go as PATCH"
     );
+
+    // EventAggregator (defaultAggregateMaxEvents 10, 10 minutes): from the 10th distinct
+    // Unhealthy message on, one "(combined from similar events): ..." Event, counted.
+    let combined = wait_for(Duration::from_secs(60), || {
+        events_of(&k, "prod", "flaky").into_iter().find(|e| {
+            e["reason"] == "Unhealthy"
+                && e["message"].as_str().is_some_and(|m| {
+                    m.starts_with("(combined from similar events): Readiness probe failed: ")
+                })
+                && e["count"].as_i64().is_some_and(|c| c >= 2)
+        })
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no aggregated Unhealthy event: {:?}\n{}",
+            events_of(&k, "prod", "flaky")
+                .iter()
+                .map(|e| format!("{} x{}: {}", e["reason"], e["count"], e["message"]))
+                .collect::<Vec<_>>(),
+            n.log_tail()
+        )
+    });
+    let unhealthy: Vec<Value> = events_of(&k, "prod", "flaky")
+        .into_iter()
+        .filter(|e| e["reason"] == "Unhealthy")
+        .collect();
+    // Nine distinct ones, then the aggregate: never more than ten objects.
+    assert_eq!(unhealthy.len(), 10, "{unhealthy:#?}");
+    assert_eq!(combined["type"], "Warning");
 
     // The Node's event.
     let starting = wait_for(Duration::from_secs(30), || {
