@@ -351,6 +351,34 @@ fn deletion_grace_terminal_phase_and_allocatable() {
         "{local:#}"
     );
 
+    // After a restart, the API says Failed: the pod is not admitted again (its status comes
+    // with the pod from the API source); a pod created afterwards runs.
+    let mut n = n;
+    n.kill9();
+    n.spawn();
+    api.create_pod("prod", api_pod("after", &["sleep", "3600"]));
+    wait_for(Duration::from_secs(60), || {
+        (phase("after").0 == "Running").then_some(())
+    })
+    .unwrap_or_else(|| panic!("after never ran\n{}", n.log_tail()));
+    let rt = ctd.runtime();
+    let running_over = |rt: &dyn nanolet::cri::Runtime| {
+        rt.list_containers()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| {
+                c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some("over")
+                    && c.state == nanolet::cri::ContainerState::Running
+            })
+            .count()
+    };
+    assert_eq!(
+        running_over(&rt),
+        0,
+        "the evicted pod runs again after a restart"
+    );
+    assert_eq!(phase("over"), ("Failed".into(), "Evicted".into()));
+
     // Allocatable = capacity - reserved - hard eviction.
     let node: Value =
         serde_json::from_str(&k.ok(&["get", "node", "node1", "-o", "json"])).expect("node JSON");
