@@ -5,6 +5,10 @@
 //! As the kubelet's event correlator does, an event identical to one already in the ring (same
 //! pod, type, reason and message) is not stored twice: its `count` and `lastTimestamp` are
 //! bumped. The ring keeps the most recent [`CAPACITY`] distinct events.
+//!
+//! In API-server mode a sink ([`EventRecorder::set_sink`]) also gets every occurrence, without
+//! blocking: `nodestatus::event_sink` correlates and posts them to the API server. Events can
+//! be about this Node too ([`PodRef::node`]).
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
