@@ -5,6 +5,10 @@
 //! As the kubelet's event correlator does, an event identical to one already in the ring (same
 //! pod, type, reason and message) is not stored twice: its `count` and `lastTimestamp` are
 //! bumped. The ring keeps the most recent [`CAPACITY`] distinct events.
+//!
+//! In API-server mode a sink ([`EventRecorder::set_sink`]) also gets every occurrence, without
+//! blocking: `nodestatus::event_sink` correlates and posts them to the API server. Events can
+//! be about this Node too ([`PodRef::node`]).
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -33,9 +37,12 @@ impl EventType {
     }
 }
 
-/// The object an event is about: a pod, optionally one of its containers.
+/// The object an event is about: a pod, optionally one of its containers, or the Node.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodRef {
+    /// The kind of the involved object: false for a Pod, true for this Node (then `name` is
+    /// the node name, `uid` too and `namespace` is empty, as the kubelet's `nodeRef`).
+    pub node: bool,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -55,6 +62,31 @@ impl PodRef {
         }
     }
 
+    /// This node, as the kubelet's `nodeRef`: kind Node, name and UID the node name, no
+    /// namespace (the event itself goes to `default`, as client-go's recorder does).
+    pub fn node(name: &str) -> PodRef {
+        PodRef {
+            node: true,
+            name: name.into(),
+            uid: name.into(),
+            ..Default::default()
+        }
+    }
+
+    /// The kind of the involved object.
+    pub fn kind(&self) -> &'static str {
+        if self.node { "Node" } else { "Pod" }
+    }
+
+    /// The namespace the event object lives in: the object's, `default` for the Node.
+    pub fn event_namespace(&self) -> &str {
+        if self.namespace.is_empty() {
+            "default"
+        } else {
+            &self.namespace
+        }
+    }
+
     /// The same pod, about one container.
     pub fn container(&self, container: &str, init: bool) -> PodRef {
         PodRef {
@@ -64,12 +96,32 @@ impl PodRef {
         }
     }
 
-    fn field_path(&self) -> String {
+    pub fn field_path(&self) -> String {
         match (self.container.is_empty(), self.init) {
             (true, _) => String::new(),
             (false, false) => format!("spec.containers{{{}}}", self.container),
             (false, true) => format!("spec.initContainers{{{}}}", self.container),
         }
+    }
+}
+
+impl PodRef {
+    /// The v1 `ObjectReference` of `involvedObject`.
+    pub fn involved_object(&self) -> Value {
+        let mut o = json!({
+            "kind": self.kind(),
+            "name": self.name,
+            "uid": self.uid,
+            "apiVersion": "v1",
+        });
+        if !self.namespace.is_empty() {
+            o["namespace"] = Value::String(self.namespace.clone());
+        }
+        let fp = self.field_path();
+        if !fp.is_empty() {
+            o["fieldPath"] = Value::String(fp);
+        }
+        o
     }
 }
 
@@ -104,23 +156,13 @@ impl Event {
         // The kubelet names events `<pod>.<hex unix nanos>`; the sequence number keeps names
         // unique when two events share a nanosecond.
         let name = format!("{}.{:x}{:x}", self.object.name, first_nanos, self.seq);
-        let mut involved = json!({
-            "kind": "Pod",
-            "namespace": self.object.namespace,
-            "name": self.object.name,
-            "uid": self.object.uid,
-            "apiVersion": "v1",
-        });
-        let fp = self.object.field_path();
-        if !fp.is_empty() {
-            involved["fieldPath"] = Value::String(fp);
-        }
+        let involved = self.object.involved_object();
         json!({
             "kind": "Event",
             "apiVersion": "v1",
             "metadata": {
                 "name": name,
-                "namespace": self.object.namespace,
+                "namespace": self.object.event_namespace(),
                 "uid": format!("{:032x}", u128::from(self.seq) ^ first_nanos),
                 "creationTimestamp": rfc3339(self.first),
             },
@@ -145,10 +187,15 @@ struct Ring {
     next_seq: u64,
 }
 
+/// Where every recorded occurrence also goes (API-server mode: the event broadcaster's
+/// bounded queue). Must not block.
+pub type EventSink = Box<dyn Fn(&Event) + Send + Sync>;
+
 /// The recorder. Cheap to call from any thread.
 #[derive(Default)]
 pub struct EventRecorder {
     ring: Mutex<Ring>,
+    sink: std::sync::OnceLock<EventSink>,
 }
 
 impl EventRecorder {
@@ -158,6 +205,20 @@ impl EventRecorder {
 
     fn lock(&self) -> MutexGuard<'_, Ring> {
         self.ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends every later occurrence to `sink` as well, after the events already in the ring
+    /// (each once, so that what happened before API-server mode started reaches the API
+    /// server too). Only the first sink is kept; false if one was already set.
+    pub fn set_sink(&self, sink: EventSink) -> bool {
+        let ring = self.lock();
+        for e in &ring.events {
+            sink(e);
+        }
+        // Set under the ring lock so that no occurrence falls between the replay and the sink.
+        let set = self.sink.set(sink).is_ok();
+        drop(ring);
+        set
     }
 
     /// Records an event about `object`, now. Also logs it (debug) naming pod and container.
@@ -187,6 +248,13 @@ impl EventRecorder {
             if let Some(mut e) = ring.events.remove(pos) {
                 e.count = e.count.saturating_add(1);
                 e.last = at;
+                if let Some(sink) = self.sink.get() {
+                    sink(&Event {
+                        count: 1,
+                        first: at,
+                        ..e.clone()
+                    });
+                }
                 ring.events.push_back(e);
             }
             return;
@@ -196,7 +264,7 @@ impl EventRecorder {
         if ring.events.len() >= CAPACITY {
             ring.events.pop_front();
         }
-        ring.events.push_back(Event {
+        let event = Event {
             seq,
             object: object.clone(),
             type_,
@@ -205,7 +273,11 @@ impl EventRecorder {
             first: at,
             last: at,
             count: 1,
-        });
+        };
+        if let Some(sink) = self.sink.get() {
+            sink(&event);
+        }
+        ring.events.push_back(event);
     }
 
     /// All events, oldest (by last occurrence) first.

@@ -467,6 +467,36 @@ pub fn write_kubeconfig(
 /// its key).
 pub type OnRenewed = Box<dyn Fn(&Pair) -> Result<(), CertificateError> + Send>;
 
+// issue 20: events
+/// Records a Node event: (warning, reason, message). The wiring passes one that records
+/// through the event recorder, so that this module depends on nothing above it.
+pub type OnEvent = Arc<dyn Fn(bool, &str, &str) + Send + Sync>;
+
+/// Reason of the Node event for a denied certificate signing request (nanolet's own).
+pub const REASON_DENIED: &str = "CertificateSigningRequestDenied";
+/// Reason of the Node event for a failed request or rotation (nanolet's own).
+pub const REASON_FAILED: &str = "CertificateRotationFailed";
+/// Reason of the Node event for a rotated certificate (nanolet's own).
+pub const REASON_ROTATED: &str = "CertificateRotated";
+
+/// The Node event for a failed rotation of the `which` certificate: (reason, message).
+pub fn failure_event(which: &str, e: &CertificateError) -> (&'static str, String) {
+    match e {
+        CertificateError::Refused { denied, .. } => (
+            if *denied {
+                REASON_DENIED
+            } else {
+                REASON_FAILED
+            },
+            format!("{which} certificate: {e}; pods keep running"),
+        ),
+        _ => (
+            REASON_FAILED,
+            format!("{which} certificate rotation failed: {e}; pods keep running"),
+        ),
+    }
+}
+
 /// Rotation of one certificate (client or serving) through the CSR API.
 pub struct Rotation {
     /// The current credentials: the CSR is made with them.
@@ -480,6 +510,8 @@ pub struct Rotation {
     pub timing: Timing,
     /// `client` or `serving`, for logs.
     pub name: &'static str,
+    /// issue 20: Node events for failed and successful rotations, when set.
+    pub on_event: Option<OnEvent>,
 }
 
 impl Rotation {
@@ -513,6 +545,10 @@ impl Rotation {
                 Ok(()) => delay = self.timing.backoff_initial,
                 Err(CertificateError::Stopped) => return,
                 Err(e) => {
+                    if let Some(on_event) = &self.on_event {
+                        let (reason, message) = failure_event(self.name, &e);
+                        on_event(true, reason, &message);
+                    }
                     if current
                         .as_ref()
                         .is_some_and(|p| SystemTime::now() > p.leaf.not_after)
@@ -552,6 +588,14 @@ impl Rotation {
         let pair = Pair::new(cert, key)?;
         let file = self.store.update(&pair)?;
         (self.on_renewed)(&pair)?;
+        if let Some(on_event) = &self.on_event {
+            let message = format!(
+                "{} certificate rotated, valid until {}",
+                self.name,
+                crate::timeutil::rfc3339(pair.leaf.not_after)
+            );
+            on_event(false, REASON_ROTATED, &message);
+        }
         info!(certificate = self.name, file = %file.display(), not_after = %crate::timeutil::rfc3339(pair.leaf.not_after), "certificate rotated");
         Ok(())
     }
@@ -596,6 +640,7 @@ pub fn client_rotation(
         }),
         timing: Timing::rotation(),
         name: "client",
+        on_event: None,
     }
 }
 

@@ -744,6 +744,7 @@ fn the_rotation_loop_renews_a_certificate_past_its_deadline_and_then_sleeps_unti
         }),
         timing: fast(),
         name: "client",
+        on_event: None,
     };
     let (tx, stop) = never();
     let t = std::thread::spawn(move || rotation.run(stop));
@@ -781,6 +782,7 @@ fn an_expired_certificate_while_the_api_server_is_down_keeps_retrying_until_stop
         on_renewed: Box::new(|_| panic!("nothing can be issued")),
         timing: fast(),
         name: "client",
+        on_event: None,
     };
     let (tx, stop) = never();
     let t = std::thread::spawn(move || rotation.run(stop));
@@ -792,5 +794,50 @@ fn an_expired_certificate_while_the_api_server_is_down_keeps_retrying_until_stop
     assert_eq!(
         still.leaf.public_key, expired.leaf.public_key,
         "the old pair stays"
+    );
+}
+
+// issue 20: events
+/// A denied CSR is a Warning Node event naming it (reason CertificateSigningRequestDenied);
+/// the next attempt's success a Normal CertificateRotated, through the wiring's callback.
+#[test]
+fn a_denied_then_issued_rotation_records_node_events() {
+    let stub = Stub::start(Policy::DenyFirst);
+    let d = tempfile::tempdir().unwrap();
+    let store = FileStore::new(d.path(), CLIENT_PREFIX);
+    let events: Arc<Mutex<Vec<(bool, String, String)>>> = Arc::default();
+    let seen = events.clone();
+    let rotation = Rotation {
+        client: token_client(&stub.url),
+        store: store.clone(),
+        request: Box::new(|| client_request("edge-1")),
+        signer: CLIENT_SIGNER,
+        usages: CLIENT_USAGES,
+        on_renewed: Box::new(|_| Ok(())),
+        timing: fast(),
+        name: "client",
+        on_event: Some(Arc::new(move |w, r, m| {
+            seen.lock().unwrap().push((w, r.to_string(), m.to_string()))
+        })),
+    };
+    let (tx, stop) = never();
+    let t = std::thread::spawn(move || rotation.run(stop));
+    eventually("a rotation after the denial", || {
+        events.lock().unwrap().iter().any(|e| e.1 == REASON_ROTATED)
+    });
+    tx.send(()).unwrap();
+    t.join().unwrap();
+    let events = events.lock().unwrap();
+    let denied = &events[0];
+    assert!(denied.0, "a warning");
+    assert_eq!(denied.1, REASON_DENIED);
+    // The stub names CSRs csr-0, csr-1, ... (generateName); the first was denied.
+    assert!(denied.2.contains("\"csr-0\" is denied"), "{denied:?}");
+    let rotated = events.iter().find(|e| e.1 == REASON_ROTATED).unwrap();
+    assert!(
+        !rotated.0
+            && rotated
+                .2
+                .starts_with("client certificate rotated, valid until ")
     );
 }

@@ -229,6 +229,8 @@ impl ServingCertificate {
             }),
             timing: Timing::rotation(),
             name: "serving",
+            // issue 20: the serving rotation records no Node event yet.
+            on_event: None,
         };
         // The thread stops when the certificate is gone: a watcher drops the stop sender then.
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();

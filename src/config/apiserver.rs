@@ -8,8 +8,9 @@
 //! before the first successful list, so an API server that is down at boot never makes the
 //! sync loop think this source has no pods.
 //!
-//! Pods being deleted (`deletionTimestamp` set) leave the desired set: the sync loop stops them
-//! with their grace period, and `nodestatus::status_writer::StatusWriter` sends the final DELETE (grace 0, UID
+//! Pods being deleted (`deletionTimestamp` set) stay in the snapshot with their deletion
+//! metadata; the sync loop takes them out of the desired set and stops them with
+//! `deletionGracePeriodSeconds` (issue 20), and `nodestatus::status_writer::StatusWriter` sends the final DELETE (grace 0, UID
 //! precondition) once their containers and sandbox have stopped, as the kubelet's status
 //! manager does.
 //!
@@ -135,7 +136,17 @@ pub fn decode_pod(v: &Value, seen: &str) -> Result<Pod, ManifestError> {
             reason: "Required value".into(),
         });
     }
-    pod.status = None;
+    // issue 20: only a terminal phase is kept (such a pod is never run again).
+    pod.status = pod
+        .status
+        .take()
+        .filter(|s| matches!(s.phase.as_str(), "Succeeded" | "Failed"))
+        .map(|s| crate::api::PodStatus {
+            phase: s.phase,
+            reason: s.reason,
+            message: s.message,
+            ..Default::default()
+        });
     pod.metadata.extra.remove("resourceVersion");
     pod.metadata.extra.remove("managedFields");
     let ann = &mut pod.metadata.annotations;
@@ -162,7 +173,9 @@ impl PodSet {
         let mut errors = vec![];
         let now = crate::config::now_rfc3339_nano();
         for (uid, v) in &self.pods {
-            if !v["metadata"]["deletionTimestamp"].is_null() || is_mirror(v) {
+            // issue 20: pods being deleted are sent too, deletionTimestamp and
+            // deletionGracePeriodSeconds in metadata; the sync loop stops them with that grace.
+            if is_mirror(v) {
                 continue;
             }
             let seen = self.seen.entry(uid.clone()).or_insert_with(|| now.clone());
@@ -508,7 +521,15 @@ mod tests {
         set.pods.insert("u2".into(), gone);
         let snap = set.snapshot();
         assert_eq!(snap.source, SourceKind::Api);
-        assert_eq!(snap.pods.len(), 1);
+        // issue 20: the deleting pod is sent with its deletionTimestamp.
+        assert_eq!(snap.pods.len(), 2);
+        assert!(
+            snap.pods[1]
+                .pod
+                .metadata
+                .extra
+                .contains_key("deletionTimestamp")
+        );
         let p = &snap.pods[0].pod;
         assert_eq!(
             (p.metadata.name.as_str(), p.metadata.uid.as_str()),

@@ -168,8 +168,101 @@ pub fn host_port_conflict<'a>(pod: &Pod, active: impl IntoIterator<Item = &'a Po
     })
 }
 
+// issue 20: API-pod correctness
+/// True for a pod from the API server (`kubernetes.io/config.source: api`).
+pub fn is_api_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .get(crate::config::naming::CONFIG_SOURCE_ANNOTATION)
+        .is_some_and(|s| s == crate::config::SourceKind::Api.as_str())
+}
+
+/// `Succeeded` or `Failed`.
+pub fn is_terminal_phase(phase: &str) -> bool {
+    matches!(phase, "Succeeded" | "Failed")
+}
+
+/// An API pod that reached Succeeded or Failed (evicted, OutOf*, activeDeadlineSeconds), as
+/// the API server or this node's own status says, is never admitted again: its phase never
+/// goes back (kubernetes/kubernetes#54530, the status manager refuses a transition out of a
+/// terminal phase); its controller makes a new pod. Static pods have nowhere else to go, so
+/// nanolet re-admits them (documented).
+pub fn never_again(pod: &Pod, local_phase: Option<&str>) -> bool {
+    is_api_pod(pod)
+        && (pod
+            .status
+            .as_ref()
+            .is_some_and(|s| is_terminal_phase(&s.phase))
+            || local_phase.is_some_and(is_terminal_phase))
+}
+
+/// The grace period to kill an API pod being deleted with: `deletionGracePeriodSeconds`
+/// (`kubectl delete --grace-period=N`) when `deletionTimestamp` is set, as the kubelet's
+/// `calculateEffectiveGracePeriod`; `None` for a pod not being deleted.
+pub fn deletion_grace(pod: &Pod) -> Option<Option<i64>> {
+    let extra = &pod.metadata.extra;
+    extra
+        .get("deletionTimestamp")
+        .filter(|v| !v.is_null())
+        .map(|_| {
+            extra
+                .get("deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
+}
+
 #[cfg(test)]
 mod tests {
+    // issue 20
+    fn api(phase: Option<&str>) -> Pod {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                         "annotations": {"kubernetes.io/config.source": "api"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}
+        }))
+        .expect("pod");
+        if let Some(phase) = phase {
+            p.status = Some(crate::api::PodStatus {
+                phase: phase.into(),
+                ..Default::default()
+            });
+        }
+        p
+    }
+
+    /// kubernetes/kubernetes#54530: a terminal API pod is never admitted again, whether the
+    /// API server or this node recorded the terminal phase; a static pod is (nanolet's rule).
+    #[test]
+    fn terminal_api_pods_are_never_admitted_again() {
+        assert!(never_again(&api(Some("Failed")), None));
+        assert!(never_again(&api(Some("Succeeded")), None));
+        assert!(never_again(&api(None), Some("Failed")));
+        assert!(!never_again(&api(None), Some("Running")));
+        assert!(!never_again(&api(Some("Running")), None));
+        let mut file = api(None);
+        file.metadata
+            .annotations
+            .insert("kubernetes.io/config.source".into(), "file".into());
+        assert!(!never_again(&file, Some("Failed")));
+    }
+
+    /// calculateEffectiveGracePeriod: deletionGracePeriodSeconds wins once deletionTimestamp
+    /// is set.
+    #[test]
+    fn deletion_grace_period_is_taken_from_the_deleted_pod() {
+        let mut p = api(None);
+        assert_eq!(deletion_grace(&p), None);
+        p.metadata.extra.insert(
+            "deletionTimestamp".into(),
+            serde_json::json!("2026-11-26T00:00:00Z"),
+        );
+        assert_eq!(deletion_grace(&p), Some(None));
+        p.metadata
+            .extra
+            .insert("deletionGracePeriodSeconds".into(), serde_json::json!(3));
+        assert_eq!(deletion_grace(&p), Some(Some(3)));
+    }
+
     use serde_json::json;
 
     use super::*;

@@ -188,7 +188,8 @@ impl SyncLoop {
         for uid in ready {
             self.evicted.remove(&uid);
             if let Some(w) = self.workers.get(&uid) {
-                if !w.terminating {
+                // issue 20: an evicted API pod stays Failed (kubernetes/kubernetes#54530).
+                if !w.terminating && !crate::kubelet::admission::is_api_pod(&w.pod) {
                     info!(pod = %w.full_name, uid, "pressure cleared; re-admitting evicted pod");
                     let _ = w.tx.send(WorkerMsg::Readmit);
                 }
@@ -197,9 +198,28 @@ impl SyncLoop {
         self.evicted.retain(|uid, _| self.workers.contains_key(uid));
     }
 
-    fn set_desired(&mut self, d: DesiredPods) {
+    fn set_desired(&mut self, mut d: DesiredPods) {
         self.ctx.store.set_manifest_errors(d.errors.clone());
         self.all_sources_ready = d.all_sources_ready;
+        // issue 20: API pods being deleted leave the desired set; a running one is stopped
+        // with deletionGracePeriodSeconds (kubectl delete --grace-period=N).
+        let deleting: Vec<(String, Option<i64>)> = d
+            .pods
+            .iter()
+            .filter_map(|(uid, p)| {
+                crate::kubelet::admission::deletion_grace(p).map(|g| (uid.clone(), g))
+            })
+            .collect();
+        for (uid, grace) in deleting {
+            d.pods.remove(&uid);
+            if let (Some(grace), Some(w)) = (grace, self.workers.get_mut(&uid)) {
+                if !w.terminating && w.pod.spec.termination_grace_period_seconds != Some(grace) {
+                    info!(pod = %w.full_name, uid, grace, "pod deleted with a grace period");
+                    w.pod.spec.termination_grace_period_seconds = Some(grace);
+                    let _ = w.tx.send(WorkerMsg::Update(Box::new(w.pod.clone())));
+                }
+            }
+        }
         self.desired = d.pods;
         // Pods no source has any more: terminate.
         let gone: Vec<String> = self
@@ -276,6 +296,14 @@ impl SyncLoop {
                     self.spawn_terminator(&ou, &r);
                     continue;
                 }
+            }
+            // issue 20: a terminal API pod is never admitted again.
+            let local = self.ctx.store.get(&uid).and_then(|x| x.status);
+            if crate::kubelet::admission::never_again(
+                &pod,
+                local.as_ref().map(|s| s.phase.as_str()),
+            ) {
+                continue;
             }
             if !self.admit(&pod) {
                 continue;

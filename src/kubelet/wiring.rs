@@ -303,6 +303,8 @@ impl Wiring<'_> {
         n.root_dir = self.cfg.root_dir.clone();
         n.runtime = Some(self.runtime.clone());
         n.kubelet_port = self.kubelet_port;
+        // issue 20: allocatable
+        n.eviction = self.cfg.eviction.clone();
         n
     }
 
@@ -516,6 +518,8 @@ impl Wiring<'_> {
             stop_pods: self.shutdown.receiver(),
             stop_status: self.shutdown.receiver(),
             stop_heartbeat: self.shutdown.receiver(),
+            // issue 20: events
+            stop_events: self.shutdown.receiver(),
             stop_rotation: self.shutdown.receiver(),
             stop_bootstrap: self.shutdown.receiver(),
             on_client: std::mem::take(&mut self.on_api_client),
@@ -600,7 +604,11 @@ impl Wiring<'_> {
             self.cfg.eviction.clone(),
             self.runtime.clone(),
             self.store.clone(),
-            eviction_to_loop(self.loop_tx.clone()),
+            eviction_to_loop(
+                self.loop_tx.clone(),
+                self.store.clone(),
+                &self.cfg.node_name,
+            ),
             crate::eviction::Paths {
                 root_dir: self.cfg.root_dir.clone(),
                 pod_logs_dir: self.cfg.pod_logs_dir.clone(),
@@ -688,6 +696,8 @@ struct ApiMode {
     stop_pods: mpsc::Receiver<()>,
     stop_status: mpsc::Receiver<()>,
     stop_heartbeat: mpsc::Receiver<()>,
+    // issue 20: events
+    stop_events: mpsc::Receiver<()>,
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     stop_rotation: mpsc::Receiver<()>,
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
@@ -719,10 +729,15 @@ impl ApiMode {
             stop_pods,
             stop_status,
             stop_heartbeat,
+            stop_events,
             stop_rotation,
             stop_bootstrap: _,
             on_client,
         } = self;
+        // issue 20: events. First, so that the pod source's first pods' events reach the API.
+        Self::start_events(&cfg, &store, stop_events, &client)?;
+        #[cfg(feature = "tls")]
+        let events_store = store.clone();
         let parts = ApiParts {
             store: store.clone(),
             runtime,
@@ -737,7 +752,7 @@ impl ApiMode {
             hook(&client);
         }
         #[cfg(feature = "tls")]
-        start_client_rotation(&cfg, client, stop_rotation)?;
+        start_client_rotation(&cfg, client, events_store, stop_rotation)?;
         #[cfg(not(feature = "tls"))]
         drop(stop_rotation);
         Ok(())
@@ -826,6 +841,30 @@ impl ApiMode {
         Ok(())
     }
 
+    /// issue 20: events. Every recorded event (those before now included) also goes to the API
+    /// server through the correlator; "Starting kubelet." is the Node's first, as upstream.
+    fn start_events(
+        cfg: &Config,
+        store: &StatusStore,
+        stop: mpsc::Receiver<()>,
+        client: &Arc<ApiClient>,
+    ) -> Result<(), KubeletError> {
+        let rate = crate::nodestatus::event_sink::EventRate {
+            qps: cfg.event_record_qps,
+            burst: cfg.event_burst,
+        };
+        let sink = crate::nodestatus::event_sink::start(client.clone(), &cfg.node_name, rate, stop)
+            .map_err(start_error("API events"))?;
+        store.events().set_sink(sink);
+        store.events().record(
+            &crate::events::PodRef::node(&cfg.node_name),
+            crate::events::EventType::Normal,
+            "Starting",
+            "Starting kubelet.",
+        );
+        Ok(())
+    }
+
     /// API-server mode: register the Node, keep its Lease and status fresh.
     fn start_node_heartbeat(
         cfg: &Config,
@@ -858,18 +897,29 @@ impl ApiMode {
 fn start_client_rotation(
     cfg: &Config,
     client: Arc<ApiClient>,
+    store: Arc<StatusStore>,
     stop: mpsc::Receiver<()>,
 ) -> Result<(), KubeletError> {
     let Some(kubeconfig) = cfg.kubeconfig.as_ref().filter(|_| cfg.rotate_certificates) else {
         return Ok(());
     };
-    let rotation = crate::certificate::manager::prepare_client_rotation(
+    let mut rotation = crate::certificate::manager::prepare_client_rotation(
         client,
         kubeconfig,
         &cfg.cert_dir(),
         &cfg.node_name,
     )
     .map_err(KubeletError::Certificates)?;
+    // issue 20: events. Denied or failing CSRs and rotations as Node events.
+    let node = crate::events::PodRef::node(&cfg.node_name);
+    rotation.on_event = Some(Arc::new(move |warning, reason, message| {
+        let type_ = if warning {
+            crate::events::EventType::Warning
+        } else {
+            crate::events::EventType::Normal
+        };
+        store.events().record(&node, type_, reason, message);
+    }));
     std::thread::Builder::new()
         .name("cert-rotation".into())
         .stack_size(512 * 1024)
@@ -921,11 +971,41 @@ fn pleg_to_loop(tx: Sender<LoopMsg>) -> crate::pleg::PlegSink {
 }
 
 /// The eviction manager's events, as sync loop messages.
-fn eviction_to_loop(tx: Sender<LoopMsg>) -> crate::eviction::EventSink {
+fn eviction_to_loop(
+    tx: Sender<LoopMsg>,
+    store: Arc<StatusStore>,
+    node_name: &str,
+) -> crate::eviction::EventSink {
+    // issue 20: events. The eviction manager's Node events (pressure transitions,
+    // EvictionThresholdMet), as upstream's setters and eviction manager record them.
+    let node = crate::events::PodRef::node(node_name);
+    let seen = std::sync::Mutex::new(std::collections::BTreeSet::<&'static str>::new());
     Box::new(move |event| {
         let msg = match event {
-            crate::eviction::ManagerEvent::Evict(eviction) => LoopMsg::Evict(eviction),
-            crate::eviction::ManagerEvent::NodeConditionsChanged => LoopMsg::NodeConditions,
+            crate::eviction::ManagerEvent::Evict(eviction) => {
+                if let Some(c) = eviction.condition {
+                    let message = crate::nodestatus::setters::eviction_threshold_event(c);
+                    let warning = crate::events::EventType::Warning;
+                    store
+                        .events()
+                        .record(&node, warning, "EvictionThresholdMet", &message);
+                }
+                LoopMsg::Evict(eviction)
+            }
+            crate::eviction::ManagerEvent::NodeConditionsChanged => {
+                let now: std::collections::BTreeSet<&'static str> =
+                    store.node_conditions().into_keys().collect();
+                let mut before = seen.lock().unwrap_or_else(|e| e.into_inner());
+                let name = node.name.as_str();
+                for (reason, message) in
+                    crate::nodestatus::setters::pressure_events(name, &before, &now)
+                {
+                    let normal = crate::events::EventType::Normal;
+                    store.events().record(&node, normal, reason, &message);
+                }
+                *before = now;
+                LoopMsg::NodeConditions
+            }
         };
         let _ = tx.send(msg);
     })

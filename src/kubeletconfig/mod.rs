@@ -228,6 +228,11 @@ pub struct Config {
     pub register_with_taints: Vec<Taint>,
     /// `nodeStatusUpdateFrequency` (10s).
     pub node_status_update_frequency: Duration,
+    // issue 20: events
+    /// `eventRecordQPS` / `--event-qps` (50; 0: no limit): event writes per second.
+    pub event_record_qps: u32,
+    /// `eventBurst` / `--event-burst` (100).
+    pub event_burst: u32,
     /// `cgroupDriver` (default cgroupfs).
     pub cgroup_driver: crate::cm::CgroupDriver,
     /// `containerLogMonitorInterval` (default 10s): how often logs are checked for rotation.
@@ -359,6 +364,9 @@ impl Config {
             node_labels: Vec::new(),
             register_with_taints: Vec::new(),
             node_status_update_frequency: Duration::from_secs(10),
+            // issue 20: events
+            event_record_qps: 50,
+            event_burst: 100,
             eviction: crate::eviction::EvictionConfig::default(),
             verbosity: 0,
             warnings: Vec::new(),
@@ -479,6 +487,9 @@ impl fmt::Debug for Config {
                 "node_status_update_frequency",
                 &self.node_status_update_frequency,
             )
+            // issue 20: events
+            .field("event_record_qps", &self.event_record_qps)
+            .field("event_burst", &self.event_burst)
             .field("eviction", &self.eviction)
             .field("verbosity", &self.verbosity)
             .field("warnings", &self.warnings)

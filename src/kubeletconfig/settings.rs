@@ -474,6 +474,35 @@ pub(super) const SETTINGS: &[Setting] = &[
             c.runtime_endpoint.clone().into()
         })),
     },
+    // issue 20: events
+    Setting {
+        flag: Flag::value("event-burst"),
+        field: Some("eventBurst"),
+        value_name: "int32",
+        default: "100",
+        help: "Maximum size of a burst of event creations in API-server mode, with event-qps > 0 (config: eventBurst)",
+        apply: |c, v| {
+            set(
+                &mut c.event_burst,
+                v.int(parse_event_limit, event_limit_from_int),
+            )
+        },
+        configz: Some(("eventBurst", |c| c.event_burst.into())),
+    },
+    Setting {
+        flag: Flag::value("event-qps"),
+        field: Some("eventRecordQPS"),
+        value_name: "int32",
+        default: "50",
+        help: "Maximum event creations per second in API-server mode; 0 for no limit (config: eventRecordQPS)",
+        apply: |c, v| {
+            set(
+                &mut c.event_record_qps,
+                v.int(parse_event_limit, event_limit_from_int),
+            )
+        },
+        configz: Some(("eventRecordQPS", |c| c.event_record_qps.into())),
+    },
     Setting {
         flag: Flag::value("eviction-hard"),
         field: Some("evictionHard"),

@@ -1046,3 +1046,29 @@ fn certificate_settings_that_do_not_fit_together() {
         assert!(e.contains("needs a build with the tls feature"), "{e}");
     }
 }
+
+// issue 20: events
+/// eventRecordQPS (default 50, 0 = no limit) and eventBurst (default 100), as the
+/// KubeletConfiguration fields and the kubelet's --event-qps / --event-burst; int32, not
+/// negative.
+#[test]
+fn event_rate_settings() {
+    let c = parse(&[]).unwrap();
+    assert_eq!((c.event_record_qps, c.event_burst), (50, 100));
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "config.yaml",
+        &format!("{HEAD}eventRecordQPS: 0\neventBurst: 7\n"),
+    );
+    let c = parse(&["--config", &path]).unwrap();
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    assert_eq!((c.event_record_qps, c.event_burst), (0, 7));
+    let c = parse(&["--config", &path, "--event-qps=5"]).unwrap();
+    assert_eq!(c.event_record_qps, 5);
+    let e = parse(&["--event-burst=-1"]).unwrap_err().to_string();
+    assert!(e.contains("-1 must be from 0 to 2147483647"), "{e}");
+    let path = write(&dir, "bad.yaml", &format!("{HEAD}eventRecordQPS: -3\n"));
+    let e = parse(&["--config", &path]).unwrap_err().to_string();
+    assert!(e.contains("eventRecordQPS") && e.contains("-3"), "{e}");
+}

@@ -58,6 +58,8 @@ pub enum ValueError {
     Percent(String),
     #[error("invalid integer {0:?}")]
     Integer(String),
+    #[error("{0} must be from 0 to 2147483647")]
+    Negative(i64),
     #[error("{0:?} is not a snapshotter name (e.g. overlayfs, native)")]
     Snapshotter(String),
     #[error("must not be empty")]
@@ -222,6 +224,22 @@ pub(super) fn parse_port(s: &str) -> Result<u16, ValueError> {
 
 pub(super) fn port_from_int(n: i64) -> Result<u16, ValueError> {
     u16::try_from(n).map_err(|_| ValueError::PortRange(n))
+}
+
+// issue 20: events
+/// `--event-qps`, `--event-burst`: a whole number from 0 to 2^31-1 (int32, not negative).
+pub(super) fn parse_event_limit(s: &str) -> Result<u32, ValueError> {
+    s.trim()
+        .parse::<i64>()
+        .map_err(|_| ValueError::Integer(s.to_string()))
+        .and_then(event_limit_from_int)
+}
+
+pub(super) fn event_limit_from_int(n: i64) -> Result<u32, ValueError> {
+    u32::try_from(n)
+        .ok()
+        .filter(|n| i32::try_from(*n).is_ok())
+        .ok_or(ValueError::Negative(n))
 }
 
 pub(super) fn parse_log_size(s: &str) -> Result<u64, ValueError> {

@@ -120,6 +120,8 @@ impl NodeHeartbeat {
             Err(e) => return Err(e),
         };
         self.node_uid = created["metadata"]["uid"].as_str().map(String::from);
+        // issue 20: events. The registered Ready status is the base of NodeReady/NodeNotReady.
+        let _ = self.ctx.ready_event(&created);
         Ok(())
     }
 
@@ -192,7 +194,17 @@ impl NodeHeartbeat {
             "application/merge-patch+json",
             &patch,
         ) {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                // issue 20: events. NodeReady / NodeNotReady on a posted change.
+                if let Some((reason, message)) = self.ctx.ready_event(&node) {
+                    let node_ref = crate::events::PodRef::node(&self.ctx.node_name);
+                    let normal = crate::events::EventType::Normal;
+                    self.store
+                        .events()
+                        .record(&node_ref, normal, reason, &message);
+                }
+                Ok(())
+            }
             // The Node was deleted: register again.
             Err(e) if e.status() == Some(404) => {
                 self.node_uid = None;

@@ -29,6 +29,11 @@ pub struct NodeContext {
     /// The kubelet server's port (`daemonEndpoints.kubeletEndpoint.Port`); 0 when it is not
     /// serving.
     pub kubelet_port: u16,
+    // issue 20: allocatable
+    /// Reservations and hard eviction thresholds, subtracted from capacity for allocatable.
+    pub eviction: crate::eviction::EvictionConfig,
+    /// issue 20: the Ready status last posted (for NodeReady / NodeNotReady events).
+    ready_posted: std::sync::Mutex<Option<bool>>,
     runtime_version: OnceLock<String>,
 }
 
@@ -43,6 +48,8 @@ impl NodeContext {
             runtime: None,
             started: SystemTime::now(),
             kubelet_port: 0,
+            eviction: crate::eviction::EvictionConfig::default(),
+            ready_posted: std::sync::Mutex::new(None),
             runtime_version: OnceLock::new(),
         }
     }
@@ -90,15 +97,184 @@ fn os_image() -> String {
         .unwrap_or_else(|| "Unknown".into())
 }
 
+// issue 20: allocatable
+/// A node's capacity or allocatable (upstream nodestatus.MachineInfo).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resources {
+    pub cpu_millis: i64,
+    pub memory_bytes: i64,
+    /// The root directory's filesystem (nodefs); `None` when it cannot be read.
+    pub ephemeral_bytes: Option<i64>,
+    pub pods: i64,
+}
+
+/// Bytes as resource.Quantity prints a BinarySI value: `Ki` when it divides, else bytes.
+fn bytes_quantity(v: i64) -> String {
+    if v != 0 && v % 1024 == 0 {
+        format!("{}Ki", v / 1024)
+    } else {
+        v.to_string()
+    }
+}
+
+impl Resources {
+    pub fn to_json(self) -> Value {
+        let cpu = if self.cpu_millis % 1000 == 0 {
+            (self.cpu_millis / 1000).to_string()
+        } else {
+            format!("{}m", self.cpu_millis)
+        };
+        let mut v = json!({
+            "cpu": cpu,
+            "memory": bytes_quantity(self.memory_bytes),
+            "pods": self.pods.to_string(),
+        });
+        if let Some(e) = self.ephemeral_bytes {
+            v["ephemeral-storage"] = json!(bytes_quantity(e));
+        }
+        v
+    }
+}
+
+/// Size of the filesystem holding `path` (statvfs: blocks x fragment size).
+// statvfs field types differ between targets (u32 on 32-bit ARM), hence the conversions.
+#[allow(clippy::useless_conversion)]
+fn fs_capacity(path: &std::path::Path) -> Option<i64> {
+    let s = nix::sys::statvfs::statvfs(path).ok()?;
+    let bytes = u64::from(s.blocks()).saturating_mul(u64::from(s.fragment_size()));
+    i64::try_from(bytes).ok()
+}
+
+/// The ephemeral-storage of systemReserved + kubeReserved (validated at load).
+fn reserved_ephemeral(ev: &crate::eviction::EvictionConfig) -> i64 {
+    [&ev.system_reserved, &ev.kube_reserved]
+        .iter()
+        .filter_map(|m| m.get("ephemeral-storage"))
+        .filter_map(|v| crate::api::quantity::parse_quantity_str(v).ok())
+        .map(|q| q.value())
+        .sum()
+}
+
+/// Allocatable = capacity - systemReserved - kubeReserved - the hard eviction threshold, for
+/// cpu, memory (memory.available) and ephemeral-storage (nodefs.available), never below zero
+/// (upstream ContainerManager.GetNodeAllocatableAbsolute and hardEvictionReservation); pods
+/// unchanged. Admission uses the same figures (`EvictionConfig::allocatable`).
+pub fn allocatable(cap: &Resources, ev: &crate::eviction::EvictionConfig) -> Resources {
+    use crate::eviction::threshold::{Signal, allocatable as minus};
+    let (cpu_millis, _) = ev.allocatable(crate::node::Capacity {
+        cpu_millis: cap.cpu_millis,
+        memory_bytes: cap.memory_bytes,
+    });
+    Resources {
+        cpu_millis,
+        memory_bytes: minus(
+            cap.memory_bytes,
+            ev.reserved_memory,
+            &ev.thresholds,
+            Signal::MemoryAvailable,
+        ),
+        ephemeral_bytes: cap.ephemeral_bytes.map(|c| {
+            minus(
+                c,
+                reserved_ephemeral(ev),
+                &ev.thresholds,
+                Signal::NodeFsAvailable,
+            )
+        }),
+        pods: cap.pods,
+    }
+}
+
+// issue 20: events
+/// The Node events of pressure conditions that changed from `before` to `after` (condition
+/// types), as upstream's MemoryPressureCondition/DiskPressureCondition/PIDPressureCondition
+/// setters record them: the reason, and "Node <node> status is now: <reason>".
+pub fn pressure_events(
+    node: &str,
+    before: &std::collections::BTreeSet<&str>,
+    after: &std::collections::BTreeSet<&str>,
+) -> Vec<(&'static str, String)> {
+    const REASONS: [(&str, &str, &str); 3] = [
+        (
+            "MemoryPressure",
+            "NodeHasInsufficientMemory",
+            "NodeHasSufficientMemory",
+        ),
+        (
+            "DiskPressure",
+            "NodeHasDiskPressure",
+            "NodeHasNoDiskPressure",
+        ),
+        (
+            "PIDPressure",
+            "NodeHasInsufficientPID",
+            "NodeHasSufficientPID",
+        ),
+    ];
+    REASONS
+        .iter()
+        .filter_map(
+            |(cond, on, off)| match (before.contains(cond), after.contains(cond)) {
+                (false, true) => Some(*on),
+                (true, false) => Some(*off),
+                _ => None,
+            },
+        )
+        .map(|reason| (reason, format!("Node {node} status is now: {reason}")))
+        .collect()
+}
+
+impl NodeContext {
+    /// The Node event for the Ready condition of `node` (about to be posted), as upstream's
+    /// ReadyCondition setter records it: `NodeReady` / `NodeNotReady` when the status changed
+    /// since the last post (none for the first), with "Node <node> status is now: <reason>".
+    pub fn ready_event(&self, node: &Value) -> Option<(&'static str, String)> {
+        let ready = node["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .map(|c| c["status"] == "True")?;
+        let mut last = self.ready_posted.lock().unwrap_or_else(|e| e.into_inner());
+        let before = last.replace(ready);
+        let reason = match before {
+            Some(b) if b != ready => {
+                if ready {
+                    "NodeReady"
+                } else {
+                    "NodeNotReady"
+                }
+            }
+            _ => return None,
+        };
+        Some((
+            reason,
+            format!("Node {} status is now: {reason}", self.node_name),
+        ))
+    }
+}
+
+/// The eviction manager's Node event before it evicts for `condition` (upstream:
+/// Warning EvictionThresholdMet "Attempting to reclaim <resource>").
+pub fn eviction_threshold_event(condition: crate::api::helpers::NodeCondition) -> String {
+    use crate::api::helpers::NodeCondition;
+    let resource = match condition {
+        NodeCondition::MemoryPressure => "memory",
+        NodeCondition::DiskPressure => "ephemeral-storage",
+        NodeCondition::PidPressure => "pids",
+    };
+    format!("Attempting to reclaim {resource}")
+}
+
 /// The Node object for this node (served on `/api/v1/nodes`, registered in API-server mode).
 pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
-    let cpus = crate::node::capacity().cpu_millis / 1000;
-    let mem = format!("{}Ki", crate::node::capacity().memory_bytes / 1024);
-    let resources = json!({
-        "cpu": cpus.to_string(),
-        "memory": mem,
-        "pods": ctx.max_pods.to_string(),
-    });
+    let machine = crate::node::capacity();
+    let capacity = Resources {
+        cpu_millis: machine.cpu_millis / 1000 * 1000,
+        memory_bytes: machine.memory_bytes,
+        ephemeral_bytes: fs_capacity(&ctx.root_dir),
+        pods: i64::from(ctx.max_pods),
+    };
+    let allocatable = allocatable(&capacity, &ctx.eviction);
     let started = rfc3339(ctx.started);
     let now = rfc3339(SystemTime::now());
     // The kubelet's Ready=False message names what is not ready ("container runtime status
@@ -172,8 +348,8 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
         },
         "spec": {},
         "status": {
-            "capacity": resources,
-            "allocatable": resources,
+            "capacity": capacity.to_json(),
+            "allocatable": allocatable.to_json(),
             "conditions": [
                 match pressure.get("MemoryPressure") {
                     Some(t) => cond_at("MemoryPressure", "True", "KubeletHasInsufficientMemory", "nanolet has insufficient memory available", *t),
@@ -212,6 +388,101 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
 
 #[cfg(test)]
 mod tests {
+    /// Upstream's ReadyCondition setter: an event on each change of Ready, none at first.
+    #[test]
+    fn ready_transitions_are_node_events() {
+        let ctx = NodeContext::new("n1");
+        let node = |s: &str| json!({"status": {"conditions": [{"type": "Ready", "status": s}]}});
+        assert_eq!(ctx.ready_event(&node("False")), None);
+        assert_eq!(
+            ctx.ready_event(&node("True")),
+            Some(("NodeReady", "Node n1 status is now: NodeReady".to_string()))
+        );
+        assert_eq!(ctx.ready_event(&node("True")), None);
+        assert_eq!(
+            ctx.ready_event(&node("False")).map(|e| e.0),
+            Some("NodeNotReady")
+        );
+    }
+
+    /// Upstream's pressure condition setters: one Normal event per transition, named as
+    /// recordNodeStatusEvent names it.
+    #[test]
+    fn pressure_transitions_are_node_events() {
+        let before: std::collections::BTreeSet<&str> = ["DiskPressure"].into();
+        let after: std::collections::BTreeSet<&str> = ["MemoryPressure"].into();
+        assert_eq!(
+            pressure_events("n1", &before, &after),
+            vec![
+                (
+                    "NodeHasInsufficientMemory",
+                    "Node n1 status is now: NodeHasInsufficientMemory".to_string()
+                ),
+                (
+                    "NodeHasNoDiskPressure",
+                    "Node n1 status is now: NodeHasNoDiskPressure".to_string()
+                ),
+            ]
+        );
+        assert!(pressure_events("n1", &after, &after).is_empty());
+        assert_eq!(
+            eviction_threshold_event(crate::api::helpers::NodeCondition::MemoryPressure),
+            "Attempting to reclaim memory"
+        );
+    }
+
+    // issue 20: allocatable
+    /// Node allocatable as upstream's GetNodeAllocatableAbsolute (node-allocatable doc):
+    /// capacity - kubeReserved - systemReserved - hard eviction (memory.available for memory,
+    /// nodefs.available for ephemeral-storage, a percentage of capacity); pods unchanged.
+    #[test]
+    fn allocatable_is_capacity_minus_reservations_and_hard_eviction() {
+        let args: Vec<String> = [
+            "--system-reserved=cpu=500m,memory=1Gi,ephemeral-storage=1Gi",
+            "--kube-reserved=cpu=100m,memory=512Mi,ephemeral-storage=2Gi",
+            "--eviction-hard=memory.available<100Mi,nodefs.available<10%",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let crate::kubeletconfig::ParseOutcome::Run(cfg) =
+            crate::kubeletconfig::parse_run_args(&args).expect("flags parse")
+        else {
+            panic!("not a run")
+        };
+        let cap = Resources {
+            cpu_millis: 4000,
+            memory_bytes: 8 << 30,
+            ephemeral_bytes: Some(100 << 30),
+            pods: 110,
+        };
+        let a = allocatable(&cap, &cfg.eviction);
+        assert_eq!(a.cpu_millis, 4000 - 500 - 100);
+        assert_eq!(
+            a.memory_bytes,
+            (8 << 30) - (1 << 30) - (512 << 20) - (100 << 20)
+        );
+        assert_eq!(
+            a.ephemeral_bytes,
+            Some((100i64 << 30) - (3 << 30) - (100i64 << 30) / 10)
+        );
+        assert_eq!(a.pods, 110);
+        assert_eq!(
+            a.to_json(),
+            json!({"cpu": "3400m", "memory": "6713344Ki", "pods": "110",
+                   "ephemeral-storage": "91226112Ki"})
+        );
+        // Never below zero.
+        let tiny = Resources {
+            cpu_millis: 100,
+            memory_bytes: 64 << 20,
+            ephemeral_bytes: None,
+            pods: 1,
+        };
+        let a = allocatable(&tiny, &cfg.eviction);
+        assert_eq!((a.cpu_millis, a.memory_bytes), (0, 0));
+    }
+
     use super::*;
 
     #[test]

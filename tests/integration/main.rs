@@ -17,6 +17,8 @@
 mod api;
 /// API pods' ServiceAccount tokens, ConfigMaps and Secrets from the API server double.
 mod api_objects;
+/// Events to the API server and API-pod correctness (issue 20).
+mod api_events;
 /// API-server mode against the API server test double.
 mod apiserver;
 /// A real cluster node: TLS bootstrap, rotation, kubectl through the node proxy (issue 19).

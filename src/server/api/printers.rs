@@ -478,7 +478,12 @@ pub(super) fn event_table(
                     json!(age(e["lastTimestamp"].as_str(), now)),
                     e["type"].clone(),
                     e["reason"].clone(),
-                    json!(format!("pod/{}", io["name"].as_str().unwrap_or_default())),
+                    // issue 20: Node events too (kubectl prints kind/name in lower case).
+                    json!(format!(
+                        "{}/{}",
+                        io["kind"].as_str().unwrap_or("Pod").to_lowercase(),
+                        io["name"].as_str().unwrap_or_default()
+                    )),
                     json!(io["fieldPath"].as_str().unwrap_or("")),
                     json!(format!(
                         "kubelet, {}",
