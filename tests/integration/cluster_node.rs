@@ -18,8 +18,7 @@
 
 use nanolet_test_support as support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,7 +29,7 @@ use support::apiserver::FakeApiServer;
 use support::kubectl::Kubectl;
 use support::{Containerd, wait_for};
 
-use crate::streaming::{KillOnDrop, TTY_SCRIPT, tty_session};
+use crate::streaming::{KillOnDrop, TTY_SCRIPT, forward_and_echo, tty_session};
 
 const TOKEN: &str = "t0ken-for-the-test";
 const NODE_PATH: &str = "/api/v1/nodes/node1";
@@ -324,46 +323,17 @@ fn kubectl_exec(admin: &Kubectl) {
     tty_session(&mut cmd, "kubectl exec -it (through the API server)");
 }
 
-/// `kubectl port-forward`: the pod's greeting and an echo, through the API server and the
+/// `kubectl port-forward`: the pod's greeting and a 50 KB echo, through the API server and the
 /// kubelet port.
 fn kubectl_port_forward(admin: &Kubectl) {
-    let mut pf = KillOnDrop(
-        admin
-            .cmd(&["port-forward", "--address=127.0.0.1", "shell", ":8080"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl port-forward"),
+    let mut cmd = admin.cmd(&["port-forward", "--address=127.0.0.1", "shell", ":8080"]);
+    forward_and_echo(
+        &mut cmd,
+        "kubectl port-forward (through the API server)",
+        1,
+        50_000,
+        &String::new,
     );
-    let mut lines = BufReader::new(pf.0.stdout.take().expect("stdout"));
-    let mut first = String::new();
-    lines.read_line(&mut first).expect("Forwarding line");
-    let local = first
-        .strip_prefix("Forwarding from ")
-        .and_then(|r| r.strip_suffix(" -> 8080\n"))
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_string();
-    let (mut c, mut r) = wait_for(Duration::from_secs(20), || {
-        let c = TcpStream::connect(&local).ok()?;
-        c.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
-        let mut r = BufReader::new(c.try_clone().ok()?);
-        let mut greet = String::new();
-        r.read_line(&mut greet).ok()?;
-        (greet == "hello-from-pod\n").then_some((c, r))
-    })
-    .unwrap_or_else(|| {
-        let _ = pf.0.kill();
-        let mut err = String::new();
-        if let Some(mut e) = pf.0.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        panic!("no greeting through kubectl port-forward: {err}")
-    });
-    let payload = "x".repeat(50_000) + "\n";
-    c.write_all(payload.as_bytes()).expect("send");
-    let mut echo = String::new();
-    r.read_line(&mut echo).expect("echo");
-    assert_eq!(echo.len(), payload.len(), "50 KB back through the tunnel");
 }
 
 /// `--rotate-certificates` with 30 s certificates (kube-controller-manager's approver on): a

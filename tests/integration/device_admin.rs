@@ -210,47 +210,15 @@ fn kubectl_exec_tty(home: &Path, conf: &Path, pod: &str) {
 
 /// `kubectl port-forward POD :8080`: two connections, each greeted by the pod and echoing.
 fn kubectl_port_forward(home: &Path, conf: &Path, pod: &str) {
-    let mut pf = KillOnDrop(
-        kubectl(home, conf)
-            .args(["port-forward", "--address=127.0.0.1", pod, ":8080"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl port-forward"),
+    let mut cmd = kubectl(home, conf);
+    cmd.args(["port-forward", "--address=127.0.0.1", pod, ":8080"]);
+    crate::streaming::forward_and_echo(
+        &mut cmd,
+        "kubectl port-forward (admin kubeconfig)",
+        2,
+        50_000,
+        &String::new,
     );
-    let mut lines = BufReader::new(pf.0.stdout.take().expect("stdout"));
-    let mut first = String::new();
-    lines.read_line(&mut first).expect("Forwarding line");
-    let local = first
-        .strip_prefix("Forwarding from ")
-        .and_then(|r| r.strip_suffix(" -> 8080\n"))
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_string();
-    for round in 0..2 {
-        let greeted = wait_for(Duration::from_secs(20), || {
-            let c = TcpStream::connect(&local).ok()?;
-            c.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
-            let mut r = BufReader::new(c.try_clone().ok()?);
-            let mut greet = String::new();
-            r.read_line(&mut greet).ok()?;
-            (greet == "hello-from-pod\n").then_some((c, r))
-        });
-        let Some((mut c, mut r)) = greeted else {
-            let _ = pf.0.kill();
-            let mut err = String::new();
-            if let Some(mut e) = pf.0.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
-            panic!("round {round}: no greeting through kubectl port-forward: {err}");
-        };
-        let msg = format!("admin-{round}-{}\n", "y".repeat(50_000));
-        c.write_all(msg.as_bytes()).expect("send");
-        let mut echo = String::new();
-        r.read_line(&mut echo).expect("echo");
-        assert_eq!(echo.len(), msg.len(), "round {round}");
-        assert_eq!(echo, msg, "round {round}");
-    }
 }
 
 /// The read-only port has no exec, attach or port-forward: GET and POST are refused, and a

@@ -15,10 +15,10 @@
 
 /// The read-only port with the real kubectl, promtool and the CLI.
 mod api;
-/// API pods' ServiceAccount tokens, ConfigMaps and Secrets from the API server double.
-mod api_objects;
 /// Events to the API server and API-pod correctness (issue 20).
 mod api_events;
+/// API pods' ServiceAccount tokens, ConfigMaps and Secrets from the API server double.
+mod api_objects;
 /// API-server mode against the API server test double.
 mod apiserver;
 /// A real cluster node: TLS bootstrap, rotation, kubectl through the node proxy (issue 19).

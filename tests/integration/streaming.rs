@@ -201,45 +201,69 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// `nanolet port-forward POD :8080`: two connections one after the other, each greeted by the
-/// pod and echoing what it is sent.
-fn port_forward_moves_bytes_both_ways(endpoint: &str) {
-    let pod = pod_name();
+/// Drives a port-forward client (`nanolet port-forward` or `kubectl port-forward ... :8080`,
+/// whose first line is kubectl's "Forwarding from 127.0.0.1:PORT -> 8080") to the echo pod of
+/// [`SHELL`]: `rounds` connections one after the other, each greeted by the pod and echoing a
+/// line of `bytes` bytes. `context` adds to a failure's message. The client is killed at the end.
+pub(crate) fn forward_and_echo(
+    cmd: &mut Command,
+    what: &str,
+    rounds: usize,
+    bytes: usize,
+    context: &dyn Fn() -> String,
+) {
     let mut pf = KillOnDrop(
-        nanolet(&["port-forward", &pod, ":8080", endpoint])
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn nanolet port-forward"),
+            .unwrap_or_else(|e| panic!("spawn {what}: {e}")),
     );
     let mut lines = BufReader::new(pf.0.stdout.take().expect("stdout"));
     let mut first = String::new();
     lines.read_line(&mut first).expect("Forwarding line");
-    // kubectl's line: "Forwarding from 127.0.0.1:PORT -> 8080".
-    let addr = first
+    let local = first
         .strip_prefix("Forwarding from ")
         .and_then(|r| r.strip_suffix(" -> 8080\n"))
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .unwrap_or_else(|| panic!("{what}: unexpected first line {first:?}"))
         .to_string();
-    for round in 0..3 {
+    for round in 0..rounds {
         // Until the pod's nc listens (it starts with the container), a connection is refused
         // in the pod and ends at once here: poll for the greeting.
-        let (mut c, mut r) = wait_for(Duration::from_secs(20), || {
-            let c = TcpStream::connect(&addr).ok()?;
+        let greeted = wait_for(Duration::from_secs(20), || {
+            let c = TcpStream::connect(&local).ok()?;
             c.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
             let mut r = BufReader::new(c.try_clone().ok()?);
             let mut greet = String::new();
             r.read_line(&mut greet).ok()?;
             (greet == "hello-from-pod\n").then_some((c, r))
-        })
-        .unwrap_or_else(|| panic!("round {round}: no greeting from the pod through the forward"));
-        let msg = format!("ping-{round}-{}\n", "x".repeat(70_000));
+        });
+        let Some((mut c, mut r)) = greeted else {
+            let _ = pf.0.kill();
+            let mut err = String::new();
+            if let Some(mut e) = pf.0.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!(
+                "{what}, round {round}: no greeting from the pod: {err}\n{}",
+                context()
+            );
+        };
+        let msg = format!("ping-{round}-{}\n", "x".repeat(bytes));
         c.write_all(msg.as_bytes()).expect("send to the pod");
         let mut echo = String::new();
         r.read_line(&mut echo).expect("echo from the pod");
-        assert_eq!(echo.len(), msg.len(), "round {round}");
-        assert_eq!(echo, msg, "round {round}");
+        assert_eq!(echo.len(), msg.len(), "{what}, round {round}");
+        assert_eq!(echo, msg, "{what}, round {round}");
     }
+}
+
+/// `nanolet port-forward POD :8080`: three connections one after the other, each greeted by
+/// the pod and echoing 70 KB.
+fn port_forward_moves_bytes_both_ways(endpoint: &str) {
+    let pod = pod_name();
+    let mut cmd = nanolet(&["port-forward", &pod, ":8080", endpoint]);
+    forward_and_echo(&mut cmd, "nanolet port-forward", 3, 70_000, &String::new);
 }
 
 /// The kubelet port's proxy: a plain TCP listener runs `proxy_upgrade_with` to the URL CRI Exec
@@ -530,45 +554,15 @@ fn kubectl_port_forward_through_the_proxy(
     pod: &str,
     seen: &std::sync::Mutex<Vec<String>>,
 ) {
-    let mut pf = KillOnDrop(
-        Command::new("kubectl")
-            .env("HOME", home)
-            .env("KUBECONFIG", home.join("none"))
-            .arg(format!("--server=http://{addr}"))
-            .arg(format!("--cache-dir={}", home.join("cache").display()))
-            .args(["port-forward", "--address=127.0.0.1", pod, ":8080"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl port-forward"),
-    );
-    let mut lines = BufReader::new(pf.0.stdout.take().expect("stdout"));
-    let mut first = String::new();
-    lines.read_line(&mut first).expect("Forwarding line");
-    let local = first
-        .strip_prefix("Forwarding from ")
-        .and_then(|r| r.strip_suffix(" -> 8080\n"))
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_string();
-    let (mut c, mut r) = wait_for(Duration::from_secs(20), || {
-        let c = TcpStream::connect(&local).ok()?;
-        c.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
-        let mut r = BufReader::new(c.try_clone().ok()?);
-        let mut greet = String::new();
-        r.read_line(&mut greet).ok()?;
-        (greet == "hello-from-pod\n").then_some((c, r))
-    })
-    .unwrap_or_else(|| {
-        let _ = pf.0.kill();
-        let mut err = String::new();
-        if let Some(mut e) = pf.0.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
+    let mut cmd = Command::new("kubectl");
+    cmd.env("HOME", home)
+        .env("KUBECONFIG", home.join("none"))
+        .arg(format!("--server=http://{addr}"))
+        .arg(format!("--cache-dir={}", home.join("cache").display()))
+        .args(["port-forward", "--address=127.0.0.1", pod, ":8080"]);
+    let requests = || {
         let seen = seen.lock().map(|g| g.clone()).unwrap_or_default();
-        panic!("no greeting through kubectl port-forward; kubectl: {err}\nrequests: {seen:#?}")
-    });
-    c.write_all(b"via-kubectl\n").expect("send");
-    let mut echo = String::new();
-    r.read_line(&mut echo).expect("echo");
-    assert_eq!(echo, "via-kubectl\n");
+        format!("requests: {seen:#?}")
+    };
+    forward_and_echo(&mut cmd, "kubectl port-forward", 1, 20, &requests);
 }
