@@ -467,7 +467,6 @@ pub fn write_kubeconfig(
 /// its key).
 pub type OnRenewed = Box<dyn Fn(&Pair) -> Result<(), CertificateError> + Send>;
 
-// issue 20: events
 /// Records a Node event: (warning, reason, message). The wiring passes one that records
 /// through the event recorder, so that this module depends on nothing above it.
 pub type OnEvent = Arc<dyn Fn(bool, &str, &str) + Send + Sync>;
@@ -510,7 +509,7 @@ pub struct Rotation {
     pub timing: Timing,
     /// `client` or `serving`, for logs.
     pub name: &'static str,
-    /// issue 20: Node events for failed and successful rotations, when set.
+    /// Node events for failed and successful rotations, when set.
     pub on_event: Option<OnEvent>,
 }
 

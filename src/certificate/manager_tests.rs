@@ -797,7 +797,6 @@ fn an_expired_certificate_while_the_api_server_is_down_keeps_retrying_until_stop
     );
 }
 
-// issue 20: events
 /// A denied CSR is a Warning Node event naming it (reason CertificateSigningRequestDenied);
 /// the next attempt's success a Normal CertificateRotated, through the wiring's callback.
 #[test]

@@ -229,7 +229,7 @@ impl ServingCertificate {
             }),
             timing: Timing::rotation(),
             name: "serving",
-            // issue 20: the serving rotation records no Node event yet.
+            // the serving rotation records no Node event yet.
             on_event: None,
         };
         // The thread stops when the certificate is gone: a watcher drops the stop sender then.

@@ -136,7 +136,7 @@ pub fn decode_pod(v: &Value, seen: &str) -> Result<Pod, ManifestError> {
             reason: "Required value".into(),
         });
     }
-    // issue 20: only a terminal phase is kept (such a pod is never run again).
+    // only a terminal phase is kept (such a pod is never run again).
     pod.status = pod
         .status
         .take()
@@ -173,7 +173,7 @@ impl PodSet {
         let mut errors = vec![];
         let now = crate::config::now_rfc3339_nano();
         for (uid, v) in &self.pods {
-            // issue 20: pods being deleted are sent too, deletionTimestamp and
+            // pods being deleted are sent too, deletionTimestamp and
             // deletionGracePeriodSeconds in metadata; the sync loop stops them with that grace.
             if is_mirror(v) {
                 continue;
@@ -521,7 +521,7 @@ mod tests {
         set.pods.insert("u2".into(), gone);
         let snap = set.snapshot();
         assert_eq!(snap.source, SourceKind::Api);
-        // issue 20: the deleting pod is sent with its deletionTimestamp.
+        // the deleting pod is sent with its deletionTimestamp.
         assert_eq!(snap.pods.len(), 2);
         assert!(
             snap.pods[1]

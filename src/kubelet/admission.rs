@@ -168,7 +168,7 @@ pub fn host_port_conflict<'a>(pod: &Pod, active: impl IntoIterator<Item = &'a Po
     })
 }
 
-// issue 20: API-pod correctness
+// API-pod correctness
 /// True for a pod from the API server (`kubernetes.io/config.source: api`).
 pub fn is_api_pod(pod: &Pod) -> bool {
     pod.metadata
@@ -213,7 +213,6 @@ pub fn deletion_grace(pod: &Pod) -> Option<Option<i64>> {
 
 #[cfg(test)]
 mod tests {
-    // issue 20
     fn api(phase: Option<&str>) -> Pod {
         let mut p: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "ns", "uid": "u",

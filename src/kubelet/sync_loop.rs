@@ -188,7 +188,7 @@ impl SyncLoop {
         for uid in ready {
             self.evicted.remove(&uid);
             if let Some(w) = self.workers.get(&uid) {
-                // issue 20: an evicted API pod stays Failed (kubernetes/kubernetes#54530).
+                // an evicted API pod stays Failed (kubernetes/kubernetes#54530).
                 if !w.terminating && !crate::kubelet::admission::is_api_pod(&w.pod) {
                     info!(pod = %w.full_name, uid, "pressure cleared; re-admitting evicted pod");
                     let _ = w.tx.send(WorkerMsg::Readmit);
@@ -201,7 +201,7 @@ impl SyncLoop {
     fn set_desired(&mut self, mut d: DesiredPods) {
         self.ctx.store.set_manifest_errors(d.errors.clone());
         self.all_sources_ready = d.all_sources_ready;
-        // issue 20: API pods being deleted leave the desired set; a running one is stopped
+        // API pods being deleted leave the desired set; a running one is stopped
         // with deletionGracePeriodSeconds (kubectl delete --grace-period=N).
         let deleting: Vec<(String, Option<i64>)> = d
             .pods
@@ -297,7 +297,7 @@ impl SyncLoop {
                     continue;
                 }
             }
-            // issue 20: a terminal API pod is never admitted again.
+            // a terminal API pod is never admitted again.
             let local = self.ctx.store.get(&uid).and_then(|x| x.status);
             if crate::kubelet::admission::never_again(
                 &pod,

@@ -59,7 +59,6 @@ pub enum KubeletError {
     ApiClient(crate::apiclient::client::ApiError),
     #[error(transparent)]
     TokenFile(#[from] crate::server::TokenFileError),
-    // issue 19: secure
     #[cfg(feature = "tls")]
     #[error("kubelet server: {0}")]
     Secure(crate::server::secure::SecureError),
@@ -303,12 +302,10 @@ impl Wiring<'_> {
         n.root_dir = self.cfg.root_dir.clone();
         n.runtime = Some(self.runtime.clone());
         n.kubelet_port = self.kubelet_port;
-        // issue 20: allocatable
         n.eviction = self.cfg.eviction.clone();
         n
     }
 
-    // issue 19: secure
     /// The kubelet server on `--port` (HTTPS): authentication and authorization from the
     /// settings, the reviews through the API client.
     #[cfg(feature = "tls")]
@@ -375,7 +372,7 @@ impl Wiring<'_> {
             auth,
             certificate,
             client_ca,
-            // issue 19: admin. The device's local administrators (`nanolet admin-kubeconfig`).
+            // The device's local administrators (`nanolet admin-kubeconfig`).
             local_admin_ca: Some(crate::certificate::localca::paths(&cfg.cert_dir()).0),
             run_timeout: cfg.runtime_request_timeout,
             system_logs: cfg
@@ -518,7 +515,6 @@ impl Wiring<'_> {
             stop_pods: self.shutdown.receiver(),
             stop_status: self.shutdown.receiver(),
             stop_heartbeat: self.shutdown.receiver(),
-            // issue 20: events
             stop_events: self.shutdown.receiver(),
             stop_rotation: self.shutdown.receiver(),
             stop_bootstrap: self.shutdown.receiver(),
@@ -696,7 +692,6 @@ struct ApiMode {
     stop_pods: mpsc::Receiver<()>,
     stop_status: mpsc::Receiver<()>,
     stop_heartbeat: mpsc::Receiver<()>,
-    // issue 20: events
     stop_events: mpsc::Receiver<()>,
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     stop_rotation: mpsc::Receiver<()>,
@@ -734,7 +729,7 @@ impl ApiMode {
             stop_bootstrap: _,
             on_client,
         } = self;
-        // issue 20: events. First, so that the pod source's first pods' events reach the API.
+        // First, so that the pod source's first pods' events reach the API.
         Self::start_events(&cfg, &store, stop_events, &client)?;
         #[cfg(feature = "tls")]
         let events_store = store.clone();
@@ -841,7 +836,7 @@ impl ApiMode {
         Ok(())
     }
 
-    /// issue 20: events. Every recorded event (those before now included) also goes to the API
+    /// Every recorded event (those before now included) also goes to the API
     /// server through the correlator; "Starting kubelet." is the Node's first, as upstream.
     fn start_events(
         cfg: &Config,
@@ -910,7 +905,7 @@ fn start_client_rotation(
         &cfg.node_name,
     )
     .map_err(KubeletError::Certificates)?;
-    // issue 20: events. Denied or failing CSRs and rotations as Node events.
+    // Denied or failing CSRs and rotations as Node events.
     let node = crate::events::PodRef::node(&cfg.node_name);
     rotation.on_event = Some(Arc::new(move |warning, reason, message| {
         let type_ = if warning {
@@ -976,7 +971,7 @@ fn eviction_to_loop(
     store: Arc<StatusStore>,
     node_name: &str,
 ) -> crate::eviction::EventSink {
-    // issue 20: events. The eviction manager's Node events (pressure transitions,
+    // The eviction manager's Node events (pressure transitions,
     // EvictionThresholdMet), as upstream's setters and eviction manager record them.
     let node = crate::events::PodRef::node(node_name);
     let seen = std::sync::Mutex::new(std::collections::BTreeSet::<&'static str>::new());

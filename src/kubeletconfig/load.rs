@@ -119,7 +119,6 @@ fn finish(
     Ok(ParseOutcome::Run(cfg))
 }
 
-// issue 19: secure
 /// The kubelet server's settings fit together: the webhooks need an API server, and the
 /// server itself (HTTPS) a build with TLS.
 fn check_kubelet_server(cfg: &Config) -> Result<(), ConfigError> {
@@ -147,7 +146,6 @@ fn check_kubelet_server(cfg: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
-// issue 19: certificates
 /// The certificate settings fit together: the serving pair both or neither, bootstrap with a
 /// --kubeconfig to write, and any of them only in a build with the `tls` feature.
 fn check_certificates(cfg: &Config) -> Result<(), ConfigError> {

@@ -96,7 +96,6 @@ pub enum ConfigError {
         "--address {0} is not a loopback address: the read-only port would be reachable from the network; set --read-only-token-file (config: readOnlyTokenFile) to require a bearer token, or --read-only-port=0 to disable it"
     )]
     ReadOnlyNeedsToken(IpAddr),
-    // issue 19: certificates
     /// Certificate settings that do not fit together, or need the `tls` feature.
     #[error("{flag}: {reason}")]
     Certificates { flag: &'static str, reason: String },
@@ -155,7 +154,6 @@ pub struct Config {
     pub address: IpAddr,
     /// 0 disables the read-only server.
     pub read_only_port: u16,
-    // issue 19: secure
     /// The kubelet server on `--port` (HTTPS, authenticated): 0 disables it.
     pub port: u16,
     /// `--client-ca-file` / `authentication.x509.clientCAFile`: client certificates signed by
@@ -208,7 +206,6 @@ pub struct Config {
     pub container_log_max_files: usize,
     /// `--kubeconfig`: API-server mode when set (nanolet stays standalone otherwise).
     pub kubeconfig: Option<PathBuf>,
-    // issue 19: certificates
     /// `--bootstrap-kubeconfig` (flag only, as upstream): TLS bootstrap of the client
     /// certificate when `--kubeconfig` is missing or its certificate expired.
     pub bootstrap_kubeconfig: Option<PathBuf>,
@@ -228,7 +225,6 @@ pub struct Config {
     pub register_with_taints: Vec<Taint>,
     /// `nodeStatusUpdateFrequency` (10s).
     pub node_status_update_frequency: Duration,
-    // issue 20: events
     /// `eventRecordQPS` / `--event-qps` (50; 0: no limit): event writes per second.
     pub event_record_qps: u32,
     /// `eventBurst` / `--event-burst` (100).
@@ -248,7 +244,6 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
-// issue 19: secure
 /// How the kubelet server on `--port` authorizes a request (`authorization.mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthorizationMode {
@@ -296,7 +291,7 @@ impl Config {
         }
     }
 
-    /// issue 19: certificates. The certificate directory: `--cert-dir`, else `<root-dir>/pki`
+    /// The certificate directory: `--cert-dir`, else `<root-dir>/pki`
     /// (the kubelet's default is `/var/lib/kubelet/pki`).
     pub fn cert_dir(&self) -> PathBuf {
         match &self.cert_dir {
@@ -328,7 +323,6 @@ impl Config {
             secret_dir: PathBuf::from("/etc/nanolet/secrets"),
             address: IpAddr::from([127, 0, 0, 1]),
             read_only_port: 10255,
-            // issue 19: secure
             // HTTPS only: a build without TLS has no kubelet server unless --port asks for
             // one (then a config error says why).
             port: if cfg!(feature = "tls") { 10250 } else { 0 },
@@ -354,7 +348,6 @@ impl Config {
             container_log_monitor_interval: Duration::from_secs(10),
             cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
             kubeconfig: None,
-            // issue 19: certificates
             bootstrap_kubeconfig: None,
             cert_dir: None,
             rotate_certificates: false,
@@ -364,7 +357,6 @@ impl Config {
             node_labels: Vec::new(),
             register_with_taints: Vec::new(),
             node_status_update_frequency: Duration::from_secs(10),
-            // issue 20: events
             event_record_qps: 50,
             event_burst: 100,
             eviction: crate::eviction::EvictionConfig::default(),
@@ -474,7 +466,6 @@ impl fmt::Debug for Config {
             )
             .field("cgroup_driver", &self.cgroup_driver)
             .field("kubeconfig", &self.kubeconfig)
-            // issue 19: certificates (paths only)
             .field("bootstrap_kubeconfig", &self.bootstrap_kubeconfig)
             .field("cert_dir", &self.cert_dir())
             .field("rotate_certificates", &self.rotate_certificates)
@@ -487,7 +478,6 @@ impl fmt::Debug for Config {
                 "node_status_update_frequency",
                 &self.node_status_update_frequency,
             )
-            // issue 20: events
             .field("event_record_qps", &self.event_record_qps)
             .field("event_burst", &self.event_burst)
             .field("eviction", &self.eviction)

@@ -474,7 +474,6 @@ pub(super) const SETTINGS: &[Setting] = &[
             c.runtime_endpoint.clone().into()
         })),
     },
-    // issue 20: events
     Setting {
         flag: Flag::value("event-burst"),
         field: Some("eventBurst"),
@@ -838,7 +837,6 @@ pub(super) const SETTINGS: &[Setting] = &[
         apply: |c, v| set(&mut c.kubeconfig, v.optional_path()),
         configz: Some(("kubeconfig", |c| optional_path_json(&c.kubeconfig))),
     },
-    // issue 19: certificates
     Setting {
         flag: Flag::value("bootstrap-kubeconfig"),
         field: None,
@@ -994,7 +992,6 @@ pub(super) const SETTINGS: &[Setting] = &[
         apply: |c, v| set(&mut c.read_only_port, v.int(parse_port, port_from_int)),
         configz: Some(("readOnlyPort", |c| c.read_only_port.into())),
     },
-    // issue 19: secure
     Setting {
         flag: Flag::value("port"),
         field: Some("port"),

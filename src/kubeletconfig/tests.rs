@@ -845,7 +845,6 @@ fn resolv_conf_flag_and_field() {
     assert_eq!(c.resolv_conf.as_deref(), Some(Path::new("/run/r.conf")));
 }
 
-// issue 19: secure
 #[test]
 fn kubelet_server_defaults_flags_and_nested_fields() {
     let c = parse(&[]).unwrap();
@@ -975,7 +974,6 @@ fn kubelet_server_settings_that_do_not_fit() {
     }
 }
 
-// issue 19: certificates
 #[test]
 fn certificate_settings_from_flags_and_file() {
     // Upstream: --cert-dir and --bootstrap-kubeconfig are flags only; rotateCertificates,
@@ -1047,7 +1045,6 @@ fn certificate_settings_that_do_not_fit_together() {
     }
 }
 
-// issue 20: events
 /// eventRecordQPS (default 50, 0 = no limit) and eventBurst (default 100), as the
 /// KubeletConfiguration fields and the kubelet's --event-qps / --event-burst; int32, not
 /// negative.

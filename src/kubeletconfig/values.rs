@@ -126,7 +126,6 @@ pub enum ValueError {
     },
     #[error("missing; expected {0:?}")]
     Missing(&'static str),
-    // issue 19: secure
     #[error("invalid authorization mode {0:?}: use AlwaysAllow or Webhook")]
     AuthorizationMode(String),
     /// `--authorization-mode=Webhook` or `--authentication-token-webhook` without an API server.
@@ -140,7 +139,6 @@ pub enum ValueError {
     PortNeedsTls,
 }
 
-// issue 19: secure
 /// `--authorization-mode` / `authorization.mode`: `AlwaysAllow` or `Webhook`.
 pub(super) fn parse_authorization_mode(s: &str) -> Result<AuthorizationMode, ValueError> {
     match s.trim() {
@@ -226,7 +224,6 @@ pub(super) fn port_from_int(n: i64) -> Result<u16, ValueError> {
     u16::try_from(n).map_err(|_| ValueError::PortRange(n))
 }
 
-// issue 20: events
 /// `--event-qps`, `--event-burst`: a whole number from 0 to 2^31-1 (int32, not negative).
 pub(super) fn parse_event_limit(s: &str) -> Result<u32, ValueError> {
     s.trim()

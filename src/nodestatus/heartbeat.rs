@@ -120,7 +120,7 @@ impl NodeHeartbeat {
             Err(e) => return Err(e),
         };
         self.node_uid = created["metadata"]["uid"].as_str().map(String::from);
-        // issue 20: events. The registered Ready status is the base of NodeReady/NodeNotReady.
+        // The registered Ready status is the base of NodeReady/NodeNotReady.
         let _ = self.ctx.ready_event(&created);
         Ok(())
     }
@@ -195,7 +195,7 @@ impl NodeHeartbeat {
             &patch,
         ) {
             Ok(_) => {
-                // issue 20: events. NodeReady / NodeNotReady on a posted change.
+                // NodeReady / NodeNotReady on a posted change.
                 if let Some((reason, message)) = self.ctx.ready_event(&node) {
                     let node_ref = crate::events::PodRef::node(&self.ctx.node_name);
                     let normal = crate::events::EventType::Normal;

@@ -29,10 +29,9 @@ pub struct NodeContext {
     /// The kubelet server's port (`daemonEndpoints.kubeletEndpoint.Port`); 0 when it is not
     /// serving.
     pub kubelet_port: u16,
-    // issue 20: allocatable
     /// Reservations and hard eviction thresholds, subtracted from capacity for allocatable.
     pub eviction: crate::eviction::EvictionConfig,
-    /// issue 20: the Ready status last posted (for NodeReady / NodeNotReady events).
+    /// the Ready status last posted (for NodeReady / NodeNotReady events).
     ready_posted: std::sync::Mutex<Option<bool>>,
     runtime_version: OnceLock<String>,
 }
@@ -97,7 +96,6 @@ fn os_image() -> String {
         .unwrap_or_else(|| "Unknown".into())
 }
 
-// issue 20: allocatable
 /// A node's capacity or allocatable (upstream nodestatus.MachineInfo).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resources {
@@ -185,7 +183,6 @@ pub fn allocatable(cap: &Resources, ev: &crate::eviction::EvictionConfig) -> Res
     }
 }
 
-// issue 20: events
 /// The Node events of pressure conditions that changed from `before` to `after` (condition
 /// types), as upstream's MemoryPressureCondition/DiskPressureCondition/PIDPressureCondition
 /// setters record them: the reason, and "Node <node> status is now: <reason>".
@@ -431,7 +428,6 @@ mod tests {
         );
     }
 
-    // issue 20: allocatable
     /// Node allocatable as upstream's GetNodeAllocatableAbsolute (node-allocatable doc):
     /// capacity - kubeReserved - systemReserved - hard eviction (memory.available for memory,
     /// nodefs.available for ephemeral-storage, a percentage of capacity); pods unchanged.

@@ -561,7 +561,7 @@ fn mirror_pods_follow_static_pods() {
     assert!(
         !api.requests()
             .iter()
-            // issue 20: events about the pod are POSTed too; only pod creations count.
+            // events about the pod are POSTed too; only pod creations count.
             .any(|r| r.method == "POST"
                 && r.path.ends_with("/pods")
                 && r.body.contains("cfg-node1")),

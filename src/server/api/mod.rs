@@ -423,7 +423,7 @@ fn list_events(
     let selector = q.get("fieldSelector").map(String::as_str).unwrap_or("");
     let mut items = vec![];
     for e in store.events().list() {
-        // issue 20: Node events live in `default`, as on the API server.
+        // Node events live in `default`, as on the API server.
         if ns.is_some_and(|n| e.object.event_namespace() != n) {
             continue;
         }

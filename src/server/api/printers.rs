@@ -478,7 +478,7 @@ pub(super) fn event_table(
                     json!(age(e["lastTimestamp"].as_str(), now)),
                     e["type"].clone(),
                     e["reason"].clone(),
-                    // issue 20: Node events too (kubectl prints kind/name in lower case).
+                    // Node events too (kubectl prints kind/name in lower case).
                     json!(format!(
                         "{}/{}",
                         io["kind"].as_str().unwrap_or("Pod").to_lowercase(),
