@@ -81,25 +81,13 @@ mod tests {
         assert!(text.contains("DNS:edge-1, IP Address:10.1.2.3"), "{text}");
         assert!(text.contains("ecdsa-with-SHA256"), "{text}");
         // An openssl CA signs it; the result carries our subject, SANs and key.
-        let ca_key = d.path().join("ca.key");
-        let ca_crt = d.path().join("ca.crt");
-        openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            ca_key.to_str().unwrap(),
-            "-out",
-            ca_crt.to_str().unwrap(),
-            "-days",
-            "1",
-            "-subj",
+        let (ca_key, ca_crt) = crate::certificate::testutil::openssl_self_signed(
+            d.path(),
+            "ca",
             "/CN=test-ca",
-        ]);
+            1,
+            &[],
+        );
         let out = d.path().join("out.crt");
         openssl(&[
             "x509",

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
-use crate::certificate::testutil::{openssl, write};
+use crate::certificate::testutil::{openssl, openssl_self_signed, write};
 use crate::certificate::x509::Template;
 
 /// What the stub does with each new CSR.
@@ -622,25 +622,7 @@ fn set_credentials_swaps_the_client_certificate_on_the_wire() {
         &pem::certificates(&server.cert_pem).unwrap()[1],
     );
     // A client CA and two client certificates made by openssl.
-    let ca_key = d.path().join("ca.key");
-    let ca_crt = d.path().join("ca.crt");
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        ca_key.to_str().unwrap(),
-        "-out",
-        ca_crt.to_str().unwrap(),
-        "-days",
-        "1",
-        "-subj",
-        "/CN=client-ca",
-    ]);
+    let (ca_key, ca_crt) = openssl_self_signed(d.path(), "ca", "/CN=client-ca", 1, &[]);
     let client_pair = |cn: &str| -> (Vec<u8>, Vec<u8>) {
         let key = EcKey::generate().unwrap();
         let req = Request {

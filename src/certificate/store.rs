@@ -213,25 +213,13 @@ mod tests {
 
     /// A pair made by openssl (`req -x509`), loaded through Pair::load.
     pub(crate) fn openssl_pair(dir: &Path, cn: &str) -> Pair {
-        let key = dir.join(format!("{cn}.key"));
-        let crt = dir.join(format!("{cn}.crt"));
-        openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            key.to_str().unwrap(),
-            "-out",
-            crt.to_str().unwrap(),
-            "-days",
-            "1",
-            "-subj",
+        let (key, crt) = crate::certificate::testutil::openssl_self_signed(
+            dir,
+            cn,
             &format!("/CN={cn}"),
-        ]);
+            1,
+            &[],
+        );
         Pair::load(&crt, &key).unwrap()
     }
 

@@ -420,27 +420,13 @@ mod tests {
     #[test]
     fn an_openssl_made_certificate_parses() {
         let d = tempfile::tempdir().unwrap();
-        let key = d.path().join("k.pem");
-        let crt = d.path().join("c.pem");
-        openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            key.to_str().unwrap(),
-            "-out",
-            crt.to_str().unwrap(),
-            "-days",
-            "2",
-            "-subj",
+        let (key, crt) = crate::certificate::testutil::openssl_self_signed(
+            d.path(),
+            "c",
             "/O=system:nodes/CN=system:node:n1",
-            "-addext",
-            "subjectAltName=DNS:n1,IP:192.168.1.9",
-        ]);
+            2,
+            &["-addext", "subjectAltName=DNS:n1,IP:192.168.1.9"],
+        );
         let certs = Certificate::parse_pem_chain(&std::fs::read(&crt).unwrap()).unwrap();
         let k = EcKey::from_pem(&std::fs::read(&key).unwrap()).unwrap();
         let c = &certs[0];
