@@ -4,9 +4,10 @@
 //! dropped, so a pod worker never waits for the API server. One thread drains the queue
 //! through the [`Correlator`] and a client-side rate limit (`eventRecordQPS` /
 //! `eventBurst`), POSTs new events to `/api/v1/namespaces/NS/events` and PATCHes repeated
-//! ones (strategic merge of count, lastTimestamp, message). Offline, an event that cannot be
-//! written is dropped after one attempt (the kubelet retries 12 times, 10 s apart; a queue
-//! that must not grow does not wait).
+//! ones (strategic merge of count, lastTimestamp, message). An event the API server cannot be
+//! reached for is tried [`MAX_TRIES`] times, [`RETRY_SLEEP`] apart (the first sleep a random
+//! part of it), holding the queue meanwhile, as `recordToSink` does; an event the server
+//! answered with an error is not retried (upstream: "will not retry!").
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -19,6 +20,12 @@ use super::correlator::{Correlated, Correlator, Outgoing};
 
 /// `maxQueuedEvents` of client-go's broadcaster.
 pub const QUEUE_CAPACITY: usize = 1000;
+
+/// `maxTriesPerEvent` of client-go's broadcaster.
+pub const MAX_TRIES: u32 = 12;
+
+/// `defaultSleepDuration` between two tries of one event.
+pub const RETRY_SLEEP: Duration = Duration::from_secs(10);
 
 /// The client-side limit of event writes: `eventRecordQPS` (0: none) and `eventBurst`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,6 +81,7 @@ pub fn start(
         node: node_name.to_string(),
         correlator: Correlator::new(),
         limiter: RateLimiter::new(rate),
+        retry_sleep: RETRY_SLEEP,
     };
     std::thread::Builder::new()
         .name("api-events".into())
@@ -94,11 +102,35 @@ fn queue_sink(tx: SyncSender<Event>) -> EventSink {
     })
 }
 
+/// The end of one event's tries.
+#[derive(Debug, PartialEq, Eq)]
+enum Written {
+    /// Written, rejected, or given up after [`MAX_TRIES`].
+    Done,
+    /// The agent is stopping.
+    Stopped,
+}
+
 struct Writer {
     client: Arc<ApiClient>,
     node: String,
     correlator: Correlator,
     limiter: RateLimiter,
+    retry_sleep: Duration,
+}
+
+/// A uniform fraction in [0, 1) for the first retry's sleep (not a secret: std's per-process
+/// random hash keys are enough to keep many nodes from retrying in step).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 impl Writer {
@@ -124,27 +156,50 @@ impl Writer {
             if !wait.is_zero() && stop.recv_timeout(wait).is_ok() {
                 return;
             }
-            self.write(out);
+            if self.write(&out, stop) == Written::Stopped {
+                return;
+            }
         }
     }
 
-    fn write(&self, out: Correlated) {
-        let result = match &out {
-            Correlated::Skip => return,
-            Correlated::Create(o) => self.create(o),
-            Correlated::Update(o) => self.update(o),
+    /// Writes one event, retrying while the API server cannot be reached (`recordToSink`).
+    fn write(&self, out: &Correlated, stop: &Receiver<()>) -> Written {
+        let (Correlated::Create(o) | Correlated::Update(o)) = out else {
+            return Written::Done;
         };
-        if let Err(err) = result {
-            let (Correlated::Create(o) | Correlated::Update(o)) = &out else {
-                return;
+        let object = format!("{}/{}", o.object.event_namespace(), o.object.name);
+        for tries in 1..=MAX_TRIES {
+            let result = match out {
+                Correlated::Create(o) => self.create(o),
+                _ => self.update(o),
             };
-            tracing::debug!(
-                object = %format!("{}/{}", o.object.event_namespace(), o.object.name),
-                reason = %o.reason,
-                error = %err,
-                "event not written to the API server (dropped)"
-            );
+            let err = match result {
+                Ok(()) => return Written::Done,
+                // The server answered: something about the event is wrong; never retried.
+                Err(e @ (ApiError::Status { .. } | ApiError::Decode { .. } | ApiError::Tls(_))) => {
+                    tracing::debug!(object = %object, reason = %o.reason, error = %e,
+                        "the API server rejected the event (will not retry)");
+                    return Written::Done;
+                }
+                Err(e) => e,
+            };
+            if tries == MAX_TRIES {
+                tracing::debug!(object = %object, reason = %o.reason, error = %err,
+                    "event not written to the API server (retry limit exceeded)");
+                break;
+            }
+            let sleep = if tries == 1 {
+                self.retry_sleep.mul_f64(jitter())
+            } else {
+                self.retry_sleep
+            };
+            tracing::debug!(object = %object, reason = %o.reason, error = %err, try_ = tries,
+                "event not written to the API server (will retry)");
+            if !matches!(stop.recv_timeout(sleep), Err(RecvTimeoutError::Timeout)) {
+                return Written::Stopped;
+            }
         }
+        Written::Done
     }
 
     fn collection(o: &Outgoing) -> String {
@@ -200,11 +255,57 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_full_queue_drops_without_blocking() {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Event>(2);
-        let sink = queue_sink(tx);
-        let e = Event {
+    /// A server on loopback that drops the first `refuse` connections without an answer, then
+    /// answers every request with `status`; returns its URL and the count of connections.
+    fn flaky_server(refuse: usize, status: u16) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = seen.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                let Ok(mut c) = conn else { return };
+                let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if n < refuse {
+                    continue; // dropped: the client sees the connection closed
+                }
+                let mut buf = [0u8; 65536];
+                let _ = c.read(&mut buf);
+                let body = if status == 201 {
+                    r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"e"}}"#.to_string()
+                } else {
+                    format!(
+                        r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"BadRequest","code":{status}}}"#
+                    )
+                };
+                let _ = write!(
+                    c,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        (url, seen)
+    }
+
+    fn writer_for(url: &str) -> Writer {
+        let kc = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: {url}\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nusers:\n- name: u\n  user: {{token: t}}\n"
+        );
+        let kc = crate::apiclient::kubeconfig::Kubeconfig::parse(std::path::Path::new("/kc"), &kc)
+            .unwrap();
+        Writer {
+            client: Arc::new(ApiClient::new(&kc, Duration::from_secs(5)).unwrap()),
+            node: "node1".into(),
+            correlator: Correlator::new(),
+            limiter: RateLimiter::new(EventRate { qps: 0, burst: 0 }),
+            retry_sleep: Duration::from_millis(20),
+        }
+    }
+
+    fn event() -> Event {
+        Event {
             seq: 0,
             object: crate::events::PodRef::pod("ns", "p", "u"),
             type_: crate::events::EventType::Normal,
@@ -213,7 +314,59 @@ mod tests {
             first: SystemTime::UNIX_EPOCH,
             last: SystemTime::UNIX_EPOCH,
             count: 1,
-        };
+        }
+    }
+
+    /// client-go recordToSink: an event the API server cannot be reached for is tried again
+    /// (up to maxTriesPerEvent = 12, sleepDuration apart); it is written once the server answers.
+    #[test]
+    fn an_unreachable_server_is_retried_until_it_answers() {
+        let (url, seen) = flaky_server(3, 201);
+        let mut w = writer_for(&url);
+        let out = w.correlator.correlate(&event(), SystemTime::now());
+        let (_tx, stop) = std::sync::mpsc::channel();
+        assert_eq!(w.write(&out, &stop), Written::Done);
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 4);
+    }
+
+    /// recordEvent: a StatusError ("Server rejected event") is never retried; and the tries
+    /// stop at maxTriesPerEvent = 12 when the server never answers.
+    #[test]
+    fn a_rejected_event_is_not_retried_and_tries_are_bounded() {
+        let (url, seen) = flaky_server(0, 400);
+        let mut w = writer_for(&url);
+        let out = w.correlator.correlate(&event(), SystemTime::now());
+        let (_tx, stop) = std::sync::mpsc::channel();
+        assert_eq!(w.write(&out, &stop), Written::Done);
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let (url, seen) = flaky_server(usize::MAX, 201);
+        let mut w = writer_for(&url);
+        w.retry_sleep = Duration::from_millis(1);
+        let out = w.correlator.correlate(&event(), SystemTime::now());
+        assert_eq!(w.write(&out, &stop), Written::Done);
+        assert_eq!(
+            seen.load(std::sync::atomic::Ordering::SeqCst),
+            MAX_TRIES as usize
+        );
+    }
+
+    /// Stopping the agent ends a retry wait at once.
+    #[test]
+    fn stop_ends_the_retry_wait() {
+        let (url, _seen) = flaky_server(usize::MAX, 201);
+        let mut w = writer_for(&url);
+        w.retry_sleep = Duration::from_secs(3600);
+        let out = w.correlator.correlate(&event(), SystemTime::now());
+        let (tx, stop) = std::sync::mpsc::channel();
+        tx.send(()).unwrap();
+        assert_eq!(w.write(&out, &stop), Written::Stopped);
+    }
+
+    #[test]
+    fn a_full_queue_drops_without_blocking() {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Event>(2);
+        let sink = queue_sink(tx);
+        let e = event();
         for _ in 0..5 {
             sink(&e);
         }
