@@ -333,3 +333,107 @@ fn kubectl_creates_config_maps_secrets_and_tokens_on_the_double() {
         "{err}"
     );
 }
+
+/// Item 2's other two users of API objects, end to end: the pod's `imagePullSecrets` name an
+/// API Secret of type `kubernetes.io/dockerconfigjson` whose credentials the registry requires
+/// (the kubelet's pull-secret keyring, pkg/credentialprovider/secrets), and `envFrom` takes a
+/// ConfigMap and a prefixed Secret (kubelet_pods.go makeEnvironmentVariables: envFrom first,
+/// then `env`, whose `$(VAR)` sees the envFrom variables). The password is never logged.
+#[test]
+fn api_pull_secret_and_env_from_reach_the_registry_and_the_container() {
+    let password = "api-pull-pw-77";
+    let work_tmp = tempfile::tempdir().expect("tmp");
+    let layout = work_tmp.path().join("layout");
+    crate::images::extract_busybox(&layout);
+    let reg = crate::images::FakeRegistry::start(&layout, "nano", password);
+    let host = format!("127.0.0.1:{}", reg.port);
+    let ctd = Containerd::start_with_plain_http_registries(std::slice::from_ref(&host));
+    let api = FakeApiServer::start(TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    api.write_kubeconfig(&kc, TOKEN);
+    api.create_object("/api/v1/namespaces", json!({"metadata": {"name": "apps"}}));
+    let dcj = crate::images::b64(
+        format!(r#"{{"auths":{{"{host}":{{"username":"nano","password":"{password}"}}}}}}"#)
+            .as_bytes(),
+    );
+    api.create_object(
+        "/api/v1/namespaces/apps/secrets",
+        json!({"metadata": {"name": "regcred"}, "type": "kubernetes.io/dockerconfigjson",
+               "data": {".dockerconfigjson": dcj}}),
+    );
+    api.create_object(
+        "/api/v1/namespaces/apps/configmaps",
+        json!({"metadata": {"name": "app-config"}, "data": {"LEVEL": "3", "MODE": "edge"}}),
+    );
+    api.create_object(
+        "/api/v1/namespaces/apps/secrets",
+        json!({"metadata": {"name": "app-secret"}, "stringData": {"PASSWORD": SECRET_VALUE}}),
+    );
+    let n = Nanolet::start(&ctd, &[format!("--kubeconfig={}", kc.display())]);
+    api.create_pod(
+        "apps",
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "puller"},
+            "spec": {
+                "nodeName": "node1",
+                "automountServiceAccountToken": false,
+                "terminationGracePeriodSeconds": 1,
+                "imagePullSecrets": [{"name": "regcred"}],
+                "containers": [{
+                    "name": "app", "image": format!("{host}/private/busybox:1"),
+                    "imagePullPolicy": "Always",
+                    "command": ["sleep", "3600"],
+                    "envFrom": [{"configMapRef": {"name": "app-config"}},
+                                {"prefix": "S_", "secretRef": {"name": "app-secret"}}],
+                    "env": [{"name": "MODE", "value": "$(LEVEL)-override"}]}]
+            }
+        }),
+    );
+    let rt = ctd.runtime();
+    let id = wait_for(Duration::from_secs(90), || {
+        rt.list_containers()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| {
+                c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some("puller")
+                    && c.state == nanolet::cri::ContainerState::Running
+            })
+            .map(|c| c.id)
+    })
+    .unwrap_or_else(|| {
+        let secret_requests: Vec<String> = api
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("secrets"))
+            .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+            .collect();
+        panic!(
+            "the pod never ran: {:?}\nsecret requests: {secret_requests:?}\n{}",
+            api.get("/api/v1/namespaces/apps/pods/puller"),
+            n.log_tail()
+        )
+    });
+    assert!(reg.authorised.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    let env = exec(&rt, &id, &["env"]);
+    let mut vars: Vec<&str> = env
+        .lines()
+        .filter(|l| {
+            ["LEVEL=", "MODE=", "S_PASSWORD="]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .collect();
+    vars.sort_unstable();
+    let want_secret = format!("S_PASSWORD={SECRET_VALUE}");
+    assert_eq!(
+        vars,
+        ["LEVEL=3", "MODE=3-override", want_secret.as_str()],
+        "{env}"
+    );
+    let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+    assert!(
+        !log.contains(password) && !log.contains(SECRET_VALUE),
+        "credentials in the log"
+    );
+}

@@ -51,7 +51,7 @@ fn text(o: &Output) -> String {
 }
 
 /// Unpacks the busybox OCI test archive into `dir`.
-fn extract_busybox(dir: &Path) {
+pub(crate) fn extract_busybox(dir: &Path) {
     fs::create_dir_all(dir).unwrap();
     let tar = test_images().join("busybox.tar");
     sh(&format!("tar -C {} -xf {}", dir.display(), tar.display()));
@@ -405,7 +405,7 @@ fn missing_registry_goes_err_image_pull_then_image_pull_backoff_with_backoff() {
     });
 }
 
-fn b64(data: &[u8]) -> String {
+pub(crate) fn b64(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for c in data.chunks(3) {
@@ -425,14 +425,14 @@ fn b64(data: &[u8]) -> String {
 
 /// A registry v2 serving the busybox test image under any repository and tag, over plain
 /// HTTP, requiring Basic auth `user:password`. Counts authorised manifest requests.
-struct FakeRegistry {
-    port: u16,
-    authorised: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+pub(crate) struct FakeRegistry {
+    pub(crate) port: u16,
+    pub(crate) authorised: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     server: std::sync::Arc<tiny_http::Server>,
 }
 
 impl FakeRegistry {
-    fn start(layout: &Path, user: &str, password: &str) -> FakeRegistry {
+    pub(crate) fn start(layout: &Path, user: &str, password: &str) -> FakeRegistry {
         let index = read_json(&layout.join("index.json"));
         let mdigest = index["manifests"][0]["digest"]
             .as_str()
