@@ -875,7 +875,8 @@ impl ApiMode {
             crate::nodestatus::heartbeat::NodeSettings {
                 labels: cfg.node_labels.clone(),
                 taints: cfg.register_with_taints.clone(),
-                status_update_frequency: cfg.node_status_update_frequency,
+                status_update_frequency: cfg.node_status_update_frequency(),
+                status_report_frequency: cfg.node_status_report_frequency(),
             },
         );
         std::thread::Builder::new()

@@ -223,8 +223,10 @@ pub struct Config {
     pub node_labels: Vec<(String, String)>,
     /// `--register-with-taints` / `registerWithTaints`: taints of the registered Node.
     pub register_with_taints: Vec<Taint>,
-    /// `nodeStatusUpdateFrequency` (10s).
-    pub node_status_update_frequency: Duration,
+    /// `nodeStatusUpdateFrequency` as set (default 10s: [`Config::node_status_update_frequency`]).
+    pub node_status_update_frequency: Option<Duration>,
+    /// `nodeStatusReportFrequency` as set ([`Config::node_status_report_frequency`]).
+    pub node_status_report_frequency: Option<Duration>,
     /// `eventRecordQPS` / `--event-qps` (50; 0: no limit): event writes per second.
     pub event_record_qps: u32,
     /// `eventBurst` / `--event-burst` (100).
@@ -262,6 +264,23 @@ impl AuthorizationMode {
 }
 
 impl Config {
+    /// `nodeStatusUpdateFrequency`: how often the node status is computed (10s).
+    pub fn node_status_update_frequency(&self) -> Duration {
+        self.node_status_update_frequency
+            .unwrap_or(Duration::from_secs(10))
+    }
+
+    /// `nodeStatusReportFrequency`: how often an unchanged node status is still sent. Its
+    /// default is 5m, or nodeStatusUpdateFrequency when that was set explicitly (upstream's
+    /// defaulting, "for backward compatibility").
+    pub fn node_status_report_frequency(&self) -> Duration {
+        self.node_status_report_frequency
+            .unwrap_or(match self.node_status_update_frequency {
+                Some(d) => d,
+                None => Duration::from_secs(300),
+            })
+    }
+
     /// The effective authorization mode: as set, else Webhook with `--kubeconfig` and
     /// AlwaysAllow without (nanolet's default; the kubelet's flag default is AlwaysAllow).
     pub fn authorization_mode(&self) -> AuthorizationMode {
@@ -356,7 +375,8 @@ impl Config {
             tls_private_key_file: None,
             node_labels: Vec::new(),
             register_with_taints: Vec::new(),
-            node_status_update_frequency: Duration::from_secs(10),
+            node_status_update_frequency: None,
+            node_status_report_frequency: None,
             event_record_qps: 50,
             event_burst: 100,
             eviction: crate::eviction::EvictionConfig::default(),
@@ -476,7 +496,11 @@ impl fmt::Debug for Config {
             .field("register_with_taints", &self.register_with_taints)
             .field(
                 "node_status_update_frequency",
-                &self.node_status_update_frequency,
+                &self.node_status_update_frequency(),
+            )
+            .field(
+                "node_status_report_frequency",
+                &self.node_status_report_frequency(),
             )
             .field("event_record_qps", &self.event_record_qps)
             .field("event_burst", &self.event_burst)

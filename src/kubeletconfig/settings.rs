@@ -962,16 +962,28 @@ pub(super) const SETTINGS: &[Setting] = &[
         flag: Flag::value("node-status-update-frequency"),
         field: Some("nodeStatusUpdateFrequency"),
         value_name: "duration",
-        default: "10s",
-        help: "How often the Node status is posted in API-server mode (config: nodeStatusUpdateFrequency)",
+        default: "",
+        help: "How often the Node status is computed in API-server mode, default 10s; it is sent when it changed or nodeStatusReportFrequency passed (config: nodeStatusUpdateFrequency)",
         apply: |c, v| {
-            set(
-                &mut c.node_status_update_frequency,
-                v.parse(parse_frequency),
-            )
+            let d = v.parse(parse_frequency)?;
+            set(&mut c.node_status_update_frequency, Ok(d.map(Some)))
         },
         configz: Some(("nodeStatusUpdateFrequency", |c| {
-            duration_json(c.node_status_update_frequency)
+            duration_json(c.node_status_update_frequency())
+        })),
+    },
+    Setting {
+        flag: Flag::value("node-status-report-frequency"),
+        field: Some("nodeStatusReportFrequency"),
+        value_name: "duration",
+        default: "",
+        help: "How often an unchanged Node status is still sent in API-server mode, default 5m, or --node-status-update-frequency when that is set (nanolet's flag for the kubelet's config: nodeStatusReportFrequency)",
+        apply: |c, v| {
+            let d = v.parse(parse_frequency)?;
+            set(&mut c.node_status_report_frequency, Ok(d.map(Some)))
+        },
+        configz: Some(("nodeStatusReportFrequency", |c| {
+            duration_json(c.node_status_report_frequency())
         })),
     },
     Setting {

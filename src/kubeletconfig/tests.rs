@@ -1069,3 +1069,37 @@ fn event_rate_settings() {
     let e = parse(&["--config", &path]).unwrap_err().to_string();
     assert!(e.contains("eventRecordQPS") && e.contains("-3"), "{e}");
 }
+
+/// KubeletConfiguration defaulting (v1beta1 SetDefaults_KubeletConfiguration):
+/// nodeStatusUpdateFrequency 10s; nodeStatusReportFrequency 5m, or nodeStatusUpdateFrequency
+/// when that is set explicitly ("for backward compatibility").
+#[test]
+fn node_status_frequencies() {
+    let secs = Duration::from_secs;
+    let c = parse(&[]).unwrap();
+    assert_eq!(
+        (
+            c.node_status_update_frequency(),
+            c.node_status_report_frequency()
+        ),
+        (secs(10), secs(300))
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "config.yaml",
+        &format!("{HEAD}nodeStatusUpdateFrequency: 20s\n"),
+    );
+    let c = parse(&["--config", &path]).unwrap();
+    assert_eq!(
+        (
+            c.node_status_update_frequency(),
+            c.node_status_report_frequency()
+        ),
+        (secs(20), secs(20))
+    );
+    let c = parse(&["--config", &path, "--node-status-report-frequency=1m"]).unwrap();
+    assert_eq!(c.node_status_report_frequency(), secs(60));
+    let c = parse(&["--node-status-update-frequency=2s"]).unwrap();
+    assert_eq!(c.node_status_report_frequency(), secs(2));
+}

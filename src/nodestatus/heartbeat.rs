@@ -7,9 +7,11 @@
 //! - Lease `kube-node-lease/<node>`: holderIdentity = node, leaseDurationSeconds 40, renewTime
 //!   renewed every 10 s (a quarter of the duration), owner reference to the Node; a 409 on
 //!   renewal (someone else wrote it) re-reads and retries;
-//! - status: a merge patch of `status` every nodeStatusUpdateFrequency (10 s), with capacity,
-//!   allocatable, conditions (Ready and the eviction manager's pressure conditions), addresses,
-//!   daemonEndpoints and nodeInfo (kubeletVersion honestly nanolet's).
+//! - status: computed every nodeStatusUpdateFrequency (10 s), with capacity, allocatable,
+//!   conditions (Ready and the eviction manager's pressure conditions), addresses,
+//!   daemonEndpoints and nodeInfo (kubeletVersion honestly nanolet's); sent as a merge patch of
+//!   `status` only when it changed (conditions compared without `lastHeartbeatTime`) or
+//!   nodeStatusReportFrequency (5 m) passed since the last one (`tryUpdateNodeStatus`).
 //!
 //! The API server being unreachable never touches pods: errors are logged, counted, and the
 //! loop retries.
@@ -40,6 +42,50 @@ pub struct NodeSettings {
     pub taints: Vec<crate::kubeletconfig::Taint>,
     /// `nodeStatusUpdateFrequency` (10 s).
     pub status_update_frequency: Duration,
+    /// `nodeStatusReportFrequency` (5 m): an unchanged status is sent this often.
+    pub status_report_frequency: Duration,
+}
+
+/// Whether a computed node status is sent (`tryUpdateNodeStatus`: on a change, which
+/// `nodeStatusHasChanged` decides ignoring the conditions' `lastHeartbeatTime`, or when
+/// nodeStatusReportFrequency passed since the last report).
+#[derive(Debug, Default)]
+struct StatusReports {
+    /// The last status sent, heartbeat times removed, and when.
+    last: Option<(Value, Instant)>,
+}
+
+impl StatusReports {
+    fn comparable(status: &Value) -> Value {
+        let mut s = status.clone();
+        if let Some(conds) = s.get_mut("conditions").and_then(Value::as_array_mut) {
+            for c in conds {
+                if let Some(o) = c.as_object_mut() {
+                    o.remove("lastHeartbeatTime");
+                }
+            }
+        }
+        s
+    }
+
+    fn due(&self, status: &Value, now: Instant, report_every: Duration) -> bool {
+        match &self.last {
+            None => true,
+            Some((sent, at)) => {
+                now.saturating_duration_since(*at) >= report_every
+                    || *sent != Self::comparable(status)
+            }
+        }
+    }
+
+    fn sent(&mut self, status: &Value, now: Instant) {
+        self.last = Some((Self::comparable(status), now));
+    }
+
+    /// The next status must be sent (the Node was registered again).
+    fn forget(&mut self) {
+        self.last = None;
+    }
 }
 
 /// `metav1.MicroTime`: RFC 3339 with microseconds.
@@ -85,6 +131,7 @@ pub struct NodeHeartbeat {
     settings: NodeSettings,
     node_uid: Option<String>,
     lease_rv: Option<String>,
+    reports: StatusReports,
 }
 
 impl NodeHeartbeat {
@@ -101,6 +148,7 @@ impl NodeHeartbeat {
             settings,
             node_uid: None,
             lease_rv: None,
+            reports: StatusReports::default(),
         }
     }
 
@@ -185,9 +233,16 @@ impl NodeHeartbeat {
         })
     }
 
-    /// Patches the node's status.
+    /// Computes the node's status and patches it when it changed or is due for a report.
     pub fn update_status(&mut self) -> Result<(), ApiError> {
         let node = crate::nodestatus::node_object(&self.ctx, &self.store);
+        let now = Instant::now();
+        if !self
+            .reports
+            .due(&node["status"], now, self.settings.status_report_frequency)
+        {
+            return Ok(());
+        }
         let patch = json!({"status": node["status"]});
         match self.client.patch(
             &format!("/api/v1/nodes/{}/status", self.ctx.node_name),
@@ -195,6 +250,7 @@ impl NodeHeartbeat {
             &patch,
         ) {
             Ok(_) => {
+                self.reports.sent(&node["status"], now);
                 // NodeReady / NodeNotReady on a posted change.
                 if let Some((reason, message)) = self.ctx.ready_event(&node) {
                     let node_ref = crate::events::PodRef::node(&self.ctx.node_name);
@@ -208,6 +264,7 @@ impl NodeHeartbeat {
             // The Node was deleted: register again.
             Err(e) if e.status() == Some(404) => {
                 self.node_uid = None;
+                self.reports.forget();
                 self.register()
             }
             Err(e) => Err(e),
@@ -275,6 +332,32 @@ impl NodeHeartbeat {
 mod tests {
     use super::*;
 
+    /// kubelet_node_status.go tryUpdateNodeStatus: an unchanged status (only the conditions'
+    /// lastHeartbeatTime moved) is not sent before nodeStatusReportFrequency has passed; any
+    /// other change is sent at once.
+    #[test]
+    fn status_is_sent_on_change_or_every_report_frequency() {
+        let every = Duration::from_secs(300);
+        let status = |ready: &str, beat: &str| {
+            json!({"conditions": [{"type": "Ready", "status": ready, "lastHeartbeatTime": beat,
+                                   "lastTransitionTime": "t0"}],
+                   "capacity": {"cpu": "2"}})
+        };
+        let t0 = Instant::now();
+        let mut r = StatusReports::default();
+        assert!(r.due(&status("True", "a"), t0, every));
+        r.sent(&status("True", "a"), t0);
+        let t1 = t0 + Duration::from_secs(10);
+        assert!(!r.due(&status("True", "b"), t1, every));
+        assert!(r.due(&status("False", "b"), t1, every));
+        let mut other = status("True", "b");
+        other["capacity"]["cpu"] = json!("4");
+        assert!(r.due(&other, t1, every));
+        assert!(r.due(&status("True", "c"), t0 + every, every));
+        r.forget();
+        assert!(r.due(&status("True", "a"), t1, every));
+    }
+
     #[test]
     fn micro_time_has_six_fraction_digits() {
         let t = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
@@ -313,6 +396,7 @@ mod tests {
                 )
                 .expect("taints"),
                 status_update_frequency: Duration::from_secs(10),
+                status_report_frequency: Duration::from_secs(300),
             },
         );
         assert_eq!(
