@@ -127,6 +127,22 @@ pub fn qos_class(pod: &Pod) -> String {
     }
 }
 
+/// The pod condition types the kubelet owns (upstream `PodConditionsByKubelet`); every other
+/// type (readiness gates' conditions, `DisruptionTarget` set by the API server, ...) belongs to
+/// someone else and is kept, never overwritten.
+pub const KUBELET_CONDITIONS: &[&str] = &[
+    "PodScheduled",
+    "Ready",
+    "Initialized",
+    "ContainersReady",
+    "PodReadyToStartContainers",
+];
+
+/// Whether the kubelet owns pod condition type `t`.
+pub fn is_kubelet_condition(t: &str) -> bool {
+    KUBELET_CONDITIONS.contains(&t)
+}
+
 /// `<namespace>_<name>_<uid>`: the pod's log directory name.
 pub fn pod_log_dir_name(pod: &Pod) -> String {
     format!(

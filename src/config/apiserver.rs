@@ -86,15 +86,39 @@ pub fn is_mirror(v: &Value) -> bool {
     v["metadata"]["annotations"][CONFIG_MIRROR_ANNOTATION].is_string()
 }
 
-/// Drops what changes without the pod changing (status writes bump resourceVersion).
+/// Drops what changes without the pod changing (status writes bump resourceVersion); of the
+/// status only the conditions others own are kept (readiness gates).
 fn strip_volatile(v: &mut Value) {
     if let Some(m) = v.as_object_mut() {
+        let foreign = foreign_conditions(m.get("status"));
         m.remove("status");
+        if !foreign.is_empty() {
+            m.insert("status".into(), serde_json::json!({"conditions": foreign}));
+        }
     }
     if let Some(m) = v["metadata"].as_object_mut() {
         m.remove("resourceVersion");
         m.remove("managedFields");
     }
+}
+
+/// The conditions of an API pod's status that the kubelet does not own (readiness gates'
+/// conditions, set by controllers): the kubelet copies them into the status it generates.
+fn foreign_conditions(status: Option<&Value>) -> Vec<Value> {
+    status
+        .and_then(|s| s.get("conditions"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter(|c| {
+                    c.get("type")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| !crate::api::helpers::is_kubelet_condition(t))
+                })
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn selector(node: &str) -> String {
@@ -136,17 +160,23 @@ pub fn decode_pod(v: &Value, seen: &str) -> Result<Pod, ManifestError> {
             reason: "Required value".into(),
         });
     }
-    // only a terminal phase is kept (such a pod is never run again).
-    pod.status = pod
-        .status
-        .take()
-        .filter(|s| matches!(s.phase.as_str(), "Succeeded" | "Failed"))
-        .map(|s| crate::api::PodStatus {
-            phase: s.phase,
-            reason: s.reason,
-            message: s.message,
+    // Of the status, only a terminal phase (such a pod is never run again) and the conditions
+    // others own (readiness gates) are kept.
+    pod.status = pod.status.take().and_then(|s| {
+        let terminal = matches!(s.phase.as_str(), "Succeeded" | "Failed");
+        let conditions: Vec<_> = s
+            .conditions
+            .into_iter()
+            .filter(|c| !crate::api::helpers::is_kubelet_condition(&c.type_))
+            .collect();
+        (terminal || !conditions.is_empty()).then(|| crate::api::PodStatus {
+            phase: if terminal { s.phase } else { String::new() },
+            reason: if terminal { s.reason } else { String::new() },
+            message: if terminal { s.message } else { String::new() },
+            conditions,
             ..Default::default()
-        });
+        })
+    });
     pod.metadata.extra.remove("resourceVersion");
     pod.metadata.extra.remove("managedFields");
     let ann = &mut pod.metadata.annotations;
@@ -537,6 +567,22 @@ mod tests {
         );
         assert_eq!(p.metadata.annotations[CONFIG_SOURCE_ANNOTATION], "api");
         assert!(p.status.is_none());
+        // Of a running pod's status only the conditions others own are kept (readiness
+        // gates), in the pod and in the checkpoint.
+        let mut gated = pod("g", "u9");
+        gated["status"]["conditions"] = json!([
+            {"type": "Ready", "status": "True"},
+            {"type": "example.com/gate", "status": "True"}]);
+        let decoded = decode_pod(&gated, "t").expect("decodes");
+        let st = decoded.status.expect("foreign conditions kept");
+        assert_eq!(st.phase, "");
+        let types: Vec<&str> = st.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["example.com/gate"]);
+        strip_volatile(&mut gated);
+        assert_eq!(
+            gated["status"],
+            json!({"conditions": [{"type": "example.com/gate", "status": "True"}]})
+        );
         let seen = p.metadata.annotations[CONFIG_SEEN_ANNOTATION].clone();
         // config.seen is stable across snapshots.
         assert_eq!(

@@ -456,25 +456,60 @@ fn conditions(
             ),
         )
     };
-    let ready = cond("Ready", rr, msg.0, msg.1.clone());
+    // The conditions others own (readiness gates'), as the API server has them, come first.
+    let foreign: Vec<PodCondition> = pod
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .filter(|c| !crate::api::helpers::is_kubelet_condition(&c.type_))
+        .cloned()
+        .collect();
+    let ready = match readiness_gates_unready(pod, &foreign) {
+        Some(why) if rr => cond("Ready", false, "ReadinessGatesNotReady", why),
+        _ => cond("Ready", rr, msg.0, msg.1.clone()),
+    };
     let containers_ready = cond("ContainersReady", cr, msg.0, msg.1);
     let scheduled = cond("PodScheduled", true, "", String::new());
 
-    let mut conditions = vec![
+    let mut own = vec![
         ready_to_start,
         initialized,
         ready,
         containers_ready,
         scheduled,
     ];
-    for c in &mut conditions {
+    for c in &mut own {
         let prev = old.conditions.iter().find(|o| o.type_ == c.type_);
         c.last_transition_time = match prev {
             Some(p) if p.status == c.status => p.last_transition_time.clone(),
             _ => ts(inputs.now_nanos),
         };
     }
+    let mut conditions = foreign;
+    conditions.append(&mut own);
     conditions
+}
+
+/// Why the pod's readiness gates keep it unready (upstream `GeneratePodReadyCondition`): each
+/// `spec.readinessGates[].conditionType` must be a condition with status True; `None` when
+/// they all are (or there are none).
+fn readiness_gates_unready(pod: &Pod, conditions: &[PodCondition]) -> Option<String> {
+    let gates = pod.spec.extra.get("readinessGates")?.as_array()?;
+    let why: Vec<String> = gates
+        .iter()
+        .filter_map(|g| g.get("conditionType").and_then(serde_json::Value::as_str))
+        .filter_map(|t| match conditions.iter().find(|c| c.type_ == t) {
+            None => Some(format!(
+                "corresponding condition of pod readiness gate \"{t}\" does not exist."
+            )),
+            Some(c) if c.status != "True" => Some(format!(
+                "the status of pod readiness gate \"{t}\" is not \"True\", but {}",
+                c.status
+            )),
+            Some(_) => None,
+        })
+        .collect();
+    (!why.is_empty()).then(|| why.join(", "))
 }
 
 /// The pod's IP and IPs: the node's for hostNetwork, else the ready sandbox's (or the old ones
@@ -648,5 +683,67 @@ mod tests {
         let st = compute(&pod, &state, &inputs, None);
         assert_eq!(ips(&st.host_ips), vec!["2001:db8::5", "192.0.2.5"]);
         assert_eq!(ips(&st.pod_ips), vec!["10.0.0.2"]);
+    }
+
+    /// status/generate.go GeneratePodReadyCondition: with its containers ready, a pod is Ready
+    /// only when every readiness gate's condition exists with status True; otherwise Ready is
+    /// False with reason ReadinessGatesNotReady and upstream's messages, joined by ", ".
+    /// Conditions others own come first in the status and are kept as they are.
+    #[test]
+    fn readiness_gates_hold_ready_until_their_conditions_are_true() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "image": "i"}],
+                     "readinessGates": [{"conditionType": "example.com/a"},
+                                        {"conditionType": "example.com/b"}]},
+            "status": {"conditions": [{"type": "example.com/b", "status": "False"}]}
+        }))
+        .expect("pod");
+        let ready = |pod: &Pod| {
+            let state = PodRuntimeState {
+                containers: vec![running("c1")],
+                ..Default::default()
+            };
+            let st = compute(pod, &state, &StatusInputs::default(), None);
+            let find = |t: &str| st.conditions.iter().find(|c| c.type_ == t).cloned();
+            let r = find("Ready").expect("Ready");
+            assert_eq!(
+                find("ContainersReady").map(|c| c.status),
+                Some("True".into())
+            );
+            (
+                st.conditions[0].type_.clone(),
+                r.status,
+                r.reason,
+                r.message,
+            )
+        };
+        let (first, status, reason, message) = ready(&pod);
+        assert_eq!(first, "example.com/b");
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "ReadinessGatesNotReady")
+        );
+        assert_eq!(
+            message,
+            "corresponding condition of pod readiness gate \"example.com/a\" does not exist., \
+             the status of pod readiness gate \"example.com/b\" is not \"True\", but False"
+        );
+        if let Some(s) = pod.status.as_mut() {
+            s.conditions = vec![
+                PodCondition {
+                    type_: "example.com/a".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                },
+                PodCondition {
+                    type_: "example.com/b".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                },
+            ];
+        }
+        let (_, status, reason, _) = ready(&pod);
+        assert_eq!((status.as_str(), reason.as_str()), ("True", ""));
     }
 }

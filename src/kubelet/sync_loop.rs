@@ -79,12 +79,24 @@ pub struct SyncLoop {
     warned: std::collections::HashSet<(String, String)>,
 }
 
-/// Two pods are the same desired state when they differ only in `kubernetes.io/config.seen`.
+/// Two pods are the same desired state when they differ only in `kubernetes.io/config.seen`
+/// and their status, other than the conditions others own (a readiness gate's condition
+/// changes the pod's Ready condition).
 fn same_spec(a: &Pod, b: &Pod) -> bool {
     let strip = |p: &Pod| {
         let mut p = p.clone();
         p.metadata.annotations.remove("kubernetes.io/config.seen");
-        p.status = None;
+        p.status = p.status.and_then(|s| {
+            let conditions: Vec<_> = s
+                .conditions
+                .into_iter()
+                .filter(|c| !crate::api::helpers::is_kubelet_condition(&c.type_))
+                .collect();
+            (!conditions.is_empty()).then(|| crate::api::PodStatus {
+                conditions,
+                ..Default::default()
+            })
+        });
         p
     };
     strip(a) == strip(b)

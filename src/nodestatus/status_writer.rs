@@ -7,6 +7,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use crate::apiclient::client::ApiClient;
@@ -15,8 +16,8 @@ use crate::config::apiserver::ApiView;
 use crate::config::naming::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 
 /// Writes the status of API pods (and of static pods to their mirror pods) back to the API
-/// server: a merge patch of `status` whenever it changed, checked every second (the kubelet's
-/// status manager batches the same way). It also sends the final DELETE of gracefully deleted
+/// server: a strategic-merge patch of `status` ([`status_patch`]) whenever it changed, checked
+/// every second (the kubelet's status manager batches the same way). It also sends the final DELETE of gracefully deleted
 /// pods once they stopped, and runs the mirror manager.
 pub struct StatusWriter {
     client: Arc<ApiClient>,
@@ -28,6 +29,55 @@ pub struct StatusWriter {
     sent: BTreeMap<String, String>,
     /// Terminating UIDs whose final DELETE went out.
     deleted: std::collections::BTreeSet<String>,
+}
+
+/// The strategic-merge patch that takes the pod's status from `before` (what was last sent;
+/// `None`: unknown) to `now`, as the status manager's `PatchPodStatus`: the UID as a
+/// precondition; conditions merged by type, so the conditions others own (readiness gates',
+/// `DisruptionTarget`) are never touched and a kubelet condition no longer reported is
+/// deleted; `podIPs` and `hostIPs` replaced whole; a field no longer reported set to null.
+pub fn status_patch(uid: &str, before: Option<&Value>, now: &Value) -> Value {
+    let mut status = now.clone();
+    if let (Some(Value::Object(b)), Value::Object(n)) = (before, &mut status) {
+        for k in b.keys() {
+            if !n.contains_key(k) {
+                n.insert(k.clone(), Value::Null);
+            }
+        }
+    }
+    if let Value::Object(n) = &mut status {
+        let owned = |c: &&Value| {
+            c.get("type")
+                .and_then(Value::as_str)
+                .is_some_and(crate::api::helpers::is_kubelet_condition)
+        };
+        let mut conditions: Vec<Value> = n
+            .get("conditions")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter(owned).cloned().collect())
+            .unwrap_or_default();
+        let kept: Vec<Value> = conditions.iter().map(|c| c["type"].clone()).collect();
+        let gone = before
+            .and_then(|b| b.get("conditions"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(owned)
+            .filter(|c| !kept.contains(&c["type"]))
+            .map(|c| json!({"type": c["type"], "$patch": "delete"}));
+        conditions.extend(gone.collect::<Vec<_>>());
+        if conditions.is_empty() {
+            n.remove("conditions");
+        } else {
+            n.insert("conditions".into(), Value::Array(conditions));
+        }
+        for list in ["podIPs", "hostIPs"] {
+            if let Some(Value::Array(a)) = n.get_mut(list) {
+                a.push(json!({"$patch": "replace"}));
+            }
+        }
+    }
+    json!({"metadata": {"uid": uid}, "status": status})
 }
 
 impl StatusWriter {
@@ -68,12 +118,15 @@ impl StatusWriter {
         for p in pods {
             let full = format!("{}/{}", p.metadata.namespace, p.metadata.name);
             let ann = &p.metadata.annotations;
-            let key = match ann.get(CONFIG_SOURCE_ANNOTATION).map(String::as_str) {
-                Some(s) if s == SourceKind::Api.as_str() => p.metadata.uid.clone(),
+            // The status key, and the UID of the API object the status goes to.
+            let (key, api_uid) = match ann.get(CONFIG_SOURCE_ANNOTATION).map(String::as_str) {
+                Some(s) if s == SourceKind::Api.as_str() => {
+                    (p.metadata.uid.clone(), p.metadata.uid.clone())
+                }
                 // A static pod: its status goes to its mirror pod, when one matches it.
                 Some(_) => match (mirrors.get(&full), ann.get(CONFIG_HASH_ANNOTATION)) {
                     (Some(m), Some(hash)) if !m.deleting && m.hash == *hash => {
-                        format!("{}/{}", p.metadata.uid, m.uid)
+                        (format!("{}/{}", p.metadata.uid, m.uid), m.uid.clone())
                     }
                     _ => continue,
                 },
@@ -81,24 +134,32 @@ impl StatusWriter {
             };
             let Some(status) = &p.status else { continue };
             live.insert(key.clone());
-            let body = serde_json::json!({"status": status});
-            let text = body.to_string();
+            let Ok(now) = serde_json::to_value(status) else {
+                continue;
+            };
+            let text = now.to_string();
             if self.sent.get(&key) == Some(&text) {
                 continue;
             }
+            let before = self
+                .sent
+                .get(&key)
+                .and_then(|t| serde_json::from_str(t).ok());
+            let body = status_patch(&api_uid, before.as_ref(), &now);
             let path = format!(
                 "/api/v1/namespaces/{}/pods/{}/status",
                 p.metadata.namespace, p.metadata.name
             );
             match self
                 .client
-                .patch(&path, "application/merge-patch+json", &body)
+                .patch(&path, "application/strategic-merge-patch+json", &body)
             {
                 Ok(_) => {
                     self.sent.insert(key, text);
                     written += 1;
                 }
-                Err(e) if e.status() == Some(404) => {
+                // Gone, or another pod of the same name (UID precondition): not ours to write.
+                Err(e) if matches!(e.status(), Some(404 | 409)) => {
                     self.sent.insert(key, text);
                 }
                 Err(e) => {
@@ -159,5 +220,51 @@ impl StatusWriter {
                 _ => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// status_manager.go PatchPodStatus / mergePodStatus: the UID is a precondition; only the
+    /// kubelet's conditions are sent, merged by type (a readiness gate's condition, owned by a
+    /// controller, is never in the patch), one no longer reported is deleted; podIPs and
+    /// hostIPs are replaced whole; a field gone from the status is set to null.
+    #[test]
+    fn status_patch_touches_only_what_the_kubelet_owns() {
+        let before = json!({
+            "phase": "Running", "podIP": "10.0.0.1", "message": "m",
+            "podIPs": [{"ip": "10.0.0.1"}],
+            "conditions": [{"type": "Ready", "status": "True"},
+                           {"type": "PodReadyToStartContainers", "status": "True"},
+                           {"type": "example.com/gate", "status": "True"}]});
+        let now = json!({
+            "phase": "Running", "podIP": "10.0.0.2",
+            "podIPs": [{"ip": "10.0.0.2"}],
+            "conditions": [{"type": "example.com/gate", "status": "True"},
+                           {"type": "Ready", "status": "False"}]});
+        let p = status_patch("uid-1", Some(&before), &now);
+        assert_eq!(p["metadata"], json!({"uid": "uid-1"}));
+        let s = &p["status"];
+        assert_eq!(
+            s["conditions"],
+            json!([{"type": "Ready", "status": "False"},
+                   {"type": "PodReadyToStartContainers", "$patch": "delete"}])
+        );
+        assert_eq!(
+            s["podIPs"],
+            json!([{"ip": "10.0.0.2"}, {"$patch": "replace"}])
+        );
+        assert_eq!(s["message"], Value::Null);
+        assert!(s.as_object().is_some_and(|o| o.contains_key("message")));
+        assert_eq!(s["phase"], "Running");
+        // Nothing sent before: no deletions, no nulls.
+        let first = status_patch("uid-1", None, &now);
+        assert!(first["status"].get("message").is_none());
+        assert_eq!(
+            first["status"]["conditions"].as_array().map(Vec::len),
+            Some(1)
+        );
     }
 }

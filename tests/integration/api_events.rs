@@ -6,6 +6,7 @@ use nanolet_test_support as support;
 
 use std::time::Duration;
 
+use nanolet::cri::Runtime;
 use serde_json::{Value, json};
 use support::agent::Nanolet;
 use support::apiserver::FakeApiServer;
@@ -402,4 +403,94 @@ fn deletion_grace_terminal_phase_and_allocatable() {
         "ephemeral-storage {cap} {alloc}"
     );
     assert_eq!(alloc["pods"], cap["pods"]);
+}
+
+/// Readiness gates (status/generate.go GeneratePodReadyCondition, status_manager.go
+/// mergePodStatus): an API pod whose `spec.readinessGates` condition is missing stays Ready
+/// False with reason ReadinessGatesNotReady; a controller (here the real kubectl, `patch
+/// --subresource=status`) sets the condition and the pod turns Ready; nanolet's own status
+/// writes (strategic merge by condition type) never remove the controller's condition.
+#[test]
+fn readiness_gate_conditions_set_by_a_controller_make_the_pod_ready_and_stay() {
+    let ctd = Containerd::start();
+    let api = FakeApiServer::start(TOKEN);
+    let k = Kubectl::new(&api, TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    api.write_kubeconfig(&kc, TOKEN);
+    let n = Nanolet::start(&ctd, &[format!("--kubeconfig={}", kc.display())]);
+    let mut pod = api_pod("gated", &["sleep", "3600"]);
+    pod["spec"]["readinessGates"] = json!([{"conditionType": "example.com/lb-ready"}]);
+    api.create_pod("prod", pod);
+    let path = "/api/v1/namespaces/prod/pods/gated";
+    let condition = |t: &str| {
+        api.get(path).and_then(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == t).cloned())
+        })
+    };
+    let ready = wait_for(Duration::from_secs(60), || {
+        condition("Ready").filter(|c| c["reason"] == "ReadinessGatesNotReady")
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no ReadinessGatesNotReady: {:?}\n{}",
+            api.get(path),
+            n.log_tail()
+        )
+    });
+    assert_eq!(ready["status"], "False");
+    assert_eq!(
+        ready["message"],
+        "corresponding condition of pod readiness gate \"example.com/lb-ready\" does not exist."
+    );
+    assert_eq!(
+        condition("ContainersReady").map(|c| c["status"].clone()),
+        Some(json!("True"))
+    );
+
+    k.ok(&[
+        "patch",
+        "pod",
+        "gated",
+        "-n",
+        "prod",
+        "--subresource=status",
+        "--type=strategic",
+        "-p",
+        r#"{"status":{"conditions":[{"type":"example.com/lb-ready","status":"True"}]}}"#,
+    ]);
+    wait_for(Duration::from_secs(30), || {
+        condition("Ready").filter(|c| c["status"] == "True")
+    })
+    .unwrap_or_else(|| panic!("never Ready: {:?}\n{}", api.get(path), n.log_tail()));
+    // nanolet writes status again (the container is restarted: restartCount 1); the
+    // controller's condition is still there afterwards.
+    let rt = ctd.runtime();
+    let id = rt
+        .list_containers()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some("gated"))
+        .map(|c| c.id)
+        .expect("container");
+    let _ = rt.stop_container(&id, Duration::ZERO);
+    wait_for(Duration::from_secs(60), || {
+        api.get(path)
+            .filter(|p| p["status"]["containerStatuses"][0]["restartCount"] == 1)
+    })
+    .unwrap_or_else(|| panic!("restart not written: {:?}\n{}", api.get(path), n.log_tail()));
+    let gate = condition("example.com/lb-ready").expect("the controller's condition kept");
+    assert_eq!(gate["status"], "True");
+    let sent_gate = api.requests().iter().any(|r| {
+        r.method == "PATCH"
+            && r.path == format!("{path}/status")
+            && serde_json::from_str::<Value>(&r.body).is_ok_and(|b| {
+                !b["metadata"].is_null()
+                    && b["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|c| c["type"] == "example.com/lb-ready"))
+            })
+    });
+    assert!(!sent_gate, "nanolet sent the controller's condition");
 }

@@ -1654,6 +1654,22 @@ impl State {
                 let Some(cur) = self.objects.get(&key).cloned() else {
                     return not_found(&res.resource, name);
                 };
+                // metadata.uid in a patch is a precondition (the kubelet's PatchPodStatus).
+                if let (Some(want), Some(have)) = (
+                    body["metadata"]["uid"].as_str(),
+                    cur["metadata"]["uid"].as_str(),
+                ) {
+                    if want != have {
+                        return status(
+                            409,
+                            "Conflict",
+                            &format!(
+                                "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {want}, UID in object meta: {have}",
+                                res.resource
+                            ),
+                        );
+                    }
+                }
                 let mut new = cur;
                 match ctype.split(';').next().unwrap_or("").trim() {
                     "application/merge-patch+json" => merge_patch(&mut new, &body),
