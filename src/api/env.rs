@@ -732,16 +732,18 @@ mod tests {
     /// variable of the same name; the remaining service variables are appended.
     #[test]
     fn service_variables_expand_lose_to_declared_ones_and_are_appended() {
-        let mut c = Container::default();
-        c.env = vec![
-            var("WEB_SERVICE_HOST", Some("overridden"), None),
-            var(
-                "URL",
-                Some("https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"),
-                None,
-            ),
-            var("SELF", Some("$(WEB_SERVICE_HOST)"), None),
-        ];
+        let c = Container {
+            env: vec![
+                var("WEB_SERVICE_HOST", Some("overridden"), None),
+                var(
+                    "URL",
+                    Some("https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"),
+                    None,
+                ),
+                var("SELF", Some("$(WEB_SERVICE_HOST)"), None),
+            ],
+            ..Container::default()
+        };
         let mut p = pod();
         p.metadata.namespace = "default".into();
         let env = resolve_env(&p, &c, &services_ctx(true, true)).expect("env");
