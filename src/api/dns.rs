@@ -1,8 +1,11 @@
-//! Pod DNS as the kubelet builds it (pkg/kubelet/network/dns): nanolet has no cluster DNS, so
-//! `ClusterFirst` (the default) and `ClusterFirstWithHostNet` fall back to `Default` (the node's
-//! resolv.conf, `--resolv-conf`), as the kubelet does when no clusterDNS is configured. `None`
-//! uses only `dnsConfig`. `dnsConfig` is merged in: nameservers and searches appended
-//! (deduplicated), options merged by name.
+//! Pod DNS as the kubelet builds it (pkg/kubelet/network/dns `GetPodDNS`): `ClusterFirst`
+//! (the default; for a hostNetwork pod it is `Default`) and `ClusterFirstWithHostNet` use the
+//! cluster DNS (`--cluster-dns`, [`ClusterDns`]): its servers only, the cluster search domains
+//! before the node's, `ndots:5`. Without cluster DNS (every standalone box) they fall back to
+//! `Default`, the node's resolv.conf (`--resolv-conf`), as the kubelet does (nanolet emits no
+//! `MissingClusterDNS` event: that is the normal case here). `None` uses only `dnsConfig`.
+//! `dnsConfig` is merged in: nameservers and searches appended (deduplicated), options merged
+//! by name.
 //!
 //! The node's resolv.conf is [`HostResolvConf`]: read at every sandbox creation (the kubelet's
 //! `getHostDNSConfig`), with kubeadm's systemd-resolved rule applied to its content.
@@ -134,16 +137,63 @@ fn push_unique(v: &mut Vec<String>, s: String) {
     }
 }
 
-/// The DNS config to send with the sandbox, from the node's (`host`, see [`HostResolvConf`]).
-/// An empty config makes containerd copy its own host's /etc/resolv.conf (containerd's rule,
-/// for the kubelet too).
-pub fn pod_dns(pod: &Pod, host: &DnsConfig) -> DnsConfig {
+/// The cluster's DNS (`--cluster-dns`, `--cluster-domain`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterDns {
+    /// The nameservers of cluster-DNS pods; empty: no cluster DNS.
+    pub servers: Vec<String>,
+    /// e.g. `cluster.local`; empty: none.
+    pub domain: String,
+}
+
+/// dns.go `defaultDNSOptions`.
+pub const DEFAULT_DNS_OPTIONS: [&str; 1] = ["ndots:5"];
+
+/// dns.go `getPodDNSType`: whether the pod uses the cluster DNS (`Some(true)`), the node's
+/// (`Some(false)`) or none (`None`, policy `None`). An unknown policy is cluster DNS (the
+/// kubelet's fallback).
+fn uses_cluster_dns(pod: &Pod) -> Option<bool> {
+    match pod.spec.dns_policy.as_str() {
+        "None" => None,
+        "ClusterFirstWithHostNet" => Some(true),
+        "ClusterFirst" | "" => Some(!pod.spec.host_network),
+        "Default" => Some(false),
+        _ => Some(true),
+    }
+}
+
+/// dns.go `generateSearchesForDNSClusterFirst`: `<ns>.svc.<domain>`, `svc.<domain>`,
+/// `<domain>`, then the node's searches, without duplicates; the node's alone without a domain.
+pub fn cluster_searches(ns: &str, domain: &str, host: &[String]) -> Vec<String> {
+    if domain.is_empty() {
+        return host.to_vec();
+    }
+    let mut out = vec![];
+    let all = [
+        format!("{ns}.svc.{domain}"),
+        format!("svc.{domain}"),
+        domain.to_string(),
+    ];
+    for s in all.into_iter().chain(host.iter().cloned()) {
+        push_unique(&mut out, s);
+    }
+    out
+}
+
+/// The DNS config to send with the sandbox, from the node's (`host`, see [`HostResolvConf`])
+/// and the cluster's. An empty config makes containerd copy its own host's /etc/resolv.conf
+/// (containerd's rule, for the kubelet too).
+pub fn pod_dns(pod: &Pod, host: &DnsConfig, cluster: &ClusterDns) -> DnsConfig {
     let cfg = pod.spec.extra.get("dnsConfig").filter(|v| !v.is_null());
-    let policy = pod.spec.dns_policy.as_str();
-    let mut d = if policy == "None" {
-        DnsConfig::default()
-    } else {
-        host.clone()
+    let mut d = match uses_cluster_dns(pod) {
+        None => DnsConfig::default(),
+        Some(true) if !cluster.servers.is_empty() => DnsConfig {
+            servers: cluster.servers.clone(),
+            searches: cluster_searches(&pod.metadata.namespace, &cluster.domain, &host.searches),
+            options: DEFAULT_DNS_OPTIONS.iter().map(|o| o.to_string()).collect(),
+        },
+        // No cluster DNS: the kubelet falls back to Default.
+        Some(_) => host.clone(),
     };
     if let Some(c) = cfg {
         let strs = |k: &str| -> Vec<String> {
@@ -181,13 +231,48 @@ pub fn pod_dns(pod: &Pod, host: &DnsConfig) -> DnsConfig {
     d
 }
 
-/// The kubelet-managed /etc/hosts of a pod (not hostNetwork): localhost entries, the pod's own
-/// IP and hostname, then `hostAliases`.
-pub fn managed_hosts(pod: &Pod, pod_ip: &str, hostname: &str) -> String {
+/// kubelet_pods.go `GeneratePodHostNameAndDomain`: the hostname (spec.hostname, else the pod
+/// name; `truncatePodHostnameIfNeeded`: at most 63 characters, no trailing `-` or `.`) and,
+/// with spec.subdomain, the domain `<subdomain>.<namespace>.svc.<clusterDomain>`.
+pub fn pod_hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, String) {
+    let name = if pod.spec.hostname.is_empty() {
+        &pod.metadata.name
+    } else {
+        &pod.spec.hostname
+    };
+    let hostname = if name.len() > 63 {
+        name.chars()
+            .take(63)
+            .collect::<String>()
+            .trim_end_matches(['-', '.'])
+            .to_string()
+    } else {
+        name.clone()
+    };
+    let sub = pod
+        .spec
+        .extra
+        .get("subdomain")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let domain = if sub.is_empty() {
+        String::new()
+    } else {
+        format!("{sub}.{}.svc.{cluster_domain}", pod.metadata.namespace)
+    };
+    (hostname, domain)
+}
+
+/// The kubelet-managed /etc/hosts of a pod (not hostNetwork; `managedHostsFileContent`):
+/// localhost entries, the pod's own IP with its FQDN (`<hostname>.<domain>`, when the pod has a
+/// subdomain) and hostname, then `hostAliases`.
+pub fn managed_hosts(pod: &Pod, pod_ip: &str, hostname: &str, domain: &str) -> String {
     let mut s = String::from(
         "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
     );
-    if !pod_ip.is_empty() {
+    if !pod_ip.is_empty() && !domain.is_empty() {
+        s.push_str(&format!("{pod_ip}\t{hostname}.{domain}\t{hostname}\n"));
+    } else if !pod_ip.is_empty() {
         s.push_str(&format!("{pod_ip}\t{hostname}\n"));
     }
     s.push_str(&host_aliases(pod));
@@ -230,7 +315,7 @@ mod tests {
         for policy in ["ClusterFirst", "Default", "ClusterFirstWithHostNet"] {
             let mut p = Pod::default();
             p.spec.dns_policy = policy.into();
-            let d = pod_dns(&p, &parse_resolv_conf(HOST));
+            let d = pod_dns(&p, &parse_resolv_conf(HOST), &ClusterDns::default());
             assert_eq!(d.servers, vec!["192.0.2.53", "192.0.2.54"], "{policy}");
             assert_eq!(d.searches, vec!["example.com", "lan"], "{policy}");
         }
@@ -307,7 +392,7 @@ mod tests {
             "dnsConfig".into(),
             json!({"nameservers": ["192.0.2.99"], "searches": ["lan", "svc.local"], "options": [{"name": "ndots", "value": "5"}, {"name": "rotate"}]}),
         );
-        let d = pod_dns(&p, &parse_resolv_conf(HOST));
+        let d = pod_dns(&p, &parse_resolv_conf(HOST), &ClusterDns::default());
         assert_eq!(d.servers, vec!["192.0.2.53", "192.0.2.54", "192.0.2.99"]);
         assert_eq!(d.searches, vec!["example.com", "lan", "svc.local"]);
         assert_eq!(d.options, vec!["edns0", "ndots:5", "rotate"]);
@@ -320,7 +405,7 @@ mod tests {
         p.spec
             .extra
             .insert("dnsConfig".into(), json!({"nameservers": ["1.1.1.1"]}));
-        let d = pod_dns(&p, &parse_resolv_conf(HOST));
+        let d = pod_dns(&p, &parse_resolv_conf(HOST), &ClusterDns::default());
         assert_eq!(d.servers, vec!["1.1.1.1"]);
         assert!(d.searches.is_empty() && d.options.is_empty());
     }
@@ -332,9 +417,98 @@ mod tests {
             "hostAliases".into(),
             json!([{"ip": "192.0.2.7", "hostnames": ["foo.local", "bar.local"]}]),
         );
-        let h = managed_hosts(&p, "10.1.0.4", "web-node1");
+        let h = managed_hosts(&p, "10.1.0.4", "web-node1", "");
         assert!(h.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
         assert!(h.contains("10.1.0.4\tweb-node1\n"));
         assert!(h.ends_with("# Entries added by HostAliases.\n192.0.2.7\tfoo.local\tbar.local\n"));
+    }
+
+    fn cluster() -> ClusterDns {
+        ClusterDns {
+            servers: vec!["10.96.0.10".into()],
+            domain: "cluster.local".into(),
+        }
+    }
+
+    /// dns.go GetPodDNS / getPodDNSType / generateSearchesForDNSClusterFirst: ClusterFirst
+    /// (not hostNetwork) and ClusterFirstWithHostNet get the cluster DNS servers only, the
+    /// cluster searches before the node's (duplicates omitted), defaultDNSOptions (ndots:5);
+    /// dnsConfig merges on top.
+    #[test]
+    fn cluster_first_uses_the_cluster_dns() {
+        let host = parse_resolv_conf(
+            "nameserver 192.0.2.53\nsearch lan svc.cluster.local\noptions edns0\n",
+        );
+        let mut p = Pod::default();
+        p.metadata.namespace = "prod".into();
+        p.spec.dns_policy = "ClusterFirst".into();
+        let d = pod_dns(&p, &host, &cluster());
+        assert_eq!(d.servers, ["10.96.0.10"]);
+        assert_eq!(
+            d.searches,
+            [
+                "prod.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local",
+                "lan"
+            ]
+        );
+        assert_eq!(d.options, ["ndots:5"]);
+        // hostNetwork: ClusterFirst falls through to Default; ClusterFirstWithHostNet does not.
+        p.spec.host_network = true;
+        assert_eq!(pod_dns(&p, &host, &cluster()), host);
+        p.spec.dns_policy = "ClusterFirstWithHostNet".into();
+        assert_eq!(pod_dns(&p, &host, &cluster()).servers, ["10.96.0.10"]);
+        // dnsConfig merged after: appended, options replaced by name.
+        p.spec.extra.insert(
+            "dnsConfig".into(),
+            json!({"nameservers": ["192.0.2.99"], "searches": ["x.example"], "options": [{"name": "ndots", "value": "2"}]}),
+        );
+        let d = pod_dns(&p, &host, &cluster());
+        assert_eq!(d.servers, ["10.96.0.10", "192.0.2.99"]);
+        assert_eq!(d.searches.last().map(String::as_str), Some("x.example"));
+        assert_eq!(d.options, ["ndots:2"]);
+        // No cluster domain: the node's searches alone.
+        let no_domain = ClusterDns {
+            domain: String::new(),
+            ..cluster()
+        };
+        assert_eq!(
+            pod_dns(&p, &host, &no_domain).searches,
+            ["lan", "svc.cluster.local", "x.example"]
+        );
+        // Default never uses the cluster DNS.
+        p.spec.dns_policy = "Default".into();
+        p.spec.extra.clear();
+        assert_eq!(pod_dns(&p, &host, &cluster()), host);
+    }
+
+    /// GeneratePodHostNameAndDomain and managedHostsFileContent: with a subdomain the pod's
+    /// line is `<ip>\t<hostname>.<subdomain>.<ns>.svc.<clusterDomain>\t<hostname>`; names
+    /// longer than 63 characters are truncated without a trailing `-`/`.`.
+    #[test]
+    fn a_subdomain_gives_the_pod_an_fqdn_in_etc_hosts() {
+        let mut p = Pod::default();
+        p.metadata.name = "web-0".into();
+        p.metadata.namespace = "prod".into();
+        assert_eq!(
+            pod_hostname_and_domain(&p, "cluster.local"),
+            ("web-0".into(), String::new())
+        );
+        p.spec.hostname = "db".into();
+        p.spec.extra.insert("subdomain".into(), json!("backend"));
+        let (h, d) = pod_hostname_and_domain(&p, "cluster.local");
+        assert_eq!(
+            (h.as_str(), d.as_str()),
+            ("db", "backend.prod.svc.cluster.local")
+        );
+        let hosts = managed_hosts(&p, "10.1.0.4", &h, &d);
+        assert!(
+            hosts.contains("10.1.0.4\tdb.backend.prod.svc.cluster.local\tdb\n"),
+            "{hosts}"
+        );
+        p.spec.hostname.clear();
+        p.metadata.name = format!("{}-{}", "a".repeat(62), "b");
+        assert_eq!(pod_hostname_and_domain(&p, "").0, "a".repeat(62));
     }
 }

@@ -27,6 +27,48 @@ pub struct EnvContext {
     pub node_ephemeral_bytes: i64,
     /// The local ConfigMap/Secret store (configMapKeyRef, secretKeyRef, envFrom).
     pub store: Option<Arc<dyn ConfigMapsAndSecrets>>,
+    /// The Services of the service-link variables; `None`: no service lister (no API server:
+    /// no variables at all, the kubelet's rule for kubelets without one).
+    pub services: Option<ServiceSource>,
+}
+
+/// Where the Services come from (`apiobjects::services::Services` implements it).
+pub trait ServiceLister: std::fmt::Debug + Send + Sync {
+    /// The first list answered (or an offline checkpoint was restored).
+    fn has_synced(&self) -> bool;
+    /// Every Service known, as JSON (see [`super::envvars`]).
+    fn list(&self) -> Vec<Value>;
+}
+
+/// A pod's view of the service lister.
+#[derive(Debug, Clone)]
+pub struct ServiceSource {
+    pub lister: Arc<dyn ServiceLister>,
+    /// The pod is not a static pod: its environment waits for the first list
+    /// (makeEnvironmentVariables: `!IsStaticPod(pod) && !serviceHasSynced()`).
+    pub wait_for_sync: bool,
+}
+
+/// makeEnvironmentVariables' text while the Services were never listed.
+pub const SERVICES_NOT_SYNCED: &str =
+    "services have not yet been read at least once, cannot construct envvars";
+
+/// The service variables of `pod` (kubelet_pods.go `getServiceEnvVarMap`).
+fn service_env(pod: &Pod, ctx: &EnvContext) -> Result<BTreeMap<String, String>, EnvError> {
+    let Some(src) = &ctx.services else {
+        return Ok(BTreeMap::new());
+    };
+    if src.wait_for_sync && !src.lister.has_synced() {
+        return Err(EnvError {
+            field: String::new(),
+            reason: SERVICES_NOT_SYNCED.into(),
+        });
+    }
+    Ok(super::envvars::service_env_map(
+        &src.lister.list(),
+        &pod.metadata.namespace,
+        pod.spec.enable_service_links.unwrap_or(true),
+    ))
 }
 
 /// The data of one ConfigMap or Secret, key -> bytes.
@@ -308,13 +350,16 @@ fn env_from(
     Ok(())
 }
 
-/// The container's environment in order (envFrom first, then env), with `$(VAR)` references
-/// expanded against the variables defined before each one.
+/// The container's environment in order (envFrom first, then env, then the service variables
+/// not declared), with `$(VAR)` references expanded against the variables defined before each
+/// one, then the service variables (makeEnvironmentVariables' `MappingFuncFor(tmpEnv,
+/// serviceEnv)`). Declared variables win over service ones of the same name.
 pub fn resolve_env(
     pod: &Pod,
     c: &Container,
     ctx: &EnvContext,
 ) -> Result<Vec<(String, String)>, EnvError> {
+    let service_env = service_env(pod, ctx)?;
     let mut out: Vec<(String, String)> = vec![];
     env_from(pod, c, ctx, &mut out)?;
     for (i, e) in c.env.iter().enumerate() {
@@ -372,12 +417,19 @@ pub fn resolve_env(
                         .rev()
                         .find(|(k, _)| k == n)
                         .map(|(_, v)| v.clone())
+                        .or_else(|| service_env.get(n).cloned())
                 };
                 expand(v, &lookup)
             }
             (None, None) => String::new(),
         };
         out.push((e.name.clone(), value));
+    }
+    // "Append remaining service env vars" (in name order; the kubelet's is a Go map's).
+    for (k, v) in service_env {
+        if !out.iter().any(|(n, _)| *n == k) {
+            out.push((k, v));
+        }
     }
     Ok(out)
 }
@@ -642,5 +694,95 @@ mod tests {
         );
         let e = resolve_env(&pod, &c, &ctx).unwrap_err();
         assert_eq!(e.to_string(), "configmap \"cm\" not found");
+    }
+
+    #[derive(Debug)]
+    struct FixedServices(bool, Vec<Value>);
+    impl ServiceLister for FixedServices {
+        fn has_synced(&self) -> bool {
+            self.0
+        }
+        fn list(&self) -> Vec<Value> {
+            self.1.clone()
+        }
+    }
+
+    fn services_ctx(synced: bool, wait: bool) -> EnvContext {
+        let svc = |ns: &str, name: &str, ip: &str, port: u16| {
+            json!({"metadata": {"namespace": ns, "name": name},
+                   "spec": {"clusterIP": ip, "ports": [{"port": port}]}})
+        };
+        EnvContext {
+            services: Some(ServiceSource {
+                lister: Arc::new(FixedServices(
+                    synced,
+                    vec![
+                        svc("default", "kubernetes", "10.96.0.1", 443),
+                        svc("default", "web", "10.96.0.20", 80),
+                    ],
+                )),
+                wait_for_sync: wait,
+            }),
+            ..EnvContext::default()
+        }
+    }
+
+    /// kubelet_pods.go makeEnvironmentVariables: service variables are a source of `$(VAR)`
+    /// expansion after the declared ones; declared env (and envFrom) win over a service
+    /// variable of the same name; the remaining service variables are appended.
+    #[test]
+    fn service_variables_expand_lose_to_declared_ones_and_are_appended() {
+        let c = Container {
+            env: vec![
+                var("WEB_SERVICE_HOST", Some("overridden"), None),
+                var(
+                    "URL",
+                    Some("https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"),
+                    None,
+                ),
+                var("SELF", Some("$(WEB_SERVICE_HOST)"), None),
+            ],
+            ..Container::default()
+        };
+        let mut p = pod();
+        p.metadata.namespace = "default".into();
+        let env = resolve_env(&p, &c, &services_ctx(true, true)).expect("env");
+        let all = |k: &str| {
+            env.iter()
+                .filter(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(all("WEB_SERVICE_HOST"), ["overridden"]);
+        assert_eq!(all("URL"), ["https://10.96.0.1:443"]);
+        assert_eq!(all("SELF"), ["overridden"]);
+        assert_eq!(all("WEB_PORT"), ["tcp://10.96.0.20:80"]);
+        assert_eq!(
+            env[0].0, "WEB_SERVICE_HOST",
+            "declared variables come first"
+        );
+        // enableServiceLinks: false keeps only the master service's variables.
+        p.spec.enable_service_links = Some(false);
+        let env = resolve_env(&p, &Container::default(), &services_ctx(true, true)).expect("env");
+        assert!(env.iter().any(|(k, _)| k == "KUBERNETES_SERVICE_HOST"));
+        assert!(!env.iter().any(|(k, _)| k.starts_with("WEB_")), "{env:?}");
+        // No service lister (standalone): no variables at all.
+        assert!(
+            resolve_env(&p, &Container::default(), &EnvContext::default())
+                .expect("env")
+                .is_empty()
+        );
+    }
+
+    /// makeEnvironmentVariables: `!IsStaticPod(pod) && !serviceHasSynced()` refuses with the
+    /// kubelet's text (a CreateContainerConfigError); a static pod does not wait.
+    #[test]
+    fn api_pods_wait_for_the_first_service_list_static_pods_do_not() {
+        let e = resolve_env(&pod(), &Container::default(), &services_ctx(false, true)).unwrap_err();
+        assert_eq!(e.to_string(), SERVICES_NOT_SYNCED);
+        assert!(e.field.is_empty());
+        let env = resolve_env(&pod(), &Container::default(), &services_ctx(false, false))
+            .expect("static");
+        assert!(env.iter().any(|(k, _)| k == "KUBERNETES_SERVICE_HOST"));
     }
 }

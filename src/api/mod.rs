@@ -3,6 +3,7 @@
 
 pub mod dns;
 pub mod env;
+pub mod envvars;
 pub mod helpers;
 pub mod quantity;
 pub mod schema;

@@ -9,6 +9,7 @@
 //!
 //! The API client may appear after this is built (TLS bootstrap): [`ApiObjects::attach_client`].
 
+pub mod services;
 pub mod token;
 pub mod watch;
 
@@ -84,6 +85,8 @@ pub struct ApiObjects {
     pods: Mutex<BTreeMap<String, Refs>>,
     /// How long a lookup waits for an object's first list.
     first_list_wait: std::time::Duration,
+    /// The service lister (service-link variables).
+    services: Arc<services::Services>,
 }
 
 /// What one pod refers to.
@@ -196,7 +199,13 @@ impl ApiObjects {
             client,
             pods: Mutex::new(BTreeMap::new()),
             first_list_wait: FIRST_LIST_WAIT,
+            services: Arc::default(),
         }
+    }
+
+    /// The service lister; its reflector starts with [`services::Services::start`].
+    pub fn services(&self) -> &Arc<services::Services> {
+        &self.services
     }
 
     #[cfg(test)]

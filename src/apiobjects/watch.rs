@@ -284,7 +284,7 @@ fn list(client: &ApiClient, kind: Kind, ns: &str, name: &str) -> Result<(Known, 
 }
 
 /// How a watch ended.
-enum End {
+pub(super) enum End {
     Resume(String),
     Relist,
     Stop,
@@ -298,14 +298,56 @@ fn watch(
     rv: &str,
     item: &Item,
 ) -> Result<End, ApiError> {
+    follow(
+        client,
+        &path(kind, ns, name),
+        rv,
+        &|| item.stopped(),
+        &mut |t, obj| {
+            if obj["metadata"]["name"].as_str() != Some(name) {
+                return;
+            }
+            match t {
+                "ADDED" | "MODIFIED" => {
+                    debug!(
+                        kind = kind.singular(),
+                        namespace = ns,
+                        name,
+                        rv = obj["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap_or_default(),
+                        "object changed"
+                    );
+                    item.set(Known::Present(Arc::new(obj.clone())));
+                }
+                "DELETED" => item.set(Known::Absent),
+                _ => {}
+            }
+        },
+    )
+}
+
+/// One watch request of the list `path` (with or without a query) from resourceVersion `rv`,
+/// with bookmarks and the reflector's server-side timeout: each `ADDED`, `MODIFIED` or
+/// `DELETED` event goes to `on` (its type and object); a `BOOKMARK` only moves the
+/// resourceVersion; an `ERROR` event (410 Gone or another) or an undecodable line ends it with
+/// [`End::Relist`], the server closing the stream with [`End::Resume`] from the last
+/// resourceVersion seen, `stopped()` with [`End::Stop`]. Shared by every reflector here.
+pub(super) fn follow(
+    client: &ApiClient,
+    path: &str,
+    rv: &str,
+    stopped: &dyn Fn() -> bool,
+    on: &mut dyn FnMut(&str, &Value),
+) -> Result<End, ApiError> {
+    let sep = if path.contains('?') { '&' } else { '?' };
     let p = format!(
-        "{}&watch=1&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_TIMEOUT_SECONDS}",
-        path(kind, ns, name)
+        "{path}{sep}watch=1&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_TIMEOUT_SECONDS}"
     );
     let reader = client.stream(&p)?;
     let mut rv = rv.to_string();
     for line in std::io::BufReader::new(reader).lines() {
-        if item.stopped() {
+        if stopped() {
             return Ok(End::Stop);
         }
         let Ok(line) = line else { break };
@@ -313,12 +355,7 @@ fn watch(
             continue;
         }
         let Ok(ev) = serde_json::from_str::<Value>(&line) else {
-            warn!(
-                kind = kind.singular(),
-                namespace = ns,
-                name,
-                "undecodable watch event; relisting"
-            );
+            warn!(watch = path, "undecodable watch event; relisting");
             return Ok(End::Relist);
         };
         let obj = &ev["object"];
@@ -326,32 +363,13 @@ fn watch(
             rv = r.to_string();
         }
         match ev["type"].as_str().unwrap_or_default() {
-            "ADDED" | "MODIFIED" if obj["metadata"]["name"].as_str() == Some(name) => {
-                debug!(
-                    kind = kind.singular(),
-                    namespace = ns,
-                    name,
-                    rv,
-                    "object changed"
-                );
-                item.set(Known::Present(Arc::new(obj.clone())));
-            }
-            "DELETED" if obj["metadata"]["name"].as_str() == Some(name) => {
-                item.set(Known::Absent);
-            }
+            t @ ("ADDED" | "MODIFIED" | "DELETED") => on(t, obj),
             "ERROR" => {
                 if obj["code"].as_u64() == Some(410) {
-                    info!(
-                        kind = kind.singular(),
-                        namespace = ns,
-                        name,
-                        "watch expired (410 Gone); relisting"
-                    );
+                    info!(watch = path, "watch expired (410 Gone); relisting");
                 } else {
                     warn!(
-                        kind = kind.singular(),
-                        namespace = ns,
-                        name,
+                        watch = path,
                         message = obj["message"].as_str().unwrap_or_default(),
                         "watch error; relisting"
                     );

@@ -621,6 +621,7 @@ mod tests {
                             None,
                             std::path::PathBuf::new(),
                         )),
+                        cluster_dns: Default::default(),
                     },
                     resync: Duration::from_secs(60),
                     max_pods,

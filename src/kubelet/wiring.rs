@@ -288,7 +288,8 @@ impl Wiring<'_> {
         let o = objects.clone();
         self.on_api_client
             .push(Box::new(move |client: &Arc<ApiClient>| {
-                o.attach_client(client)
+                o.attach_client(client);
+                o.services().start(client);
             }));
         self.api_objects = Some(objects);
     }
@@ -660,6 +661,10 @@ impl Wiring<'_> {
                             .map(std::path::PathBuf::from)
                             .unwrap_or_else(|| crate::api::dns::SYSTEMD_RESOLVED_UPSTREAM.into()),
                     )),
+                    cluster_dns: crate::api::dns::ClusterDns {
+                        servers: cfg.cluster_dns.iter().map(ToString::to_string).collect(),
+                        domain: cfg.cluster_domain.clone(),
+                    },
                 },
                 resync: cfg.sync_frequency,
                 max_pods: cfg.max_pods,

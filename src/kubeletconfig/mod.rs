@@ -182,6 +182,11 @@ pub struct Config {
     /// `--resolv-conf` / `resolvConf`: the node's resolv.conf pods get; `None` for `""` (no
     /// host DNS, the kubelet's rule).
     pub resolv_conf: Option<PathBuf>,
+    /// `--cluster-dns` / `clusterDNS`: the nameservers of cluster-DNS pods; empty: none (they
+    /// get the node's resolv.conf, the kubelet's fallback).
+    pub cluster_dns: Vec<IpAddr>,
+    /// `--cluster-domain` / `clusterDomain`, e.g. `cluster.local`; empty: none.
+    pub cluster_domain: String,
     /// `--node-ip`: at most one IPv4 and one IPv6 address, the first the primary; empty: the
     /// address of the default route's interface (see `node::detect_host_ip`).
     pub node_ips: Vec<IpAddr>,
@@ -355,6 +360,8 @@ impl Config {
             enable_system_log_handler: true,
             read_only_token_file: None,
             resolv_conf: Some(PathBuf::from("/etc/resolv.conf")),
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
             node_ips: Vec::new(),
             images_dir: None,
             image_credentials_file: None,
@@ -463,6 +470,8 @@ impl fmt::Debug for Config {
             .field("port", &self.port)
             .field("read_only_token_file", &self.read_only_token_file)
             .field("resolv_conf", &self.resolv_conf)
+            .field("cluster_dns", &self.cluster_dns)
+            .field("cluster_domain", &self.cluster_domain)
             .field("node_ips", &self.node_ips)
             .field("manifest_url_ca_file", &self.manifest_url_ca_file)
             .field("manifest_url_client_cert", &self.manifest_url_client_cert)

@@ -293,6 +293,28 @@ fn redacted_headers(headers: &[(String, String)]) -> Value {
     Value::Object(out)
 }
 
+/// `--cluster-dns` (repeatable, comma-separated: the flags replace the file's list, then add
+/// up) and `clusterDNS: [ip, ...]`. Each item must be an IP address (the kubelet skips bad ones
+/// with a log line; nanolet refuses them).
+fn apply_cluster_dns(c: &mut Config, v: &Input<'_>) -> Result<(), Invalid> {
+    let Some(items) = v.list()? else {
+        return Ok(());
+    };
+    let mut ips = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let ip = parse_ip(item).map_err(|e| match v {
+            Input::File { .. } => Invalid::from(e).below(&format!("[{i}]")),
+            Input::Flag { .. } => Invalid::from(e),
+        })?;
+        ips.push(ip);
+    }
+    match v {
+        Input::Flag { first: false, .. } => c.cluster_dns.extend(ips),
+        _ => c.cluster_dns = ips,
+    }
+    Ok(())
+}
+
 /// `--manifest-url-header` (repeatable: the flags replace the file's headers, then add up) and
 /// `staticPodURLHeader: {Name: [value, ...]}`. Errors never show a value.
 fn apply_headers(c: &mut Config, v: &Input<'_>) -> Result<(), Invalid> {
@@ -408,6 +430,29 @@ pub(super) const SETTINGS: &[Setting] = &[
         help: "cgroupfs or systemd; must match containerd's runc SystemdCgroup setting (config: cgroupDriver)",
         apply: |c, v| set(&mut c.cgroup_driver, v.parse(parse_cgroup_driver)),
         configz: Some(("cgroupDriver", |c| c.cgroup_driver.as_str().into())),
+    },
+    Setting {
+        flag: Flag::repeated("cluster-dns"),
+        field: Some("clusterDNS"),
+        value_name: "ip,...",
+        default: "",
+        help: "DNS server IP(s) pods with dnsPolicy ClusterFirst (not hostNetwork) or ClusterFirstWithHostNet get as their only nameservers, with the cluster search domains and ndots:5; repeatable and comma-separated; empty: those pods get the node's resolv.conf (config: clusterDNS)",
+        apply: apply_cluster_dns,
+        configz: Some(("clusterDNS", |c| {
+            c.cluster_dns
+                .iter()
+                .map(|ip| Value::from(ip.to_string()))
+                .collect()
+        })),
+    },
+    Setting {
+        flag: Flag::value("cluster-domain"),
+        field: Some("clusterDomain"),
+        value_name: "string",
+        default: "",
+        help: "The cluster's DNS domain, e.g. cluster.local: the search domains of cluster-DNS pods (<namespace>.svc.<domain>, svc.<domain>, <domain>) and the /etc/hosts name of pods with a subdomain (config: clusterDomain)",
+        apply: |c, v| set(&mut c.cluster_domain, v.text()),
+        configz: Some(("clusterDomain", |c| c.cluster_domain.clone().into())),
     },
     Setting {
         flag: Flag::value("config-map-dir"),

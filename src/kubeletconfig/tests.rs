@@ -845,6 +845,51 @@ fn resolv_conf_flag_and_field() {
     assert_eq!(c.resolv_conf.as_deref(), Some(Path::new("/run/r.conf")));
 }
 
+/// kubelet: `--cluster-dns` (a string slice: repeatable, comma-separated; the flags replace the
+/// file's `clusterDNS`) and `--cluster-domain` / `clusterDomain`; nanolet refuses an item that
+/// is not an IP address.
+#[test]
+fn cluster_dns_and_domain_from_flags_and_file() {
+    let c = parse(&[]).unwrap();
+    assert!(c.cluster_dns.is_empty() && c.cluster_domain.is_empty());
+    let c = parse(&[
+        "--cluster-dns=10.96.0.10,fd00::a",
+        "--cluster-dns",
+        "10.96.0.11",
+        "--cluster-domain=cluster.local",
+    ])
+    .unwrap();
+    let ips: Vec<String> = c.cluster_dns.iter().map(ToString::to_string).collect();
+    assert_eq!(ips, ["10.96.0.10", "fd00::a", "10.96.0.11"]);
+    assert_eq!(c.cluster_domain, "cluster.local");
+    assert_eq!(
+        c.redacted_json()["clusterDNS"],
+        serde_json::json!(["10.96.0.10", "fd00::a", "10.96.0.11"])
+    );
+    assert_eq!(c.redacted_json()["clusterDomain"], "cluster.local");
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "config.yaml",
+        &format!("{HEAD}clusterDNS: [10.0.0.10]\nclusterDomain: k8s.lan\n"),
+    );
+    let c = parse(&["--config", &path]).unwrap();
+    assert_eq!(c.cluster_dns, [IpAddr::from([10, 0, 0, 10])]);
+    assert_eq!(c.cluster_domain, "k8s.lan");
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let c = parse(&["--config", &path, "--cluster-dns=10.0.0.11"]).unwrap();
+    assert_eq!(c.cluster_dns, [IpAddr::from([10, 0, 0, 11])]);
+    let e = parse(&["--cluster-dns=dns.lan"]).unwrap_err().to_string();
+    assert!(e.contains("cluster-dns") && e.contains("dns.lan"), "{e}");
+    let bad = write(
+        &dir,
+        "bad.yaml",
+        &format!("{HEAD}clusterDNS: [10.0.0.1, nope]\n"),
+    );
+    let e = parse(&["--config", &bad]).unwrap_err().to_string();
+    assert!(e.contains("clusterDNS[1]"), "{e}");
+}
+
 #[test]
 fn kubelet_server_defaults_flags_and_nested_fields() {
     let c = parse(&[]).unwrap();

@@ -341,12 +341,9 @@ impl RuntimeManager<'_> {
             }
             std::fs::read_to_string("/etc/hosts").unwrap_or_default() + &aliases
         } else {
-            let hostname = if p.spec.hostname.is_empty() {
-                p.metadata.name.chars().take(63).collect()
-            } else {
-                p.spec.hostname.clone()
-            };
-            crate::api::dns::managed_hosts(p, &self.state.pod_ip, &hostname)
+            let (hostname, domain) =
+                crate::api::dns::pod_hostname_and_domain(p, &self.settings.cluster_dns.domain);
+            crate::api::dns::managed_hosts(p, &self.state.pod_ip, &hostname, &domain)
         };
         let path = self.pod_dir().join("etc-hosts");
         if std::fs::read_to_string(&path).ok().as_deref() != Some(content.as_str()) {

@@ -48,6 +48,8 @@ pub struct RuntimeSettings {
     pub cgroup_driver: crate::cm::CgroupDriver,
     /// The node's resolv.conf (`--resolv-conf`), read at every sandbox creation.
     pub host_dns: Arc<crate::api::dns::HostResolvConf>,
+    /// `--cluster-dns` / `--cluster-domain`: the DNS of ClusterFirst pods, pods' FQDNs.
+    pub cluster_dns: crate::api::dns::ClusterDns,
 }
 
 impl RuntimeSettings {
@@ -79,6 +81,15 @@ impl RuntimeSettings {
             node_memory_bytes: cap.memory_bytes,
             node_ephemeral_bytes: 0,
             store: self.objects_for(pod),
+            // API-server mode only (the kubelet's service lister exists with a client);
+            // static pods do not wait for its first list.
+            services: self
+                .api_objects
+                .as_ref()
+                .map(|o| crate::api::env::ServiceSource {
+                    lister: o.services().clone(),
+                    wait_for_sync: Self::is_api_pod(pod),
+                }),
         }
     }
 

@@ -41,21 +41,13 @@ pub fn pod_ip(pod: &Pod, host_ips: &[String], state: &PodRuntimeState) -> String
         .unwrap_or_default()
 }
 
-/// The sandbox's hostname: empty for hostNetwork pods (the node's), else spec.hostname or the
-/// pod name (at most 63 characters, no trailing `-` or `.`).
+/// The sandbox's hostname: empty for hostNetwork pods (the node's), else the kubelet's
+/// (`api::dns::pod_hostname_and_domain`).
 fn hostname(p: &Pod) -> String {
     if p.spec.host_network {
         String::new()
-    } else if !p.spec.hostname.is_empty() {
-        p.spec.hostname.clone()
     } else {
-        p.metadata
-            .name
-            .chars()
-            .take(63)
-            .collect::<String>()
-            .trim_end_matches(['-', '.'])
-            .to_string()
+        crate::api::dns::pod_hostname_and_domain(p, "").0
     }
 }
 
@@ -126,7 +118,11 @@ impl RuntimeManager<'_> {
     /// directory, the pod cgroup (cgroupfs driver), then RunPodSandbox. Remembers the pod IP.
     pub fn create_sandbox(&mut self, cfg: &mut PodSandboxConfig) -> Result<String, SandboxError> {
         let host = self.settings.host_dns.read()?;
-        cfg.dns = Some(crate::api::dns::pod_dns(self.pod, &host));
+        cfg.dns = Some(crate::api::dns::pod_dns(
+            self.pod,
+            &host,
+            &self.settings.cluster_dns,
+        ));
         let dir = self.log_dir();
         std::fs::create_dir_all(&dir).map_err(|source| SandboxError::LogDir {
             path: dir.display().to_string(),

@@ -4,7 +4,8 @@
 //! tests/integration/kubectl.rs.
 //!
 //! What it implements, as kube-apiserver does:
-//! - Objects: pods, pods/status, nodes, nodes/status, namespaces, events (core v1), leases
+//! - Objects: pods, pods/status, nodes, nodes/status, namespaces, events, services (core v1;
+//!   services' defaults, ClusterIP allocation and printer in `services.rs`), leases
 //!   (coordination.k8s.io/v1). The server sets `uid`, `creationTimestamp` (wall clock),
 //!   `resourceVersion` (one global counter, as etcd's revision), `kind`/`apiVersion`; keeps
 //!   `ownerReferences`; `generateName`; create with an existing name -> 409 AlreadyExists; a
@@ -88,8 +89,10 @@ use crate::tls::Peer;
 mod csr;
 mod objects;
 mod proxy;
+mod services;
 
 pub use objects::DEFAULT_AUDIENCE;
+pub use services::KUBERNETES_SERVICE_IP;
 pub use csr::{CLIENT_KUBELET, KUBELET_SERVING, UserInfo, base64_decode, base64_encode};
 
 /// One request the double received.
@@ -216,6 +219,7 @@ fn resource_info(prefix: &str, resource: &str) -> Option<(&'static str, &'static
         ("/api/v1", "nodes") => Some(("Node", "v1", false)),
         ("/api/v1", "namespaces") => Some(("Namespace", "v1", false)),
         ("/api/v1", "events") => Some(("Event", "v1", true)),
+        ("/api/v1", "services") => Some(("Service", "v1", true)),
         ("/apis/coordination.k8s.io/v1", "leases") => {
             Some(("Lease", "coordination.k8s.io/v1", true))
         }
@@ -946,6 +950,7 @@ fn to_table(resource: &str, objs: &[Value], rv: u64, opts: TableOpts) -> Value {
             "pods" => pod_row(o),
             "nodes" => node_row(o),
             "certificatesigningrequests" => csr::csr_row(o),
+            "services" => services::service_row(o),
             _ => generic_row(resource, o),
         };
         cols = c;
@@ -965,6 +970,7 @@ fn to_table(resource: &str, objs: &[Value], rv: u64, opts: TableOpts) -> Value {
             "pods" => pod_row(&json!({})).0,
             "nodes" => node_row(&json!({})).0,
             "certificatesigningrequests" => csr::csr_row(&json!({})).0,
+            "services" => services::service_row(&json!({})).0,
             _ => generic_row(resource, &json!({})).0,
         };
     }
@@ -1216,6 +1222,17 @@ impl State {
             {
                 return not_found("namespaces", ns);
             }
+            // The registry's BeforeCreate: the namespace comes from the request path.
+            match obj["metadata"]["namespace"].as_str().filter(|n| !n.is_empty()) {
+                Some(given) if given != ns => {
+                    return status(
+                        400,
+                        "BadRequest",
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    );
+                }
+                _ => obj["metadata"]["namespace"] = json!(ns),
+            }
         }
         obj["kind"] = json!(kind);
         obj["apiVersion"] = json!(api_version);
@@ -1232,6 +1249,11 @@ impl State {
             default_pod(&mut obj);
         }
         objects::prepare_for_write(resource, &mut obj);
+        if resource == "services" {
+            if let Err(refused) = services::prepare_create(self, &mut obj) {
+                return refused;
+            }
+        }
         (201, self.write(&key, obj))
     }
 
@@ -1748,6 +1770,7 @@ impl State {
                  "verbs": sub}]});
                 if let Some(a) = l["resources"].as_array_mut() {
                     a.extend(objects::discovery(&verbs));
+                    a.push(services::discovery(&verbs));
                 }
                 l
             }
@@ -1826,6 +1849,7 @@ impl State {
                     ("configmaps", "ConfigMap", true),
                     ("secrets", "Secret", true),
                     ("serviceaccounts", "ServiceAccount", true),
+                    ("services", "Service", true),
                 ],
             ),
             "/openapi/v3/apis/coordination.k8s.io/v1" => openapi_v3(

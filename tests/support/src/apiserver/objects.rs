@@ -244,6 +244,10 @@ fn map_entry(b: &[u8]) -> Option<(String, Vec<u8>)> {
 /// `create secret`, `create serviceaccount`, `create token`), as JSON (k8s.io/api core/v1 and
 /// authentication/v1 generated.proto field numbers). None for other paths.
 pub(super) fn object_from_protobuf(path: &str, raw: &[u8]) -> Option<Value> {
+    if path.ends_with("/services") {
+        let obj = pb_fields(raw.strip_prefix(b"k8s\0")?)?.into_iter().find(|f| f.0 == 2)?.2;
+        return super::services::from_protobuf(obj, meta_from_protobuf);
+    }
     let resource = if path.ends_with("/serviceaccounts") || path.ends_with("/configmaps") || path.ends_with("/secrets") {
         path.rsplit('/').next()?
     } else if path.contains("/serviceaccounts/") && path.ends_with("/token") {
