@@ -486,8 +486,32 @@ fn conditions(
         };
     }
     let mut conditions = foreign;
+    if let Some(d) = disruption_target(inputs, old) {
+        conditions.retain(|c| c.type_ != d.type_);
+        conditions.push(d);
+    }
     conditions.append(&mut own);
     conditions
+}
+
+/// The `DisruptionTarget` condition of a pod the eviction manager evicted (the kubelet's
+/// `evictPod` status function: True, reason `TerminationByKubelet`, the eviction message),
+/// its transition time kept once set.
+fn disruption_target(inputs: &StatusInputs, old: &PodStatus) -> Option<PodCondition> {
+    let f = inputs
+        .failed_reason
+        .as_ref()
+        .filter(|f| f.reason == "Evicted")?;
+    let mut c = cond("DisruptionTarget", true, "", String::new());
+    c.reason = "TerminationByKubelet".into();
+    c.message = f.message.clone();
+    c.last_transition_time = old
+        .conditions
+        .iter()
+        .find(|o| o.type_ == c.type_ && o.status == "True")
+        .and_then(|o| o.last_transition_time.clone())
+        .or_else(|| ts(inputs.now_nanos));
+    Some(c)
 }
 
 /// Why the pod's readiness gates keep it unready (upstream `GeneratePodReadyCondition`): each

@@ -33,9 +33,9 @@ pub struct StatusWriter {
 
 /// The strategic-merge patch that takes the pod's status from `before` (what was last sent;
 /// `None`: unknown) to `now`, as the status manager's `PatchPodStatus`: the UID as a
-/// precondition; conditions merged by type, so the conditions others own (readiness gates',
-/// `DisruptionTarget`) are never touched and a kubelet condition no longer reported is
-/// deleted; `podIPs` and `hostIPs` replaced whole; a field no longer reported set to null.
+/// precondition; conditions merged by type, so the conditions others own (readiness gates')
+/// are never touched (`DisruptionTarget`, shared, is sent when present) and a kubelet
+/// condition no longer reported is deleted; `podIPs` and `hostIPs` replaced whole; a field no longer reported set to null.
 pub fn status_patch(uid: &str, before: Option<&Value>, now: &Value) -> Value {
     let mut status = now.clone();
     if let (Some(Value::Object(b)), Value::Object(n)) = (before, &mut status) {
@@ -51,10 +51,12 @@ pub fn status_patch(uid: &str, before: Option<&Value>, now: &Value) -> Value {
                 .and_then(Value::as_str)
                 .is_some_and(crate::api::helpers::is_kubelet_condition)
         };
+        // DisruptionTarget is shared: the kubelet sets it when it evicts the pod.
+        let sent = |c: &&Value| owned(c) || c.get("type") == Some(&json!("DisruptionTarget"));
         let mut conditions: Vec<Value> = n
             .get("conditions")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter(owned).cloned().collect())
+            .map(|a| a.iter().filter(sent).cloned().collect())
             .unwrap_or_default();
         let kept: Vec<Value> = conditions.iter().map(|c| c["type"].clone()).collect();
         let gone = before

@@ -7,7 +7,7 @@ use nanolet_test_support as support;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::agent::{NODE, Nanolet, TIMEOUT};
 use support::{Containerd, Tmpfs, wait_for};
 
@@ -175,7 +175,7 @@ fn disk_pressure_evicts_the_filler_not_the_critical_pod_and_readmits_it() {
 }
 
 /// LocalStorageCapacityIsolation: an emptyDir over its sizeLimit is evicted with the kubelet's
-/// message; one at 99% of its limit is not; a memory-medium emptyDir filled to its sizeLimit is
+/// message and the DisruptionTarget condition; one at 99% of its limit is not; a memory-medium emptyDir filled to its sizeLimit is
 /// not evicted on disk grounds (it counts as memory).
 #[test]
 fn empty_dir_size_limit_evicts_only_the_pod_over_its_limit() {
@@ -199,6 +199,19 @@ fn empty_dir_size_limit_evicts_only_the_pod_over_its_limit() {
     assert_eq!(
         p["status"]["message"],
         "Usage of EmptyDir volume \"scratch\" exceeds the limit \"8Mi\". "
+    );
+    // PodDisruptionConditions (GA in 1.31): the kubelet's evictPod adds DisruptionTarget.
+    let dt = p["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "DisruptionTarget"))
+        .unwrap_or_else(|| panic!("no DisruptionTarget: {p:#}"));
+    assert_eq!(
+        (&dt["status"], &dt["reason"], &dt["message"]),
+        (
+            &json!("True"),
+            &json!("TerminationByKubelet"),
+            &p["status"]["message"]
+        )
     );
     let under = n.wait_pod("under", "Ready", ready);
     let ram = n.wait_pod("ram", "Ready", ready);
