@@ -84,8 +84,8 @@ pub struct CheckpointSettings {
     pub secrets: bool,
 }
 
-/// What the checkpoint keeps of a ConfigMap or Secret.
-pub fn trim(o: &Value) -> Value {
+/// What the checkpoint keeps of the ConfigMap or Secret `ns/name`.
+pub fn trim(o: &Value, ns: &str, name: &str) -> Value {
     let mut out = Map::new();
     for k in [
         "apiVersion",
@@ -100,7 +100,9 @@ pub fn trim(o: &Value) -> Value {
         }
     }
     let mut meta = Map::new();
-    for k in ["name", "namespace", "uid", "resourceVersion"] {
+    meta.insert("name".into(), name.into());
+    meta.insert("namespace".into(), ns.into());
+    for k in ["uid", "resourceVersion"] {
         if let Some(v) = o["metadata"].get(k).filter(|v| !v.is_null()) {
             meta.insert(k.into(), v.clone());
         }
@@ -259,7 +261,7 @@ mod tests {
                 "managedFields": [{}]},
             "data": {"k": "dg=="}});
         assert_eq!(
-            trim(&o),
+            trim(&o, "ns", "s"),
             json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": "s", "namespace": "ns", "uid": "u", "resourceVersion": "7"},
                 "data": {"k": "dg=="}})

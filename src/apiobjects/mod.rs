@@ -289,10 +289,9 @@ impl ApiObjects {
     /// API server has answered), Secrets and tokens only with `secrets`.
     pub fn checkpoint_body(&self, node: &str, secrets: bool) -> ObjectCheckpoint {
         let mut cp = ObjectCheckpoint::new(node);
-        let trim = |v: Vec<Arc<Value>>| v.iter().map(|o| checkpoint::trim(o)).collect();
-        cp.config_maps = trim(self.config_maps.checkpointed());
+        cp.config_maps = self.config_maps.checkpointed();
         if secrets {
-            cp.secrets = trim(self.secrets.checkpointed());
+            cp.secrets = self.secrets.checkpointed();
             let live = self.journal.live();
             let pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
             cp.tokens = self
@@ -343,10 +342,11 @@ impl ApiObjects {
             .name("api-objects-checkpoint".into())
             .stack_size(256 * 1024)
             .spawn(move || {
-                while let Some(o) = weak.upgrade() {
-                    o.write_checkpoint();
-                    drop(o);
+                // The first write a moment after start (root-dir is made by then).
+                loop {
                     std::thread::sleep(checkpoint::WRITE_EVERY);
+                    let Some(o) = weak.upgrade() else { break };
+                    o.write_checkpoint();
                 }
             })
             .map(|_| ())

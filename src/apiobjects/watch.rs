@@ -226,7 +226,7 @@ impl Manager {
     /// What the checkpoint holds of this kind, sorted by namespace and name: every referenced
     /// object as known (see [`Item::checkpointed`]) and, until the API server has answered
     /// since start, the restored objects no pod refers to yet.
-    pub fn checkpointed(&self) -> Vec<Arc<Value>> {
+    pub fn checkpointed(&self) -> Vec<Value> {
         let items = self.items.lock().unwrap_or_else(|p| p.into_inner());
         let mut out: BTreeMap<&(String, String), Arc<Value>> = items
             .iter()
@@ -240,7 +240,9 @@ impl Manager {
                 }
             }
         }
-        out.into_values().collect()
+        out.into_iter()
+            .map(|((ns, name), v)| super::checkpoint::trim(&v, ns, name))
+            .collect()
     }
 
     /// Without reflector threads (unit tests set the state with [`Manager::inject`]).

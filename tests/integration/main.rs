@@ -19,6 +19,8 @@ mod api;
 mod api_events;
 /// API pods' ServiceAccount tokens, ConfigMaps and Secrets from the API server double.
 mod api_objects;
+/// API pods through a reboot without the API server: the offline object checkpoint.
+mod api_reboot;
 /// API-server mode against the API server test double.
 mod apiserver;
 /// A real cluster node: TLS bootstrap, rotation, kubectl through the node proxy (issue 19).
