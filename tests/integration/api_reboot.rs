@@ -286,7 +286,7 @@ fn api_pods_start_again_after_a_reboot_without_the_api_server() {
     .unwrap_or_else(|| panic!("the checkpoint did not follow the API server"));
     assert_eq!(
         pod_containers(&rt),
-        [id.clone()],
+        vec![id.clone()],
         "a container was recreated"
     );
     assert_eq!(agent_container(&rt).as_deref(), Some(id.as_str()));
