@@ -54,7 +54,8 @@ struct Cached {
     expiration_seconds: u64,
     pod_uid: String,
     /// From the offline checkpoint: used (even expired: it is what the kubelet's token file
-    /// would still hold after a reboot) only while a fresh one cannot be requested.
+    /// would still hold after a reboot) while a fresh one cannot be requested; replaced by a
+    /// fresh one once the API server has answered since start.
     restored: bool,
 }
 
@@ -232,7 +233,13 @@ impl TokenManager {
             let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             cache.get(&k).cloned()
         };
-        if let Some(c) = cached.as_ref().filter(|c| !c.restored) {
+        // A restored token is used as a cached one until the API server has answered since
+        // start; then a fresh one is requested (a request to an unreachable server may take
+        // the client's whole timeout: offline starts must not wait for it on every sync).
+        if let Some(c) = cached
+            .as_ref()
+            .filter(|c| !c.restored || !self.journal.live())
+        {
             if !requires_refresh(now, c.expiration, c.expiration_seconds, jitter_for(&k)) {
                 return Ok(c.token.clone());
             }
@@ -408,6 +415,25 @@ mod tests {
         };
         m.restore(vec![saved.clone()]);
         assert_eq!(m.token(&spec).unwrap(), "old");
+        // Not expired, the API server not answered since start: used as a cached one.
+        let now = (m.now)().duration_since(SystemTime::UNIX_EPOCH).unwrap();
+        let other = TokenRequestSpec {
+            pod_uid: "u2".into(),
+            ..spec.clone()
+        };
+        m.restore(vec![SavedToken {
+            key: key(&other),
+            pod_uid: "u2".into(),
+            token: "valid".into(),
+            expiration: now.as_secs() + 3000,
+            expiration_seconds: 3600,
+        }]);
+        assert_eq!(m.token(&other).unwrap(), "valid");
+        // Once the API server answered, a fresh one is asked for (no client here: the
+        // restored one is kept, with a warning).
+        m.journal.set_live();
+        assert_eq!(m.token(&other).unwrap(), "valid");
+        m.delete_pod_tokens("u2");
         assert_eq!(m.saved(), vec![saved.clone()]);
         assert!(!format!("{saved:?}").contains("old"));
     }

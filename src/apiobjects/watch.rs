@@ -160,6 +160,14 @@ impl Item {
         }
     }
 
+    /// No list has answered yet (whatever a restored object would answer).
+    fn pending(&self) -> bool {
+        matches!(
+            &*self.known.lock().unwrap_or_else(|p| p.into_inner()),
+            Known::Pending(_)
+        )
+    }
+
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
@@ -496,7 +504,7 @@ fn reflect(kind: Kind, client: &OnceLock<Arc<ApiClient>>, ns: &str, name: &str, 
                 }
                 Err(e) => {
                     warn!(kind = kind.singular(), namespace = ns, name, error = %e, "listing");
-                    if matches!(item.get(Duration::ZERO), Known::Pending(_)) {
+                    if item.pending() {
                         item.set(Known::Pending(Some(e.to_string())));
                     }
                     pause(item, backoff);
@@ -553,6 +561,26 @@ mod tests {
         );
         assert!(t.elapsed() < Duration::from_secs(5));
         assert_eq!(format!("{item:?}"), "Item { state: \"pending\" }");
+    }
+
+    /// A restored object answers while no list has answered; the first answer replaces it.
+    #[test]
+    fn a_restored_object_answers_until_a_list_does() {
+        let stale = Arc::new(serde_json::json!({"data": {"k": "old"}}));
+        let item = Item::new(Some(stale.clone()), Arc::default());
+        assert!(item.pending());
+        assert_eq!(item.get(Duration::ZERO), Known::Present(stale.clone()));
+        item.set(Known::Pending(Some("connection refused".into())));
+        let t = Instant::now();
+        assert_eq!(
+            item.get(Duration::from_secs(10)),
+            Known::Present(stale.clone())
+        );
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(item.checkpointed(), Some(stale));
+        item.set(Known::Absent);
+        assert_eq!(item.get(Duration::ZERO), Known::Absent);
+        assert_eq!(item.checkpointed(), None);
     }
 
     #[test]
