@@ -627,7 +627,12 @@ mod tests {
             "data": {"k": "v"}}),
         ];
         checkpoint::Writer::new(settings(true)).write(&cp);
+        // with_checkpoint restores what the file holds: kept while nothing answered.
         let restored = ApiObjects::with_checkpoint(settings(true));
+        let again = restored.checkpoint_body("node1", true);
+        assert_eq!(again.config_maps, cp.config_maps);
+        assert_eq!(again.secrets.len(), 2);
+        assert_eq!(again.secrets[0]["data"], cp.secrets[0]["data"]);
         let o = ApiObjects {
             checkpoint: None,
             ..ApiObjects::without_threads()
