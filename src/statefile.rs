@@ -11,13 +11,32 @@ use std::path::{Path, PathBuf};
 
 /// Writes `body` to `path` through a temp file, fsync and rename, then fsyncs the directory.
 pub fn write_atomic(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    write_atomic_mode(path, body, 0o666)
+}
+
+/// As [`write_atomic`], the file readable and writable by its owner only (0600) from its
+/// creation: the temp file is created with that mode, so there is no moment when the content
+/// is readable by others (for state holding Secrets and tokens).
+pub fn write_atomic_private(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    write_atomic_mode(path, body, 0o600)
+}
+
+/// The temp file is created with `mode` (before the umask); an existing temp of the same name
+/// (a crash) is replaced.
+fn write_atomic_mode(path: &Path, body: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
         f.write_all(body)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
@@ -97,6 +116,19 @@ mod tests {
         write_atomic(&p, b"{\"a\":1}").unwrap();
         write_atomic(&p, b"{\"a\":2}").unwrap();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "{\"a\":2}");
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    /// A private state file is 0600 from its creation, also when it replaces a wider one.
+    #[test]
+    fn private_files_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("secret.json");
+        write_atomic(&p, b"{}").unwrap();
+        write_atomic_private(&p, b"{\"a\":1}").unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
     }
 

@@ -8,7 +8,13 @@
 //! is cleaned up). The reflector of an object lives while some pod refers to it.
 //!
 //! The API client may appear after this is built (TLS bootstrap): [`ApiObjects::attach_client`].
+//!
+//! Offline through a reboot ([`checkpoint`]): [`ApiObjects::with_checkpoint`] restores the
+//! checkpointed objects (answered while the API server does not answer) and tokens (used while
+//! no fresh one can be requested), and [`ApiObjects::spawn_checkpoint_writer`] keeps the file
+//! current.
 
+pub mod checkpoint;
 pub mod services;
 pub mod token;
 pub mod watch;
@@ -17,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::Value;
+use tracing::info;
 
 use crate::api::Pod;
 use crate::api::env::{
@@ -25,7 +32,8 @@ use crate::api::env::{
 };
 use crate::apiclient::client::ApiClient;
 
-use watch::{FIRST_LIST_WAIT, Kind, Manager};
+use checkpoint::{CheckpointSettings, ObjectCheckpoint};
+use watch::{FIRST_LIST_WAIT, Journal, Kind, Manager};
 
 /// Why an API object or token is not available (texts as the kubelet's).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -85,9 +93,16 @@ pub struct ApiObjects {
     pods: Mutex<BTreeMap<String, Refs>>,
     /// How long a lookup waits for an object's first list.
     first_list_wait: std::time::Duration,
-    /// The service lister (service-link variables).
+    /// The service lister (service-link variables); its Services are checkpointed too.
     services: Arc<services::Services>,
+    /// What the offline checkpoint follows.
+    journal: Arc<Journal>,
+    /// The checkpoint writer and the (journal, services) counts it last wrote for.
+    checkpoint: Option<Mutex<(checkpoint::Writer, Option<ChangeCounts>)>>,
 }
+
+/// The journal's and the Services' change counts.
+type ChangeCounts = (u64, u64);
 
 /// What one pod refers to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -192,15 +207,42 @@ fn object_data(kind: Kind, ns: &str, name: &str, o: &Value) -> Result<ObjectData
 impl ApiObjects {
     pub fn new() -> ApiObjects {
         let client = Arc::new(OnceLock::new());
+        let journal = Arc::new(Journal::default());
         ApiObjects {
-            config_maps: Manager::new(Kind::ConfigMap, client.clone()),
-            secrets: Manager::new(Kind::Secret, client.clone()),
-            tokens: token::TokenManager::new(client.clone()),
+            config_maps: Manager::new(Kind::ConfigMap, client.clone(), journal.clone()),
+            secrets: Manager::new(Kind::Secret, client.clone(), journal.clone()),
+            tokens: token::TokenManager::new(client.clone(), journal.clone()),
             client,
             pods: Mutex::new(BTreeMap::new()),
             first_list_wait: FIRST_LIST_WAIT,
+            journal,
+            checkpoint: None,
             services: Arc::default(),
         }
+    }
+
+    /// With the offline checkpoint at `settings.path`: what it holds is restored (Secrets and
+    /// tokens only when `settings.secrets`), and [`ApiObjects::write_checkpoint`] keeps it.
+    pub fn with_checkpoint(settings: CheckpointSettings) -> ApiObjects {
+        let mut o = ApiObjects::new();
+        if let Some(cp) = checkpoint::load(&settings) {
+            info!(path = %settings.path.display(), config_maps = cp.config_maps.len(),
+                secrets = if settings.secrets { cp.secrets.len() } else { 0 },
+                tokens = if settings.secrets { cp.tokens.len() } else { 0 },
+                services = cp.services.len(), "API objects restored from the checkpoint");
+            o.restore(cp, settings.secrets);
+        }
+        o.checkpoint = Some(Mutex::new((checkpoint::Writer::new(settings), None)));
+        o
+    }
+
+    fn restore(&self, cp: ObjectCheckpoint, secrets: bool) {
+        self.config_maps.seed(cp.config_maps);
+        if secrets {
+            self.secrets.seed(cp.secrets);
+            self.tokens.restore(cp.tokens);
+        }
+        self.services.restore(cp.services);
     }
 
     /// The service lister; its reflector starts with [`services::Services::start`].
@@ -208,13 +250,68 @@ impl ApiObjects {
         &self.services
     }
 
+    /// The checkpoint as things stand: referenced ConfigMaps and Secrets (see
+    /// [`Manager::checkpointed`]), the tokens of registered pods (all restored ones until the
+    /// API server has answered), Secrets and tokens only with `secrets`.
+    pub fn checkpoint_body(&self, node: &str, secrets: bool) -> ObjectCheckpoint {
+        let mut cp = ObjectCheckpoint::new(node);
+        cp.config_maps = self.config_maps.checkpointed();
+        if secrets {
+            cp.secrets = self.secrets.checkpointed();
+            let live = self.journal.live();
+            let pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+            cp.tokens = self
+                .tokens
+                .saved()
+                .into_iter()
+                .filter(|t| !live || pods.contains_key(&t.pod_uid))
+                .collect();
+        }
+        cp.services = self.services.snapshot();
+        cp
+    }
+
+    /// Writes the checkpoint if anything changed since the last write (the bytes are compared
+    /// too). Without a checkpoint: nothing.
+    pub fn write_checkpoint(&self) {
+        let Some(cp) = &self.checkpoint else { return };
+        let mut g = cp.lock().unwrap_or_else(|p| p.into_inner());
+        let (writer, seen) = &mut *g;
+        let now = (self.journal.changes(), self.services.changes());
+        if *seen == Some(now) {
+            return;
+        }
+        let body = self.checkpoint_body(&writer.settings.node, writer.settings.secrets);
+        if writer.write(&body) {
+            *seen = Some(now);
+        }
+    }
+
+    /// The checkpoint writer: every [`checkpoint::WRITE_EVERY`], while `self` lives.
+    pub fn spawn_checkpoint_writer(self: &Arc<Self>) -> std::io::Result<()> {
+        let weak = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("api-objects-checkpoint".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                // The first write a moment after start (root-dir is made by then).
+                loop {
+                    std::thread::sleep(checkpoint::WRITE_EVERY);
+                    let Some(o) = weak.upgrade() else { break };
+                    o.write_checkpoint();
+                }
+            })
+            .map(|_| ())
+    }
+
     #[cfg(test)]
     fn without_threads() -> ApiObjects {
+        let o = ApiObjects::new();
         ApiObjects {
-            config_maps: Manager::without_threads(Kind::ConfigMap),
-            secrets: Manager::without_threads(Kind::Secret),
+            config_maps: Manager::without_threads(Kind::ConfigMap, o.journal.clone()),
+            secrets: Manager::without_threads(Kind::Secret, o.journal.clone()),
             first_list_wait: std::time::Duration::ZERO,
-            ..ApiObjects::new()
+            ..o
         }
     }
 
@@ -454,5 +551,85 @@ mod tests {
         assert!(crate::api::env::optional_skips(&missing));
         let unreadable = o.config_map("kube-system", "cm2").unwrap_err();
         assert!(!crate::api::env::optional_skips(&unreadable));
+    }
+
+    /// A Secret with `k` = base64 `b64`.
+    fn secret(name: &str, b64: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": "kube-system",
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "x"}},
+            "data": {"k": b64}})
+    }
+
+    /// Offline after a restart, the checkpointed objects answer lookups while no list has
+    /// answered; the API server's answer replaces them (a deleted object is NotFound, as the
+    /// kubelet would see it); objects no pod refers to leave the checkpoint once the API server
+    /// has answered; with the opt-out, Secrets and tokens are neither restored nor written.
+    #[test]
+    fn checkpointed_objects_answer_until_the_api_server_does() {
+        let d = tempfile::tempdir().unwrap();
+        let settings = |secrets| CheckpointSettings {
+            path: d.path().join(checkpoint::OBJECTS_FILE),
+            node: "node1".into(),
+            secrets,
+        };
+        let mut cp = ObjectCheckpoint::new("node1");
+        cp.secrets = vec![secret("s1", "b2xk"), secret("unused", "eA==")];
+        cp.config_maps = vec![
+            json!({"metadata": {"name": "cm1", "namespace": "kube-system"},
+            "data": {"k": "v"}}),
+        ];
+        checkpoint::Writer::new(settings(true)).write(&cp);
+        // with_checkpoint restores what the file holds: kept while nothing answered.
+        let restored = ApiObjects::with_checkpoint(settings(true));
+        let again = restored.checkpoint_body("node1", true);
+        assert_eq!(again.config_maps, cp.config_maps);
+        assert_eq!(again.secrets.len(), 2);
+        assert_eq!(again.secrets[0]["data"], cp.secrets[0]["data"]);
+        let o = ApiObjects {
+            checkpoint: None,
+            ..ApiObjects::without_threads()
+        };
+        o.restore(checkpoint::load(&settings(true)).unwrap(), true);
+        o.register_pod(&daemonset_pod("a"));
+        o.secrets
+            .inject("kube-system", "s1", Known::Pending(Some("refused".into())));
+        assert_eq!(o.key(true, "kube-system", "s1", "k").unwrap(), b"old");
+        assert_eq!(o.key(false, "kube-system", "cm1", "k").unwrap(), b"v");
+        // Not yet live: the unreferenced object stays; annotations are not kept.
+        let body = o.checkpoint_body("node1", true);
+        let names: Vec<&str> = body
+            .secrets
+            .iter()
+            .filter_map(|s| s["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, ["s1", "unused"]);
+        assert!(body.secrets[0]["metadata"]["annotations"].is_null());
+        // The API server answers: its data wins, a deleted object is NotFound.
+        o.journal.set_live();
+        o.secrets.inject(
+            "kube-system",
+            "s1",
+            Known::Present(Arc::new(secret("s1", "bmV3"))),
+        );
+        assert_eq!(o.key(true, "kube-system", "s1", "k").unwrap(), b"new");
+        o.config_maps.inject("kube-system", "cm1", Known::Absent);
+        let e = o.config_map("kube-system", "cm1").unwrap_err();
+        assert_eq!(e.to_string(), "configmap \"cm1\" not found");
+        let body = o.checkpoint_body("node1", true);
+        let names: Vec<&str> = body
+            .secrets
+            .iter()
+            .filter_map(|s| s["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, ["s1"]);
+        assert!(body.config_maps.is_empty());
+        assert!(o.checkpoint_body("node1", false).secrets.is_empty());
+        // The opt-out: nothing of the Secrets restored, and the next write drops them.
+        drop(restored);
+        let off = ApiObjects::with_checkpoint(settings(false));
+        off.write_checkpoint();
+        let on_disk = checkpoint::load(&settings(false)).unwrap();
+        assert!(on_disk.secrets.is_empty() && on_disk.tokens.is_empty());
+        assert_eq!(on_disk.config_maps.len(), 1);
     }
 }

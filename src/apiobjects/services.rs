@@ -49,6 +49,8 @@ struct Store {
 pub struct Services {
     store: Mutex<Store>,
     started: AtomicBool,
+    /// Bumped on every change of the store (the offline checkpoint writes on change).
+    changes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Services {
@@ -106,11 +108,23 @@ impl Services {
                 items: BTreeMap::new(),
             }),
             started: AtomicBool::new(false),
+            changes: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// A count that moves whenever the Services change.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The store, for a change: the change count moves.
+    fn lock_mut(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        self.lock()
     }
 
     /// The Services as last listed (or restored), trimmed ([`trim`]), in namespace/name order:
@@ -121,10 +135,8 @@ impl Services {
 
     /// Seeds the store from an offline checkpoint, unless the API server already answered (live
     /// data wins); a restored store counts as synced.
-    // Called by the offline checkpoint of API objects (issue 20 item 6) once it is connected.
-    #[allow(dead_code)]
     pub fn restore(&self, services: Vec<Value>) {
-        let mut s = self.lock();
+        let mut s = self.lock_mut();
         if s.origin == Origin::Live {
             return;
         }
@@ -162,7 +174,7 @@ impl Services {
             .flatten()
             .filter_map(|o| key(o).map(|k| (k, trim(o))))
             .collect();
-        let mut s = self.lock();
+        let mut s = self.lock_mut();
         s.items = items;
         s.origin = Origin::Live;
         Ok(v["metadata"]["resourceVersion"]
@@ -174,7 +186,7 @@ impl Services {
     fn apply(&self, event: &str, obj: &Value) {
         let Some(k) = key(obj) else { return };
         debug!(event, namespace = %k.0, name = %k.1, "service changed");
-        let mut s = self.lock();
+        let mut s = self.lock_mut();
         if event == "DELETED" {
             s.items.remove(&k);
         } else {

@@ -53,12 +53,39 @@ struct Cached {
     expiration: SystemTime,
     expiration_seconds: u64,
     pod_uid: String,
+    /// From the offline checkpoint: used (even expired: it is what the kubelet's token file
+    /// would still hold after a reboot) while a fresh one cannot be requested; replaced by a
+    /// fresh one once the API server has answered since start.
+    restored: bool,
+}
+
+/// A token as the offline checkpoint keeps it (the cache key, the token, its expiry). Its
+/// Debug shows no token.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SavedToken {
+    pub key: String,
+    pub pod_uid: String,
+    pub token: String,
+    /// Unix seconds.
+    pub expiration: u64,
+    pub expiration_seconds: u64,
+}
+
+impl std::fmt::Debug for SavedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SavedToken")
+            .field("pod_uid", &self.pod_uid)
+            .field("expiration", &self.expiration)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The token manager.
 pub struct TokenManager {
     client: Arc<OnceLock<Arc<ApiClient>>>,
     cache: Mutex<BTreeMap<String, Cached>>,
+    journal: Arc<super::watch::Journal>,
     /// The clock (a seam for tests).
     now: fn() -> SystemTime,
 }
@@ -95,11 +122,48 @@ fn jitter_for(key: &str) -> Duration {
 }
 
 impl TokenManager {
-    pub fn new(client: Arc<OnceLock<Arc<ApiClient>>>) -> TokenManager {
+    pub fn new(
+        client: Arc<OnceLock<Arc<ApiClient>>>,
+        journal: Arc<super::watch::Journal>,
+    ) -> TokenManager {
         TokenManager {
             client,
             cache: Mutex::new(BTreeMap::new()),
+            journal,
             now: SystemTime::now,
+        }
+    }
+
+    /// The cached tokens, for the offline checkpoint (sorted by key).
+    pub fn saved(&self) -> Vec<SavedToken> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache
+            .iter()
+            .map(|(k, c)| SavedToken {
+                key: k.clone(),
+                pod_uid: c.pod_uid.clone(),
+                token: c.token.clone(),
+                expiration: c
+                    .expiration
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0),
+                expiration_seconds: c.expiration_seconds,
+            })
+            .collect()
+    }
+
+    /// Tokens from the offline checkpoint: used while no fresh one can be requested.
+    pub fn restore(&self, saved: Vec<SavedToken>) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        for t in saved {
+            cache.entry(t.key).or_insert(Cached {
+                token: t.token,
+                expiration: SystemTime::UNIX_EPOCH + Duration::from_secs(t.expiration),
+                expiration_seconds: t.expiration_seconds,
+                pod_uid: t.pod_uid,
+                restored: true,
+            });
         }
     }
 
@@ -151,11 +215,13 @@ impl TokenManager {
             .as_u64()
             .unwrap_or(spec.expiration_seconds);
         debug!(pod = %spec.pod_name, service_account = %spec.service_account, "token requested");
+        self.journal.set_live();
         Ok(Cached {
             token: token.to_string(),
             expiration,
             expiration_seconds,
             pod_uid: spec.pod_uid.clone(),
+            restored: false,
         })
     }
 
@@ -167,7 +233,13 @@ impl TokenManager {
             let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             cache.get(&k).cloned()
         };
-        if let Some(c) = &cached {
+        // A restored token is used as a cached one until the API server has answered since
+        // start; then a fresh one is requested (a request to an unreachable server may take
+        // the client's whole timeout: offline starts must not wait for it on every sync).
+        if let Some(c) = cached
+            .as_ref()
+            .filter(|c| !c.restored || !self.journal.live())
+        {
             if !requires_refresh(now, c.expiration, c.expiration_seconds, jitter_for(&k)) {
                 return Ok(c.token.clone());
             }
@@ -177,9 +249,14 @@ impl TokenManager {
                 let t = fresh.token.clone();
                 let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
                 cache.insert(k, fresh);
+                self.journal.bump();
                 Ok(t)
             }
             Err(e) => match cached {
+                Some(c) if c.restored => {
+                    warn!(pod = %spec.pod_name, service_account = %spec.service_account, error = %e, "couldn't request a token; using the checkpointed one");
+                    Ok(c.token)
+                }
                 Some(c) if now < c.expiration => {
                     warn!(pod = %spec.pod_name, service_account = %spec.service_account, error = %e, "couldn't update token; using the cached one");
                     Ok(c.token)
@@ -196,7 +273,11 @@ impl TokenManager {
     /// upstream `DeleteServiceAccountToken`: forget the pod's tokens.
     pub fn delete_pod_tokens(&self, pod_uid: &str) {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let before = cache.len();
         cache.retain(|_, c| c.pod_uid != pod_uid);
+        if cache.len() != before {
+            self.journal.bump();
+        }
     }
 
     /// How many tokens are cached.
@@ -286,7 +367,7 @@ mod tests {
 
     #[test]
     fn without_a_client_there_is_no_token_and_pod_tokens_are_forgotten() {
-        let m = TokenManager::new(Arc::new(OnceLock::new()));
+        let m = TokenManager::new(Arc::new(OnceLock::new()), Arc::default());
         let spec = TokenRequestSpec {
             namespace: "ns".into(),
             service_account: "default".into(),
@@ -304,10 +385,56 @@ mod tests {
                 expiration: (m.now)() + Duration::from_secs(3600),
                 expiration_seconds: 3600,
                 pod_uid: "u".into(),
+                restored: false,
             },
         );
         assert_eq!(m.token(&spec).unwrap(), "t");
         m.delete_pod_tokens("u");
         assert_eq!(m.cached(), 0);
+    }
+
+    /// Offline after a restart: the checkpointed token is used while no fresh one can be
+    /// requested, even expired (it is what the kubelet's token file would still hold).
+    #[test]
+    fn a_restored_token_is_used_while_no_fresh_one_can_be_requested() {
+        let m = TokenManager::new(Arc::new(OnceLock::new()), Arc::default());
+        let spec = TokenRequestSpec {
+            namespace: "ns".into(),
+            service_account: "default".into(),
+            audiences: vec![],
+            expiration_seconds: 3600,
+            pod_name: "p".into(),
+            pod_uid: "u".into(),
+        };
+        let saved = SavedToken {
+            key: key(&spec),
+            pod_uid: "u".into(),
+            token: "old".into(),
+            expiration: 1,
+            expiration_seconds: 3600,
+        };
+        m.restore(vec![saved.clone()]);
+        assert_eq!(m.token(&spec).unwrap(), "old");
+        // Not expired, the API server not answered since start: used as a cached one.
+        let now = (m.now)().duration_since(SystemTime::UNIX_EPOCH).unwrap();
+        let other = TokenRequestSpec {
+            pod_uid: "u2".into(),
+            ..spec.clone()
+        };
+        m.restore(vec![SavedToken {
+            key: key(&other),
+            pod_uid: "u2".into(),
+            token: "valid".into(),
+            expiration: now.as_secs() + 3000,
+            expiration_seconds: 3600,
+        }]);
+        assert_eq!(m.token(&other).unwrap(), "valid");
+        // Once the API server answered, a fresh one is asked for (no client here: the
+        // restored one is kept, with a warning).
+        m.journal.set_live();
+        assert_eq!(m.token(&other).unwrap(), "valid");
+        m.delete_pod_tokens("u2");
+        assert_eq!(m.saved(), vec![saved.clone()]);
+        assert!(!format!("{saved:?}").contains("old"));
     }
 }

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -65,11 +65,44 @@ pub enum Known {
     Present(Arc<Value>),
 }
 
+/// What the offline checkpoint follows (shared by the managers and the token manager): a
+/// counter bumped on every change it would see, and whether the API server has answered since
+/// start (until then, checkpointed objects no pod refers to yet are kept).
+#[derive(Debug, Default)]
+pub struct Journal {
+    changes: AtomicU64,
+    live: AtomicBool,
+}
+
+impl Journal {
+    pub fn bump(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    /// The API server answered (a list, a TokenRequest).
+    pub fn set_live(&self) {
+        if !self.live.swap(true, Ordering::SeqCst) {
+            self.bump();
+        }
+    }
+
+    pub fn live(&self) -> bool {
+        self.live.load(Ordering::SeqCst)
+    }
+}
+
 /// One object's reflector state, shared with its thread. Its Debug shows no data (Secrets).
 pub struct Item {
     known: Mutex<Known>,
     changed: Condvar,
     stop: AtomicBool,
+    /// The object as checkpointed before a restart: answered while no list has answered.
+    stale: Option<Arc<Value>>,
+    journal: Arc<Journal>,
 }
 
 impl std::fmt::Debug for Item {
@@ -84,11 +117,13 @@ impl std::fmt::Debug for Item {
 }
 
 impl Item {
-    fn new() -> Arc<Item> {
+    fn new(stale: Option<Arc<Value>>, journal: Arc<Journal>) -> Arc<Item> {
         Arc::new(Item {
             known: Mutex::new(Known::Pending(None)),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
+            stale,
+            journal,
         })
     }
 
@@ -96,18 +131,41 @@ impl Item {
         let mut g = self.known.lock().unwrap_or_else(|p| p.into_inner());
         *g = k;
         self.changed.notify_all();
+        self.journal.bump();
+    }
+
+    /// What the checkpoint keeps of it: the object as last listed or watched, else (no list
+    /// answered since start) the checkpointed one; nothing once the API server says it is gone.
+    pub fn checkpointed(&self) -> Option<Arc<Value>> {
+        match &*self.known.lock().unwrap_or_else(|p| p.into_inner()) {
+            Known::Present(v) => Some(v.clone()),
+            Known::Absent => None,
+            Known::Pending(_) => self.stale.clone(),
+        }
     }
 
     /// The state, waiting up to `wait` while the first list has not answered yet (once a
     /// list failed, lookups answer at once with its error: an unreachable API server must not
-    /// stall every sync).
+    /// stall every sync). While no list has answered, a checkpointed object answers (offline
+    /// after a restart); the first answer of the API server replaces it.
     pub fn get(&self, wait: Duration) -> Known {
         let g = self.known.lock().unwrap_or_else(|p| p.into_inner());
         let (g, _) = self
             .changed
             .wait_timeout_while(g, wait, |k| matches!(k, Known::Pending(None)))
             .unwrap_or_else(|p| p.into_inner());
-        g.clone()
+        match (&*g, &self.stale) {
+            (Known::Pending(_), Some(v)) => Known::Present(v.clone()),
+            (k, _) => k.clone(),
+        }
+    }
+
+    /// No list has answered yet (whatever a restored object would answer).
+    fn pending(&self) -> bool {
+        matches!(
+            &*self.known.lock().unwrap_or_else(|p| p.into_inner()),
+            Known::Pending(_)
+        )
     }
 
     fn stopped(&self) -> bool {
@@ -128,6 +186,9 @@ pub struct Manager {
     kind: Kind,
     client: Arc<OnceLock<Arc<ApiClient>>>,
     items: Mutex<BTreeMap<(String, String), Entry>>,
+    /// Objects restored from the offline checkpoint, by (namespace, name).
+    seeds: Mutex<BTreeMap<(String, String), Arc<Value>>>,
+    journal: Arc<Journal>,
     /// Test seam: no threads, the state is set by [`Manager::inject`].
     start_threads: bool,
 }
@@ -142,21 +203,62 @@ impl std::fmt::Debug for Manager {
 }
 
 impl Manager {
-    pub fn new(kind: Kind, client: Arc<OnceLock<Arc<ApiClient>>>) -> Manager {
+    pub fn new(
+        kind: Kind,
+        client: Arc<OnceLock<Arc<ApiClient>>>,
+        journal: Arc<Journal>,
+    ) -> Manager {
         Manager {
             kind,
             client,
             items: Mutex::new(BTreeMap::new()),
+            seeds: Mutex::new(BTreeMap::new()),
+            journal,
             start_threads: true,
         }
     }
 
+    /// Objects from the offline checkpoint: each answers lookups of a pod referring to it
+    /// while the API server has not answered for it.
+    pub fn seed(&self, objects: Vec<Value>) {
+        let mut seeds = self.seeds.lock().unwrap_or_else(|p| p.into_inner());
+        for o in objects {
+            let m = &o["metadata"];
+            let (Some(ns), Some(name)) = (m["namespace"].as_str(), m["name"].as_str()) else {
+                continue;
+            };
+            seeds.insert((ns.to_string(), name.to_string()), Arc::new(o.clone()));
+        }
+    }
+
+    /// What the checkpoint holds of this kind, sorted by namespace and name: every referenced
+    /// object as known (see [`Item::checkpointed`]) and, until the API server has answered
+    /// since start, the restored objects no pod refers to yet.
+    pub fn checkpointed(&self) -> Vec<Value> {
+        let items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: BTreeMap<&(String, String), Arc<Value>> = items
+            .iter()
+            .filter_map(|(k, e)| e.item.checkpointed().map(|v| (k, v)))
+            .collect();
+        let seeds = self.seeds.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.journal.live() {
+            for (k, v) in seeds.iter() {
+                if !items.contains_key(k) {
+                    out.insert(k, v.clone());
+                }
+            }
+        }
+        out.into_iter()
+            .map(|((ns, name), v)| super::checkpoint::trim(&v, ns, name))
+            .collect()
+    }
+
     /// Without reflector threads (unit tests set the state with [`Manager::inject`]).
     #[cfg(test)]
-    pub fn without_threads(kind: Kind) -> Manager {
+    pub fn without_threads(kind: Kind, journal: Arc<Journal>) -> Manager {
         Manager {
             start_threads: false,
-            ..Manager::new(kind, Arc::new(OnceLock::new()))
+            ..Manager::new(kind, Arc::new(OnceLock::new()), journal)
         }
     }
 
@@ -185,7 +287,14 @@ impl Manager {
             e.refs += 1;
             return;
         }
-        let item = Item::new();
+        let stale = self
+            .seeds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned();
+        let item = Item::new(stale, self.journal.clone());
+        self.journal.bump();
         if self.start_threads {
             let (kind, client, it) = (self.kind, self.client.clone(), item.clone());
             let (ns, name) = key.clone();
@@ -212,6 +321,7 @@ impl Manager {
         };
         if last {
             if let Some(e) = items.remove(&key) {
+                self.journal.bump();
                 e.item.stop.store(true, Ordering::SeqCst);
                 e.item.changed.notify_all();
             }
@@ -406,12 +516,13 @@ fn reflect(kind: Kind, client: &OnceLock<Arc<ApiClient>>, ns: &str, name: &str, 
             Some(r) => r,
             None => match list(c, kind, ns, name) {
                 Ok((k, r)) => {
+                    item.journal.set_live();
                     item.set(k);
                     r
                 }
                 Err(e) => {
                     warn!(kind = kind.singular(), namespace = ns, name, error = %e, "listing");
-                    if matches!(item.get(Duration::ZERO), Known::Pending(_)) {
+                    if item.pending() {
                         item.set(Known::Pending(Some(e.to_string())));
                     }
                     pause(item, backoff);
@@ -450,7 +561,7 @@ mod tests {
     /// The objectCacheItem rule: a lookup waits for the first list, but not once a list failed.
     #[test]
     fn lookups_wait_for_the_first_list_only() {
-        let item = Item::new();
+        let item = Item::new(None, Arc::default());
         let it = item.clone();
         let setter = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
@@ -468,6 +579,26 @@ mod tests {
         );
         assert!(t.elapsed() < Duration::from_secs(5));
         assert_eq!(format!("{item:?}"), "Item { state: \"pending\" }");
+    }
+
+    /// A restored object answers while no list has answered; the first answer replaces it.
+    #[test]
+    fn a_restored_object_answers_until_a_list_does() {
+        let stale = Arc::new(serde_json::json!({"data": {"k": "old"}}));
+        let item = Item::new(Some(stale.clone()), Arc::default());
+        assert!(item.pending());
+        assert_eq!(item.get(Duration::ZERO), Known::Present(stale.clone()));
+        item.set(Known::Pending(Some("connection refused".into())));
+        let t = Instant::now();
+        assert_eq!(
+            item.get(Duration::from_secs(10)),
+            Known::Present(stale.clone())
+        );
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(item.checkpointed(), Some(stale));
+        item.set(Known::Absent);
+        assert_eq!(item.get(Duration::ZERO), Known::Absent);
+        assert_eq!(item.checkpointed(), None);
     }
 
     #[test]

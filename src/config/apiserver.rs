@@ -349,7 +349,7 @@ impl ApiPodSource {
         if self.written.as_ref() == Some(&body) {
             return;
         }
-        match crate::statefile::write_atomic(&self.checkpoint_path, &body) {
+        match crate::statefile::write_atomic_private(&self.checkpoint_path, &body) {
             Ok(()) => {
                 debug!(path = %self.checkpoint_path.display(), "API pod checkpoint written");
                 self.written = Some(body);

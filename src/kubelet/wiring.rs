@@ -282,9 +282,19 @@ fn start_error(what: &'static str) -> impl FnOnce(std::io::Error) -> KubeletErro
 
 impl Wiring<'_> {
     /// API-server mode: the API pods' ConfigMaps, Secrets and tokens, served once the client
-    /// exists.
+    /// exists, restored from and kept in the offline checkpoint.
     fn attach_api_objects(&mut self) {
-        let objects = Arc::new(crate::apiobjects::ApiObjects::new());
+        use crate::apiobjects::checkpoint::{CheckpointSettings, OBJECTS_FILE};
+        let objects = Arc::new(crate::apiobjects::ApiObjects::with_checkpoint(
+            CheckpointSettings {
+                path: self.cfg.root_dir.join(OBJECTS_FILE),
+                node: self.cfg.node_name.clone(),
+                secrets: self.cfg.checkpoint_secrets,
+            },
+        ));
+        if let Err(e) = objects.spawn_checkpoint_writer() {
+            warn!(error = %e, "starting the API object checkpoint writer; API pods' objects are not checkpointed");
+        }
         let o = objects.clone();
         self.on_api_client
             .push(Box::new(move |client: &Arc<ApiClient>| {

@@ -132,6 +132,10 @@ pub struct Config {
     /// Run manifests from a world-writable or foreign-owned directory or file
     /// (`--allow-insecure-manifest-dir`, config `allowInsecureManifestDir`; development only).
     pub allow_insecure_manifest_dir: bool,
+    /// Write API pods' Secrets and ServiceAccount tokens into the offline checkpoint
+    /// (`<root-dir>/api-objects.json`, 0600) so they start again without the API server
+    /// (`--checkpoint-secrets`, config `checkpointSecrets`; nanolet only; default true).
+    pub checkpoint_secrets: bool,
     /// Admission hardening: `--allow-privileged`, `--allowed-host-paths`,
     /// `--deny-host-namespaces` (config `allowPrivileged`, `allowedHostPaths`,
     /// `denyHostNamespaces`).
@@ -334,6 +338,7 @@ impl Config {
             manifest_url_client_cert: None,
             manifest_url_client_key: None,
             allow_insecure_manifest_dir: false,
+            checkpoint_secrets: true,
             security: SecurityPolicy::default(),
             file_check_frequency: Duration::from_secs(20),
             http_check_frequency: Duration::from_secs(20),
@@ -480,6 +485,7 @@ impl fmt::Debug for Config {
                 "allow_insecure_manifest_dir",
                 &self.allow_insecure_manifest_dir,
             )
+            .field("checkpoint_secrets", &self.checkpoint_secrets)
             .field("security", &self.security)
             .field("images_dir", &self.images_dir)
             .field("image_credentials_file", &self.image_credentials_file)

@@ -664,6 +664,15 @@ pub(super) const SETTINGS: &[Setting] = &[
         })),
     },
     Setting {
+        flag: Flag::bool("checkpoint-secrets"),
+        field: Some("checkpointSecrets"),
+        value_name: "",
+        default: "true",
+        help: "Keep API pods' Secrets and ServiceAccount tokens in the offline checkpoint (<root-dir>/api-objects.json, mode 0600) so those pods start again after a reboot without the API server; false: they wait for it (config: checkpointSecrets, nanolet only)",
+        apply: |c, v| set(&mut c.checkpoint_secrets, v.bool()),
+        configz: Some(("checkpointSecrets", |c| c.checkpoint_secrets.into())),
+    },
+    Setting {
         flag: Flag::bool("allow-privileged"),
         field: Some("allowPrivileged"),
         value_name: "",

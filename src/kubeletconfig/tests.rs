@@ -528,6 +528,25 @@ fn bad_type_names_file_and_field() {
     assert!(e.to_string().contains("/nonexistent/nanolet.yaml"));
 }
 
+/// `checkpointSecrets` (nanolet only): on by default, off from the flag or the file, shown in
+/// `/configz`.
+#[test]
+fn checkpoint_secrets_from_flag_and_file() {
+    assert!(parse(&[]).unwrap().checkpoint_secrets);
+    let c = parse(&["--checkpoint-secrets=false"]).unwrap();
+    assert!(!c.checkpoint_secrets);
+    assert_eq!(c.redacted_json()["checkpointSecrets"], false);
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "config.yaml",
+        &format!("{HEAD}checkpointSecrets: false\n"),
+    );
+    assert!(!parse(&["--config", &path]).unwrap().checkpoint_secrets);
+    let c = parse(&["--config", &path, "--checkpoint-secrets"]).unwrap();
+    assert!(c.checkpoint_secrets);
+}
+
 #[test]
 fn security_options_from_flags_and_file() {
     let c = parse(&[]).unwrap();

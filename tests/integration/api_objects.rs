@@ -14,13 +14,13 @@ use support::{Containerd, wait_for};
 
 const TOKEN: &str = "t0ken-for-the-objects-test";
 const SECRET_VALUE: &str = "s3cr3t-value-never-logged";
-const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+pub(crate) const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// A DaemonSet's pod as kube-apiserver stores it after the ServiceAccount admission plugin
 /// (plugin/pkg/admission/serviceaccount `TokenVolumeSource`: defaultMode 420, token with
 /// expirationSeconds 3607, `kube-root-ca.crt`'s `ca.crt`, the namespace from the downward
 /// API) and the scheduler bound it: a ConfigMap volume, a Secret env, tolerations, hostNetwork.
-fn daemonset_pod() -> Value {
+pub(crate) fn daemonset_pod() -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "node-agent-x2kfp", "generateName": "node-agent-",
@@ -62,9 +62,9 @@ fn daemonset_pod() -> Value {
     })
 }
 
-const POD_PATH: &str = "/api/v1/namespaces/kube-system/pods/node-agent-x2kfp";
+pub(crate) const POD_PATH: &str = "/api/v1/namespaces/kube-system/pods/node-agent-x2kfp";
 
-fn agent_container(rt: &impl Runtime) -> Option<String> {
+pub(crate) fn agent_container(rt: &impl Runtime) -> Option<String> {
     rt.list_containers()
         .unwrap_or_default()
         .into_iter()
@@ -76,7 +76,7 @@ fn agent_container(rt: &impl Runtime) -> Option<String> {
 }
 
 /// `cat <path>` (or any command) in the running container.
-fn exec(rt: &impl Runtime, id: &str, cmd: &[&str]) -> String {
+pub(crate) fn exec(rt: &impl Runtime, id: &str, cmd: &[&str]) -> String {
     let cmd: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
     match rt.exec_sync(id, &cmd, Duration::from_secs(10)) {
         Ok(r) if r.exit_code == 0 => String::from_utf8_lossy(&r.stdout).into_owned(),
@@ -100,7 +100,7 @@ fn waiting(api: &FakeApiServer) -> (String, String) {
 }
 
 /// The token of the last TokenRequest bound to the pod.
-fn last_token(api: &FakeApiServer) -> String {
+pub(crate) fn last_token(api: &FakeApiServer) -> String {
     api.issued_tokens()
         .iter()
         .rev()

@@ -19,6 +19,8 @@ mod api;
 mod api_events;
 /// API pods' ServiceAccount tokens, ConfigMaps and Secrets from the API server double.
 mod api_objects;
+/// API pods through a reboot without the API server: the offline object checkpoint.
+mod api_reboot;
 /// Service environment variables and cluster DNS for API pods; Services with the real kubectl.
 mod api_services;
 /// API-server mode against the API server test double.
