@@ -39,6 +39,7 @@ fn running_node(extra: &[&str]) -> Node {
     let kc = ctd.tmp().join("kubeconfig");
     api.write_kubeconfig(&kc, TOKEN);
     api.create_service_account("kube-system", "node-agent");
+    api.create_kubernetes_service();
     let ca = api.publish_root_ca("kube-system");
     api.create_object(
         "/api/v1/namespaces/kube-system/configmaps",
@@ -222,6 +223,21 @@ fn api_pods_start_again_after_a_reboot_without_the_api_server() {
     assert_eq!(
         exec(&rt, &id, &["sh", "-c", "echo \"$AGENT_KEY\""]).trim(),
         SECRET_VALUE
+    );
+    // The Services come from the checkpoint too (the kubelet would refuse the container
+    // until its service informer synced: "services have not yet been read at least once").
+    assert_eq!(
+        exec(
+            &rt,
+            &id,
+            &[
+                "sh",
+                "-c",
+                "echo \"$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT\""
+            ]
+        )
+        .trim(),
+        "10.96.0.1:443"
     );
     assert_eq!(
         exec(&rt, &id, &["cat", "/etc/agent/agent.conf"]),
