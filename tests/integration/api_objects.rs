@@ -137,10 +137,11 @@ fn daemonset_pod_gets_token_config_map_and_secret_from_the_api() {
     );
     api.create_pod("kube-system", daemonset_pod());
 
-    // kubelet_pods.go makeEnvironmentVariables: the secret manager's NotFound, as is.
+    // kubelet_pods.go makeEnvironmentVariables: the secret manager's NotFound, as is (on a
+    // loaded machine the first sync may still say the Secret is not listed yet).
     let w = wait_for(Duration::from_secs(60), || {
         let w = waiting(&api);
-        (w.0 == "CreateContainerConfigError").then_some(w)
+        (w.0 == "CreateContainerConfigError" && w.1.contains("not found")).then_some(w)
     })
     .unwrap_or_else(|| {
         panic!(
