@@ -15,6 +15,7 @@ use crate::api::helpers::is_sidecar;
 use crate::api::{Container, Pod};
 use crate::cri::{ContainerState, PodSandboxConfig, Runtime, RuntimeError};
 use crate::kuberuntime::actions::{Now, PodActions, backoff_key, compute_pod_actions};
+use crate::kuberuntime::cache::PodCache;
 use crate::kuberuntime::container::find_spec;
 use crate::kuberuntime::labels::ContainerType;
 use crate::kuberuntime::sandbox::SandboxError;
@@ -53,6 +54,9 @@ pub struct SyncSettings {
 
 pub struct WorkerContext {
     pub runtime: Arc<dyn Runtime>,
+    /// The pod cache the PLEG fills; workers read it before each sync and store their own
+    /// observations in it.
+    pub cache: Arc<PodCache>,
     pub prober: Arc<crate::prober::Prober>,
     pub store: Arc<StatusStore>,
     pub settings: SyncSettings,
@@ -149,6 +153,10 @@ pub struct PodWorker {
     last_state: PodRuntimeState,
     evicted: Option<Eviction>,
     readmit: bool,
+    /// When the last sync ended (pod_workers.go's `lastSyncTime`): the next sync needs cache
+    /// data newer than this, so it never acts on a state from before its own actions. None
+    /// until the first sync, which always observes the pod itself (adoption).
+    last_sync: Option<Instant>,
 }
 
 impl PodWorker {
@@ -168,6 +176,7 @@ impl PodWorker {
             last_state: PodRuntimeState::default(),
             evicted: None,
             readmit: false,
+            last_sync: None,
         }
     }
 
@@ -218,7 +227,10 @@ impl PodWorker {
             }
             if self.readmit && !terminate {
                 self.readmit = false;
-                if let Err(e) = self.readmit() {
+                let readmitted = self.readmit();
+                // Its removals happened after the last sync: cached data from before is stale.
+                self.last_sync = Some(Instant::now());
+                if let Err(e) = readmitted {
                     warn!(pod = %self.full_name, error = %e, "re-admitting evicted pod failed; retrying");
                     self.readmit = true;
                     wake = Instant::now() + Duration::from_secs(2);
@@ -232,7 +244,11 @@ impl PodWorker {
                 }));
                 return;
             }
-            let next = match self.sync() {
+            let synced = self.sync();
+            // pod_workers.go: `lastSyncTime = p.clock.Now()` once the sync returns, whatever
+            // its outcome.
+            self.last_sync = Some(Instant::now());
+            let next = match synced {
                 Ok(next) => {
                     if self.sync_warning.clear() {
                         info!(pod = %self.full_name, "sync works again");
@@ -353,7 +369,7 @@ impl PodWorker {
     pub fn sync(&mut self) -> Result<Duration, SyncError> {
         // The kubelet's pod manager registers the pod's ConfigMaps and Secrets (API pods).
         self.ctx.settings.runtime.register_pod(&self.pod);
-        let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        let state = self.current_state()?;
         if self.start_time_nanos.is_none() {
             // Adopted pods keep the start time of their sandbox; new pods start now.
             self.start_time_nanos = Some(
@@ -404,11 +420,7 @@ impl PodWorker {
             !acts.is_noop()
         };
 
-        let mut state = if acted {
-            observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?
-        } else {
-            state
-        };
+        let mut state = if acted { self.observe()? } else { state };
         if !terminal && state.running().next().is_some() {
             self.refresh_volumes();
         }
@@ -418,6 +430,35 @@ impl PodWorker {
         self.publish(&state, false);
         self.last_state = state;
         Ok(next)
+    }
+
+    /// The pod's runtime state for a sync: the cache's when it is newer than the last sync
+    /// (pod_workers.go: `podCache.GetNewerThan(pod.UID, lastSyncTime)`), without a runtime
+    /// call. Else the worker observes the pod itself and stores that in the cache. Upstream
+    /// blocks until the PLEG's next relist (1 s); nanolet's relist runs every 10 s while
+    /// containerd's events are live, so waiting would delay back-off restarts, probe kills and
+    /// deadlines by up to 10 s: the worker does not wait. The first sync always observes
+    /// (adoption of what a previous nanolet left running).
+    fn current_state(&self) -> Result<PodRuntimeState, SyncError> {
+        if let Some(since) = self.last_sync {
+            let cached = self
+                .ctx
+                .cache
+                .get_newer_than(self.uid(), since, Duration::ZERO);
+            if let Some(Ok(state)) = cached.map(|c| c.state) {
+                return Ok(state);
+            }
+        }
+        self.observe()
+    }
+
+    /// Observe the pod through the runtime and store it in the cache (timestamp taken before
+    /// the calls).
+    fn observe(&self) -> Result<PodRuntimeState, SyncError> {
+        let at = Instant::now();
+        let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        self.ctx.cache.set(self.uid(), Ok(state.clone()), at);
+        Ok(state)
     }
 
     /// A terminal pod: nothing starts any more; whatever still runs is stopped. Returns
@@ -660,6 +701,7 @@ impl PodWorker {
         self.manager().remove_legacy_links();
         self.ctx.settings.runtime.unregister_pod(self.uid());
         self.ctx.store.remove_pod(self.uid());
+        self.ctx.cache.delete(self.uid());
         info!(pod = %self.full_name, "pod terminated");
     }
 

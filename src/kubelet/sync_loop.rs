@@ -580,8 +580,10 @@ mod tests {
             let logs = tempfile::tempdir().expect("tempdir");
             let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
             let (tx, rx) = channel();
+            let cache = Arc::new(crate::kuberuntime::cache::PodCache::new());
             let ctx = Arc::new(WorkerContext {
                 runtime: rt.clone(),
+                cache: cache.clone(),
                 prober: {
                     let tx = tx.clone();
                     let p = crate::prober::Prober::start(
@@ -637,7 +639,8 @@ mod tests {
                     };
                     pleg_tx.send(msg).is_ok()
                 }),
-            );
+            )
+            .with_cache(cache);
             std::thread::spawn(move || pleg.run(pleg_rx));
             Harness {
                 rt,
