@@ -224,15 +224,26 @@ impl Pleg {
     /// Observe each changed pod once and store it in the cache with the relist's timestamp
     /// `at` (taken before the relist's calls). A pod gone from the runtime is stored empty
     /// without a call; a pod whose cache entry is newer than `at` (its worker or a task event
-    /// observed it since) is not observed again; a failed observation is stored as the error
-    /// and the pod re-inspected at the next relist.
+    /// observed it since), or shows what the lists show, is not observed again; a failed
+    /// observation is stored as the error and the pod re-inspected at the next relist.
     fn update_cache(&mut self, changed: &[String], now: &Fingerprints, at: Instant) {
         for uid in changed {
             if self.cache.observed_at(uid).is_some_and(|t| t > at) {
                 continue;
             }
-            if !now.contains_key(uid) {
+            let Some(listed) = now.get(uid) else {
                 self.cache.set(uid, Ok(PodRuntimeState::default()), at);
+                continue;
+            };
+            // Observed since the last relist (by its worker after acting, or after a task
+            // event) and the lists show the same ids in the same states: the entry is still
+            // true (states only move forward, ids are never reused); the global timestamp
+            // vouches for it.
+            let same = self
+                .cache
+                .get(uid)
+                .is_some_and(|e| e.state.as_ref().is_ok_and(|s| fingerprint(s) == *listed));
+            if same {
                 continue;
             }
             match observe_pod(self.runtime.as_ref(), uid) {
@@ -252,7 +263,7 @@ impl Pleg {
     /// (no relist), update the cache and report the pods whose state changed. An event for an
     /// id the cache does not know (a container created since), a lost stream or a failed
     /// observation falls back to a full relist. Returns false when the sync loop is gone.
-    fn refresh_pods(&mut self, events: &[RuntimeEvent]) -> bool {
+    pub fn refresh_pods(&mut self, events: &[RuntimeEvent]) -> bool {
         let mut uids = BTreeSet::new();
         for ev in events {
             let id = match ev {

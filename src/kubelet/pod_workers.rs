@@ -244,11 +244,7 @@ impl PodWorker {
                 }));
                 return;
             }
-            let synced = self.sync();
-            // pod_workers.go: `lastSyncTime = p.clock.Now()` once the sync returns, whatever
-            // its outcome.
-            self.last_sync = Some(Instant::now());
-            let next = match synced {
+            let next = match self.sync() {
                 Ok(next) => {
                     if self.sync_warning.clear() {
                         info!(pod = %self.full_name, "sync works again");
@@ -367,9 +363,24 @@ impl PodWorker {
 
     /// One sync pass. Returns how long until the next pass is due without an event.
     pub fn sync(&mut self) -> Result<Duration, SyncError> {
+        // pod_workers.go sets `lastSyncTime = p.clock.Now()` once the sync returns. A sync
+        // that returns its `seen` time (it changed nothing after the data it used was observed)
+        // needs data newer than that; one that failed half-way needs data newer than now.
+        let synced = self.sync_pod();
+        let seen = synced
+            .as_ref()
+            .map_or_else(|_| Instant::now(), |(_, seen)| *seen);
+        self.last_sync = Some(seen);
+        synced.map(|(next, _)| next)
+    }
+
+    /// The sync; returns the next wake-up and the time through which the worker has seen the
+    /// runtime with all its own changes: when the data it used (or its own observation after
+    /// acting) was observed, or now when the garbage collection removed something after that.
+    fn sync_pod(&mut self) -> Result<(Duration, Instant), SyncError> {
         // The kubelet's pod manager registers the pod's ConfigMaps and Secrets (API pods).
         self.ctx.settings.runtime.register_pod(&self.pod);
-        let state = self.current_state()?;
+        let (state, seen) = self.current_state()?;
         if self.start_time_nanos.is_none() {
             // Adopted pods keep the start time of their sandbox; new pods start now.
             self.start_time_nanos = Some(
@@ -420,16 +431,22 @@ impl PodWorker {
             !acts.is_noop()
         };
 
-        let mut state = if acted { self.observe()? } else { state };
+        let (mut state, mut seen) = if acted {
+            self.observe()?
+        } else {
+            (state, seen)
+        };
         if !terminal && state.running().next().is_some() {
             self.refresh_volumes();
         }
         let manager = self.manager();
         manager.fill_termination_messages(&mut state);
-        manager.gc(&state);
+        if manager.gc(&state) {
+            seen = Instant::now();
+        }
         self.publish(&state, false);
         self.last_state = state;
-        Ok(next)
+        Ok((next, seen))
     }
 
     /// The pod's runtime state for a sync: the cache's when it is newer than the last sync
@@ -439,26 +456,29 @@ impl PodWorker {
     /// containerd's events are live, so waiting would delay back-off restarts, probe kills and
     /// deadlines by up to 10 s: the worker does not wait. The first sync always observes
     /// (adoption of what a previous nanolet left running).
-    fn current_state(&self) -> Result<PodRuntimeState, SyncError> {
+    /// Returns the state and the time it was observed at.
+    fn current_state(&self) -> Result<(PodRuntimeState, Instant), SyncError> {
         if let Some(since) = self.last_sync {
             let cached = self
                 .ctx
                 .cache
                 .get_newer_than(self.uid(), since, Duration::ZERO);
-            if let Some(Ok(state)) = cached.map(|c| c.state) {
-                return Ok(state);
+            if let Some(c) = cached {
+                if let Ok(state) = c.state {
+                    return Ok((state, c.observed));
+                }
             }
         }
         self.observe()
     }
 
-    /// Observe the pod through the runtime and store it in the cache (timestamp taken before
-    /// the calls).
-    fn observe(&self) -> Result<PodRuntimeState, SyncError> {
+    /// Observe the pod through the runtime and store it in the cache. Returns the state and
+    /// the time taken before the calls.
+    fn observe(&self) -> Result<(PodRuntimeState, Instant), SyncError> {
         let at = Instant::now();
         let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
         self.ctx.cache.set(self.uid(), Ok(state.clone()), at);
-        Ok(state)
+        Ok((state, at))
     }
 
     /// A terminal pod: nothing starts any more; whatever still runs is stopped. Returns

@@ -581,50 +581,7 @@ mod tests {
             let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
             let (tx, rx) = channel();
             let cache = Arc::new(crate::kuberuntime::cache::PodCache::new());
-            let ctx = Arc::new(WorkerContext {
-                runtime: rt.clone(),
-                cache: cache.clone(),
-                prober: {
-                    let tx = tx.clone();
-                    let p = crate::prober::Prober::start(
-                        rt.clone(),
-                        Some(Box::new(move |uid| {
-                            let _ = tx.send(LoopMsg::PodsChanged(vec![uid]));
-                        })),
-                    );
-                    p.set_event_store(store.clone());
-                    p
-                },
-                store: store.clone(),
-                settings: SyncSettings {
-                    node_name: "node1".into(),
-                    runtime: crate::kuberuntime::RuntimeSettings {
-                        host_ips: vec!["192.0.2.10".into()],
-                        pod_logs_dir: logs.path().join("pods"),
-                        root_dir: logs.path().join("root"),
-                        store: None,
-                        api_objects: None,
-                        registry_config: None,
-                        container_logs_dir: logs.path().join("containers"),
-                        cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
-                        host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
-                            None,
-                            std::path::PathBuf::new(),
-                        )),
-                    },
-                    resync: Duration::from_secs(60),
-                    max_pods,
-                    allocatable_cpu_millis: 4000,
-                    allocatable_memory_bytes: 8 << 30,
-                    eviction_transition: Duration::from_secs(300),
-                    security: crate::kubelet::policy::SecurityPolicy::default(),
-                    host_security: Default::default(),
-                    node_labels: crate::kubelet::admission::node_labels(
-                        "node1",
-                        &[("site".into(), "test".into())],
-                    ),
-                },
-            });
+            let ctx = context(&rt, &cache, &store, logs.path(), max_pods, Some(tx.clone()));
             let sl = SyncLoop::new(ctx, tx.clone());
             let join = std::thread::spawn(move || sl.run(rx));
             let (pleg_stop, pleg_rx) = channel();
@@ -696,6 +653,62 @@ mod tests {
                 let _ = j.join();
             }
         }
+    }
+
+    /// What the harness's workers share; `tx` gets the prober's updates (None: dropped).
+    fn context(
+        rt: &Arc<FakeRuntime>,
+        cache: &Arc<crate::kuberuntime::cache::PodCache>,
+        store: &Arc<StatusStore>,
+        logs: &std::path::Path,
+        max_pods: u32,
+        tx: Option<Sender<LoopMsg>>,
+    ) -> Arc<WorkerContext> {
+        Arc::new(WorkerContext {
+            runtime: rt.clone(),
+            cache: cache.clone(),
+            prober: {
+                let p = crate::prober::Prober::start(
+                    rt.clone(),
+                    tx.map(|tx| -> crate::prober::ResultUpdates {
+                        Box::new(move |uid| {
+                            let _ = tx.send(LoopMsg::PodsChanged(vec![uid]));
+                        })
+                    }),
+                );
+                p.set_event_store(store.clone());
+                p
+            },
+            store: store.clone(),
+            settings: SyncSettings {
+                node_name: "node1".into(),
+                runtime: crate::kuberuntime::RuntimeSettings {
+                    host_ips: vec!["192.0.2.10".into()],
+                    pod_logs_dir: logs.join("pods"),
+                    root_dir: logs.join("root"),
+                    store: None,
+                    api_objects: None,
+                    registry_config: None,
+                    container_logs_dir: logs.join("containers"),
+                    cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
+                    host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
+                        None,
+                        std::path::PathBuf::new(),
+                    )),
+                },
+                resync: Duration::from_secs(60),
+                max_pods,
+                allocatable_cpu_millis: 4000,
+                allocatable_memory_bytes: 8 << 30,
+                eviction_transition: Duration::from_secs(300),
+                security: crate::kubelet::policy::SecurityPolicy::default(),
+                host_security: Default::default(),
+                node_labels: crate::kubelet::admission::node_labels(
+                    "node1",
+                    &[("site".into(), "test".into())],
+                ),
+            },
+        })
     }
 
     fn fake() -> Arc<FakeRuntime> {

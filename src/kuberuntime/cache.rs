@@ -85,6 +85,11 @@ impl PodCache {
         self.lock().pods.get(uid).map(|e| e.observed)
     }
 
+    /// The entry of `uid` as it is, however old.
+    pub fn get(&self, uid: &str) -> Option<CachedPod> {
+        self.lock().pods.get(uid).cloned()
+    }
+
     /// The pod whose cached state holds the sandbox or container `id`.
     pub fn owner(&self, id: &str) -> Option<String> {
         let g = self.lock();
@@ -123,16 +128,19 @@ impl PodCache {
     }
 }
 
+/// The entry of `uid` if it, or the global timestamp vouching for it, is newer than `min`;
+/// `observed` is then the newer of the two.
 fn newer(g: &Inner, uid: &str, min: Instant) -> Option<CachedPod> {
     let entry = g.pods.get(uid);
     if let Some(e) = entry.filter(|e| e.observed > min) {
         return Some(e.clone());
     }
     let global = g.global.filter(|t| *t > min)?;
-    Some(entry.cloned().unwrap_or(CachedPod {
-        state: Ok(PodRuntimeState::default()),
+    let state = entry.map_or(Ok(PodRuntimeState::default()), |e| e.state.clone());
+    Some(CachedPod {
+        state,
         observed: global,
-    }))
+    })
 }
 
 #[cfg(test)]
