@@ -222,8 +222,8 @@ impl Pleg {
     }
 
     /// Observe each changed pod once and store it in the cache with the relist's timestamp
-    /// `at` (taken before the relist's calls). A pod gone from the runtime is stored empty
-    /// without a call; a pod whose cache entry is newer than `at` (its worker or a task event
+    /// `at` (taken before the relist's calls). A pod gone from the runtime loses its entry
+    /// (reads as empty) without a call; a pod whose cache entry is newer than `at` (its worker or a task event
     /// observed it since), or shows what the lists show, is not observed again; a failed
     /// observation is stored as the error and the pod re-inspected at the next relist.
     fn update_cache(&mut self, changed: &[String], now: &Fingerprints, at: Instant) {
@@ -232,7 +232,7 @@ impl Pleg {
                 continue;
             }
             let Some(listed) = now.get(uid) else {
-                self.cache.set(uid, Ok(PodRuntimeState::default()), at);
+                self.cache.forget(uid, at);
                 continue;
             };
             // Observed since the last relist (by its worker after acting, or after a task
@@ -293,7 +293,11 @@ impl Pleg {
                 self.states.insert(c.id.clone(), format!("{:?}", c.state));
             }
             let fp = fingerprint(&state);
-            self.cache.set(&uid, Ok(state), at);
+            if state.is_empty() {
+                self.cache.forget(&uid, at);
+            } else {
+                self.cache.set(&uid, Ok(state), at);
+            }
             if self.last.get(&uid) != Some(&fp) {
                 if fp.is_empty() {
                     self.last.remove(&uid);

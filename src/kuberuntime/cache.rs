@@ -80,6 +80,16 @@ impl PodCache {
         self.lock().pods.remove(uid);
     }
 
+    /// An observation started at `at` found nothing of `uid` in the runtime: drop its entry
+    /// unless a newer observation replaced it (without an entry the pod reads as empty once
+    /// the global timestamp passes `at`; no entry is kept per pod that ever existed).
+    pub fn forget(&self, uid: &str, at: Instant) {
+        let mut g = self.lock();
+        if g.pods.get(uid).is_some_and(|e| e.observed <= at) {
+            g.pods.remove(uid);
+        }
+    }
+
     /// When the entry of `uid` was observed, if there is one.
     pub fn observed_at(&self, uid: &str) -> Option<Instant> {
         self.lock().pods.get(uid).map(|e| e.observed)
@@ -192,8 +202,8 @@ mod tests {
         assert_eq!(c.owner("sb1"), None);
     }
 
-    /// An older observation finishing late never replaces a newer one (two writers: the PLEG
-    /// and the pod's worker), and the global timestamp never moves back.
+    /// An older observation finishing late never replaces (nor drops) a newer one (two
+    /// writers: the PLEG and the pod's worker), and the global timestamp never moves back.
     #[test]
     fn an_older_observation_never_replaces_a_newer_one() {
         let c = PodCache::new();
@@ -205,6 +215,11 @@ mod tests {
         c.update_time(t1);
         c.update_time(t0);
         assert!(c.get_newer_than("b", t0, Duration::ZERO).is_some());
+        // A relist that started before the entry found nothing: the entry stays.
+        c.forget("a", t0);
+        assert_eq!(c.observed_at("a"), Some(t1));
+        c.forget("a", t1);
+        assert_eq!(c.observed_at("a"), None);
     }
 
     /// cache.go's subscribers: a reader blocked in `GetNewerThan` is woken when newer data
