@@ -111,11 +111,6 @@ impl Pleg {
         self
     }
 
-    /// The pod cache this PLEG fills.
-    pub fn cache(&self) -> &Arc<PodCache> {
-        &self.cache
-    }
-
     /// One relist: compare with the previous one and report changed pods. Returns false when
     /// the sync loop is gone.
     pub fn relist(&mut self) -> bool {
@@ -223,9 +218,10 @@ impl Pleg {
 
     /// Observe each changed pod once and store it in the cache with the relist's timestamp
     /// `at` (taken before the relist's calls). A pod gone from the runtime loses its entry
-    /// (reads as empty) without a call; a pod whose cache entry is newer than `at` (its worker or a task event
-    /// observed it since), or shows what the lists show, is not observed again; a failed
-    /// observation is stored as the error and the pod re-inspected at the next relist.
+    /// (reads as empty) without a call; a pod whose cache entry is newer than `at` (its worker
+    /// or a task event observed it since), or shows what the lists show, is not observed
+    /// again; a failed observation is stored as the error and the pod re-inspected at the
+    /// next relist.
     fn update_cache(&mut self, changed: &[String], now: &Fingerprints, at: Instant) {
         for uid in changed {
             if self.cache.observed_at(uid).is_some_and(|t| t > at) {
@@ -276,13 +272,15 @@ impl Pleg {
             };
         }
         let mut changed = vec![];
+        let mut failed = false;
         for uid in uids {
             let at = Instant::now();
             let state = match observe_pod(self.runtime.as_ref(), &uid) {
                 Ok(state) => state,
                 Err(e) => {
                     debug!(uid = %uid, error = %e, "PLEG: observing pod after a task event failed; relisting");
-                    return self.relist();
+                    failed = true;
+                    break;
                 }
             };
             for sb in &state.sandboxes {
@@ -311,11 +309,14 @@ impl Pleg {
             changed = changed.len(),
             "PLEG: pods observed after task events"
         );
-        if changed.is_empty() {
-            return true;
+        if !changed.is_empty() {
+            self.changes += 1;
+            // Reported before any relist below: their fingerprints are already the last ones.
+            if !(self.out)(PlegEvent::PodsChanged(changed)) {
+                return false;
+            }
         }
-        self.changes += 1;
-        (self.out)(PlegEvent::PodsChanged(changed))
+        !failed || self.relist()
     }
 
     /// Whether the last relist shows what `ev` announced: an exited task no longer

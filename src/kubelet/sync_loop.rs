@@ -1767,4 +1767,51 @@ mod tests {
         assert!(rows[0].2 >= 12 + 400, "{rows:?}");
         assert!(rows[1].1 < rows[0].1, "{rows:?}");
     }
+
+    /// generic.go relist: a pod whose cache update failed is inspected again at the next relist
+    /// (`podsToReinspect`) although the lists did not change again; meanwhile its entry holds
+    /// the error (a worker then observes the pod itself).
+    #[test]
+    fn a_pod_whose_observation_failed_is_reinspected_at_the_next_relist() {
+        let rt = fake();
+        let mut s = Steps::new(&rt, idle_pods(1), true);
+        s.start();
+        let _ = s.events.try_iter().count();
+        let id = rt.running("a").pop().expect("running container");
+        rt.exit_container_quietly(&id, 1);
+        rt.inject_error("container_status", crate::cri::ErrorKind::Unavailable);
+        let failed = s.relist();
+        assert!(
+            failed.iter().any(|c| c.starts_with("container_status")),
+            "{failed:?}"
+        );
+        let again = s.relist();
+        assert!(
+            again.iter().any(|c| c.starts_with("container_status")),
+            "re-inspected: {again:?}"
+        );
+        let reported: Vec<PlegEvent> = s.events.try_iter().collect();
+        assert_eq!(
+            reported,
+            vec![
+                PlegEvent::PodsChanged(vec!["u0".into()]),
+                PlegEvent::PodsChanged(vec!["u0".into()])
+            ]
+        );
+        assert_eq!(s.relist().len(), 2, "then an idle relist again");
+    }
+
+    /// A task event for an id the cache does not know (a container created since the pod was
+    /// last observed) cannot be mapped to a pod: the PLEG relists, as before the cache.
+    #[test]
+    fn a_task_event_for_an_unknown_id_relists() {
+        let rt = fake();
+        let mut s = Steps::new(&rt, idle_pods(1), true);
+        s.start();
+        rt.clear_calls();
+        assert!(s.pleg.refresh_pods(&[crate::cri::RuntimeEvent::TaskStart {
+            id: "not-in-the-cache".into()
+        }]));
+        assert_eq!(rt.calls(), vec!["list_pod_sandboxes ", "list_containers "]);
+    }
 }
