@@ -1,8 +1,10 @@
 //! One pod worker: a thread per pod UID that syncs the pod whenever something changes
 //! (spec update, PLEG event, backoff expiry, periodic resync), and terminates it when its
 //! manifest goes away. Mirrors the kubelet's podWorkers: sync -> terminating -> terminated.
-//! A sync observes the pod, decides with `kuberuntime::actions::compute_pod_actions`, carries
-//! the actions out through the pod's `kuberuntime::RuntimeManager`, and publishes its status.
+//! A sync takes the pod's state from the pod cache (`kuberuntime::cache`, filled by the PLEG)
+//! when it is newer than the worker's last sync, else observes the pod itself; decides with
+//! `kuberuntime::actions::compute_pod_actions`, carries the actions out through the pod's
+//! `kuberuntime::RuntimeManager`, observes once more if it acted, and publishes its status.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -153,9 +155,9 @@ pub struct PodWorker {
     last_state: PodRuntimeState,
     evicted: Option<Eviction>,
     readmit: bool,
-    /// When the last sync ended (pod_workers.go's `lastSyncTime`): the next sync needs cache
-    /// data newer than this, so it never acts on a state from before its own actions. None
-    /// until the first sync, which always observes the pod itself (adoption).
+    /// pod_workers.go's `lastSyncTime`: the next sync needs cache data newer than this, so it
+    /// never acts on a state from before its own changes (see [`PodWorker::sync`]). None until
+    /// the first sync, which always observes the pod itself (adoption).
     last_sync: Option<Instant>,
 }
 
@@ -455,8 +457,8 @@ impl PodWorker {
     /// blocks until the PLEG's next relist (1 s); nanolet's relist runs every 10 s while
     /// containerd's events are live, so waiting would delay back-off restarts, probe kills and
     /// deadlines by up to 10 s: the worker does not wait. The first sync always observes
-    /// (adoption of what a previous nanolet left running).
-    /// Returns the state and the time it was observed at.
+    /// (adoption of what a previous nanolet left running). Returns the state and the time it
+    /// was observed at.
     fn current_state(&self) -> Result<(PodRuntimeState, Instant), SyncError> {
         if let Some(since) = self.last_sync {
             let cached = self
