@@ -194,6 +194,14 @@ impl Pleg {
                 changed.push(uid);
             }
         }
+        // The runtime pods go out before the observations below, which take a while when many
+        // pods changed: a pod removed meanwhile must not come back as an orphan to terminate.
+        if self.first || refs != self.last_refs {
+            if !(self.out)(PlegEvent::RuntimePods(refs.clone())) {
+                return false;
+            }
+            self.first = false;
+        }
         self.update_cache(&changed, &now, started);
         self.cache.update_time(started);
         self.store.mark_relist();
@@ -204,12 +212,6 @@ impl Pleg {
         }
         if !changed.is_empty() && !(self.out)(PlegEvent::PodsChanged(changed)) {
             return false;
-        }
-        if self.first || refs != self.last_refs {
-            if !(self.out)(PlegEvent::RuntimePods(refs.clone())) {
-                return false;
-            }
-            self.first = false;
         }
         self.last = now;
         self.last_refs = refs;
