@@ -1,11 +1,14 @@
 //! PLEG, the pod lifecycle event generator: relists the runtime (ListPodSandbox +
-//! ListContainers) at once when containerd reports a task exit or start, and periodically as
-//! the safety net (every second while the event stream is down, every
-//! [`EVENTED_RELIST_PERIOD`] while it is live), and tells the sync loop which pods changed.
-//! containerd's events are only a wake-up: state always comes from the relist, so a lost
-//! event costs at most one relist period.
+//! ListContainers) periodically (every second while containerd's event stream is down, every
+//! [`EVENTED_RELIST_PERIOD`] while it is live), observes each pod that changed once and stores
+//! it in the pod cache ([`PodCache`], the kubelet's generic.go `updateCache` with the timestamp
+//! taken before the runtime calls), bumps the cache's global timestamp, and tells the sync loop
+//! which pods changed. A containerd task exit or start of a container or sandbox the cache
+//! knows updates that one pod's entry (one targeted observation, no relist: the kubelet's
+//! evented PLEG); an unknown id relists at once. A pod whose observation failed is re-inspected
+//! at the next relist. A lost event costs at most one relist period.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
@@ -16,6 +19,8 @@ use crate::cri::{
     ANN_POD_TERMINATION_GRACE, LABEL_MANAGED_BY, LABEL_POD_NAME, LABEL_POD_NAMESPACE,
     LABEL_POD_UID, Runtime, RuntimeEvent,
 };
+use crate::kuberuntime::cache::PodCache;
+use crate::kuberuntime::state::{PodRuntimeState, observe_pod};
 use crate::status::StatusStore;
 
 /// The kubelet's generic PLEG relist period.
@@ -73,6 +78,13 @@ pub struct Pleg {
     states: HashMap<String, String>,
     /// The relist-failure warning, once per back-off step while the runtime stays down.
     relist_warning: crate::util::backoff::RepeatLimiter,
+    /// The pod cache this PLEG fills (shared with the pod workers).
+    cache: Arc<PodCache>,
+    /// Pods whose observation failed: inspected again at the next relist (generic.go's
+    /// `podsToReinspect`).
+    reinspect: BTreeSet<String>,
+    /// When the last relist started (the periodic relist is due a period later).
+    last_relist: Option<Instant>,
 }
 
 impl Pleg {
@@ -87,13 +99,23 @@ impl Pleg {
             changes: 0,
             states: HashMap::new(),
             relist_warning: Default::default(),
+            cache: Arc::new(PodCache::new()),
+            reinspect: BTreeSet::new(),
+            last_relist: None,
         }
+    }
+
+    /// Fill `cache` (the one the pod workers read) instead of a private one.
+    pub fn with_cache(mut self, cache: Arc<PodCache>) -> Self {
+        self.cache = cache;
+        self
     }
 
     /// One relist: compare with the previous one and report changed pods. Returns false when
     /// the sync loop is gone.
     pub fn relist(&mut self) -> bool {
         let started = Instant::now();
+        self.last_relist = Some(started);
         let (sandboxes, containers) = match (
             self.runtime.list_pod_sandboxes(),
             self.runtime.list_containers(),
@@ -167,6 +189,21 @@ impl Pleg {
                 changed.push(uid.clone());
             }
         }
+        for uid in std::mem::take(&mut self.reinspect) {
+            if !changed.contains(&uid) {
+                changed.push(uid);
+            }
+        }
+        // The runtime pods go out before the observations below, which take a while when many
+        // pods changed: a pod removed meanwhile must not come back as an orphan to terminate.
+        if self.first || refs != self.last_refs {
+            if !(self.out)(PlegEvent::RuntimePods(refs.clone())) {
+                return false;
+            }
+            self.first = false;
+        }
+        self.update_cache(&changed, &now, started);
+        self.cache.update_time(started);
         self.store.mark_relist();
         self.store.metrics().observe_pleg_relist(started.elapsed());
         debug!(pods = now.len(), changed = changed.len(), took = ?started.elapsed(), "PLEG relist");
@@ -176,15 +213,112 @@ impl Pleg {
         if !changed.is_empty() && !(self.out)(PlegEvent::PodsChanged(changed)) {
             return false;
         }
-        if self.first || refs != self.last_refs {
-            if !(self.out)(PlegEvent::RuntimePods(refs.clone())) {
-                return false;
-            }
-            self.first = false;
-        }
         self.last = now;
         self.last_refs = refs;
         true
+    }
+
+    /// Observe each changed pod once and store it in the cache with the relist's timestamp
+    /// `at` (taken before the relist's calls). A pod gone from the runtime loses its entry
+    /// (reads as empty) without a call; a pod whose cache entry is newer than `at` (its worker
+    /// or a task event observed it since), or shows what the lists show, is not observed
+    /// again; a failed observation is stored as the error and the pod re-inspected at the
+    /// next relist.
+    fn update_cache(&mut self, changed: &[String], now: &Fingerprints, at: Instant) {
+        for uid in changed {
+            if self.cache.observed_at(uid).is_some_and(|t| t > at) {
+                continue;
+            }
+            let Some(listed) = now.get(uid) else {
+                self.cache.forget(uid, at);
+                continue;
+            };
+            // Observed since the last relist (by its worker after acting, or after a task
+            // event) and the lists show the same ids in the same states: the entry is still
+            // true (states only move forward, ids are never reused); the global timestamp
+            // vouches for it.
+            let same = self
+                .cache
+                .get(uid)
+                .is_some_and(|e| e.state.as_ref().is_ok_and(|s| fingerprint(s) == *listed));
+            if same {
+                continue;
+            }
+            match observe_pod(self.runtime.as_ref(), uid) {
+                Ok(state) => {
+                    self.cache.set(uid, Ok(state), at);
+                }
+                Err(e) => {
+                    debug!(uid = %uid, error = %e, "PLEG: observing pod failed; re-inspecting at the next relist");
+                    self.cache.set(uid, Err(e.to_string()), at);
+                    self.reinspect.insert(uid.clone());
+                }
+            }
+        }
+    }
+
+    /// Task events for sandboxes and containers the cache knows: observe just their pods
+    /// (no relist), update the cache and report the pods whose state changed. An event for an
+    /// id the cache does not know (a container created since), a lost stream or a failed
+    /// observation falls back to a full relist. Returns false when the sync loop is gone.
+    pub fn refresh_pods(&mut self, events: &[RuntimeEvent]) -> bool {
+        let mut uids = BTreeSet::new();
+        for ev in events {
+            let id = match ev {
+                RuntimeEvent::TaskExit { id, .. } | RuntimeEvent::TaskStart { id } => id,
+                RuntimeEvent::StreamLost => return self.relist(),
+            };
+            match self.cache.owner(id) {
+                Some(uid) => uids.insert(uid),
+                None => return self.relist(),
+            };
+        }
+        let mut changed = vec![];
+        let mut failed = false;
+        for uid in uids {
+            let at = Instant::now();
+            let state = match observe_pod(self.runtime.as_ref(), &uid) {
+                Ok(state) => state,
+                Err(e) => {
+                    debug!(uid = %uid, error = %e, "PLEG: observing pod after a task event failed; relisting");
+                    failed = true;
+                    break;
+                }
+            };
+            for sb in &state.sandboxes {
+                let s = if sb.ready { "Ready" } else { "NotReady" };
+                self.states.insert(sb.id.clone(), s.to_string());
+            }
+            for c in &state.containers {
+                self.states.insert(c.id.clone(), format!("{:?}", c.state));
+            }
+            let fp = fingerprint(&state);
+            if state.is_empty() {
+                self.cache.forget(&uid, at);
+            } else {
+                self.cache.set(&uid, Ok(state), at);
+            }
+            if self.last.get(&uid) != Some(&fp) {
+                if fp.is_empty() {
+                    self.last.remove(&uid);
+                } else {
+                    self.last.insert(uid.clone(), fp);
+                }
+                changed.push(uid);
+            }
+        }
+        debug!(
+            changed = changed.len(),
+            "PLEG: pods observed after task events"
+        );
+        if !changed.is_empty() {
+            self.changes += 1;
+            // Reported before any relist below: their fingerprints are already the last ones.
+            if !(self.out)(PlegEvent::PodsChanged(changed)) {
+                return false;
+            }
+        }
+        !failed || self.relist()
     }
 
     /// Whether the last relist shows what `ev` announced: an exited task no longer
@@ -205,22 +339,26 @@ impl Pleg {
     pub fn run(mut self, stop: Receiver<()>) {
         let (wake_tx, wake_rx) = mpsc::channel::<Wake>();
         spawn_event_watcher(self.runtime.clone(), wake_tx);
-        let mut next = Instant::now();
         // Whether containerd's event stream is live: then every state change of a task reaches
         // us as an event and the periodic relist is only the safety net (EVENTED_RELIST_PERIOD).
         let mut live = false;
         // containerd publishes a task event before its CRI plugin has handled it (for an exit,
-        // the CRI state changes after the shim's task delete): while
-        // the relist does not show what an event announced, look again at RECHECK_DELAYS
-        // instead of waiting for the next periodic relist.
+        // the CRI state changes after the shim's task delete): while the cache does not show
+        // what an event announced, look again at RECHECK_DELAYS instead of waiting for the
+        // next periodic relist.
         let mut recheck: Option<usize> = None;
+        let mut next_recheck: Option<Instant> = None;
         let mut pending: Vec<RuntimeEvent> = vec![];
         loop {
             if stop.try_recv().is_ok() {
                 return;
             }
-            let timeout = next.saturating_duration_since(Instant::now());
-            let mut event = false;
+            let next_relist = self
+                .last_relist
+                .map_or_else(Instant::now, |t| t + period(live));
+            let due = next_recheck.map_or(next_relist, |r| r.min(next_relist));
+            let timeout = due.saturating_duration_since(Instant::now());
+            let (mut event, mut lost) = (false, false);
             let mut apply = |w: Wake, live: &mut bool| match w {
                 Wake::Event(ev) => {
                     event = true;
@@ -231,7 +369,7 @@ impl Pleg {
                 Wake::Subscribed => *live = true,
                 Wake::Lost => {
                     *live = false;
-                    event = true;
+                    lost = true;
                 }
             };
             match wake_rx.recv_timeout(timeout) {
@@ -240,27 +378,49 @@ impl Pleg {
                     while let Ok(w) = wake_rx.try_recv() {
                         apply(w, &mut live);
                     }
-                    if !event {
+                    if !event && !lost {
                         // Only the subscription state changed: keep the schedule.
-                        next = next.min(Instant::now() + period(live));
                         continue;
                     }
                     recheck = Some(0);
                 }
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {}
             }
-            if !self.relist() {
+            let relist_due = self
+                .last_relist
+                .is_none_or(|t| t + period(live) <= Instant::now());
+            let alive = if lost || relist_due || pending.is_empty() {
+                self.relist()
+            } else {
+                self.refresh_pods(&pending)
+            };
+            if !alive {
                 return;
             }
             pending.retain(|ev| !self.shows(ev));
             let (wait, again) = schedule(recheck, pending.is_empty(), live);
-            next = Instant::now() + wait;
             recheck = again;
+            next_recheck = again.map(|_| Instant::now() + wait);
             if recheck.is_none() {
                 pending.clear();
             }
         }
     }
+}
+
+/// The relist's fingerprint of one observed pod: (id, state) of its sandboxes and containers.
+fn fingerprint(state: &PodRuntimeState) -> Vec<(String, String)> {
+    let sandboxes = state.sandboxes.iter().map(|s| {
+        let st = if s.ready { "Ready" } else { "NotReady" };
+        (s.id.clone(), st.to_string())
+    });
+    let containers = state
+        .containers
+        .iter()
+        .map(|c| (c.id.clone(), format!("{:?}", c.state)));
+    let mut fp: Vec<(String, String)> = sandboxes.chain(containers).collect();
+    fp.sort();
+    fp
 }
 
 /// At most this many announced-but-not-yet-visible events are tracked (a burst beyond is

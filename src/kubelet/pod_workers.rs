@@ -1,8 +1,10 @@
 //! One pod worker: a thread per pod UID that syncs the pod whenever something changes
 //! (spec update, PLEG event, backoff expiry, periodic resync), and terminates it when its
 //! manifest goes away. Mirrors the kubelet's podWorkers: sync -> terminating -> terminated.
-//! A sync observes the pod, decides with `kuberuntime::actions::compute_pod_actions`, carries
-//! the actions out through the pod's `kuberuntime::RuntimeManager`, and publishes its status.
+//! A sync takes the pod's state from the pod cache (`kuberuntime::cache`, filled by the PLEG)
+//! when it is newer than the worker's last sync, else observes the pod itself; decides with
+//! `kuberuntime::actions::compute_pod_actions`, carries the actions out through the pod's
+//! `kuberuntime::RuntimeManager`, observes once more if it acted, and publishes its status.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use crate::api::helpers::is_sidecar;
 use crate::api::{Container, Pod};
 use crate::cri::{ContainerState, PodSandboxConfig, Runtime, RuntimeError};
 use crate::kuberuntime::actions::{Now, PodActions, backoff_key, compute_pod_actions};
+use crate::kuberuntime::cache::PodCache;
 use crate::kuberuntime::container::find_spec;
 use crate::kuberuntime::labels::ContainerType;
 use crate::kuberuntime::sandbox::SandboxError;
@@ -53,6 +56,9 @@ pub struct SyncSettings {
 
 pub struct WorkerContext {
     pub runtime: Arc<dyn Runtime>,
+    /// The pod cache the PLEG fills; workers read it before each sync and store their own
+    /// observations in it.
+    pub cache: Arc<PodCache>,
     pub prober: Arc<crate::prober::Prober>,
     pub store: Arc<StatusStore>,
     pub settings: SyncSettings,
@@ -149,6 +155,10 @@ pub struct PodWorker {
     last_state: PodRuntimeState,
     evicted: Option<Eviction>,
     readmit: bool,
+    /// pod_workers.go's `lastSyncTime`: the next sync needs cache data newer than this, so it
+    /// never acts on a state from before its own changes (see [`PodWorker::sync`]). None until
+    /// the first sync, which always observes the pod itself (adoption).
+    last_sync: Option<Instant>,
 }
 
 impl PodWorker {
@@ -168,6 +178,7 @@ impl PodWorker {
             last_state: PodRuntimeState::default(),
             evicted: None,
             readmit: false,
+            last_sync: None,
         }
     }
 
@@ -218,7 +229,10 @@ impl PodWorker {
             }
             if self.readmit && !terminate {
                 self.readmit = false;
-                if let Err(e) = self.readmit() {
+                let readmitted = self.readmit();
+                // Its removals happened after the last sync: cached data from before is stale.
+                self.last_sync = Some(Instant::now());
+                if let Err(e) = readmitted {
                     warn!(pod = %self.full_name, error = %e, "re-admitting evicted pod failed; retrying");
                     self.readmit = true;
                     wake = Instant::now() + Duration::from_secs(2);
@@ -351,9 +365,24 @@ impl PodWorker {
 
     /// One sync pass. Returns how long until the next pass is due without an event.
     pub fn sync(&mut self) -> Result<Duration, SyncError> {
+        // pod_workers.go sets `lastSyncTime = p.clock.Now()` once the sync returns. A sync
+        // that returns its `seen` time (it changed nothing after the data it used was observed)
+        // needs data newer than that; one that failed half-way needs data newer than now.
+        let synced = self.sync_pod();
+        let seen = synced
+            .as_ref()
+            .map_or_else(|_| Instant::now(), |(_, seen)| *seen);
+        self.last_sync = Some(seen);
+        synced.map(|(next, _)| next)
+    }
+
+    /// The sync; returns the next wake-up and the time through which the worker has seen the
+    /// runtime with all its own changes: when the data it used (or its own observation after
+    /// acting) was observed, or now when the garbage collection removed something after that.
+    fn sync_pod(&mut self) -> Result<(Duration, Instant), SyncError> {
         // The kubelet's pod manager registers the pod's ConfigMaps and Secrets (API pods).
         self.ctx.settings.runtime.register_pod(&self.pod);
-        let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        let (state, seen) = self.current_state()?;
         if self.start_time_nanos.is_none() {
             // Adopted pods keep the start time of their sandbox; new pods start now.
             self.start_time_nanos = Some(
@@ -404,20 +433,54 @@ impl PodWorker {
             !acts.is_noop()
         };
 
-        let mut state = if acted {
-            observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?
+        let (mut state, mut seen) = if acted {
+            self.observe()?
         } else {
-            state
+            (state, seen)
         };
         if !terminal && state.running().next().is_some() {
             self.refresh_volumes();
         }
         let manager = self.manager();
         manager.fill_termination_messages(&mut state);
-        manager.gc(&state);
+        if manager.gc(&state) {
+            seen = Instant::now();
+        }
         self.publish(&state, false);
         self.last_state = state;
-        Ok(next)
+        Ok((next, seen))
+    }
+
+    /// The pod's runtime state for a sync: the cache's when it is newer than the last sync
+    /// (pod_workers.go: `podCache.GetNewerThan(pod.UID, lastSyncTime)`), without a runtime
+    /// call. Else the worker observes the pod itself and stores that in the cache. Upstream
+    /// blocks until the PLEG's next relist (1 s); nanolet's relist runs every 10 s while
+    /// containerd's events are live, so waiting would delay back-off restarts, probe kills and
+    /// deadlines by up to 10 s: the worker does not wait. The first sync always observes
+    /// (adoption of what a previous nanolet left running). Returns the state and the time it
+    /// was observed at.
+    fn current_state(&self) -> Result<(PodRuntimeState, Instant), SyncError> {
+        if let Some(since) = self.last_sync {
+            let cached = self
+                .ctx
+                .cache
+                .get_newer_than(self.uid(), since, Duration::ZERO);
+            if let Some(c) = cached {
+                if let Ok(state) = c.state {
+                    return Ok((state, c.observed));
+                }
+            }
+        }
+        self.observe()
+    }
+
+    /// Observe the pod through the runtime and store it in the cache. Returns the state and
+    /// the time taken before the calls.
+    fn observe(&self) -> Result<(PodRuntimeState, Instant), SyncError> {
+        let at = Instant::now();
+        let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        self.ctx.cache.set(self.uid(), Ok(state.clone()), at);
+        Ok((state, at))
     }
 
     /// A terminal pod: nothing starts any more; whatever still runs is stopped. Returns
@@ -660,6 +723,7 @@ impl PodWorker {
         self.manager().remove_legacy_links();
         self.ctx.settings.runtime.unregister_pod(self.uid());
         self.ctx.store.remove_pod(self.uid());
+        self.ctx.cache.delete(self.uid());
         info!(pod = %self.full_name, "pod terminated");
     }
 

@@ -592,50 +592,8 @@ mod tests {
             let logs = tempfile::tempdir().expect("tempdir");
             let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
             let (tx, rx) = channel();
-            let ctx = Arc::new(WorkerContext {
-                runtime: rt.clone(),
-                prober: {
-                    let tx = tx.clone();
-                    let p = crate::prober::Prober::start(
-                        rt.clone(),
-                        Some(Box::new(move |uid| {
-                            let _ = tx.send(LoopMsg::PodsChanged(vec![uid]));
-                        })),
-                    );
-                    p.set_event_store(store.clone());
-                    p
-                },
-                store: store.clone(),
-                settings: SyncSettings {
-                    node_name: "node1".into(),
-                    runtime: crate::kuberuntime::RuntimeSettings {
-                        host_ips: vec!["192.0.2.10".into()],
-                        pod_logs_dir: logs.path().join("pods"),
-                        root_dir: logs.path().join("root"),
-                        store: None,
-                        api_objects: None,
-                        registry_config: None,
-                        container_logs_dir: logs.path().join("containers"),
-                        cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
-                        host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
-                            None,
-                            std::path::PathBuf::new(),
-                        )),
-                        cluster_dns: Default::default(),
-                    },
-                    resync: Duration::from_secs(60),
-                    max_pods,
-                    allocatable_cpu_millis: 4000,
-                    allocatable_memory_bytes: 8 << 30,
-                    eviction_transition: Duration::from_secs(300),
-                    security: crate::kubelet::policy::SecurityPolicy::default(),
-                    host_security: Default::default(),
-                    node_labels: crate::kubelet::admission::node_labels(
-                        "node1",
-                        &[("site".into(), "test".into())],
-                    ),
-                },
-            });
+            let cache = Arc::new(crate::kuberuntime::cache::PodCache::new());
+            let ctx = context(&rt, &cache, &store, logs.path(), max_pods, Some(tx.clone()));
             let sl = SyncLoop::new(ctx, tx.clone());
             let join = std::thread::spawn(move || sl.run(rx));
             let (pleg_stop, pleg_rx) = channel();
@@ -650,7 +608,8 @@ mod tests {
                     };
                     pleg_tx.send(msg).is_ok()
                 }),
-            );
+            )
+            .with_cache(cache);
             std::thread::spawn(move || pleg.run(pleg_rx));
             Harness {
                 rt,
@@ -706,6 +665,63 @@ mod tests {
                 let _ = j.join();
             }
         }
+    }
+
+    /// What the harness's workers share; `tx` gets the prober's updates (None: dropped).
+    fn context(
+        rt: &Arc<FakeRuntime>,
+        cache: &Arc<crate::kuberuntime::cache::PodCache>,
+        store: &Arc<StatusStore>,
+        logs: &std::path::Path,
+        max_pods: u32,
+        tx: Option<Sender<LoopMsg>>,
+    ) -> Arc<WorkerContext> {
+        Arc::new(WorkerContext {
+            runtime: rt.clone(),
+            cache: cache.clone(),
+            prober: {
+                let p = crate::prober::Prober::start(
+                    rt.clone(),
+                    tx.map(|tx| -> crate::prober::ResultUpdates {
+                        Box::new(move |uid| {
+                            let _ = tx.send(LoopMsg::PodsChanged(vec![uid]));
+                        })
+                    }),
+                );
+                p.set_event_store(store.clone());
+                p
+            },
+            store: store.clone(),
+            settings: SyncSettings {
+                node_name: "node1".into(),
+                runtime: crate::kuberuntime::RuntimeSettings {
+                    host_ips: vec!["192.0.2.10".into()],
+                    pod_logs_dir: logs.join("pods"),
+                    root_dir: logs.join("root"),
+                    store: None,
+                    api_objects: None,
+                    registry_config: None,
+                    container_logs_dir: logs.join("containers"),
+                    cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
+                    host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
+                        None,
+                        std::path::PathBuf::new(),
+                    )),
+                    cluster_dns: Default::default(),
+                },
+                resync: Duration::from_secs(60),
+                max_pods,
+                allocatable_cpu_millis: 4000,
+                allocatable_memory_bytes: 8 << 30,
+                eviction_transition: Duration::from_secs(300),
+                security: crate::kubelet::policy::SecurityPolicy::default(),
+                host_security: Default::default(),
+                node_labels: crate::kubelet::admission::node_labels(
+                    "node1",
+                    &[("site".into(), "test".into())],
+                ),
+            },
+        })
     }
 
     fn fake() -> Arc<FakeRuntime> {
@@ -1582,5 +1598,233 @@ mod tests {
             2000,
             "the largest init container wins"
         );
+    }
+
+    /// Pod workers and a PLEG driven step by step (no threads) over the fake runtime, sharing
+    /// one pod cache (`shared`) or not (each its own: every sync observes, as before the cache).
+    struct Steps {
+        rt: Arc<FakeRuntime>,
+        workers: Vec<crate::kubelet::pod_workers::PodWorker>,
+        pleg: Pleg,
+        events: Receiver<PlegEvent>,
+        shared: bool,
+        _logs: tempfile::TempDir,
+    }
+
+    impl Steps {
+        fn new(rt: &Arc<FakeRuntime>, pods: Vec<Pod>, shared: bool) -> Steps {
+            let logs = tempfile::tempdir().expect("tempdir");
+            let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
+            let cache = Arc::new(crate::kuberuntime::cache::PodCache::new());
+            let ctx = context(rt, &cache, &store, logs.path(), 110, None);
+            let (tx, events) = channel();
+            let pleg = Pleg::new(rt.clone(), store, Box::new(move |e| tx.send(e).is_ok()));
+            let pleg = if shared { pleg.with_cache(cache) } else { pleg };
+            let workers = pods
+                .into_iter()
+                .map(|p| crate::kubelet::pod_workers::PodWorker::new(ctx.clone(), p))
+                .collect();
+            Steps {
+                rt: rt.clone(),
+                workers,
+                pleg,
+                events,
+                shared,
+                _logs: logs,
+            }
+        }
+
+        /// Sync every worker; returns the CRI calls they made.
+        fn sync_all(&mut self) -> Vec<String> {
+            self.rt.clear_calls();
+            for w in &mut self.workers {
+                w.sync().expect("sync");
+            }
+            self.rt.calls()
+        }
+
+        /// One relist; returns its CRI calls.
+        fn relist(&mut self) -> Vec<String> {
+            self.rt.clear_calls();
+            assert!(self.pleg.relist());
+            self.rt.calls()
+        }
+
+        /// The pod start as the threads run it: each worker's first sync, the relist its task
+        /// events cause, and the sync the PLEG's report causes. Returns the calls; without a
+        /// shared cache the relist's observations for its private cache are not counted (the
+        /// PLEG before the cache only listed).
+        fn start(&mut self) -> usize {
+            let first = self.sync_all().len();
+            let relist = self.relist();
+            let relist = if self.shared {
+                relist.len()
+            } else {
+                relist.iter().filter(|c| c.starts_with("list_")).count() - self.workers.len() * 2
+            };
+            first + relist + self.sync_all().len()
+        }
+    }
+
+    fn idle_pods(n: usize) -> Vec<Pod> {
+        (0..n)
+            .map(|i| pod(&format!("u{i}"), &format!("idle{i}"), "Always", &["a"]))
+            .collect()
+    }
+
+    /// pod_workers.go podWorkerLoop: `status, err = p.podCache.GetNewerThan(pod.UID,
+    /// lastSyncTime)`, with generic.go's relist ending in `g.cache.UpdateTime(timestamp)`: a
+    /// pod that did not change is vouched for by the relist's global timestamp, so its periodic
+    /// resync (syncFrequency) reads the cache and makes no runtime call; the relist itself is
+    /// ListPodSandbox + ListContainers whatever the number of pods.
+    #[test]
+    fn an_idle_pod_costs_no_per_pod_cri_call_between_relists() {
+        let rt = fake();
+        let mut s = Steps::new(&rt, idle_pods(10), true);
+        s.start();
+        let relist = s.relist();
+        assert_eq!(
+            relist,
+            vec!["list_pod_sandboxes ", "list_containers "],
+            "an idle relist lists, observes nobody"
+        );
+        let resync = s.sync_all();
+        assert!(resync.is_empty(), "idle resync of 10 pods: {resync:?}");
+        // Without a relist since their last sync nothing vouches for newer data: the workers
+        // observe their pods themselves (what every sync did before the cache).
+        let unvouched = s.sync_all();
+        assert_eq!(
+            unvouched
+                .iter()
+                .filter(|c| c.starts_with("list_containers"))
+                .count(),
+            10,
+            "{unvouched:?}"
+        );
+        assert!(s.events.try_iter().all(|e| match e {
+            PlegEvent::PodsChanged(uids) => uids.len() == 10,
+            PlegEvent::RuntimePods(p) => p.len() == 10,
+        }));
+    }
+
+    /// evented.go: a container event updates that one pod's cache entry
+    /// (`updateRunningPodAndContainerCache`) without a relist, and the worker's next sync reads
+    /// it (`GetNewerThan`): TaskExit -> cache -> worker -> CreateContainer, with no observation
+    /// by the worker before it restarts the container (restartPolicy Always, first restart
+    /// without back-off).
+    #[test]
+    fn a_task_exit_reaches_the_worker_through_the_cache_without_a_relist() {
+        let rt = fake();
+        let mut s = Steps::new(&rt, idle_pods(1), true);
+        s.start();
+        let _ = s.events.try_iter().count();
+        let id = rt.running("a").pop().expect("running container");
+        rt.exit_container(&id, 1);
+        rt.clear_calls();
+        assert!(s.pleg.refresh_pods(&[crate::cri::RuntimeEvent::TaskExit {
+            id: id.clone(),
+            exit_code: 1
+        }]));
+        let observed = rt.calls();
+        assert_eq!(
+            observed
+                .iter()
+                .filter(|c| c.starts_with("list_containers"))
+                .count(),
+            1,
+            "one targeted observation, no relist: {observed:?}"
+        );
+        assert_eq!(
+            s.events.try_iter().collect::<Vec<_>>(),
+            vec![PlegEvent::PodsChanged(vec!["u0".into()])]
+        );
+        let restart = s.sync_all();
+        let before_create: Vec<&String> = restart
+            .iter()
+            .take_while(|c| !c.starts_with("create_container"))
+            .collect();
+        assert!(
+            restart.iter().any(|c| c.starts_with("create_container"))
+                && before_create
+                    .iter()
+                    .all(|c| !c.starts_with("list_") && !c.starts_with("container_status")),
+            "{restart:?}"
+        );
+        assert_eq!(rt.running("a").len(), 1);
+    }
+
+    /// The numbers of the report (issue 21): CRI calls per pod start and per idle minute at 100
+    /// pods (syncFrequency 1 min: one resync per pod; the evented PLEG relists every 10 s),
+    /// with the shared cache and with none (every sync observes, as before). The cache must
+    /// make the idle minute cost the relists only.
+    #[test]
+    fn cri_calls_per_pod_start_and_idle_minute_with_and_without_the_cache() {
+        let mut rows = vec![];
+        for shared in [false, true] {
+            let rt = fake();
+            let mut s = Steps::new(&rt, idle_pods(100), shared);
+            let start = s.start();
+            let mut idle = 0;
+            for _ in 0..6 {
+                idle += s.relist().len();
+            }
+            idle += s.sync_all().len();
+            rows.push((shared, start as f64 / 100.0, idle));
+        }
+        for (shared, start, idle) in &rows {
+            eprintln!(
+                "cache shared: {shared}: CRI calls per pod start {start:.1}, per idle minute at 100 pods {idle}"
+            );
+        }
+        assert_eq!(rows[1].2, 12, "six relists of two calls");
+        assert!(rows[0].2 >= 12 + 400, "{rows:?}");
+        assert!(rows[1].1 < rows[0].1, "{rows:?}");
+    }
+
+    /// generic.go relist: a pod whose cache update failed is inspected again at the next relist
+    /// (`podsToReinspect`) although the lists did not change again; meanwhile its entry holds
+    /// the error (a worker then observes the pod itself).
+    #[test]
+    fn a_pod_whose_observation_failed_is_reinspected_at_the_next_relist() {
+        let rt = fake();
+        let mut s = Steps::new(&rt, idle_pods(1), true);
+        s.start();
+        let _ = s.events.try_iter().count();
+        let id = rt.running("a").pop().expect("running container");
+        rt.exit_container_quietly(&id, 1);
+        rt.inject_error("container_status", crate::cri::ErrorKind::Unavailable);
+        let failed = s.relist();
+        assert!(
+            failed.iter().any(|c| c.starts_with("container_status")),
+            "{failed:?}"
+        );
+        let again = s.relist();
+        assert!(
+            again.iter().any(|c| c.starts_with("container_status")),
+            "re-inspected: {again:?}"
+        );
+        let reported: Vec<PlegEvent> = s.events.try_iter().collect();
+        assert_eq!(
+            reported,
+            vec![
+                PlegEvent::PodsChanged(vec!["u0".into()]),
+                PlegEvent::PodsChanged(vec!["u0".into()])
+            ]
+        );
+        assert_eq!(s.relist().len(), 2, "then an idle relist again");
+    }
+
+    /// A task event for an id the cache does not know (a container created since the pod was
+    /// last observed) cannot be mapped to a pod: the PLEG relists, as before the cache.
+    #[test]
+    fn a_task_event_for_an_unknown_id_relists() {
+        let rt = fake();
+        let mut s = Steps::new(&rt, idle_pods(1), true);
+        s.start();
+        rt.clear_calls();
+        assert!(s.pleg.refresh_pods(&[crate::cri::RuntimeEvent::TaskStart {
+            id: "not-in-the-cache".into()
+        }]));
+        assert_eq!(rt.calls(), vec!["list_pod_sandboxes ", "list_containers "]);
     }
 }

@@ -163,6 +163,7 @@ impl Kubelet {
             loop_tx,
             shutdown: Shutdown::new(),
             probes: Arc::default(),
+            pod_cache: Arc::default(),
             kubelet_port: 0,
             on_api_client: Vec::new(),
             api_objects: None,
@@ -263,6 +264,8 @@ struct Wiring<'a> {
     shutdown: Shutdown,
     /// The read-only server starts before the prober; it reads the prober through this slot.
     probes: Arc<std::sync::OnceLock<Arc<crate::prober::Prober>>>,
+    /// The pod cache: the PLEG fills it, the pod workers read it.
+    pod_cache: Arc<crate::kuberuntime::cache::PodCache>,
     /// The kubelet server's port once it serves (the Node's daemonEndpoints), else 0.
     kubelet_port: u16,
     /// Parts built before API-server mode has its client (TLS bootstrap may make it later)
@@ -594,7 +597,8 @@ impl Wiring<'_> {
             self.runtime.clone(),
             self.store.clone(),
             pleg_to_loop(self.loop_tx.clone()),
-        );
+        )
+        .with_cache(self.pod_cache.clone());
         let stop = self.shutdown.receiver();
         std::thread::Builder::new()
             .name("pleg".into())
@@ -645,6 +649,7 @@ impl Wiring<'_> {
             cfg.eviction.allocatable(crate::node::capacity());
         Arc::new(WorkerContext {
             runtime: self.runtime.clone(),
+            cache: self.pod_cache.clone(),
             prober,
             store: self.store.clone(),
             settings: SyncSettings {

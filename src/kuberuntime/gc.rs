@@ -15,7 +15,9 @@ use super::state::PodRuntimeState;
 impl RuntimeManager<'_> {
     /// Remove dead containers beyond the newest two per name (current + lastState), and old
     /// sandboxes that no kept container needs (the kubelet's GC with MaxPerPodContainer=1).
-    pub fn gc(&self, state: &PodRuntimeState) {
+    /// Returns whether it asked the runtime to remove anything.
+    pub fn gc(&self, state: &PodRuntimeState) -> bool {
+        let mut removed = false;
         let mut kept: BTreeMap<&str, usize> = BTreeMap::new();
         let mut keep_sandboxes: Vec<&str> = state
             .newest_sandbox()
@@ -30,17 +32,20 @@ impl RuntimeManager<'_> {
                 continue;
             }
             debug!(pod = %self.full_name, container = %c.name, id = %c.id, "removing dead container");
+            removed = true;
             if let Err(e) = self.runtime.remove_container(&c.id) {
                 debug!(pod = %self.full_name, container = %c.name, error = %e, "removing dead container failed");
             }
         }
         for sb in &state.sandboxes {
             if !sb.ready && !keep_sandboxes.contains(&sb.id.as_str()) {
+                removed = true;
                 if let Err(e) = self.runtime.remove_pod_sandbox(&sb.id) {
                     debug!(pod = %self.full_name, sandbox = %sb.id, error = %e, "removing old sandbox failed");
                 }
             }
         }
+        removed
     }
 
     /// Removes every container and sandbox of `state` (gone already is fine).
