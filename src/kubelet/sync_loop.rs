@@ -79,6 +79,35 @@ pub struct SyncLoop {
     warned: std::collections::HashSet<(String, String)>,
 }
 
+/// A kill already running with a longer grace period is shortened (the kubelet's pod worker
+/// cancels the running kill and kills again with the shorter grace): the pod's running
+/// containers get a StopContainer with `grace` (at least the kubelet's 2 s minimum) beside
+/// the worker's, whose own call then returns when the container is gone. On a short-lived
+/// thread, so the sync loop never waits for the runtime.
+fn shorten_kill(rt: Arc<dyn crate::cri::Runtime>, uid: &str, pod: &str, grace: i64) {
+    let (uid, name) = (uid.to_string(), pod.to_string());
+    let timeout =
+        Duration::from_secs(grace.max(crate::kuberuntime::manager::MIN_GRACE_SECONDS) as u64);
+    let spawned = std::thread::Builder::new()
+        .name("shorten-kill".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let running = rt.list_containers().unwrap_or_default().into_iter().filter(|c| {
+                c.state == crate::cri::ContainerState::Running
+                    && c.labels.get(crate::cri::LABEL_POD_UID) == Some(&uid)
+            });
+            for c in running {
+                let container = c.labels.get(crate::cri::LABEL_CONTAINER_NAME);
+                if let Err(e) = rt.stop_container(&c.id, timeout) {
+                    warn!(pod = %name, container = ?container, error = %e, "shortening the kill failed");
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        warn!(pod = %pod, error = %e, "cannot start the thread that shortens a kill");
+    }
+}
+
 /// Two pods are the same desired state when they differ only in `kubernetes.io/config.seen`
 /// and their status, other than the conditions others own (a readiness gate's condition
 /// changes the pod's Ready condition).
@@ -225,10 +254,15 @@ impl SyncLoop {
         for (uid, grace) in deleting {
             d.pods.remove(&uid);
             if let (Some(grace), Some(w)) = (grace, self.workers.get_mut(&uid)) {
-                if !w.terminating && w.pod.spec.termination_grace_period_seconds != Some(grace) {
+                let current = w.pod.spec.termination_grace_period_seconds;
+                if !w.terminating && current != Some(grace) {
                     info!(pod = %w.full_name, uid, grace, "pod deleted with a grace period");
                     w.pod.spec.termination_grace_period_seconds = Some(grace);
                     let _ = w.tx.send(WorkerMsg::Update(Box::new(w.pod.clone())));
+                } else if w.terminating && current.is_none_or(|c| grace < c) {
+                    info!(pod = %w.full_name, uid, grace, "pod deleted again with a shorter grace period; shortening the kill");
+                    w.pod.spec.termination_grace_period_seconds = Some(grace);
+                    shorten_kill(self.ctx.runtime.clone(), &uid, &w.full_name, grace);
                 }
             }
         }

@@ -237,7 +237,8 @@ fn millis(v: &Value) -> i64 {
     }
 }
 
-/// Issue 20 item 5 with the real kubectl: `kubectl delete --grace-period=3` of a pod whose
+/// Issue 20 item 5 with the real kubectl: a second `kubectl delete` with a shorter grace
+/// period shortens a kill already running; `kubectl delete --grace-period=3` of a pod whose
 /// own terminationGracePeriodSeconds is 120 and whose process ignores SIGTERM ends within
 /// the 3 s (calculateEffectiveGracePeriod: deletionGracePeriodSeconds wins); an API pod
 /// evicted for its emptyDir sizeLimit stays Failed past the pressure transition period
@@ -266,7 +267,10 @@ fn deletion_grace_terminal_phase_and_allocatable() {
         &["sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
     );
     slow["spec"]["terminationGracePeriodSeconds"] = json!(120);
+    let mut again = slow.clone();
+    again["metadata"]["name"] = json!("again");
     api.create_pod("prod", slow);
+    api.create_pod("prod", again);
     let mut over = api_pod(
         "over",
         &[
@@ -297,9 +301,42 @@ fn deletion_grace_terminal_phase_and_allocatable() {
             .unwrap_or_default()
     };
     wait_for(Duration::from_secs(60), || {
-        (phase("slow").0 == "Running").then_some(())
+        (phase("slow").0 == "Running" && phase("again").0 == "Running").then_some(())
     })
     .unwrap_or_else(|| panic!("slow never ran\n{}", n.log_tail()));
+
+    // pod_workers.go: a second delete with a shorter grace period while the pod is already
+    // being killed shortens the running kill (deleted with 60 s, then with 2 s).
+    k.ok(&[
+        "delete",
+        "pod",
+        "again",
+        "-n",
+        "prod",
+        "--grace-period=60",
+        "--wait=false",
+    ]);
+    wait_for(Duration::from_secs(30), || {
+        with_reason(&events_of(&k, "prod", "again"), "Killing").cloned()
+    })
+    .unwrap_or_else(|| panic!("again: no Killing event\n{}", n.log_tail()));
+    let t0 = std::time::Instant::now();
+    let (ok, out, err) = k.run(&[
+        "delete",
+        "pod",
+        "again",
+        "-n",
+        "prod",
+        "--grace-period=2",
+        "--timeout=50s",
+    ]);
+    let took = t0.elapsed();
+    assert!(ok, "second kubectl delete: {out}{err}\n{}", n.log_tail());
+    assert!(
+        took < Duration::from_secs(20),
+        "the second delete (2 s) took {took:?}: the 60 s kill was not shortened\n{}",
+        n.log_tail()
+    );
 
     // kubectl delete --grace-period=3: gone (final DELETE after the kill) within the grace.
     let t0 = std::time::Instant::now();
