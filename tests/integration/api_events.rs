@@ -237,6 +237,23 @@ fn millis(v: &Value) -> i64 {
     }
 }
 
+/// `kubectl delete pod NAME -n prod --grace-period=GRACE --timeout=TIMEOUTs`: how long it took
+/// (it returns once the pod is gone from the API), or kubectl's output when it failed.
+fn timed_delete(k: &Kubectl, name: &str, grace: u32, timeout: u32) -> Result<Duration, String> {
+    let t0 = std::time::Instant::now();
+    let (grace, timeout) = (
+        format!("--grace-period={grace}"),
+        format!("--timeout={timeout}s"),
+    );
+    let (ok, out, err) = k.run(&["delete", "pod", name, "-n", "prod", &grace, &timeout]);
+    let took = t0.elapsed();
+    if ok {
+        Ok(took)
+    } else {
+        Err(format!("{out}{err}"))
+    }
+}
+
 /// Issue 20 item 5 with the real kubectl: a second `kubectl delete` with a shorter grace
 /// period shortens a kill already running; `kubectl delete --grace-period=3` of a pod whose
 /// own terminationGracePeriodSeconds is 120 and whose process ignores SIGTERM ends within
@@ -320,18 +337,8 @@ fn deletion_grace_terminal_phase_and_allocatable() {
         with_reason(&events_of(&k, "prod", "again"), "Killing").cloned()
     })
     .unwrap_or_else(|| panic!("again: no Killing event\n{}", n.log_tail()));
-    let t0 = std::time::Instant::now();
-    let (ok, out, err) = k.run(&[
-        "delete",
-        "pod",
-        "again",
-        "-n",
-        "prod",
-        "--grace-period=2",
-        "--timeout=50s",
-    ]);
-    let took = t0.elapsed();
-    assert!(ok, "second kubectl delete: {out}{err}\n{}", n.log_tail());
+    let took = timed_delete(&k, "again", 2, 50)
+        .unwrap_or_else(|e| panic!("second kubectl delete: {e}\n{}", n.log_tail()));
     assert!(
         took < Duration::from_secs(20),
         "the second delete (2 s) took {took:?}: the 60 s kill was not shortened\n{}",
@@ -339,18 +346,8 @@ fn deletion_grace_terminal_phase_and_allocatable() {
     );
 
     // kubectl delete --grace-period=3: gone (final DELETE after the kill) within the grace.
-    let t0 = std::time::Instant::now();
-    let (ok, out, err) = k.run(&[
-        "delete",
-        "pod",
-        "slow",
-        "-n",
-        "prod",
-        "--grace-period=3",
-        "--timeout=60s",
-    ]);
-    let took = t0.elapsed();
-    assert!(ok, "kubectl delete: {out}{err}\n{}", n.log_tail());
+    let took = timed_delete(&k, "slow", 3, 60)
+        .unwrap_or_else(|e| panic!("kubectl delete: {e}\n{}", n.log_tail()));
     assert!(
         took >= Duration::from_secs(2) && took < Duration::from_secs(20),
         "kubectl delete --grace-period=3 took {took:?} (the pod's own grace is 120 s)\n{}",
