@@ -560,6 +560,14 @@ mod tests {
             "data": {"k": b64}})
     }
 
+    /// The names of the Secrets in a checkpoint body.
+    fn secret_names(body: &ObjectCheckpoint) -> Vec<&str> {
+        body.secrets
+            .iter()
+            .filter_map(|s| s["metadata"]["name"].as_str())
+            .collect()
+    }
+
     /// Offline after a restart, the checkpointed objects answer lookups while no list has
     /// answered; the API server's answer replaces them (a deleted object is NotFound, as the
     /// kubelet would see it); objects no pod refers to leave the checkpoint once the API server
@@ -597,11 +605,7 @@ mod tests {
         assert_eq!(o.key(false, "kube-system", "cm1", "k").unwrap(), b"v");
         // Not yet live: the unreferenced object stays; annotations are not kept.
         let body = o.checkpoint_body("node1", true);
-        let names: Vec<&str> = body
-            .secrets
-            .iter()
-            .filter_map(|s| s["metadata"]["name"].as_str())
-            .collect();
+        let names = secret_names(&body);
         assert_eq!(names, ["s1", "unused"]);
         assert!(body.secrets[0]["metadata"]["annotations"].is_null());
         // The API server answers: its data wins, a deleted object is NotFound.
@@ -616,11 +620,7 @@ mod tests {
         let e = o.config_map("kube-system", "cm1").unwrap_err();
         assert_eq!(e.to_string(), "configmap \"cm1\" not found");
         let body = o.checkpoint_body("node1", true);
-        let names: Vec<&str> = body
-            .secrets
-            .iter()
-            .filter_map(|s| s["metadata"]["name"].as_str())
-            .collect();
+        let names = secret_names(&body);
         assert_eq!(names, ["s1"]);
         assert!(body.config_maps.is_empty());
         assert!(o.checkpoint_body("node1", false).secrets.is_empty());

@@ -365,17 +365,22 @@ mod tests {
         assert_ne!(key(&spec), key(&other));
     }
 
-    #[test]
-    fn without_a_client_there_is_no_token_and_pod_tokens_are_forgotten() {
-        let m = TokenManager::new(Arc::new(OnceLock::new()), Arc::default());
-        let spec = TokenRequestSpec {
+    /// A one-hour token for pod `ns/p` (UID `u`) of ServiceAccount `default`.
+    fn pod_spec() -> TokenRequestSpec {
+        TokenRequestSpec {
             namespace: "ns".into(),
             service_account: "default".into(),
             audiences: vec![],
             expiration_seconds: 3600,
             pod_name: "p".into(),
             pod_uid: "u".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn without_a_client_there_is_no_token_and_pod_tokens_are_forgotten() {
+        let m = TokenManager::new(Arc::new(OnceLock::new()), Arc::default());
+        let spec = pod_spec();
         let e = m.token(&spec).unwrap_err();
         assert!(e.to_string().contains("no API client yet"), "{e}");
         m.cache.lock().unwrap().insert(
@@ -398,14 +403,7 @@ mod tests {
     #[test]
     fn a_restored_token_is_used_while_no_fresh_one_can_be_requested() {
         let m = TokenManager::new(Arc::new(OnceLock::new()), Arc::default());
-        let spec = TokenRequestSpec {
-            namespace: "ns".into(),
-            service_account: "default".into(),
-            audiences: vec![],
-            expiration_seconds: 3600,
-            pod_name: "p".into(),
-            pod_uid: "u".into(),
-        };
+        let spec = pod_spec();
         let saved = SavedToken {
             key: key(&spec),
             pod_uid: "u".into(),
