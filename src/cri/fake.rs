@@ -54,6 +54,10 @@ struct Inner {
 pub struct FakeRuntime {
     inner: Mutex<Inner>,
     next_id: AtomicU64,
+    /// CreateContainer of containers with these names blocks until released (a hung runtime
+    /// call), and how many such calls block now.
+    hang: Mutex<(std::collections::HashSet<String>, usize)>,
+    hang_released: std::sync::Condvar,
 }
 
 impl Default for FakeRuntime {
@@ -67,6 +71,8 @@ impl FakeRuntime {
         FakeRuntime {
             inner: Mutex::new(Inner::default()),
             next_id: AtomicU64::new(1),
+            hang: Mutex::new(Default::default()),
+            hang_released: std::sync::Condvar::new(),
         }
     }
 
@@ -95,6 +101,35 @@ impl FakeRuntime {
     /// Inject an error for the next call of `verb` (e.g. "create_container").
     pub fn inject_error(&self, verb: &'static str, kind: ErrorKind) {
         self.lock().errors.entry(verb).or_default().push(kind);
+    }
+
+    /// CreateContainer for containers named `name` hangs (holding no runtime lock) until
+    /// [`FakeRuntime::release_hangs`].
+    pub fn hang_create(&self, name: &str) {
+        self.hang.lock().unwrap_or_else(|e| e.into_inner()).0.insert(name.to_string());
+    }
+
+    /// Hung calls return (and go on as usual); no call hangs any more.
+    pub fn release_hangs(&self) {
+        self.hang.lock().unwrap_or_else(|e| e.into_inner()).0.clear();
+        self.hang_released.notify_all();
+    }
+
+    /// How many calls hang now.
+    pub fn hanging(&self) -> usize {
+        self.hang.lock().unwrap_or_else(|e| e.into_inner()).1
+    }
+
+    fn maybe_hang(&self, name: &str) {
+        let mut g = self.hang.lock().unwrap_or_else(|e| e.into_inner());
+        if !g.0.contains(name) {
+            return;
+        }
+        g.1 += 1;
+        while g.0.contains(name) {
+            g = self.hang_released.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        g.1 -= 1;
     }
 
     /// Every container named `name` exits with `code` as soon as it starts.
@@ -345,6 +380,7 @@ impl Runtime for FakeRuntime {
         config: &ContainerConfig,
         _sandbox_config: &PodSandboxConfig,
     ) -> Result<String> {
+        self.maybe_hang(&config.name);
         let id = self.id("ctr");
         let mut g = self.enter("create_container", &config.name)?;
         if !g.sandboxes.contains_key(sandbox_id) {

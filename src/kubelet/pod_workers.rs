@@ -1,4 +1,4 @@
-//! One pod worker: a thread per pod UID that syncs the pod whenever something changes
+//! One pod worker: the state of one pod UID, synced on a pool thread whenever something changes
 //! (spec update, PLEG event, backoff expiry, periodic resync), and terminates it when its
 //! manifest goes away. Mirrors the kubelet's podWorkers: sync -> terminating -> terminated.
 //! A sync takes the pod's state from the pod cache (`kuberuntime::cache`, filled by the PLEG)
@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
@@ -27,7 +26,6 @@ use crate::status::StatusStore;
 use crate::timeutil::now_unix_nanos;
 use crate::util::backoff::Backoff;
 
-use super::LoopMsg;
 use super::apistatus::{self, PodFailure, StatusInputs, WaitingReason};
 
 /// Settings every worker shares.
@@ -39,6 +37,8 @@ pub struct SyncSettings {
     pub runtime: RuntimeSettings,
     /// How often a pod is re-synced with no event (the kubelet's syncFrequency).
     pub resync: Duration,
+    /// The pod worker pool's threads: kept, and at most (`super::worker_pool`).
+    pub worker_threads: crate::util::pool::PoolSize,
     /// The kubelet's maxPods: pods over the limit are rejected with OutOfpods.
     pub max_pods: u32,
     /// Node allocatable for admission (OutOfcpu / OutOfmemory).
@@ -159,6 +159,20 @@ pub struct PodWorker {
     /// never acts on a state from before its own changes (see [`PodWorker::sync`]). None until
     /// the first sync, which always observes the pod itself (adoption).
     last_sync: Option<Instant>,
+    /// The pod is being terminated (its manifest is gone); failed attempts so far, and when
+    /// the next may start.
+    terminating: bool,
+    terminate_attempts: u32,
+    terminate_retry: Option<Instant>,
+}
+
+/// What a worker's turn asks of the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Run again after this long, or sooner when a message arrives.
+    Again(Duration),
+    /// The pod is terminated and its runtime objects removed: the worker is done.
+    Done,
 }
 
 impl PodWorker {
@@ -179,6 +193,9 @@ impl PodWorker {
             evicted: None,
             readmit: false,
             last_sync: None,
+            terminating: false,
+            terminate_attempts: 0,
+            terminate_retry: None,
         }
     }
 
@@ -209,70 +226,50 @@ impl PodWorker {
         }
     }
 
-    /// The worker thread's body.
-    pub fn run(mut self, rx: Receiver<WorkerMsg>, reports: Sender<LoopMsg>) {
-        let mut wake = Instant::now();
-        let mut terminate = false;
-        loop {
-            let timeout = wake.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(timeout) {
-                Ok(msg) => {
-                    self.apply(msg, &mut terminate);
-                    // Coalesce a burst of messages into one sync.
-                    while let Ok(msg) = rx.try_recv() {
-                        self.apply(msg, &mut terminate);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                // The sync loop is gone (nanolet is stopping): leave the pod running.
-                Err(RecvTimeoutError::Disconnected) => return,
-            }
-            if self.readmit && !terminate {
-                self.readmit = false;
-                let readmitted = self.readmit();
-                // Its removals happened after the last sync: cached data from before is stale.
-                self.last_sync = Some(Instant::now());
-                if let Err(e) = readmitted {
-                    warn!(pod = %self.full_name, error = %e, "re-admitting evicted pod failed; retrying");
-                    self.readmit = true;
-                    wake = Instant::now() + Duration::from_secs(2);
-                    continue;
-                }
-            }
-            if terminate {
-                self.terminate();
-                let _ = reports.send(LoopMsg::Worker(WorkerReport::Terminated {
-                    uid: self.uid().to_string(),
-                }));
-                return;
-            }
-            let next = match self.sync() {
-                Ok(next) => {
-                    if self.sync_warning.clear() {
-                        info!(pod = %self.full_name, "sync works again");
-                    }
-                    next
-                }
-                Err(e) => {
-                    let retry =
-                        crate::util::backoff::sync_error_retry(now_unix_nanos().unsigned_abs());
-                    if let Some(suppressed) =
-                        self.sync_warning.check(&e.to_string(), Instant::now())
-                    {
-                        warn!(pod = %self.full_name, error = %e, suppressed, retry = ?retry, "sync failed; retrying (repeats of this error are logged once per back-off step with the number suppressed)");
-                    }
-                    retry
-                }
-            };
-            wake = Instant::now() + next;
+    /// One turn of the worker on a pool thread (`super::worker_pool`): apply the messages
+    /// queued since the last turn (a burst becomes one sync), then re-admit, terminate or
+    /// sync. The pool calls it again when a message arrives or `Step::Again`'s time is up.
+    pub fn step(&mut self, msgs: Vec<WorkerMsg>) -> Step {
+        for msg in msgs {
+            self.apply(msg);
         }
+        if self.readmit && !self.terminating {
+            self.readmit = false;
+            let readmitted = self.readmit();
+            // Its removals happened after the last sync: cached data from before is stale.
+            self.last_sync = Some(Instant::now());
+            if let Err(e) = readmitted {
+                warn!(pod = %self.full_name, error = %e, "re-admitting evicted pod failed; retrying");
+                self.readmit = true;
+                return Step::Again(Duration::from_secs(2));
+            }
+        }
+        if self.terminating {
+            return self.terminate_step();
+        }
+        let next = match self.sync() {
+            Ok(next) => {
+                if self.sync_warning.clear() {
+                    info!(pod = %self.full_name, "sync works again");
+                }
+                next
+            }
+            Err(e) => {
+                let retry = crate::util::backoff::sync_error_retry(now_unix_nanos().unsigned_abs());
+                if let Some(suppressed) = self.sync_warning.check(&e.to_string(), Instant::now()) {
+                    warn!(pod = %self.full_name, error = %e, suppressed, retry = ?retry, "sync failed; retrying (repeats of this error are logged once per back-off step with the number suppressed)");
+                }
+                retry
+            }
+        };
+        Step::Again(next)
     }
 
-    fn apply(&mut self, msg: WorkerMsg, terminate: &mut bool) {
+    fn apply(&mut self, msg: WorkerMsg) {
         match msg {
             WorkerMsg::Update(p) => self.pod = *p,
             WorkerMsg::Sync => {}
-            WorkerMsg::Terminate => *terminate = true,
+            WorkerMsg::Terminate => self.terminating = true,
             WorkerMsg::Evict {
                 message,
                 grace_seconds,
@@ -699,22 +696,29 @@ impl PodWorker {
     }
 
     /// Terminate: stop everything with the pod's grace period, remove containers, sandboxes and
-    /// log files, and drop the pod from the status store.
-    pub fn terminate(&mut self) {
-        info!(pod = %self.full_name, "terminating pod");
-        // No liveness kills while a pod is terminating.
-        self.ctx.prober.remove_pod(self.uid());
-        let mut attempts = 0;
-        loop {
-            match self.try_terminate() {
-                Ok(()) => break,
-                Err(e) => {
-                    attempts += 1;
-                    warn!(pod = %self.full_name, error = %e, attempts, "terminating pod failed; retrying");
-                    // Runtime unavailable: retry with a capped backoff; the pod must not leak.
-                    std::thread::sleep(Duration::from_secs((1u64 << attempts.min(5)).min(30)));
-                }
-            }
+    /// log files, and drop the pod from the status store. When the runtime fails it is tried
+    /// again after a back-off doubling from 2 s to 30 s (the pod must not leak); messages that
+    /// arrive meanwhile do not hasten it.
+    fn terminate_step(&mut self) -> Step {
+        if let Some(left) = self
+            .terminate_retry
+            .and_then(|at| at.checked_duration_since(Instant::now()))
+            .filter(|d| !d.is_zero())
+        {
+            return Step::Again(left);
+        }
+        if self.terminate_attempts == 0 {
+            info!(pod = %self.full_name, "terminating pod");
+            // No liveness kills while a pod is terminating.
+            self.ctx.prober.remove_pod(self.uid());
+        }
+        if let Err(e) = self.try_terminate() {
+            self.terminate_attempts += 1;
+            let attempts = self.terminate_attempts;
+            warn!(pod = %self.full_name, error = %e, attempts, "terminating pod failed; retrying");
+            let wait = Duration::from_secs((1u64 << attempts.min(5)).min(30));
+            self.terminate_retry = Some(Instant::now() + wait);
+            return Step::Again(wait);
         }
         let _ = std::fs::remove_dir_all(self.ctx.settings.runtime.pod_log_dir(&self.pod));
         crate::cm::remove_pod_cgroups(self.uid());
@@ -725,6 +729,7 @@ impl PodWorker {
         self.ctx.store.remove_pod(self.uid());
         self.ctx.cache.delete(self.uid());
         info!(pod = %self.full_name, "pod terminated");
+        Step::Done
     }
 
     fn try_terminate(&mut self) -> Result<(), SyncError> {

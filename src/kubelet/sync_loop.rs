@@ -6,8 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::thread::JoinHandle;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
 
 use tracing::{info, warn};
@@ -16,6 +15,7 @@ use crate::api::Pod;
 use crate::api::helpers::pod_requests;
 use crate::config::ManifestError;
 use crate::kubelet::pod_workers::{WorkerContext, WorkerMsg, WorkerReport};
+use crate::kubelet::worker_pool::PodWorkers;
 use crate::pleg::RuntimePodRef;
 
 /// The merged desired set, as the sync loop consumes it.
@@ -45,23 +45,19 @@ pub enum LoopMsg {
     Shutdown,
 }
 
+/// What the sync loop knows of a pod it gave a worker.
 struct WorkerHandle {
-    tx: Sender<WorkerMsg>,
     full_name: String,
     terminating: bool,
     pod: Pod,
-    join: Option<JoinHandle<()>>,
 }
-
-/// Stack size (virtual) of pod worker threads. They run lifecycle hooks, whose httpGet may do a
-/// TLS handshake, so leave room; only the pages actually touched become resident.
-const WORKER_STACK: usize = 1024 * 1024;
 /// How often the sync loop returns free heap pages to the kernel (`crate::malloc::trim`).
 const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 pub struct SyncLoop {
     ctx: Arc<WorkerContext>,
-    tx: Sender<LoopMsg>,
+    /// The pool that runs the pod workers (one turn per pod at a time).
+    pool: PodWorkers,
     workers: HashMap<String, WorkerHandle>,
     desired: BTreeMap<String, Pod>,
     all_sources_ready: bool,
@@ -134,8 +130,8 @@ fn same_spec(a: &Pod, b: &Pod) -> bool {
 impl SyncLoop {
     pub fn new(ctx: Arc<WorkerContext>, tx: Sender<LoopMsg>) -> Self {
         SyncLoop {
+            pool: PodWorkers::start(ctx.settings.worker_threads, tx),
             ctx,
-            tx,
             workers: HashMap::new(),
             desired: BTreeMap::new(),
             all_sources_ready: false,
@@ -173,8 +169,8 @@ impl SyncLoop {
             LoopMsg::Desired(d) => self.set_desired(*d),
             LoopMsg::PodsChanged(uids) => {
                 for uid in uids {
-                    if let Some(w) = self.workers.get(&uid) {
-                        let _ = w.tx.send(WorkerMsg::Sync);
+                    if self.workers.contains_key(&uid) {
+                        self.pool.send(&uid, WorkerMsg::Sync);
                     }
                 }
             }
@@ -183,18 +179,14 @@ impl SyncLoop {
                 self.cleanup_orphans();
             }
             LoopMsg::Worker(WorkerReport::Terminated { uid }) => {
-                if let Some(mut w) = self.workers.remove(&uid) {
-                    if let Some(j) = w.join.take() {
-                        let _ = j.join();
-                    }
-                }
+                self.workers.remove(&uid);
                 self.runtime_pods.remove(&uid);
                 self.start_pending();
             }
             LoopMsg::Evict(e) => {
                 if let Some(w) = self.workers.get(&e.uid) {
                     if !w.terminating {
-                        let _ = w.tx.send(WorkerMsg::Evict {
+                        self.pool.send(&e.uid, WorkerMsg::Evict {
                             message: e.message,
                             grace_seconds: e.grace_seconds,
                         });
@@ -232,7 +224,7 @@ impl SyncLoop {
                 // an evicted API pod stays Failed (kubernetes/kubernetes#54530).
                 if !w.terminating && !crate::kubelet::admission::is_api_pod(&w.pod) {
                     info!(pod = %w.full_name, uid, "pressure cleared; re-admitting evicted pod");
-                    let _ = w.tx.send(WorkerMsg::Readmit);
+                    self.pool.send(&uid, WorkerMsg::Readmit);
                 }
             }
         }
@@ -258,7 +250,7 @@ impl SyncLoop {
                 if !w.terminating && current != Some(grace) {
                     info!(pod = %w.full_name, uid, grace, "pod deleted with a grace period");
                     w.pod.spec.termination_grace_period_seconds = Some(grace);
-                    let _ = w.tx.send(WorkerMsg::Update(Box::new(w.pod.clone())));
+                    self.pool.send(&uid, WorkerMsg::Update(Box::new(w.pod.clone())));
                 } else if w.terminating && current.is_none_or(|c| grace < c) {
                     info!(pod = %w.full_name, uid, grace, "pod deleted again with a shorter grace period; shortening the kill");
                     w.pod.spec.termination_grace_period_seconds = Some(grace);
@@ -288,7 +280,7 @@ impl SyncLoop {
             if let Some(w) = self.workers.get_mut(uid) {
                 if !w.terminating && !same_spec(&w.pod, pod) {
                     w.pod = pod.clone();
-                    let _ = w.tx.send(WorkerMsg::Update(Box::new(pod.clone())));
+                    self.pool.send(uid, WorkerMsg::Update(Box::new(pod.clone())));
                 }
             }
         }
@@ -301,7 +293,7 @@ impl SyncLoop {
             if !w.terminating {
                 info!(pod = %w.full_name, uid, "pod removed from config; terminating");
                 w.terminating = true;
-                let _ = w.tx.send(WorkerMsg::Terminate);
+                self.pool.send(uid, WorkerMsg::Terminate);
             }
         }
     }
@@ -558,38 +550,27 @@ impl SyncLoop {
             // A fresh worker starts from a fresh status (drops an earlier OutOfpods rejection).
             self.ctx.store.remove_pod(&uid);
         }
-        let (tx, rx) = channel();
         let full_name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
         let worker = crate::kubelet::pod_workers::PodWorker::new(self.ctx.clone(), pod.clone());
-        let reports = self.tx.clone();
-        let _ = tx.send(if terminate {
+        let first = if terminate {
             WorkerMsg::Terminate
         } else {
             WorkerMsg::Sync
-        });
-        let join = std::thread::Builder::new()
-            .name(format!("pod-{}", &uid[..uid.len().min(8)]))
-            .stack_size(WORKER_STACK)
-            .spawn(move || worker.run(rx, reports));
-        match join {
-            Ok(j) => {
-                self.workers.insert(
-                    uid,
-                    WorkerHandle {
-                        tx,
-                        full_name,
-                        terminating: terminate,
-                        pod,
-                        join: Some(j),
-                    },
-                );
-            }
-            Err(e) => warn!(pod = %full_name, error = %e, "cannot start pod worker thread"),
-        }
+        };
+        self.workers.insert(
+            uid.clone(),
+            WorkerHandle {
+                full_name,
+                terminating: terminate,
+                pod,
+            },
+        );
+        self.pool.add(&uid, worker, first);
     }
 
     /// Stop worker threads without touching the pods (they keep running).
     fn shutdown(&mut self) {
+        self.pool.stop();
         self.workers.clear();
     }
 }
@@ -605,6 +586,8 @@ mod tests {
     use crate::pleg::{Pleg, PlegEvent};
     use crate::status::StatusStore;
     use std::time::Instant;
+    use std::sync::mpsc::channel;
+    use std::thread::JoinHandle;
 
     const IMAGE: &str = "localhost/busybox:1.36";
 
@@ -623,11 +606,22 @@ mod tests {
         }
 
         fn start_with(rt: Arc<FakeRuntime>, max_pods: u32) -> Harness {
+            Self::start_pool(rt, max_pods, crate::util::pool::PoolSize { min: 2, max: 16 })
+        }
+
+        fn start_pool(
+            rt: Arc<FakeRuntime>,
+            max_pods: u32,
+            threads: crate::util::pool::PoolSize,
+        ) -> Harness {
             let logs = tempfile::tempdir().expect("tempdir");
             let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
             let (tx, rx) = channel();
             let cache = Arc::new(crate::kuberuntime::cache::PodCache::new());
-            let ctx = context(&rt, &cache, &store, logs.path(), max_pods, Some(tx.clone()));
+            let mut ctx = context(&rt, &cache, &store, logs.path(), max_pods, Some(tx.clone()));
+            if let Some(c) = Arc::get_mut(&mut ctx) {
+                c.settings.worker_threads = threads;
+            }
             let sl = SyncLoop::new(ctx, tx.clone());
             let join = std::thread::spawn(move || sl.run(rx));
             let (pleg_stop, pleg_rx) = channel();
@@ -744,6 +738,7 @@ mod tests {
                     cluster_dns: Default::default(),
                 },
                 resync: Duration::from_secs(60),
+                worker_threads: crate::util::pool::PoolSize { min: 2, max: 16 },
                 max_pods,
                 allocatable_cpu_millis: 4000,
                 allocatable_memory_bytes: 8 << 30,
@@ -830,6 +825,45 @@ mod tests {
         assert_eq!(st.qos_class, "BestEffort");
         assert_eq!(h.rt.count_calls("run_pod_sandbox"), 1);
         assert_eq!(h.rt.count_calls("start_container"), 2);
+    }
+
+    /// pod_workers.go gives every pod its own goroutine, so one pod's blocked runtime call
+    /// never holds up another pod. On the bounded pool (1 thread kept, at most 3) two pods
+    /// whose CreateContainer hangs hold two threads; three other pods still start, and one of
+    /// them still restarts at once after a crash (the kubelet's first restart has no
+    /// back-off). Released, the hung pods start too.
+    #[test]
+    fn pods_whose_create_container_hangs_do_not_delay_other_pods() {
+        let rt = fake();
+        rt.hang_create("stuck");
+        let h = Harness::start_pool(rt, 110, crate::util::pool::PoolSize { min: 1, max: 3 });
+        struct Release(Arc<FakeRuntime>);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                self.0.release_hangs();
+            }
+        }
+        let _release = Release(h.rt.clone());
+        let hung = [pod("h1", "hung1", "Always", &["stuck"]), pod("h2", "hung2", "Always", &["stuck"])];
+        h.desire(&hung, true);
+        h.wait("two CreateContainer calls hanging", |h| h.rt.hanging() == 2);
+        let mut pods = hung.to_vec();
+        pods.extend((1..=3).map(|i| pod(&format!("u{i}"), &format!("web{i}"), "Always", &["a"])));
+        h.desire(&pods, true);
+        h.wait("the three other pods Running", |h| {
+            (1..=3).all(|i| phase(h, &format!("u{i}")) == "Running") && h.rt.running("a").len() == 3
+        });
+        let id = h.rt.running("a")[0].clone();
+        h.rt.exit_container(&id, 1);
+        h.wait("a crashed container restarted", |h| {
+            (1..=3).any(|i| restarts(h, &format!("u{i}"), "a") == 1) && h.rt.running("a").len() == 3
+        });
+        assert_eq!(h.rt.hanging(), 2, "the hung calls still hang");
+        assert!(h.rt.running("stuck").is_empty());
+        h.rt.release_hangs();
+        h.wait("the released pods Running", |h| {
+            phase(h, "h1") == "Running" && phase(h, "h2") == "Running"
+        });
     }
 
     #[test]

@@ -682,6 +682,10 @@ impl Wiring<'_> {
                     },
                 },
                 resync: cfg.sync_frequency,
+                worker_threads: crate::util::pool::PoolSize {
+                    min: cfg.pod_worker_threads,
+                    max: cfg.max_pod_worker_threads,
+                },
                 max_pods: cfg.max_pods,
                 // Allocatable = capacity - systemReserved - kubeReserved - the hard
                 // memory.available threshold.

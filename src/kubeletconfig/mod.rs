@@ -208,6 +208,10 @@ pub struct Config {
     /// 0 disables the healthz server.
     pub healthz_port: u16,
     pub max_pods: u32,
+    /// Pod worker pool (`podWorkerThreads`, `maxPodWorkerThreads`, nanolet only): threads
+    /// kept (2) and at most (16); see `kubelet::worker_pool`.
+    pub pod_worker_threads: usize,
+    pub max_pod_worker_threads: usize,
     /// `containerLogMaxSize` in bytes (default 10Mi): a running container's log is rotated
     /// beyond it.
     pub container_log_max_size: u64,
@@ -374,6 +378,8 @@ impl Config {
             healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
             healthz_port: 10248,
             max_pods: 110,
+            pod_worker_threads: 2,
+            max_pod_worker_threads: 16,
             container_log_max_size: 10 << 20,
             container_log_max_files: 5,
             container_log_monitor_interval: Duration::from_secs(10),
@@ -493,6 +499,8 @@ impl fmt::Debug for Config {
             .field("healthz_bind_address", &self.healthz_bind_address)
             .field("healthz_port", &self.healthz_port)
             .field("max_pods", &self.max_pods)
+            .field("pod_worker_threads", &self.pod_worker_threads)
+            .field("max_pod_worker_threads", &self.max_pod_worker_threads)
             .field("container_log_max_size", &self.container_log_max_size)
             .field("container_log_max_files", &self.container_log_max_files)
             .field(

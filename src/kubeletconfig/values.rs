@@ -48,6 +48,8 @@ pub enum ValueError {
     LogFiles(String),
     #[error("invalid number {0:?}: must be a non-negative integer")]
     MaxPods(String),
+    #[error("invalid number {0:?}: must be an integer from 1 to 256")]
+    Threads(String),
     #[error("invalid number {0}: must be a non-negative integer")]
     MaxPodsRange(i64),
     #[error("invalid level {0:?}: must be an integer from 0 to 10")]
@@ -253,6 +255,15 @@ pub(super) fn parse_log_files(s: &str) -> Result<usize, ValueError> {
         .ok()
         .filter(|n| *n >= 2)
         .ok_or_else(|| ValueError::LogFiles(s.to_string()))
+}
+
+/// A thread count of the pod worker pool: 1 to 256.
+pub(super) fn parse_threads(s: &str) -> Result<usize, ValueError> {
+    s.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=256).contains(n))
+        .ok_or_else(|| ValueError::Threads(s.to_string()))
 }
 
 pub(super) fn parse_max_pods(s: &str) -> Result<u32, ValueError> {

@@ -2,7 +2,8 @@
 //! (pkg/kubelet/prober/worker.go), and the lifecycle-hook runner.
 //!
 //! One scheduler thread keeps every probe's next due time; each probe run executes on a
-//! short-lived thread (a slow exec or HTTP probe never delays the others) and reports back.
+//! bounded pool (`util::pool`: a slow exec or HTTP probe holds one thread, the pool grows
+//! while runs wait) and reports back. A probe is never run again while its last run is out.
 //! Results are kept per (pod, container, kind); the pod worker reads them each sync:
 //! readiness and startup feed `ready`/`started`, a liveness or startup failure makes the
 //! worker kill (and, per restartPolicy, restart) the container. A result change pokes the
@@ -33,6 +34,7 @@ use tracing::{debug, info, warn};
 
 use crate::api::{Container, Pod};
 use crate::cri::Runtime;
+use crate::util::pool::{Pool, PoolSize};
 
 use handlers::{ProbeResult, Target};
 pub use spec::ProbeKind;
@@ -510,54 +512,65 @@ impl Prober {
     }
 }
 
+/// Probe runs go to a bounded pool: one kept thread, more while runs wait (a slow exec or
+/// HTTP probe holds one thread until its timeoutSeconds), at most `PROBE_THREADS`.
+const PROBE_THREADS: PoolSize = PoolSize { min: 1, max: 16 };
+
 fn scheduler(prober: std::sync::Weak<Prober>, rx: Receiver<Cmd>) {
-    loop {
-        let Some(p) = prober.upgrade() else { return };
-        let (jobs, next) = p.take_due(Instant::now());
-        for (key, w) in jobs {
-            let runtime = p.runtime.clone();
-            let tx = match p.cmd.lock() {
-                Ok(tx) => tx.clone(),
-                Err(_) => return,
+    let pool = Pool::new("probe", PROBE_THREADS, Duration::from_secs(30), 1024 * 1024);
+    while run_due(&prober, &rx, &pool) {}
+    pool.stop();
+}
+
+/// Hand the due probes to the pool, then wait for the next due time, a result or a wake-up.
+/// False when the prober is gone.
+fn run_due(prober: &std::sync::Weak<Prober>, rx: &Receiver<Cmd>, pool: &Pool) -> bool {
+    let Some(p) = prober.upgrade() else {
+        return false;
+    };
+    let (jobs, next) = p.take_due(Instant::now());
+    for (key, w) in jobs {
+        let runtime = p.runtime.clone();
+        let Ok(tx) = p.cmd.lock().map(|tx| tx.clone()) else {
+            return false;
+        };
+        let submitted = pool.submit(move || {
+            let target = Target {
+                runtime: runtime.as_ref(),
+                container: &w.container,
+                container_id: &w.container_id,
+                pod_ip: &w.pod_ip,
             };
-            let spawned = std::thread::Builder::new()
-                .name("probe".into())
-                .stack_size(1024 * 1024)
-                .spawn(move || {
-                    let target = Target {
-                        runtime: runtime.as_ref(),
-                        container: &w.container,
-                        container_id: &w.container_id,
-                        pod_ip: &w.pod_ip,
-                    };
-                    let timeout = Duration::from_secs(w.spec.timeout_seconds as u64);
-                    let result = handlers::run(&w.spec.handler, &target, timeout);
-                    let _ = tx.send(Cmd::Done {
-                        key,
-                        container_id: w.container_id.clone(),
-                        result,
-                    });
-                });
-            if let Err(e) = spawned {
-                warn!(error = %e, "cannot start a probe thread");
-            }
-        }
-        let wait = next
-            .map(|n| n.saturating_duration_since(Instant::now()))
-            .unwrap_or(Duration::from_secs(1));
-        drop(p);
-        match rx.recv_timeout(wait.min(Duration::from_secs(1))) {
-            Ok(Cmd::Wake) | Err(RecvTimeoutError::Timeout) => {}
-            Ok(Cmd::Done {
+            let timeout = Duration::from_secs(w.spec.timeout_seconds as u64);
+            let result = handlers::run(&w.spec.handler, &target, timeout);
+            let _ = tx.send(Cmd::Done {
                 key,
-                container_id,
+                container_id: w.container_id.clone(),
                 result,
-            }) => {
-                if let Some(p) = prober.upgrade() {
-                    p.apply(key, container_id, result);
-                }
-            }
-            Err(RecvTimeoutError::Disconnected) => return,
+            });
+        });
+        if let Err(e) = submitted {
+            warn!(error = %e, "cannot run a probe");
         }
+    }
+    drop(p);
+    // With no probe due the thread sleeps until a pod's probes change (`Cmd::Wake`).
+    let msg = match next {
+        Some(n) => rx.recv_timeout(n.saturating_duration_since(Instant::now())),
+        None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+    };
+    match msg {
+        Ok(Cmd::Wake) | Err(RecvTimeoutError::Timeout) => true,
+        Ok(Cmd::Done {
+            key,
+            container_id,
+            result,
+        }) => {
+            if let Some(p) = prober.upgrade() {
+                p.apply(key, container_id, result);
+            }
+            true
+        }
+        Err(RecvTimeoutError::Disconnected) => false,
     }
 }

@@ -3,5 +3,6 @@
 pub mod backoff;
 pub mod base64;
 pub mod flags;
+pub mod pool;
 pub mod redact;
 pub mod shutdown;
