@@ -146,7 +146,7 @@ impl SyncLoop {
         let mut trimmed = std::time::Instant::now();
         loop {
             self.ctx.store.mark_sync();
-            match rx.recv_timeout(Duration::from_secs(1)) {
+            match rx.recv_timeout(self.idle_wait()) {
                 Ok(LoopMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(msg) => self.handle(msg),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -162,6 +162,19 @@ impl SyncLoop {
             }
         }
         self.shutdown();
+    }
+
+    /// How long the loop may sleep with no message: until the next local-storage eviction's
+    /// transition period ends, at most `TRIM_EVERY` (which also bounds the healthz
+    /// `mark_sync`, whose deadline is at least 5 min).
+    fn idle_wait(&self) -> Duration {
+        let transition = self.ctx.settings.eviction_transition;
+        self.evicted
+            .values()
+            .filter(|(cond, _)| cond.is_none())
+            .map(|(_, at)| transition.saturating_sub(at.elapsed()))
+            .min()
+            .map_or(TRIM_EVERY, |d| d.clamp(Duration::from_millis(100), TRIM_EVERY))
     }
 
     pub fn handle(&mut self, msg: LoopMsg) {
