@@ -152,7 +152,6 @@ pub struct PodWorker {
     start_time_nanos: Option<i64>,
     first_seen: Instant,
     failed_reason: Option<PodFailure>,
-    last_state: PodRuntimeState,
     evicted: Option<Eviction>,
     readmit: bool,
     /// pod_workers.go's `lastSyncTime`: the next sync needs cache data newer than this, so it
@@ -189,7 +188,6 @@ impl PodWorker {
             start_time_nanos: None,
             first_seen: Instant::now(),
             failed_reason: None,
-            last_state: PodRuntimeState::default(),
             evicted: None,
             readmit: false,
             last_sync: None,
@@ -319,7 +317,6 @@ impl PodWorker {
         self.waiting.clear();
         self.start_time_nanos = None;
         self.first_seen = Instant::now();
-        self.last_state = PodRuntimeState::default();
         self.ctx.store.remove_pod(self.uid());
         Ok(())
     }
@@ -444,7 +441,6 @@ impl PodWorker {
             seen = Instant::now();
         }
         self.publish(&state, false);
-        self.last_state = state;
         Ok((next, seen))
     }
 
