@@ -24,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nanolet::cri::client::CriRuntime;
 use nanolet::cri::{
     ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_NAME, PodSandboxConfig, Runtime,
+    RuntimeEvent,
 };
 use serde_json::{Value, json};
 
@@ -841,6 +842,62 @@ fn floor_issue(rt: &CriRuntime, tmp: &Path, name: &str, cmd: &[&str]) -> Result<
     Ok(pod)
 }
 
+/// The crash path's floor for one container: it exits 1 after `sleep`; containerd's task exit
+/// event is awaited, then ContainerStatus is polled without a pause until CRI shows it
+/// Exited, and CreateContainer is issued at once for attempt 1. Returns ms after the exit
+/// (`finished_at`): event received, CRI shows Exited, replacement `created_at`.
+fn floor_crash(rt: &CriRuntime, tmp: &Path, name: &str, sleep: f64) -> Result<[f64; 3], String> {
+    let events = rt.subscribe_events().map_err(|e| e.to_string())?;
+    let script = format!("sleep {sleep:.1}; exit 1");
+    let pod = floor_issue(rt, tmp, name, &["sh", "-c", &script])?;
+    let wall = || SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+    let measured = (|| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let event_at = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match events.recv_timeout(left) {
+                Ok(RuntimeEvent::TaskExit { id, .. }) if id == pod.container => break wall(),
+                Ok(_) => {}
+                Err(e) => return Err(format!("no task exit event: {e}")),
+            }
+        };
+        let (status, seen_at) = loop {
+            let st = rt.container_status(&pod.container).map_err(|e| e.to_string())?;
+            if st.state == ContainerState::Exited {
+                break (st, wall());
+            }
+            if Instant::now() > deadline {
+                return Err("CRI never showed the container exited".into());
+            }
+        };
+        let sb = PodSandboxConfig {
+            name: format!("floor-{name}"),
+            namespace: "bench".into(),
+            uid: format!("floor-{name}-{}", std::process::id()),
+            host_network: true,
+            ..Default::default()
+        };
+        let cc = ContainerConfig {
+            name: "c".into(),
+            attempt: 1,
+            image: BUSYBOX_IMAGE.into(),
+            command: vec!["sleep".into(), "60".into()],
+            log_path: "c/1.log".into(),
+            ..Default::default()
+        };
+        let again = rt
+            .create_container(&pod.sandbox, &cc, &sb)
+            .map_err(|e| e.to_string())?;
+        let created = rt.container_status(&again).map(|s| s.created_at);
+        let _ = rt.remove_container(&again);
+        let created = created.map_err(|e| e.to_string())?;
+        let ms = |t: i64| (t - status.finished_at) as f64 / 1e6;
+        Ok([ms(event_at), ms(seen_at), ms(created)])
+    })();
+    floor_remove(rt, &pod);
+    measured
+}
+
 /// Stop and remove a floor pod at once (grace 0).
 fn floor_remove(rt: &CriRuntime, pod: &FloorPod) {
     if !pod.container.is_empty() {
@@ -1160,19 +1217,45 @@ impl Bench<'_> {
             started.push(d(b.started_at));
         }
         let _ = self.nanolet_delete(&names, Duration::from_secs(30));
+        // The floor of the same path, one container at a time: where containerd's own time goes.
+        let mut floor: [Samples; 3] = Default::default();
+        for i in 0..n {
+            match floor_crash(self.rt, self.ctd.tmp(), &format!("crash{i}"), 0.5) {
+                Ok(ms) => {
+                    for (k, v) in ms.into_iter().enumerate() {
+                        floor[k].push(Some(v));
+                    }
+                }
+                Err(e) => eprintln!("footprint: floor crash{i}: {e}"),
+            }
+        }
         let (sc, ss) = (stats(&created), stats(&started));
         let mut r1 = vec!["exit (finished_at) -> replacement created_at".to_string()];
         r1.extend(stat_cells(&sc));
         let mut r2 = vec!["exit (finished_at) -> replacement started_at".to_string()];
         r2.extend(stat_cells(&ss));
+        let floor_rows = [
+            "floor: exit (finished_at) -> containerd task exit event received",
+            "floor: exit (finished_at) -> CRI ContainerStatus shows Exited (polled without pause)",
+            "floor: exit (finished_at) -> replacement created_at (CreateContainer at once)",
+        ];
+        let mut rows = vec![r1, r2];
+        let mut floor_json = serde_json::Map::new();
+        for (k, label) in floor_rows.iter().enumerate() {
+            let st = stats(&floor[k]);
+            let mut row = vec![label.to_string()];
+            row.extend(stat_cells(&st));
+            rows.push(row);
+            floor_json.insert(format!("floor_{k}"), stats_json(&st, &floor[k]));
+        }
         self.report.json.insert(
             "crash_restart".into(),
-            json!({"to_created_ms": stats_json(&sc, &created), "to_started_ms": stats_json(&ss, &started)}),
+            json!({"to_created_ms": stats_json(&sc, &created), "to_started_ms": stats_json(&ss, &started), "floor": floor_json}),
         );
         self.report.table(
             "Crash to restart (first restart, immediate in the kubelet; CRI timestamps), ms",
             &["interval", "n", "p50", "p95", "min", "max"],
-            vec![r1, r2],
+            rows,
         );
     }
 
