@@ -344,7 +344,7 @@ impl Pleg {
         let mut live = false;
         // containerd publishes a task event before its CRI plugin has handled it (for an exit,
         // the CRI state changes after the shim's task delete): while the cache does not show
-        // what an event announced, look again at RECHECK_DELAYS instead of waiting for the
+        // what an event announced, look again every RECHECK_STEP instead of waiting for the
         // next periodic relist.
         let mut recheck: Option<usize> = None;
         let mut next_recheck: Option<Instant> = None;
@@ -398,7 +398,7 @@ impl Pleg {
                 return;
             }
             pending.retain(|ev| !self.shows(ev));
-            let (wait, again) = schedule(recheck, pending.is_empty(), live);
+            let (wait, again) = schedule(recheck, pending.len(), live);
             recheck = again;
             next_recheck = again.map(|_| Instant::now() + wait);
             if recheck.is_none() {
@@ -428,15 +428,19 @@ fn fingerprint(state: &PodRuntimeState) -> Vec<(String, String)> {
 const MAX_PENDING: usize = 256;
 
 /// When to relist next, after a relist that was the `recheck`-th follow-up of an event (None:
-/// periodic) and showed everything the events announced (`shown`), with the event stream
-/// `live` or not. Returns the wait and the follow-up index of that next relist.
-fn schedule(recheck: Option<usize>, shown: bool, live: bool) -> (Duration, Option<usize>) {
+/// periodic) and left `pending` events it does not show yet, with the event stream `live` or
+/// not. Returns the wait and the follow-up index of that next relist.
+fn schedule(recheck: Option<usize>, pending: usize, live: bool) -> (Duration, Option<usize>) {
+    let shown = pending == 0;
     match recheck {
-        Some(i) if !shown && i < RECHECK_DELAYS.len() => (RECHECK_DELAYS[i], Some(i + 1)),
+        Some(i) if !shown && i < QUICK_RECHECKS => {
+            let wait = RECHECK_STEP.max(RECHECK_PER_EVENT * pending.min(MAX_PENDING) as u32);
+            (wait, Some(i + 1))
+        }
         // Still not shown after the quick rechecks (a loaded machine: the shim's task delete,
         // after which the CRI state changes, can take longer): the generic PLEG's 1 s, for at
         // most SLOW_RECHECKS more relists, rather than the 10 s evented period.
-        Some(i) if !shown && live && i < RECHECK_DELAYS.len() + SLOW_RECHECKS => {
+        Some(i) if !shown && live && i < QUICK_RECHECKS + SLOW_RECHECKS => {
             (RELIST_PERIOD, Some(i + 1))
         }
         _ => (period(live), None),
@@ -446,16 +450,17 @@ fn schedule(recheck: Option<usize>, shown: bool, live: bool) -> (Duration, Optio
 /// Follow-up relists at [`RELIST_PERIOD`] after the quick ones, while an event is not shown yet.
 pub const SLOW_RECHECKS: usize = 10;
 
-/// Delays of the follow-up relists after an event the relist does not show yet (5 ms
-/// doubling, 315 ms in all): containerd's CRI state lags its task events.
-pub const RECHECK_DELAYS: [Duration; 6] = [
-    Duration::from_millis(5),
-    Duration::from_millis(10),
-    Duration::from_millis(20),
-    Duration::from_millis(40),
-    Duration::from_millis(80),
-    Duration::from_millis(160),
-];
+/// Follow-up relists after an event the relist does not show yet: containerd's CRI state lags
+/// its task events (an exit shows in CRI 85-100 ms after the task's exit on the bench machine,
+/// `scripts/bench`'s crash floor), so the pending pods are looked at every `RECHECK_STEP`,
+/// `QUICK_RECHECKS` times (320 ms for one event): a crash is seen at most 5 ms after CRI shows
+/// it (a doubling ladder lost up to half the lag). Each look observes the pending pods only
+/// (two filtered list calls each); with many events pending the step grows by
+/// `RECHECK_PER_EVENT` per event (100 exits at once: every 250 ms), so a mass exit does not
+/// flood containerd.
+pub const RECHECK_STEP: Duration = Duration::from_millis(5);
+pub const QUICK_RECHECKS: usize = 64;
+pub const RECHECK_PER_EVENT: Duration = Duration::from_micros(2500);
 
 /// The periodic relist while containerd's event stream is live. Like the kubelet's evented
 /// PLEG (KEP-3386: with `EventedPLEG` the generic relist runs every 300 s as a safety net,
@@ -535,40 +540,51 @@ mod tests {
         let mut at = Duration::ZERO;
         let mut recheck = Some(0);
         let mut waits = vec![];
-        while let (wait, Some(i)) = schedule(recheck, false, true) {
+        while let (wait, Some(i)) = schedule(recheck, 1, true) {
             waits.push(wait);
             at += wait;
             recheck = Some(i);
         }
         assert_eq!(waits[0], Duration::from_millis(5), "first recheck");
-        assert_eq!(waits.len(), RECHECK_DELAYS.len() + SLOW_RECHECKS);
+        assert_eq!(waits.len(), QUICK_RECHECKS + SLOW_RECHECKS);
+        // One pending event: a look every 5 ms, so a crash is seen at most 5 ms after CRI
+        // shows it (containerd 1.6's CRI lags the exit by 85-100 ms).
+        assert!(waits[..QUICK_RECHECKS].iter().all(|w| *w == Duration::from_millis(5)));
         // Quick rechecks cover 300 ms (the old single recheck waited 50 ms), then the generic
         // PLEG's 1 s for 10 s, never the evented 10 s gap while an event is unexplained; then
         // they stop.
-        let quick: Duration = waits[..RECHECK_DELAYS.len()].iter().sum();
+        let quick: Duration = waits[..QUICK_RECHECKS].iter().sum();
         assert!(quick >= Duration::from_millis(300), "{quick:?}");
         assert!(
-            waits[RECHECK_DELAYS.len()..]
+            waits[QUICK_RECHECKS..]
                 .iter()
                 .all(|w| *w == RELIST_PERIOD),
             "{waits:?}"
         );
         assert!(at >= Duration::from_secs(10), "{at:?}");
         assert_eq!(
-            schedule(recheck, false, true),
+            schedule(recheck, 1, true),
             (EVENTED_RELIST_PERIOD, None)
         );
         // A relist that saw the change ends the rechecks.
-        assert_eq!(schedule(Some(0), true, true), (EVENTED_RELIST_PERIOD, None));
+        assert_eq!(schedule(Some(0), 0, true), (EVENTED_RELIST_PERIOD, None));
+        // 100 exits at once (each look observes every pending pod): one look per 250 ms.
+        assert_eq!(
+            schedule(Some(0), 100, true),
+            (Duration::from_millis(250), Some(1))
+        );
     }
 
     #[test]
     fn the_periodic_relist_is_the_kubelets_1s_without_events_and_a_safety_net_with() {
-        assert_eq!(schedule(None, false, false), (RELIST_PERIOD, None));
-        assert_eq!(schedule(None, true, false), (RELIST_PERIOD, None));
-        assert_eq!(schedule(None, false, true), (EVENTED_RELIST_PERIOD, None));
+        assert_eq!(schedule(None, 1, false), (RELIST_PERIOD, None));
+        assert_eq!(schedule(None, 0, false), (RELIST_PERIOD, None));
+        assert_eq!(schedule(None, 1, true), (EVENTED_RELIST_PERIOD, None));
         assert!(EVENTED_RELIST_PERIOD > RELIST_PERIOD);
         // A lost stream relists at the generic period again.
-        assert_eq!(schedule(Some(9), false, false), (RELIST_PERIOD, None));
+        assert_eq!(
+            schedule(Some(QUICK_RECHECKS + 3), 1, false),
+            (RELIST_PERIOD, None)
+        );
     }
 }

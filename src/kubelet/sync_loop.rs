@@ -920,7 +920,7 @@ mod tests {
     }
 
     /// containerd publishes a task exit before its CRI plugin reports the container exited.
-    /// The PLEG's follow-up relists (5 ms doubling) see the exit long before the periodic
+    /// The PLEG's follow-up relists (every 5 ms) see the exit long before the periodic
     /// relist (10 s while events flow), so the first restart stays immediate, as in the
     /// kubelet (no backoff entry yet).
     #[test]
