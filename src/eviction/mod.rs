@@ -294,6 +294,13 @@ pub fn has_local_storage_limits(pod: &Pod) -> bool {
             .any(|c| container_quantity(c, true, "ephemeral-storage") > 0)
 }
 
+/// Admitted and not terminal: the pod holds resources.
+fn is_active(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .is_some_and(|s| s.phase == "Running" || s.phase == "Pending")
+}
+
 /// Sleeps until `deadline` or until the memory threshold notifier fires; `false` when `stop`
 /// fired or was dropped. It blocks without waking in between: on the notifier's eventfd in
 /// poll(2) when one is armed (cgroup v1 with a memory.available threshold; `stop` is then seen
@@ -367,6 +374,10 @@ pub struct Manager {
     /// The image filesystem's mountpoint (CRI ImageFsInfo) and when it was asked for: asked
     /// again every [`IMAGE_GC_PERIOD`], not every pass (only its statvfs figures move).
     imagefs: Option<(PathBuf, Instant)>,
+    /// By pod UID: whether it has a local-storage limit ([`has_local_storage_limits`]). Limits
+    /// and volumes of a UID never change (a changed static manifest is a new UID; the API
+    /// server refuses such updates), so each pod is looked at once, not copied every pass.
+    limited: BTreeMap<String, bool>,
 }
 
 /// The kubelet's podCleanupTimeout.
@@ -398,6 +409,7 @@ impl Manager {
             last_image_gc: None,
             conditions: vec![],
             imagefs: None,
+            limited: BTreeMap::new(),
         }
     }
 
@@ -422,13 +434,35 @@ impl Manager {
         self.store
             .pods()
             .into_iter()
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .is_some_and(|s| s.phase == "Running" || s.phase == "Pending")
-            })
+            .filter(is_active)
             .filter(|p| !self.evicting.contains_key(&p.metadata.uid))
             .collect()
+    }
+
+    /// The active pods that have a local-storage limit (only those can violate one). Each
+    /// UID's pod is copied from the store once to learn whether it has a limit; after that,
+    /// only pods with a limit are.
+    fn limited_active_pods(&mut self) -> Vec<Pod> {
+        let uids = self.store.uids();
+        self.limited
+            .retain(|uid, _| uids.binary_search(uid).is_ok());
+        let mut out = Vec::new();
+        for uid in uids {
+            if self.evicting.contains_key(&uid) || self.limited.get(&uid) == Some(&false) {
+                continue;
+            }
+            let Some(pod) = self.store.get(&uid) else {
+                continue;
+            };
+            let limited = *self
+                .limited
+                .entry(uid)
+                .or_insert_with(|| has_local_storage_limits(&pod));
+            if limited && is_active(&pod) {
+                out.push(pod);
+            }
+        }
+        out
     }
 
     /// The usage of `pods`: CRI ListContainerStats once, then a walk of each pod's log and
@@ -558,15 +592,14 @@ impl Manager {
                     .and_then(|p| p.status)
                     .is_some_and(|s| s.phase != "Failed")
         });
-        let pods = self.active_pods();
-        // Only pods with a local-storage limit can violate one: only their usage is measured
-        // every pass. Everyone's is measured when a threshold asks for a victim.
-        let limited: Vec<&Pod> = pods.iter().filter(|p| has_local_storage_limits(p)).collect();
-        let usage = self.usage(&limited);
+        // Only pods with a local-storage limit can violate one: only they are read from the
+        // store and measured every pass. Every active pod is when a threshold asks for a victim.
+        let limited = self.limited_active_pods();
+        let usage = self.usage(&limited.iter().collect::<Vec<_>>());
         self.store.metrics().inc_eviction_passes();
 
         // Local storage limits first; any eviction here ends the pass (as in the kubelet).
-        let evicted_local = self.evict_local_storage_violators(&pods, &usage);
+        let evicted_local = self.evict_local_storage_violators(&limited, &usage);
 
         let mut obs = self.observe();
         let result = self.state.pass(
@@ -604,6 +637,7 @@ impl Manager {
         {
             return;
         }
+        let pods = self.active_pods();
         let usage = self.usage(&pods.iter().collect::<Vec<_>>());
         self.evict_one(&t, &pods, &usage, &obs);
     }
@@ -884,6 +918,11 @@ mod tests {
         let stats_calls = |m: &Manager| m.store.metrics().runtime_operations("list_container_stats").0;
         assert_eq!(stats_calls(&m), 0, "no pod has a local-storage limit");
         assert_eq!(m.store.metrics().eviction_passes(), 2);
+        assert_eq!(
+            m.limited,
+            [("a".to_string(), false), ("b".to_string(), false)].into(),
+            "each pod looked at once"
+        );
 
         m.store.set_pod(running_pod(
             "c",
@@ -891,6 +930,54 @@ mod tests {
         ));
         m.pass(Instant::now());
         assert_eq!(stats_calls(&m), 1, "pod c has an ephemeral-storage limit");
+    }
+
+    /// LocalStorageCapacityIsolation still holds with usage measured only for limited pods:
+    /// a disk emptyDir over its sizeLimit gets its pod evicted with the kubelet's message.
+    #[test]
+    fn a_pod_over_its_empty_dir_size_limit_is_still_evicted() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut m, _fake) = counted_manager(d.path());
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (sink, store) = (got.clone(), m.store.clone());
+        m.events = Box::new(move |e| {
+            if let ManagerEvent::Evict(ev) = e {
+                // The sync loop's part: the pod is killed and Failed (ends the cleanup wait).
+                if let Some(mut p) = store.get(&ev.uid) {
+                    if let Some(st) = p.status.as_mut() {
+                        st.phase = "Failed".into();
+                    }
+                    store.set_pod(p);
+                }
+                sink.lock().unwrap().push(ev);
+            }
+        });
+        let mut pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "big", "namespace": "default", "uid": "big"},
+            "spec": {"containers": [{"name": "c", "image": "i"}],
+                     "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        assert!(has_local_storage_limits(&pod));
+        pod.metadata.uid = "big".into();
+        m.store.set_pod(pod);
+        m.store
+            .set_pod(running_pod("small", json!([{"name": "c", "image": "i"}])));
+        let ed = d
+            .path()
+            .join("root/pods/big/volumes/kubernetes.io~empty-dir/scratch");
+        std::fs::create_dir_all(&ed).unwrap();
+        std::fs::write(ed.join("f"), vec![1u8; 2 << 20]).unwrap();
+        m.pass(Instant::now());
+        let got = got.lock().unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].uid, "big");
+        assert_eq!(
+            got[0].message,
+            "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+        );
     }
 
     /// Only pods with a limit of their own can violate one (the kubelet's
