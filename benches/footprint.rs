@@ -249,6 +249,9 @@ impl NanoletProc {
             .arg(format!("--pod-logs-dir={}", dir.join("log/pods").display()))
             .arg(format!("--read-only-port={port}"))
             .arg(format!("--healthz-port={}", support::agent::free_port()))
+            // Not the default 10250: another bench or test on the machine may hold it (the
+            // kubelet server then fails to start and nanolet exits).
+            .arg(format!("--port={}", support::agent::free_port()))
             // As in the tests: no eviction thresholds and no image GC. On a shared machine
             // whose disk is past the default imagefs.available<15 % (86 % used on 2026-11-23),
             // nanolet would reject every bench pod with DiskPressure and garbage-collect the
@@ -646,7 +649,7 @@ fn thread_table(
         e.3 += vol.saturating_sub(vol0);
     }
     let mut rows: Vec<(String, (usize, u64, u64, u64))> = by_name.into_iter().collect();
-    rows.sort_by(|a, b| b.1.1.cmp(&a.1.1));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1.1));
     let total = rows.iter().fold((0, 0, 0, 0), |t, (_, r)| {
         (t.0 + r.0, t.1 + r.1, t.2 + r.2, t.3 + r.3)
     });
