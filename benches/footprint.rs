@@ -228,7 +228,20 @@ impl NanoletProc {
         fs::create_dir_all(&manifests).expect("manifest dir");
         let port = support::agent::free_port();
         let log = fs::File::create(dir.join("nanolet.log")).expect("nanolet log");
-        let child = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        if std::env::var_os("NANOLET_BENCH_SYSTEMD").is_some() {
+            // As under the packaged unit (Type=notify, WatchdogSec=120s): a notify socket that
+            // is read all the time, and the watchdog interval.
+            let sock = dir.join("notify.sock");
+            let rx = std::os::unix::net::UnixDatagram::bind(&sock).expect("notify socket");
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while rx.recv(&mut buf).is_ok() {}
+            });
+            cmd.env("NOTIFY_SOCKET", &sock)
+                .env("WATCHDOG_USEC", "120000000");
+        }
+        let child = cmd
             .arg("run")
             .arg(format!("--pod-manifest-path={}", manifests.display()))
             .arg(format!("--container-runtime-endpoint={}", ctd.endpoint()))
@@ -237,6 +250,9 @@ impl NanoletProc {
             .arg(format!("--pod-logs-dir={}", dir.join("log/pods").display()))
             .arg(format!("--read-only-port={port}"))
             .arg(format!("--healthz-port={}", support::agent::free_port()))
+            // Not the default 10250: another bench or test on the machine may hold it (the
+            // kubelet server then fails to start and nanolet exits).
+            .arg(format!("--port={}", support::agent::free_port()))
             // As in the tests: no eviction thresholds and no image GC. On a shared machine
             // whose disk is past the default imagefs.available<15 % (86 % used on 2026-11-23),
             // nanolet would reject every bench pod with DiskPressure and garbage-collect the
@@ -573,6 +589,106 @@ fn schedstat_of(pid: i32) -> (u64, u64) {
     sum
 }
 
+/// One thread's counters: (name, ns on CPU, timeslices run, voluntary context switches).
+type ThreadSample = (String, u64, u64, u64);
+
+/// Every live thread of `pid` by thread id (`NANOLET_BENCH_THREADS`: the idle-CPU attribution
+/// of docs/benchmarks/idle-profile.md).
+fn per_thread(pid: i32) -> BTreeMap<u64, ThreadSample> {
+    let mut out = BTreeMap::new();
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let sched: Vec<u64> = fs::read_to_string(t.path().join("schedstat"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        let vol = fs::read_to_string(t.path().join("status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if sched.len() >= 3 {
+            out.insert(tid, (comm.trim().to_string(), sched[0], sched[2], vol));
+        }
+    }
+    out
+}
+
+/// Per thread name (the pod workers `pod-*` as one row), over `secs`: CPU ms per minute,
+/// wake-ups (timeslices run) per minute, voluntary context switches per minute; and the CRI
+/// calls per minute by method from `kubelet_runtime_operations_total`.
+fn thread_table(
+    report: &mut Report,
+    pods: usize,
+    secs: f64,
+    before: &BTreeMap<u64, ThreadSample>,
+    after: &BTreeMap<u64, ThreadSample>,
+    ops0: &BTreeMap<String, f64>,
+    ops1: &BTreeMap<String, f64>,
+) {
+    let per_min = 60.0 / secs;
+    let mut by_name: BTreeMap<String, (usize, u64, u64, u64)> = BTreeMap::new();
+    for (tid, (name, ns, runs, vol)) in after {
+        let (ns0, runs0, vol0) = before.get(tid).map_or((0, 0, 0), |b| (b.1, b.2, b.3));
+        let key = if name.starts_with("pod-") {
+            "pod-* (workers)".to_string()
+        } else {
+            name.clone()
+        };
+        let e = by_name.entry(key).or_default();
+        e.0 += 1;
+        e.1 += ns.saturating_sub(ns0);
+        e.2 += runs.saturating_sub(runs0);
+        e.3 += vol.saturating_sub(vol0);
+    }
+    let mut rows: Vec<(String, (usize, u64, u64, u64))> = by_name.into_iter().collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1.1));
+    let total = rows.iter().fold((0, 0, 0, 0), |t, (_, r)| {
+        (t.0 + r.0, t.1 + r.1, t.2 + r.2, t.3 + r.3)
+    });
+    rows.push(("total (live threads)".into(), total));
+    let cells = rows
+        .into_iter()
+        .map(|(name, (n, ns, runs, vol))| {
+            vec![
+                name,
+                n.to_string(),
+                format!("{:.1}", ns as f64 / 1e6 * per_min),
+                format!("{:.0}", runs as f64 * per_min),
+                format!("{:.0}", vol as f64 * per_min),
+            ]
+        })
+        .collect();
+    report.table(
+        &format!("Per thread at {pods} pods over {secs:.0} s (per minute)"),
+        &["thread", "threads", "CPU ms", "wake-ups", "voluntary switches"],
+        cells,
+    );
+    let key = "kubelet_runtime_operations_total{operation_type=\"";
+    let mut ops: Vec<Vec<String>> = ops1
+        .iter()
+        .filter_map(|(k, v)| {
+            let op = k.strip_prefix(key)?.strip_suffix("\"}")?;
+            let d = v - ops0.get(k).unwrap_or(&0.0);
+            (d > 0.0).then(|| vec![op.to_string(), format!("{:.1}", d * per_min)])
+        })
+        .collect();
+    ops.sort();
+    report.table(
+        &format!("CRI calls per minute by method at {pods} pods"),
+        &["operation", "calls/min"],
+        ops,
+    );
+}
+
 /// Where a process's resident memory is, from /proc/PID/smaps, KiB: the executable's own
 /// mappings, shared libraries, the brk heap (glibc's main malloc arena), other malloc arenas
 /// (anonymous read-write mappings starting on a 64 MiB boundary: glibc's HEAP_MAX_SIZE
@@ -737,6 +853,9 @@ impl Bench<'_> {
             breakdown: None,
             probes: false,
         };
+        let threads0 = per_thread(pid);
+        let ops0 = self.nl.metrics();
+        let w0 = Instant::now();
         for _ in 0..3 {
             let m0 = self.nl.metrics();
             let (c0, s0, t0) = (cpu_of(pid), schedstat_of(pid), Instant::now());
@@ -770,6 +889,11 @@ impl Bench<'_> {
                 .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
             fp.shim_rss.push(Some(r as f64 / 1024.0));
             fp.shim_pss.push(Some(p as f64 / 1024.0));
+        }
+        if std::env::var_os("NANOLET_BENCH_THREADS").is_some() {
+            let secs = w0.elapsed().as_secs_f64();
+            let ops1 = self.nl.metrics();
+            thread_table(self.report, pods, secs, &threads0, &per_thread(pid), &ops0, &ops1);
         }
         fp.breakdown = smaps_breakdown(pid);
         println!(

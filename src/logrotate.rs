@@ -310,8 +310,11 @@ impl<'a> Rotator<'a> {
 
     /// One full pass over the containers nanolet manages: track new running ones (a
     /// container's log path never changes, so it is asked for once: at 100 pods that saves 100
-    /// ContainerStatus calls per pass), forget stopped ones, rotate what is over the limit and
-    /// compress older rotations.
+    /// ContainerStatus calls per pass), forget stopped ones, rotate what is over the limit.
+    /// Older rotations are compressed when a log rotates and once when its container is first
+    /// tracked (rotations left from before a restart), not on every pass: a pass over logs that
+    /// did not grow is one ListContainers and one stat per log (the kubelet's rotateLogs, too,
+    /// compresses only when it rotates).
     pub fn full_pass(&mut self, now: Instant) {
         let asked = self.pass_due.take().is_some();
         let Ok(list) = self.rt.list_containers() else {
@@ -344,7 +347,8 @@ impl<'a> Rotator<'a> {
             self.tracked.remove(&id);
         }
         for c in running {
-            if !self.tracked.contains_key(&c.id) {
+            let new = !self.tracked.contains_key(&c.id);
+            if new {
                 match self.rt.container_status(&c.id) {
                     Ok(st) if !st.log_path.is_empty() => {
                         let t = Tracked {
@@ -361,8 +365,7 @@ impl<'a> Rotator<'a> {
                     }
                 }
             }
-            if !self.check(&c.id, now) {
-                // Rotations made between full passes are compressed here.
+            if !self.check(&c.id, now) && new {
                 if let Some(log) = self.tracked.get(&c.id).map(|t| t.log.clone()) {
                     self.compress_older(log);
                 }
@@ -664,6 +667,35 @@ mod tests {
             .expect("stop");
         r.full_pass(Instant::now());
         assert!(r.tracked.is_empty(), "forgotten once the container stops");
+    }
+
+    /// containerLogMonitorInterval passes over logs under containerLogMaxSize only stat them:
+    /// older rotations are compressed once when a container is first tracked and again when
+    /// its log rotates (the kubelet's rotateLogs compresses only when it rotates), not on
+    /// every 10 s pass.
+    #[test]
+    fn passes_over_logs_that_did_not_grow_compress_nothing() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let rt = FakeRuntime::new();
+        let (_id, log) = container_with_log(&rt, d.path());
+        std::fs::write(&log, b"x").expect("write");
+        let policy = RotationPolicy {
+            max_size: 100,
+            ..RotationPolicy::default()
+        };
+        let mut r = Rotator::new(&rt, policy, None, false);
+        let (tx, rx) = std::sync::mpsc::channel();
+        r.compress = Some(tx);
+        r.full_pass(Instant::now());
+        assert_eq!(rx.try_iter().count(), 1, "first tracked: leftovers compressed");
+        for _ in 0..5 {
+            r.full_pass(Instant::now());
+        }
+        assert_eq!(rx.try_iter().count(), 0, "no growth: nothing to compress");
+        std::fs::write(&log, vec![b'y'; 150]).expect("write");
+        r.full_pass(Instant::now());
+        assert_eq!(rt.count_calls("reopen_container_log"), 1);
+        assert_eq!(rx.try_iter().count(), 1, "rotated: older rotations compressed");
     }
 
     #[test]

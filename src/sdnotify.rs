@@ -2,7 +2,7 @@
 //! datagram per message to `$NOTIFY_SOCKET`, a path or an abstract `@name`):
 //!
 //! - `READY=1` once the sync loop has run (the first sync is done), with a `STATUS=` line;
-//! - `STATUS=` whenever the pod counts change;
+//! - `STATUS=` when the pod counts change (looked at every [`STATUS_PERIOD`]);
 //! - `WATCHDOG=1` every `$WATCHDOG_USEC / 2` while every health check passes, so systemd's
 //!   `WatchdogSec=` restarts nanolet when it is wedged (pods keep running meanwhile);
 //! - `STOPPING=1` on shutdown.
@@ -82,13 +82,28 @@ fn status_line(store: &StatusStore) -> String {
     s
 }
 
+/// After READY, how often the pod counts of the `STATUS=` line are taken: counting copies
+/// every pod from the status store (at 100 pods, every second was most of an idle agent's
+/// CPU), and systemd shows the line only on `systemctl status`.
+pub const STATUS_PERIOD: Duration = Duration::from_secs(10);
+
+/// Until READY: how often the notifier looks for the first sync.
+const READY_TICK: Duration = Duration::from_secs(1);
+
+/// How long the notifier sleeps between looks: [`READY_TICK`] until READY, then
+/// [`STATUS_PERIOD`]; never longer than the watchdog interval (already half of
+/// `WatchdogSec=`), so a ping is at most one such sleep late.
+fn tick(ready: bool, watchdog: Option<Duration>) -> Duration {
+    let t = if ready { STATUS_PERIOD } else { READY_TICK };
+    watchdog.map_or(t, |w| w.min(t))
+}
+
 /// Starts the notifier thread when `$NOTIFY_SOCKET` is set.
 pub fn spawn(store: Arc<StatusStore>) {
     if std::env::var_os("NOTIFY_SOCKET").is_none() {
         return;
     }
     let watchdog = watchdog_interval();
-    let tick = watchdog.map_or(Duration::from_secs(1), |w| w.min(Duration::from_secs(1)));
     let spawned = std::thread::Builder::new()
         .name("sd-notify".into())
         .stack_size(128 * 1024)
@@ -127,7 +142,7 @@ pub fn spawn(store: Arc<StatusStore>) {
                         last_ping = std::time::Instant::now();
                     }
                 }
-                std::thread::sleep(tick);
+                std::thread::sleep(tick(ready, watchdog));
             }
         });
     if let Err(e) = spawned {
@@ -139,6 +154,25 @@ pub fn spawn(store: Arc<StatusStore>) {
 mod tests {
     use super::*;
     use std::time::Instant;
+
+    /// sd_watchdog_enabled's interval is half of WatchdogSec: the notifier never sleeps longer
+    /// than that, looks for READY every second, and after READY recounts pods for `STATUS=`
+    /// every STATUS_PERIOD instead of every second.
+    #[test]
+    fn the_notifier_sleeps_a_second_until_ready_then_the_status_period() {
+        assert_eq!(tick(false, None), Duration::from_secs(1));
+        assert_eq!(tick(true, None), STATUS_PERIOD);
+        // The packaged unit: WatchdogSec=120s, pinged every 60 s.
+        assert_eq!(tick(true, Some(Duration::from_secs(60))), STATUS_PERIOD);
+        assert_eq!(
+            tick(true, Some(Duration::from_millis(500))),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            tick(false, Some(Duration::from_millis(500))),
+            Duration::from_millis(500)
+        );
+    }
 
     /// A receiver that stops reading (a wedged supervisor, or a test that reads the socket
     /// only now and then) fills its queue; a notification then gives up after SEND_TIMEOUT

@@ -31,7 +31,7 @@ pub(crate) mod threshold;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
@@ -273,6 +273,67 @@ pub fn eviction_message(
     msg
 }
 
+/// Whether `pod` has a local-storage limit the manager enforces: a disk-backed emptyDir with a
+/// `sizeLimit`, or a container with an `ephemeral-storage` limit ([`local_storage_violation`]
+/// finds nothing to report for any other pod).
+pub fn has_local_storage_limits(pod: &Pod) -> bool {
+    let sized_empty_dir = match pod.spec.extra.get("volumes") {
+        Some(serde_json::Value::Array(v)) => v.iter().any(|v| {
+            v.get("emptyDir").is_some_and(|ed| {
+                ed.get("medium").and_then(|m| m.as_str()) != Some("Memory")
+                    && ed.get("sizeLimit").is_some_and(|q| !q.is_null())
+            })
+        }),
+        _ => false,
+    };
+    sized_empty_dir
+        || pod
+            .spec
+            .containers
+            .iter()
+            .any(|c| container_quantity(c, true, "ephemeral-storage") > 0)
+}
+
+/// Admitted and not terminal: the pod holds resources.
+fn is_active(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .is_some_and(|s| s.phase == "Running" || s.phase == "Pending")
+}
+
+/// Sleeps until `deadline` or until the memory threshold notifier fires; `false` when `stop`
+/// fired or was dropped. It blocks without waking in between: on the notifier's eventfd in
+/// poll(2) when one is armed (cgroup v1 with a memory.available threshold; `stop` is then seen
+/// when that wait ends, within one monitoring period, and no pass runs after it), else on
+/// `stop` itself.
+fn wait_period(
+    stop: &Receiver<()>,
+    notifier: Option<&notifier::MemoryNotifier>,
+    deadline: Instant,
+) -> bool {
+    let stopped = || !matches!(stop.try_recv(), Err(TryRecvError::Empty));
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return !stopped();
+        }
+        match notifier.and_then(|n| n.wait(left)) {
+            Some(fired) => {
+                if stopped() {
+                    return false;
+                }
+                if fired {
+                    info!("memory threshold notifier fired; checking eviction thresholds now");
+                    return true;
+                }
+            }
+            None => {
+                return matches!(stop.recv_timeout(left), Err(RecvTimeoutError::Timeout));
+            }
+        }
+    }
+}
+
 /// The hard eviction grace period (the kubelet's immediateEvictionGracePeriodSeconds).
 const IMMEDIATE_GRACE_SECONDS: i64 = 1;
 
@@ -310,6 +371,13 @@ pub struct Manager {
     evicting: BTreeMap<String, Instant>,
     last_image_gc: Option<Instant>,
     conditions: Vec<NodeCondition>,
+    /// The image filesystem's mountpoint (CRI ImageFsInfo) and when it was asked for: asked
+    /// again every [`IMAGE_GC_PERIOD`], not every pass (only its statvfs figures move).
+    imagefs: Option<(PathBuf, Instant)>,
+    /// By pod UID: whether it has a local-storage limit ([`has_local_storage_limits`]). Limits
+    /// and volumes of a UID never change (a changed static manifest is a new UID; the API
+    /// server refuses such updates), so each pod is looked at once, not copied every pass.
+    limited: BTreeMap<String, bool>,
 }
 
 /// The kubelet's podCleanupTimeout.
@@ -340,6 +408,8 @@ impl Manager {
             evicting: BTreeMap::new(),
             last_image_gc: None,
             conditions: vec![],
+            imagefs: None,
+            limited: BTreeMap::new(),
         }
     }
 
@@ -353,20 +423,8 @@ impl Manager {
                 n.arm(&self.cfg.thresholds, &self.memory);
             }
             let deadline = Instant::now() + self.cfg.monitoring_period;
-            loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                // Wake every 250 ms to notice `stop` and the memory threshold notifier.
-                match stop.recv_timeout(left.min(Duration::from_millis(250))) {
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
-                    Err(RecvTimeoutError::Timeout) => {}
-                }
-                if notifier.as_ref().is_some_and(|n| n.fired()) {
-                    info!("memory threshold notifier fired; checking eviction thresholds now");
-                    break;
-                }
+            if !wait_period(&stop, notifier.as_ref(), deadline) {
+                return;
             }
         }
     }
@@ -376,16 +434,43 @@ impl Manager {
         self.store
             .pods()
             .into_iter()
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .is_some_and(|s| s.phase == "Running" || s.phase == "Pending")
-            })
+            .filter(is_active)
             .filter(|p| !self.evicting.contains_key(&p.metadata.uid))
             .collect()
     }
 
-    fn usage(&self, pods: &[Pod]) -> BTreeMap<String, observe::PodUsage> {
+    /// The active pods that have a local-storage limit (only those can violate one). Each
+    /// UID's pod is copied from the store once to learn whether it has a limit; after that,
+    /// only pods with a limit are.
+    fn limited_active_pods(&mut self) -> Vec<Pod> {
+        let uids = self.store.uids();
+        self.limited
+            .retain(|uid, _| uids.binary_search(uid).is_ok());
+        let mut out = Vec::new();
+        for uid in uids {
+            if self.evicting.contains_key(&uid) || self.limited.get(&uid) == Some(&false) {
+                continue;
+            }
+            let Some(pod) = self.store.get(&uid) else {
+                continue;
+            };
+            let limited = *self
+                .limited
+                .entry(uid)
+                .or_insert_with(|| has_local_storage_limits(&pod));
+            if limited && is_active(&pod) {
+                out.push(pod);
+            }
+        }
+        out
+    }
+
+    /// The usage of `pods`: CRI ListContainerStats once, then a walk of each pod's log and
+    /// emptyDir directories and its pids cgroup. No pods: no call, no walk.
+    fn usage(&self, pods: &[&Pod]) -> BTreeMap<String, observe::PodUsage> {
+        if pods.is_empty() {
+            return BTreeMap::new();
+        }
         let stats = self.runtime.list_container_stats().unwrap_or_default();
         let mut by_pod = observe::stats_by_pod(stats);
         pods.iter()
@@ -451,12 +536,21 @@ impl Manager {
         ));
     }
 
-    fn observe(&self) -> Observations {
+    fn observe(&mut self) -> Observations {
+        let now = Instant::now();
+        let fresh = self
+            .imagefs
+            .as_ref()
+            .is_some_and(|(_, at)| now.saturating_duration_since(*at) < IMAGE_GC_PERIOD);
+        if !fresh {
+            // Not answered (runtime down): nodefs stands in, and the next pass asks again.
+            self.imagefs = observe::image_fs_mountpoint(self.runtime.as_ref()).map(|m| (m, now));
+        }
         observe::observe_node(&observe::NodeProbe {
             memory: &self.memory,
             root_dir: &self.paths.root_dir,
             pod_logs_dir: &self.paths.pod_logs_dir,
-            runtime: Some(self.runtime.as_ref()),
+            imagefs: self.imagefs.as_ref().map(|(m, _)| m.as_path()),
         })
     }
 
@@ -498,12 +592,14 @@ impl Manager {
                     .and_then(|p| p.status)
                     .is_some_and(|s| s.phase != "Failed")
         });
-        let pods = self.active_pods();
-        let usage = self.usage(&pods);
+        // Only pods with a local-storage limit can violate one: only they are read from the
+        // store and measured every pass. Every active pod is when a threshold asks for a victim.
+        let limited = self.limited_active_pods();
+        let usage = self.usage(&limited.iter().collect::<Vec<_>>());
         self.store.metrics().inc_eviction_passes();
 
         // Local storage limits first; any eviction here ends the pass (as in the kubelet).
-        let evicted_local = self.evict_local_storage_violators(&pods, &usage);
+        let evicted_local = self.evict_local_storage_violators(&limited, &usage);
 
         let mut obs = self.observe();
         let result = self.state.pass(
@@ -541,6 +637,8 @@ impl Manager {
         {
             return;
         }
+        let pods = self.active_pods();
+        let usage = self.usage(&pods.iter().collect::<Vec<_>>());
         self.evict_one(&t, &pods, &usage, &obs);
     }
 
@@ -764,6 +862,200 @@ mod tests {
             "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. \
              Container hog was using 300Mi, request is 10Mi, has larger consumption of memory. "
         );
+    }
+
+    fn running_pod(uid: &str, containers: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": uid, "namespace": "default", "uid": uid},
+            "spec": {"containers": containers},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap()
+    }
+
+    /// A manager over the fake runtime whose CRI calls are counted (`/metrics`' runtime
+    /// operations), with no thresholds (as `--eviction-hard=memory.available<0%`).
+    fn counted_manager(dir: &std::path::Path) -> (Manager, Arc<crate::cri::fake::FakeRuntime>) {
+        let fake = Arc::new(crate::cri::fake::FakeRuntime::new());
+        let store = Arc::new(StatusStore::new(Duration::from_secs(60)));
+        let rt = Arc::new(crate::cri::instrumented::InstrumentedRuntime::new(
+            fake.clone(),
+            store.metrics().clone(),
+        ));
+        let cfg = EvictionConfig {
+            raw: RawThresholds::default(),
+            thresholds: vec![],
+            ..Default::default()
+        };
+        let m = Manager::new(
+            cfg,
+            rt,
+            store,
+            Box::new(|_| {}),
+            Paths {
+                root_dir: dir.join("root"),
+                pod_logs_dir: dir.join("logs"),
+            },
+            Box::new(|| Some(BTreeSet::new())),
+        );
+        (m, fake)
+    }
+
+    /// The kubelet's localStorageEviction only evicts pods over a limit they have (emptyDir
+    /// sizeLimit, container ephemeral-storage limits; pkg/kubelet/eviction/eviction_manager.go):
+    /// a pass with no such pod and no threshold met measures no pod usage (no CRI
+    /// ListContainerStats, no walk of pod directories); a pod with a limit is measured.
+    #[test]
+    fn a_pass_measures_usage_only_for_pods_with_local_storage_limits() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut m, _fake) = counted_manager(d.path());
+        let plain = json!([{"name": "c", "image": "i"}]);
+        m.store.set_pod(running_pod("a", plain.clone()));
+        m.store.set_pod(running_pod("b", plain));
+        m.pass(Instant::now());
+        m.pass(Instant::now());
+        let stats_calls = |m: &Manager| m.store.metrics().runtime_operations("list_container_stats").0;
+        assert_eq!(stats_calls(&m), 0, "no pod has a local-storage limit");
+        assert_eq!(m.store.metrics().eviction_passes(), 2);
+        assert_eq!(
+            m.limited,
+            [("a".to_string(), false), ("b".to_string(), false)].into(),
+            "each pod looked at once"
+        );
+
+        m.store.set_pod(running_pod(
+            "c",
+            json!([{"name": "c", "image": "i", "resources": {"limits": {"ephemeral-storage": "1Gi"}}}]),
+        ));
+        m.pass(Instant::now());
+        assert_eq!(stats_calls(&m), 1, "pod c has an ephemeral-storage limit");
+    }
+
+    /// LocalStorageCapacityIsolation still holds with usage measured only for limited pods:
+    /// a disk emptyDir over its sizeLimit gets its pod evicted with the kubelet's message.
+    #[test]
+    fn a_pod_over_its_empty_dir_size_limit_is_still_evicted() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut m, _fake) = counted_manager(d.path());
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (sink, store) = (got.clone(), m.store.clone());
+        m.events = Box::new(move |e| {
+            if let ManagerEvent::Evict(ev) = e {
+                // The sync loop's part: the pod is killed and Failed (ends the cleanup wait).
+                if let Some(mut p) = store.get(&ev.uid) {
+                    if let Some(st) = p.status.as_mut() {
+                        st.phase = "Failed".into();
+                    }
+                    store.set_pod(p);
+                }
+                sink.lock().unwrap().push(ev);
+            }
+        });
+        let mut pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "big", "namespace": "default", "uid": "big"},
+            "spec": {"containers": [{"name": "c", "image": "i"}],
+                     "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        assert!(has_local_storage_limits(&pod));
+        pod.metadata.uid = "big".into();
+        m.store.set_pod(pod);
+        m.store
+            .set_pod(running_pod("small", json!([{"name": "c", "image": "i"}])));
+        let ed = d
+            .path()
+            .join("root/pods/big/volumes/kubernetes.io~empty-dir/scratch");
+        std::fs::create_dir_all(&ed).unwrap();
+        std::fs::write(ed.join("f"), vec![1u8; 2 << 20]).unwrap();
+        m.pass(Instant::now());
+        let got = got.lock().unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].uid, "big");
+        assert_eq!(
+            got[0].message,
+            "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+        );
+    }
+
+    /// Only pods with a limit of their own can violate one (the kubelet's
+    /// podLocalEphemeralStorageUsage/emptyDir checks); memory-medium emptyDirs are memory.
+    #[test]
+    fn local_storage_limits_are_what_local_storage_violation_checks() {
+        let plain = pod_with(json!([]), json!([{"name": "c", "image": "i"}]));
+        assert!(!has_local_storage_limits(&plain));
+        let ram = pod_with(
+            json!([{"name": "r", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}]),
+            json!([{"name": "c", "image": "i"}]),
+        );
+        assert!(!has_local_storage_limits(&ram));
+        let no_size = pod_with(
+            json!([{"name": "s", "emptyDir": {}}]),
+            json!([{"name": "c", "image": "i"}]),
+        );
+        assert!(!has_local_storage_limits(&no_size));
+        let sized = pod_with(
+            json!([{"name": "s", "emptyDir": {"sizeLimit": "1Mi"}}]),
+            json!([{"name": "c", "image": "i"}]),
+        );
+        assert!(has_local_storage_limits(&sized));
+        let limited = pod_with(
+            json!([]),
+            json!([{"name": "c", "image": "i", "resources": {"limits": {"ephemeral-storage": "1Mi"}}}]),
+        );
+        assert!(has_local_storage_limits(&limited));
+        // Every pod local_storage_violation can report on is one of those.
+        let mut huge = observe::PodUsage {
+            disk: i64::MAX,
+            ..Default::default()
+        };
+        huge.containers.insert("c".into(), i64::MAX);
+        huge.empty_dirs.insert("s".into(), i64::MAX);
+        huge.empty_dirs.insert("r".into(), i64::MAX);
+        for p in [&plain, &ram, &no_size] {
+            assert_eq!(local_storage_violation(p, &huge), None);
+        }
+        for p in [&sized, &limited] {
+            assert!(local_storage_violation(p, &huge).is_some());
+        }
+    }
+
+    /// imagefs.available is the statvfs of the filesystem CRI ImageFsInfo names (the kubelet's
+    /// summary provider); the mountpoint does not move, so it is asked for once per image GC
+    /// period, not every 10 s pass.
+    #[test]
+    fn the_image_filesystem_is_asked_for_once_per_image_gc_period() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut m, fake) = counted_manager(d.path());
+        for _ in 0..3 {
+            m.pass(Instant::now());
+        }
+        assert_eq!(fake.count_calls("image_fs_info"), 1);
+        // Past the period it is asked again.
+        if let Some((_, at)) = m.imagefs.as_mut() {
+            *at -= IMAGE_GC_PERIOD;
+        }
+        m.pass(Instant::now());
+        assert_eq!(fake.count_calls("image_fs_info"), 2);
+    }
+
+    /// Between passes the manager blocks (no periodic wake-up): without an armed notifier it
+    /// waits on `stop` for the whole period and returns at once when `stop` fires.
+    #[test]
+    fn the_wait_between_passes_blocks_until_the_period_ends_or_stop() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t0 = Instant::now();
+        assert!(wait_period(&rx, None, t0 + Duration::from_millis(300)));
+        assert!(t0.elapsed() >= Duration::from_millis(300));
+        tx.send(()).unwrap();
+        let t0 = Instant::now();
+        assert!(!wait_period(&rx, None, t0 + Duration::from_secs(30)));
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        drop(tx);
+        // A dropped sender stops too.
+        assert!(!wait_period(&rx, None, Instant::now() + Duration::from_secs(30)));
     }
 
     #[test]

@@ -7,9 +7,11 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
+use std::time::Duration;
 
+use nix::poll::{PollFd, PollFlags, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use tracing::debug;
 
@@ -89,6 +91,17 @@ impl MemoryNotifier {
         })
     }
 
+    /// Blocks in poll(2) until the threshold is crossed or `timeout` has passed: whether it
+    /// was crossed; `None` when nothing is armed (there is nothing to wait on).
+    pub fn wait(&self, timeout: Duration) -> Option<bool> {
+        let a = self.armed.as_ref()?;
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(a.efd.as_fd(), PollFlags::POLLIN)];
+        // EINTR: the caller looks at the time left and waits again.
+        let _ = poll(&mut fds, ms);
+        Some(self.fired())
+    }
+
     /// Whether the threshold was crossed since the last call (non-blocking).
     pub fn fired(&self) -> bool {
         self.armed
@@ -117,5 +130,22 @@ mod tests {
             assert!(n.armed.is_some(), "root can write cgroup.event_control");
         }
         assert!(!n.fired());
+        if n.armed.is_some() {
+            // Armed: the wait blocks for its whole timeout (no crossing), not a short tick.
+            let t0 = std::time::Instant::now();
+            assert_eq!(n.wait(Duration::from_millis(300)), Some(false));
+            assert!(t0.elapsed() >= Duration::from_millis(290), "{:?}", t0.elapsed());
+        }
+    }
+
+    /// Nothing armed (no memory.available threshold): nothing to wait on, the caller blocks on
+    /// its stop channel instead.
+    #[test]
+    fn an_unarmed_notifier_has_nothing_to_wait_on() {
+        let n = MemoryNotifier {
+            root: PathBuf::from("/nonexistent"),
+            armed: None,
+        };
+        assert_eq!(n.wait(Duration::from_secs(5)), None);
     }
 }

@@ -127,7 +127,18 @@ pub struct NodeProbe<'a> {
     pub memory: &'a MemorySource,
     pub root_dir: &'a Path,
     pub pod_logs_dir: &'a Path,
-    pub runtime: Option<&'a dyn Runtime>,
+    /// The image filesystem's mountpoint ([`image_fs_mountpoint`]); `None`: imagefs is nodefs.
+    pub imagefs: Option<&'a Path>,
+}
+
+/// The mountpoint of the runtime's image filesystem (CRI ImageFsInfo), `None` when the runtime
+/// does not answer or names none.
+pub fn image_fs_mountpoint(rt: &dyn Runtime) -> Option<PathBuf> {
+    rt.image_fs_info()
+        .ok()?
+        .into_iter()
+        .find(|f| !f.mountpoint.is_empty())
+        .map(|f| PathBuf::from(f.mountpoint))
 }
 
 /// The node's signals. A signal that cannot be measured is left out (and so never crosses a
@@ -159,12 +170,7 @@ pub fn observe_node(p: &NodeProbe<'_>) -> Observations {
         (Some(r), _) => Some(r),
         (None, l) => l,
     };
-    let imagefs = p
-        .runtime
-        .and_then(|rt| rt.image_fs_info().ok())
-        .and_then(|v| v.into_iter().find(|f| !f.mountpoint.is_empty()))
-        .and_then(|f| fs_figures(Path::new(&f.mountpoint)))
-        .or(nodefs);
+    let imagefs = p.imagefs.and_then(fs_figures).or(nodefs);
     for (fs, avail, inodes) in [
         (nodefs, Signal::NodeFsAvailable, Signal::NodeFsInodesFree),
         (imagefs, Signal::ImageFsAvailable, Signal::ImageFsInodesFree),
@@ -359,7 +365,7 @@ mod tests {
             memory: &mem,
             root_dir: dir.path(),
             pod_logs_dir: dir.path(),
-            runtime: None,
+            imagefs: None,
         });
         for s in [
             Signal::MemoryAvailable,

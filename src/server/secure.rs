@@ -494,7 +494,8 @@ fn accept_loop(listener: &TcpListener, wake: &EventFd, shared: &Arc<Shared>) {
     };
     let mut events = [EpollEvent::empty(); 4];
     while !shared.stopping.load(Ordering::SeqCst) {
-        if let Err(e) = epoll.wait(&mut events, EpollTimeout::from(1000u16)) {
+        // No timeout: `shutdown` sets `stopping` and then writes `wake`.
+        if let Err(e) = epoll.wait(&mut events, EpollTimeout::NONE) {
             if e != nix::errno::Errno::EINTR {
                 tracing::error!("kubelet server: epoll wait: {e}");
                 return;
