@@ -285,6 +285,9 @@ impl NanoletProc {
             .arg(format!("--pod-logs-dir={}", dir.join("log/pods").display()))
             .arg(format!("--read-only-port={port}"))
             .arg(format!("--healthz-port={}", support::agent::free_port()))
+            // The kubelet server on a port of its own: on a shared machine another nanolet
+            // (a test's, a colleague's bench) may hold the default 10250.
+            .arg(format!("--port={}", support::agent::free_port()))
             // As in the tests: no eviction thresholds and no image GC. On a shared machine
             // whose disk is past the default imagefs.available<15 % (86 % used on 2026-11-23),
             // nanolet would reject every bench pod with DiskPressure and garbage-collect the

@@ -8,7 +8,7 @@ function flush() {
 / leaked over [0-9]+ calls/ {
   flush()
   v = $1; u = substr(v, length(v)); v = substr(v, 1, length(v) - 1) + 0
-  bytes = v * (u == "K" ? 1024 : u == "M" ? 1048576 : u == "G" ? 1073741824 : 1)
+  bytes = v * (u == "K" ? 1e3 : u == "M" ? 1e6 : u == "G" ? 1e9 : 1) # heaptrack prints SI units
   next
 }
 /^  +at / {
