@@ -212,8 +212,48 @@ fn nanolet_bin() -> PathBuf {
 
 struct NanoletProc {
     child: Child,
+    /// nanolet's own pid: the child's, or, under `NANOLET_BENCH_WRAP`, the wrapper's child
+    /// running the binary.
+    pid: i32,
     manifests: PathBuf,
     port: u16,
+}
+
+/// `NANOLET_BENCH_WRAP`: a command line (split at whitespace) put before nanolet's, e.g.
+/// `heaptrack -o /tmp/nanolet-heap` (scripts/heap-profile). Empty or unset: none.
+fn bench_wrap() -> Vec<String> {
+    std::env::var("NANOLET_BENCH_WRAP")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The process under `parent` (itself or a descendant, searched breadth-first) whose
+/// executable is `bin`: the real nanolet under a wrapper such as heaptrack.
+fn find_exe_under(parent: i32, bin: &Path) -> Option<i32> {
+    let want = fs::canonicalize(bin).ok()?;
+    let mut queue = vec![parent];
+    while let Some(p) = queue.pop() {
+        if fs::read_link(format!("/proc/{p}/exe")).ok().as_deref() == Some(want.as_path()) {
+            return Some(p);
+        }
+        for e in fs::read_dir("/proc").ok()?.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<i32>().ok());
+            if ppid == Some(p) {
+                queue.push(pid);
+            }
+        }
+    }
+    None
 }
 
 impl NanoletProc {
@@ -228,7 +268,15 @@ impl NanoletProc {
         fs::create_dir_all(&manifests).expect("manifest dir");
         let port = support::agent::free_port();
         let log = fs::File::create(dir.join("nanolet.log")).expect("nanolet log");
-        let mut cmd = Command::new(bin);
+        let wrap = bench_wrap();
+        let mut cmd = match wrap.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
         if std::env::var_os("NANOLET_BENCH_SYSTEMD").is_some() {
             // As under the packaged unit (Type=notify, WatchdogSec=120s): a notify socket that
             // is read all the time, and the watchdog interval.
@@ -266,13 +314,16 @@ impl NanoletProc {
             .stderr(log)
             .spawn()
             .expect("start nanolet");
-        let nl = NanoletProc {
+        let mut nl = NanoletProc {
+            pid: child.id() as i32,
             child,
             manifests,
             port,
         };
         let url = format!("http://127.0.0.1:{port}/healthz");
-        let ok = support::wait_for(Duration::from_secs(30), || {
+        // A wrapper (heaptrack) slows start-up down: give it longer.
+        let start_timeout = Duration::from_secs(if wrap.is_empty() { 30 } else { 120 });
+        let ok = support::wait_for(start_timeout, || {
             ureq::get(&url)
                 .call()
                 .ok()
@@ -287,6 +338,17 @@ impl NanoletProc {
                     30
                 )
             );
+        }
+        if !wrap.is_empty() {
+            match find_exe_under(nl.pid, bin) {
+                Some(p) => nl.pid = p,
+                None => eprintln!(
+                    "footprint: no process running {} under the wrapper {wrap:?}; measuring the \
+                     wrapper's pid {}",
+                    bin.display(),
+                    nl.pid
+                ),
+            }
         }
         nl
     }
@@ -312,7 +374,7 @@ impl NanoletProc {
     }
 
     fn pid(&self) -> i32 {
-        self.child.id() as i32
+        self.pid
     }
 
     fn write(&self, name: &str, body: &str) {
@@ -330,7 +392,9 @@ impl Drop for NanoletProc {
     fn drop(&mut self) {
         let pid = nix::unistd::Pid::from_raw(self.pid());
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // A wrapper (heaptrack) ends after nanolet, once it has written its profile.
+        let wait = if bench_wrap().is_empty() { 10 } else { 120 };
+        let deadline = Instant::now() + Duration::from_secs(wait);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return;
@@ -1416,6 +1480,23 @@ impl Bench<'_> {
             self.footprints.push(fp);
         }
         let all: Vec<String> = (0..current).map(|i| format!("scale{i}")).collect();
+        if !bench_wrap().is_empty() {
+            // Under a heap profiler: SIGKILL nanolet at the last count, so that what the
+            // profile reports as never freed ("leaked") is the heap live with `current` pods
+            // running (a clean exit would free it). The harness removes the pods.
+            let pid = nix::unistd::Pid::from_raw(self.nl.pid());
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            println!(
+                "footprint: NANOLET_BENCH_WRAP: nanolet (pid {pid}) killed with {current} pods \
+                 running; its profile's leaked bytes are the live heap then"
+            );
+            self.report.table(
+                "Pods at once (manifests written together -> all Running; hostNetwork), s",
+                &["pods running", "added", "seconds"],
+                rows,
+            );
+            return;
+        }
         let del = self.nanolet_delete(&all, Duration::from_secs(120));
         rows.push(vec![
             format!("delete all {current}"),

@@ -22,8 +22,10 @@ pub struct HealthCheck {
 
 #[derive(Default)]
 struct Inner {
-    /// By pod UID: the pod as desired, with `status` filled in.
-    pods: BTreeMap<String, Pod>,
+    /// By pod UID: the pod as desired, with `status` filled in. Boxed: a B-tree node holds 11
+    /// values inline, and a `Pod` is large (most of 120 KiB of nodes at 100 pods were slack;
+    /// docs/benchmarks/heap-profile.md).
+    pods: BTreeMap<String, Box<Pod>>,
     /// UIDs whose start was observed for `kubelet_pod_start_duration_seconds`.
     started: std::collections::BTreeSet<String>,
     manifest_errors: Vec<ManifestError>,
@@ -71,7 +73,7 @@ impl StatusStore {
 
     /// All pods with their status, sorted by namespace/name.
     pub fn pods(&self) -> Vec<Pod> {
-        let mut v: Vec<Pod> = self.lock().pods.values().cloned().collect();
+        let mut v: Vec<Pod> = self.lock().pods.values().map(|p| Pod::clone(p)).collect();
         v.sort_by(|a, b| {
             (&a.metadata.namespace, &a.metadata.name)
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
@@ -80,7 +82,7 @@ impl StatusStore {
     }
 
     pub fn get(&self, uid: &str) -> Option<Pod> {
-        self.lock().pods.get(uid).cloned()
+        self.lock().pods.get(uid).map(|p| Pod::clone(p))
     }
 
     pub fn set_pod(&self, pod: Pod) {
@@ -92,7 +94,7 @@ impl StatusStore {
                 self.metrics.observe_pod_start(took);
             }
         }
-        g.pods.insert(uid, pod);
+        g.pods.insert(uid, Box::new(pod));
     }
 
     pub fn remove_pod(&self, uid: &str) {

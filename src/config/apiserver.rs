@@ -212,7 +212,7 @@ impl PodSet {
             match decode_pod(v, seen) {
                 Ok(pod) => pods.push(SourcePod {
                     origin: format!("api:{}/{}", pod.metadata.namespace, pod.metadata.name),
-                    pod,
+                    pod: std::sync::Arc::new(pod),
                 }),
                 Err(e) => errors.push(e),
             }

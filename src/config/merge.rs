@@ -194,7 +194,7 @@ mod tests {
         pod.metadata.namespace = "default".into();
         pod.metadata.uid = uid.into();
         SourcePod {
-            pod,
+            pod: std::sync::Arc::new(pod),
             origin: origin.into(),
         }
     }
@@ -206,6 +206,68 @@ mod tests {
             errors: Vec::new(),
             ready: true,
         }
+    }
+
+    /// Issue 21 (the heap per pod): the source's latest snapshot, the last merged set and the
+    /// merged set handed on hold the pod the source sent, not a copy each.
+    #[test]
+    fn merged_sets_share_the_pods_a_source_sent() {
+        use std::sync::Arc;
+        let mut pc = PodConfig::new(&[SourceKind::File]);
+        let s = snap(SourceKind::File, vec![sp("a-n", "u1", "/m/a.yaml")]);
+        let sent = s.pods[0].pod.clone();
+        let d = pc
+            .update(s)
+            .unwrap_or_else(|| panic!("first update must report"));
+        assert!(Arc::ptr_eq(&d.pods["u1"].pod, &sent), "handed on");
+        let last = pc.current().unwrap_or_else(|| panic!("a merged set"));
+        assert!(Arc::ptr_eq(&last.pods["u1"].pod, &sent), "last merged set");
+        assert!(
+            Arc::ptr_eq(&pc.latest[&SourceKind::File].pods[0].pod, &sent),
+            "latest snapshot"
+        );
+        // Here, the merger's latest snapshot and last merged set, the set handed on: four
+        // owners of one pod.
+        assert_eq!(Arc::strong_count(&sent), 4);
+    }
+
+    /// `kubernetes.io/config.seen` stays the time the UID was first seen (`SeenCache`), and
+    /// issue 21: a pod shared with a source's earlier snapshot is copied only when that
+    /// annotation has to change; the shared one is left as it was.
+    #[test]
+    fn seen_cache_copies_a_shared_pod_only_to_change_its_seen_time() {
+        use crate::config::SeenCache;
+        use crate::config::naming::CONFIG_SEEN_ANNOTATION;
+        use std::sync::Arc;
+        let with_seen = |t: &str| {
+            let mut p = sp("a-n", "u1", "/m/a.yaml");
+            Arc::make_mut(&mut p.pod)
+                .metadata
+                .annotations
+                .insert(CONFIG_SEEN_ANNOTATION.into(), t.into());
+            p
+        };
+        let mut cache = SeenCache::default();
+        let mut first = vec![with_seen("t1")];
+        cache.stabilize(&mut first);
+        let kept = first[0].pod.clone();
+        // The next listing's pod is seen at t2: rewritten to t1 in a copy of its own.
+        let mut second = vec![with_seen("t2")];
+        let shared = second[0].pod.clone();
+        cache.stabilize(&mut second);
+        assert_eq!(
+            second[0].pod.metadata.annotations[CONFIG_SEEN_ANNOTATION],
+            "t1"
+        );
+        assert!(!Arc::ptr_eq(&second[0].pod, &shared));
+        assert_eq!(shared.metadata.annotations[CONFIG_SEEN_ANNOTATION], "t2");
+        // A pod that already carries t1 is left shared.
+        let mut third = vec![SourcePod {
+            pod: kept.clone(),
+            origin: "/m/a.yaml".into(),
+        }];
+        cache.stabilize(&mut third);
+        assert!(Arc::ptr_eq(&third[0].pod, &kept));
     }
 
     #[test]

@@ -50,9 +50,14 @@ impl std::fmt::Display for ManifestError {
 
 /// A pod as a source delivers it: already named (`<name>-<node>`), namespaced, defaulted,
 /// validated, with UID and the config.* annotations set.
+///
+/// The pod is shared (`Arc`): a source's decode cache, its last snapshot, the merger's latest
+/// snapshot per source and its last merged set all hold the same pod, not a copy each (the
+/// heap profile at 100 pods: docs/benchmarks/heap-profile.md). Changing one (`config.seen`)
+/// copies it then (`Arc::make_mut`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourcePod {
-    pub pod: Pod,
+    pub pod: std::sync::Arc<Pod>,
     /// File path or URL the pod came from.
     pub origin: String,
 }
@@ -86,7 +91,10 @@ impl Snapshot {
     pub fn without_seen(&self) -> Snapshot {
         let mut s = self.clone();
         for p in &mut s.pods {
-            p.pod.metadata.annotations.remove(CONFIG_SEEN_ANNOTATION);
+            std::sync::Arc::make_mut(&mut p.pod)
+                .metadata
+                .annotations
+                .remove(CONFIG_SEEN_ANNOTATION);
         }
         s
     }
@@ -116,12 +124,19 @@ impl SeenCache {
         let mut next = BTreeMap::new();
         for sp in pods.iter_mut() {
             let uid = sp.pod.metadata.uid.clone();
-            let ann = &mut sp.pod.metadata.annotations;
+            let current = sp.pod.metadata.annotations.get(CONFIG_SEEN_ANNOTATION);
             let seen = match self.by_uid.get(&uid) {
                 Some(old) => old.clone(),
-                None => ann.get(CONFIG_SEEN_ANNOTATION).cloned().unwrap_or_default(),
+                None => current.cloned().unwrap_or_default(),
             };
-            ann.insert(CONFIG_SEEN_ANNOTATION.to_string(), seen.clone());
+            // Written only when it differs: a pod shared with a source's cache is copied only
+            // then.
+            if current != Some(&seen) {
+                std::sync::Arc::make_mut(&mut sp.pod)
+                    .metadata
+                    .annotations
+                    .insert(CONFIG_SEEN_ANNOTATION.to_string(), seen.clone());
+            }
             next.insert(uid, seen);
         }
         self.by_uid = next;
@@ -146,7 +161,7 @@ pub fn build_pods(
     for (raw, origin, prefix) in raws {
         match make_static_pod(raw, node_name, source, &origin, seen) {
             Ok(pod) => out.push(SourcePod {
-                pod,
+                pod: std::sync::Arc::new(pod),
                 origin: shown(&origin),
             }),
             Err(errs) => {

@@ -406,7 +406,7 @@ impl MirrorFilter {
                     now_flagged.insert(meta.uid.clone());
                     errors.push(e);
                 }
-                None => statics.pods.push(sp.pod.clone()),
+                None => statics.pods.push(crate::api::Pod::clone(&sp.pod)),
             }
         }
         self.flagged = now_flagged;
