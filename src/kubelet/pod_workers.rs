@@ -66,8 +66,9 @@ pub struct WorkerContext {
 
 #[derive(Debug)]
 pub enum WorkerMsg {
-    /// The desired spec (same UID; only annotations like config.seen may differ).
-    Update(Box<Pod>),
+    /// The desired spec (same UID; only annotations like config.seen may differ), shared
+    /// with the sync loop.
+    Update(Arc<Pod>),
     /// Something changed in the runtime for this pod.
     Sync,
     /// The pod's manifest is gone: terminate with its grace period.
@@ -140,7 +141,7 @@ fn now() -> Now {
 
 pub struct PodWorker {
     ctx: Arc<WorkerContext>,
-    pod: Pod,
+    pod: Arc<Pod>,
     full_name: String,
     /// The containers' restart back-off (CrashLoopBackOff).
     backoff: Backoff,
@@ -175,7 +176,7 @@ pub enum Step {
 }
 
 impl PodWorker {
-    pub fn new(ctx: Arc<WorkerContext>, pod: Pod) -> Self {
+    pub fn new(ctx: Arc<WorkerContext>, pod: Arc<Pod>) -> Self {
         let full_name = format!("{}/{}", pod.metadata.namespace, pod.metadata.name);
         PodWorker {
             ctx,
@@ -265,7 +266,7 @@ impl PodWorker {
 
     fn apply(&mut self, msg: WorkerMsg) {
         match msg {
-            WorkerMsg::Update(p) => self.pod = *p,
+            WorkerMsg::Update(p) => self.pod = p,
             WorkerMsg::Sync => {}
             WorkerMsg::Terminate => self.terminating = true,
             WorkerMsg::Evict {
@@ -686,7 +687,7 @@ impl PodWorker {
             },
         };
         let status = apistatus::compute(&self.pod, state, &inputs, old.as_ref());
-        let mut pod = self.pod.clone();
+        let mut pod = Pod::clone(&self.pod);
         pod.status = Some(status);
         self.ctx.store.set_pod(pod);
     }

@@ -55,7 +55,7 @@ impl PodConfigLoop {
                 pods: d
                     .pods
                     .into_iter()
-                    .map(|(uid, sp)| (uid, std::sync::Arc::unwrap_or_clone(sp.pod)))
+                    .map(|(uid, sp)| (uid, sp.pod))
                     .collect(),
                 errors,
                 all_sources_ready: d.all_sources_ready,

@@ -21,8 +21,8 @@ use crate::pleg::RuntimePodRef;
 /// The merged desired set, as the sync loop consumes it.
 #[derive(Debug, Clone, Default)]
 pub struct DesiredPods {
-    /// By pod UID.
-    pub pods: BTreeMap<String, Pod>,
+    /// By pod UID; shared with the sources' snapshots, the workers and their handles.
+    pub pods: BTreeMap<String, Arc<Pod>>,
     pub errors: Vec<ManifestError>,
     /// Every configured source delivered at least one snapshot: orphan cleanup is allowed.
     pub all_sources_ready: bool,
@@ -49,7 +49,7 @@ pub enum LoopMsg {
 struct WorkerHandle {
     full_name: String,
     terminating: bool,
-    pod: Pod,
+    pod: Arc<Pod>,
 }
 /// How often the sync loop returns free heap pages to the kernel (`crate::malloc::trim`).
 const TRIM_EVERY: Duration = Duration::from_secs(10);
@@ -59,7 +59,7 @@ pub struct SyncLoop {
     /// The pool that runs the pod workers (one turn per pod at a time).
     pool: PodWorkers,
     workers: HashMap<String, WorkerHandle>,
-    desired: BTreeMap<String, Pod>,
+    desired: BTreeMap<String, Arc<Pod>>,
     all_sources_ready: bool,
     runtime_pods: BTreeMap<String, RuntimePodRef>,
     /// Evicted pods waiting for re-admission: uid -> (the condition that must clear, or none
@@ -262,11 +262,11 @@ impl SyncLoop {
                 let current = w.pod.spec.termination_grace_period_seconds;
                 if !w.terminating && current != Some(grace) {
                     info!(pod = %w.full_name, uid, grace, "pod deleted with a grace period");
-                    w.pod.spec.termination_grace_period_seconds = Some(grace);
-                    self.pool.send(&uid, WorkerMsg::Update(Box::new(w.pod.clone())));
+                    Arc::make_mut(&mut w.pod).spec.termination_grace_period_seconds = Some(grace);
+                    self.pool.send(&uid, WorkerMsg::Update(w.pod.clone()));
                 } else if w.terminating && current.is_none_or(|c| grace < c) {
                     info!(pod = %w.full_name, uid, grace, "pod deleted again with a shorter grace period; shortening the kill");
-                    w.pod.spec.termination_grace_period_seconds = Some(grace);
+                    Arc::make_mut(&mut w.pod).spec.termination_grace_period_seconds = Some(grace);
                     shorten_kill(self.ctx.runtime.clone(), &uid, &w.full_name, grace);
                 }
             }
@@ -293,7 +293,7 @@ impl SyncLoop {
             if let Some(w) = self.workers.get_mut(uid) {
                 if !w.terminating && !same_spec(&w.pod, pod) {
                     w.pod = pod.clone();
-                    self.pool.send(uid, WorkerMsg::Update(Box::new(pod.clone())));
+                    self.pool.send(uid, WorkerMsg::Update(pod.clone()));
                 }
             }
         }
@@ -314,7 +314,7 @@ impl SyncLoop {
     /// Start workers for desired pods, unless another UID with the same full name is still
     /// around (it is terminated first).
     fn start_pending(&mut self) {
-        let todo: Vec<(String, Pod)> = self
+        let todo: Vec<(String, Arc<Pod>)> = self
             .desired
             .iter()
             .filter(|(uid, _)| !self.workers.contains_key(*uid))
@@ -386,7 +386,7 @@ impl SyncLoop {
             .workers
             .values()
             .filter(|w| !w.terminating)
-            .map(|w| &w.pod)
+            .map(|w| w.pod.as_ref())
             .filter(|p| {
                 // Terminal pods no longer hold resources (the kubelet's admission excludes them).
                 !self
@@ -555,10 +555,10 @@ impl SyncLoop {
         pod.metadata.namespace = r.namespace.clone();
         pod.metadata.uid = uid.to_string();
         pod.spec.termination_grace_period_seconds = r.grace_seconds;
-        self.spawn(uid.to_string(), pod, true);
+        self.spawn(uid.to_string(), Arc::new(pod), true);
     }
 
-    fn spawn(&mut self, uid: String, pod: Pod, terminate: bool) {
+    fn spawn(&mut self, uid: String, pod: Arc<Pod>, terminate: bool) {
         if !terminate {
             // A fresh worker starts from a fresh status (drops an earlier OutOfpods rejection).
             self.ctx.store.remove_pod(&uid);
@@ -666,7 +666,7 @@ mod tests {
             let d = DesiredPods {
                 pods: pods
                     .iter()
-                    .map(|p| (p.metadata.uid.clone(), p.clone()))
+                    .map(|p| (p.metadata.uid.clone(), Arc::new(p.clone())))
                     .collect(),
                 errors: vec![],
                 all_sources_ready: ready,
@@ -1703,7 +1703,7 @@ mod tests {
             let pleg = if shared { pleg.with_cache(cache) } else { pleg };
             let workers = pods
                 .into_iter()
-                .map(|p| crate::kubelet::pod_workers::PodWorker::new(ctx.clone(), p))
+                .map(|p| crate::kubelet::pod_workers::PodWorker::new(ctx.clone(), Arc::new(p)))
                 .collect();
             Steps {
                 rt: rt.clone(),
