@@ -409,6 +409,61 @@ struct Worker {
     last_sent: Option<Snapshot>,
     seen: SeenCache,
     decoded: DecodeCache,
+    /// What the directory looked like before the last clean listing (see [`DirStamp`]).
+    stamp: Option<DirStamp>,
+    /// [`RACY`] (a field so tests can shorten it), and how many listings read the files.
+    racy: Duration,
+    listings: u64,
+}
+
+/// What a listing sees of the directory without reading a file: per manifest name the
+/// file's device, inode, size, modification and change times (ns), mode and owner (symbolic
+/// links followed). Equal stamps mean the same bytes, so a periodic re-list whose stamp
+/// equals the last clean listing's skips reading, hashing and building the pods (at 100 pods
+/// that was the file source's idle cost, and every read woke the inotify watcher). A file
+/// changed within the last [`RACY`] is never trusted (git's "racily clean" rule: two writes of
+/// the same size within the file system's timestamp granularity leave its times unchanged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DirStamp(Vec<(std::ffi::OsString, [i64; 10])>);
+
+/// How recent a change makes a file's times untrustworthy for [`DirStamp`].
+const RACY: Duration = Duration::from_secs(2);
+
+/// The stamp of `dir` now, or None when it cannot be taken or a file changed too recently.
+fn dir_stamp(dir: &Path, racy: Duration) -> Option<DirStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs() as i64;
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).ok()? {
+        let entry = entry.ok()?;
+        let name = entry.file_name();
+        if !is_manifest_name(&name.to_string_lossy()) {
+            continue;
+        }
+        let m = std::fs::metadata(entry.path()).ok()?;
+        let racy = racy.as_secs() as i64;
+        if now - m.ctime() < racy || now - m.mtime() < racy {
+            return None;
+        }
+        let id = [
+            m.dev() as i64,
+            m.ino() as i64,
+            m.size() as i64,
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+            i64::from(m.mode()),
+            i64::from(m.uid()),
+            i64::from(m.gid()),
+        ];
+        files.push((name, id));
+    }
+    files.sort();
+    Some(DirStamp(files))
 }
 
 impl Worker {
@@ -427,6 +482,9 @@ impl Worker {
             last_sent: None,
             seen: SeenCache::default(),
             decoded: DecodeCache::default(),
+            stamp: None,
+            racy: RACY,
+            listings: 0,
         }
     }
 
@@ -493,6 +551,7 @@ impl Worker {
 
     /// The directory listed now (through the decode cache).
     fn list(&mut self) -> Result<Snapshot, FileSourceError> {
+        self.listings += 1;
         list_dir_cached(
             &self.cfg.dir,
             &self.cfg.node_name,
@@ -556,8 +615,16 @@ impl Worker {
         }
     }
 
-    /// Returns false when the receiving side is gone.
+    /// Returns false when the receiving side is gone. Nothing is read when the directory's
+    /// stamp equals the one taken before the last clean listing (and the directory is still
+    /// secure): that listing is still the truth.
     fn relist(&mut self) -> bool {
+        let stamp = dir_stamp(&self.cfg.dir, self.racy);
+        let secure = self.cfg.allow_insecure || check_dir_secure(&self.cfg.dir).is_ok();
+        if secure && stamp.is_some() && stamp == self.stamp && self.last_sent.is_some() {
+            return true;
+        }
+        self.stamp = None;
         let snap = match self.list() {
             Ok(s) => s,
             Err(e) => {
@@ -566,7 +633,13 @@ impl Worker {
                 return true;
             }
         };
-        self.send_if_changed(snap)
+        // Only a listing without errors is trusted to repeat (a read error may be transient).
+        let clean = snap.errors.is_empty();
+        let alive = self.send_if_changed(snap);
+        if clean {
+            self.stamp = stamp;
+        }
+        alive
     }
 
     /// Send `snap` unless its content equals the last one sent. Returns false when the
@@ -1489,6 +1562,49 @@ mod tests {
             PathBuf::from("/m/web.yaml~")
         ]));
         assert!(!names_a_manifest(&[PathBuf::from("/m/.web.yaml.swp")]));
+    }
+
+    #[test]
+    /// The kubelet re-reads every manifest each fileCheckFrequency; nanolet gets the same
+    /// snapshots without reading files whose stamp (inode, size, times, mode, owner) did not
+    /// change since a clean listing, and reads them all again when one changed, when one is
+    /// added, or when a change is too recent to trust (racily clean).
+    #[test]
+    fn a_relist_of_unchanged_files_reads_none_and_a_change_is_read() {
+        let d = tmp();
+        let file = d.path().join("web.yaml");
+        write(&file, &manifest("web", "busybox:1"));
+        let (tx, rx) = mpsc::channel();
+        let cfg = FileSourceConfig {
+            dir: d.path().to_path_buf(),
+            node_name: "n".into(),
+            check_frequency: Duration::from_secs(20),
+            allow_insecure: false,
+        };
+        let mut w = Worker::new(cfg, tx, None);
+        // Every change is too recent to trust with the real window: each relist reads.
+        assert!(w.relist() && w.relist());
+        assert_eq!(w.listings, 2, "racily clean files are read again");
+        assert_eq!(rx.try_iter().count(), 1, "one snapshot for unchanged content");
+        w.racy = Duration::ZERO;
+        assert!(w.relist());
+        let after_clean = w.listings;
+        assert!(w.relist() && w.relist());
+        assert_eq!(w.listings, after_clean, "unchanged stamps: nothing read");
+        // A changed file (another size, so its stamp differs even within one clock tick).
+        write(&file, &manifest("web", "busybox:1.36"));
+        assert!(w.relist());
+        assert_eq!(w.listings, after_clean + 1);
+        let snap = rx.try_iter().last().expect("a snapshot for the change");
+        assert_eq!(snap.pods[0].pod.spec.containers[0].image, "busybox:1.36");
+        // A new file is a new stamp too.
+        write(&d.path().join("z.yaml"), &manifest("zed", "busybox:1"));
+        assert!(w.relist());
+        assert_eq!(rx.try_iter().last().map(|s| s.pods.len()), Some(2));
+        // A listing with a manifest error is never trusted to repeat.
+        write(&d.path().join("bad.yaml"), "kind: Pod\nspec: [");
+        assert!(w.relist() && w.relist());
+        assert_eq!(w.listings, after_clean + 4);
     }
 
     #[test]
