@@ -1564,7 +1564,6 @@ mod tests {
         assert!(!names_a_manifest(&[PathBuf::from("/m/.web.yaml.swp")]));
     }
 
-    #[test]
     /// The kubelet re-reads every manifest each fileCheckFrequency; nanolet gets the same
     /// snapshots without reading files whose stamp (inode, size, times, mode, owner) did not
     /// change since a clean listing, and reads them all again when one changed, when one is
