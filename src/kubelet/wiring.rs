@@ -684,7 +684,10 @@ impl Wiring<'_> {
                 resync: cfg.sync_frequency,
                 worker_threads: crate::util::pool::PoolSize {
                     min: cfg.pod_worker_threads,
-                    max: cfg.max_pod_worker_threads,
+                    max: match cfg.max_pod_worker_threads {
+                        0 => cfg.max_pods as usize,
+                        n => n,
+                    },
                 },
                 max_pods: cfg.max_pods,
                 // Allocatable = capacity - systemReserved - kubeReserved - the hard

@@ -209,7 +209,7 @@ pub struct Config {
     pub healthz_port: u16,
     pub max_pods: u32,
     /// Pod worker pool (`podWorkerThreads`, `maxPodWorkerThreads`, nanolet only): threads
-    /// kept (2) and at most (16); see `kubelet::worker_pool`.
+    /// kept (2) and at most (0: as many as `max_pods`); see `kubelet::worker_pool`.
     pub pod_worker_threads: usize,
     pub max_pod_worker_threads: usize,
     /// `containerLogMaxSize` in bytes (default 10Mi): a running container's log is rotated
@@ -379,7 +379,7 @@ impl Config {
             healthz_port: 10248,
             max_pods: 110,
             pod_worker_threads: 2,
-            max_pod_worker_threads: 16,
+            max_pod_worker_threads: 0,
             container_log_max_size: 10 << 20,
             container_log_max_files: 5,
             container_log_monitor_interval: Duration::from_secs(10),

@@ -964,9 +964,9 @@ pub(super) const SETTINGS: &[Setting] = &[
         flag: Flag::value("max-pod-worker-threads"),
         field: Some("maxPodWorkerThreads"),
         value_name: "int",
-        default: "16",
-        help: "Most threads syncing pods at once: this many pods whose CRI calls or hooks block can hold up the others' syncs; at least --pod-worker-threads (config: maxPodWorkerThreads, nanolet only)",
-        apply: |c, v| set(&mut c.max_pod_worker_threads, v.whole(parse_threads)),
+        default: "0",
+        help: "Most threads syncing pods at once (0: as many as --max-pods): a pod whose CRI call, hook or kill blocks holds one, so only this many blocked at once can hold up the others' syncs; at least --pod-worker-threads (config: maxPodWorkerThreads, nanolet only)",
+        apply: |c, v| set(&mut c.max_pod_worker_threads, v.whole(parse_max_threads)),
         configz: Some(("maxPodWorkerThreads", |c| c.max_pod_worker_threads.into())),
     },
     Setting {

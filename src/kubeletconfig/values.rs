@@ -50,6 +50,8 @@ pub enum ValueError {
     MaxPods(String),
     #[error("invalid number {0:?}: must be an integer from 1 to 256")]
     Threads(String),
+    #[error("invalid number {0:?}: must be an integer from 0 (as many as maxPods) to 1024")]
+    MaxThreads(String),
     #[error("invalid number {0}: must be a non-negative integer")]
     MaxPodsRange(i64),
     #[error("invalid level {0:?}: must be an integer from 0 to 10")]
@@ -264,6 +266,15 @@ pub(super) fn parse_threads(s: &str) -> Result<usize, ValueError> {
         .ok()
         .filter(|n| (1..=256).contains(n))
         .ok_or_else(|| ValueError::Threads(s.to_string()))
+}
+
+/// The pool's most threads: 0 (as many as maxPods) to 1024.
+pub(super) fn parse_max_threads(s: &str) -> Result<usize, ValueError> {
+    s.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| *n <= 1024)
+        .ok_or_else(|| ValueError::MaxThreads(s.to_string()))
 }
 
 pub(super) fn parse_max_pods(s: &str) -> Result<u32, ValueError> {
