@@ -1,8 +1,9 @@
 //! A bounded, elastic pool of OS threads for blocking jobs (CRI calls, probes, hooks).
 //!
 //! `min` threads are kept once started and sleep on a condition variable without a timeout
-//! when idle, so an idle pool costs no wake-up. A job that finds every thread busy starts
-//! another one, up to `max`: one slow job (a CreateContainer that hangs, a postStart hook
+//! when idle, so an idle pool costs no wake-up. Work goes to an idle kept thread first, to an
+//! idle extra one only when every kept thread is busy (so extras really idle and leave). A
+//! job that finds every thread busy starts another one, up to `max`: one slow job (a CreateContainer that hangs, a postStart hook
 //! that runs a minute) delays nothing else while fewer than `max` jobs block at once. A thread
 //! above `min` exits after `idle_exit` with nothing to do, so a burst (50 pods written at
 //! once) gets parallelism and the steady state keeps `min` stacks. Jobs run in submission
@@ -43,6 +44,9 @@ struct State {
     queue: VecDeque<Job>,
     threads: usize,
     idle: usize,
+    /// Of `idle`, the kept threads (the first `min` started; they never leave).
+    idle_kept: usize,
+    kept: usize,
     started: u64,
     stopping: bool,
 }
@@ -53,7 +57,9 @@ struct Inner {
     idle_exit: Duration,
     stack: usize,
     state: Mutex<State>,
+    /// Kept threads wait here, extra threads on `spare`.
     work: Condvar,
+    spare: Condvar,
 }
 
 /// A handle to the pool; clones share it. Threads stop on [`Pool::stop`].
@@ -86,10 +92,13 @@ impl Pool {
                     queue: VecDeque::new(),
                     threads: 0,
                     idle: 0,
+                    idle_kept: 0,
+                    kept: 0,
                     started: 0,
                     stopping: false,
                 }),
                 work: Condvar::new(),
+                spare: Condvar::new(),
             }),
         }
     }
@@ -106,24 +115,36 @@ impl Pool {
         if st.queue.len() > st.idle && st.threads < self.inner.size.max {
             st.threads += 1;
             st.started += 1;
+            let kept = st.kept < self.inner.size.min;
+            if kept {
+                st.kept += 1;
+            }
             drop(st);
-            self.start_thread();
+            self.start_thread(kept);
         } else {
+            let kept_idle = st.idle_kept > 0;
             drop(st);
-            self.inner.work.notify_one();
+            if kept_idle {
+                self.inner.work.notify_one();
+            } else {
+                self.inner.spare.notify_one();
+            }
         }
         Ok(())
     }
 
-    fn start_thread(&self) {
+    fn start_thread(&self, kept: bool) {
         let inner = self.inner.clone();
         let spawned = std::thread::Builder::new()
             .name(self.inner.name.into())
             .stack_size(self.inner.stack)
-            .spawn(move || inner.run());
+            .spawn(move || inner.run(kept));
         if let Err(e) = spawned {
             let mut st = self.inner.lock();
             st.threads -= 1;
+            if kept {
+                st.kept -= 1;
+            }
             let (threads, queued) = (st.threads, st.queue.len());
             drop(st);
             tracing::warn!(pool = self.inner.name, error = %e, threads, queued, "cannot start a pool thread; the queued work waits for a running one");
@@ -147,6 +168,7 @@ impl Pool {
         st.queue.clear();
         drop(st);
         self.inner.work.notify_all();
+        self.inner.spare.notify_all();
     }
 }
 
@@ -156,7 +178,7 @@ impl Inner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn run(&self) {
+    fn run(&self, kept: bool) {
         let mut st = self.lock();
         loop {
             if st.stopping {
@@ -171,22 +193,27 @@ impl Inner {
                 continue;
             }
             st.idle += 1;
-            if st.threads > self.size.min {
+            if kept {
+                st.idle_kept += 1;
+                st = self.work.wait(st).unwrap_or_else(|p| p.into_inner());
+                st.idle_kept -= 1;
+                st.idle -= 1;
+            } else {
                 let (g, wait) = self
-                    .work
+                    .spare
                     .wait_timeout(st, self.idle_exit)
                     .unwrap_or_else(|p| p.into_inner());
                 st = g;
                 st.idle -= 1;
-                if wait.timed_out() && st.queue.is_empty() && st.threads > self.size.min {
+                if wait.timed_out() && st.queue.is_empty() {
                     break;
                 }
-            } else {
-                st = self.work.wait(st).unwrap_or_else(|p| p.into_inner());
-                st.idle -= 1;
             }
         }
         st.threads -= 1;
+        if kept {
+            st.kept -= 1;
+        }
     }
 }
 
@@ -254,6 +281,26 @@ mod tests {
         pool.stop();
         wait_for("stopped", || pool.stats().threads == 0);
         assert!(pool.submit(|| {}).is_err(), "a stopped pool takes no work");
+    }
+
+    /// A steady trickle of short jobs goes to the kept thread, so the extras a burst started
+    /// leave even though jobs keep coming more often than their idle time (a shared wait
+    /// would hand the jobs round to every thread and keep them all).
+    #[test]
+    fn a_trickle_of_work_goes_to_the_kept_thread_and_extras_leave() {
+        let pool = Pool::new("t", PoolSize { min: 1, max: 4 }, Duration::from_millis(300), 64 * 1024);
+        let gates: Vec<_> = (0..4).map(|_| blocker(&pool)).collect();
+        wait_for("four busy", || pool.stats().busy == 4);
+        drop(gates);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pool.stats().threads > 1 {
+            assert!(Instant::now() < deadline, "extras kept alive: {:?}", pool.stats());
+            let (tx, rx) = channel();
+            pool.submit(move || tx.send(()).expect("send")).expect("submit");
+            rx.recv_timeout(Duration::from_secs(10)).expect("ran");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        pool.stop();
     }
 
     /// A panicking job is contained: the pool keeps running jobs.
