@@ -733,7 +733,13 @@ fn thread_table(
         .collect();
     report.table(
         &format!("Per thread at {pods} pods over {secs:.0} s (per minute)"),
-        &["thread", "threads", "CPU ms", "wake-ups", "voluntary switches"],
+        &[
+            "thread",
+            "threads",
+            "CPU ms",
+            "wake-ups",
+            "voluntary switches",
+        ],
         cells,
     );
     let key = "kubelet_runtime_operations_total{operation_type=\"";
@@ -957,7 +963,15 @@ impl Bench<'_> {
         if std::env::var_os("NANOLET_BENCH_THREADS").is_some() {
             let secs = w0.elapsed().as_secs_f64();
             let ops1 = self.nl.metrics();
-            thread_table(self.report, pods, secs, &threads0, &per_thread(pid), &ops0, &ops1);
+            thread_table(
+                self.report,
+                pods,
+                secs,
+                &threads0,
+                &per_thread(pid),
+                &ops0,
+                &ops1,
+            );
         }
         fp.breakdown = smaps_breakdown(pid);
         println!(
@@ -1038,7 +1052,11 @@ fn floor_crash(rt: &CriRuntime, tmp: &Path, name: &str, sleep: f64) -> Result<[f
     let events = rt.subscribe_events().map_err(|e| e.to_string())?;
     let script = format!("sleep {sleep:.1}; exit 1");
     let pod = floor_issue(rt, tmp, name, &["sh", "-c", &script])?;
-    let wall = || SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+    let wall = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64)
+    };
     let measured = (|| {
         let deadline = Instant::now() + Duration::from_secs(30);
         let event_at = loop {
@@ -1050,7 +1068,9 @@ fn floor_crash(rt: &CriRuntime, tmp: &Path, name: &str, sleep: f64) -> Result<[f
             }
         };
         let (status, seen_at) = loop {
-            let st = rt.container_status(&pod.container).map_err(|e| e.to_string())?;
+            let st = rt
+                .container_status(&pod.container)
+                .map_err(|e| e.to_string())?;
             if st.state == ContainerState::Exited {
                 break (st, wall());
             }

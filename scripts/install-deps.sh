@@ -50,6 +50,18 @@ need coreutils have sha256sum
 demo_only=0
 [ "${1:-}" = --demo ] && demo_only=1
 need_kubectl=
+need_go=
+# A Go >= 1.21 on PATH or where Debian's golang-1.2x-go packages put it (scripts/upstream
+# looks in the same places).
+go_ok() {
+  local g v
+  for g in "$(command -v go 2>/dev/null)" /usr/local/go/bin/go /usr/lib/go-1.2[1-9]/bin/go; do
+    [ -n "$g" ] && [ -x "$g" ] || continue
+    v=$("$g" env GOVERSION 2>/dev/null | sed 's/^go//')
+    case "$v" in 1.2[1-9]* | 1.[3-9][0-9]* | [2-9].*) return 0 ;; esac
+  done
+  return 1
+}
 if [ "$demo_only" -eq 0 ]; then
   need prometheus have promtool
   # Packaging (packaging/test-deb, tests/integration/upgrade.rs): readelf/strip for build-deb,
@@ -79,9 +91,16 @@ if [ "$demo_only" -eq 0 ]; then
   # Kubernetes apt repository provides it (pkgs.k8s.io), else Debian's `kubernetes-client`;
   # chosen after `apt-get update` (a fresh machine has no package lists yet).
   have kubectl >/dev/null 2>&1 || need_kubectl=1
+  # scripts/upstream builds the upstream peers the suite also runs against (containerd 1.7 and
+  # 2.x, runc: docs/testing.md, "Runtimes") from Go modules: Go >= 1.21 (it fetches the newer
+  # toolchain a pin asks for from the Go module proxy) and, for runc's seccomp (cgo),
+  # libseccomp-dev and pkg-config.
+  need libseccomp-dev installed libseccomp-dev
+  need pkg-config have pkg-config
+  go_ok || need_go=1
 fi
 
-if [ ${#missing[@]} -eq 0 ] && [ -z "$need_kubectl" ]; then
+if [ ${#missing[@]} -eq 0 ] && [ -z "$need_kubectl" ] && [ -z "$need_go" ]; then
   echo "install-deps: everything present"
   exit 0
 fi
@@ -89,6 +108,23 @@ fi
 # De-duplicate (containerd appears twice when both binaries are missing).
 sudo=
 if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
+if [ -n "$need_go" ]; then
+  # Debian 12's own Go is 1.19 (too old to fetch a newer toolchain); bookworm-backports has
+  # golang-1.23-go. Debian 13 and later have a new enough golang-go.
+  . /etc/os-release
+  if [ "${VERSION_CODENAME:-}" = bookworm ]; then
+    bp=/etc/apt/sources.list.d/nanolet-bookworm-backports.sources
+    if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      echo "install-deps: adding bookworm-backports for golang-1.23-go ($bp)"
+      printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm-backports' \
+        'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' |
+        $sudo tee "$bp" >/dev/null
+    fi
+    missing+=(golang-1.23-go)
+  else
+    missing+=(golang-go)
+  fi
+fi
 $sudo apt-get update -q
 if [ -n "$need_kubectl" ]; then
   if apt-cache policy kubectl 2>/dev/null | grep -q 'Candidate: [^(]'; then

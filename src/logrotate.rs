@@ -687,7 +687,11 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         r.compress = Some(tx);
         r.full_pass(Instant::now());
-        assert_eq!(rx.try_iter().count(), 1, "first tracked: leftovers compressed");
+        assert_eq!(
+            rx.try_iter().count(),
+            1,
+            "first tracked: leftovers compressed"
+        );
         for _ in 0..5 {
             r.full_pass(Instant::now());
         }
@@ -695,7 +699,11 @@ mod tests {
         std::fs::write(&log, vec![b'y'; 150]).expect("write");
         r.full_pass(Instant::now());
         assert_eq!(rt.count_calls("reopen_container_log"), 1);
-        assert_eq!(rx.try_iter().count(), 1, "rotated: older rotations compressed");
+        assert_eq!(
+            rx.try_iter().count(),
+            1,
+            "rotated: older rotations compressed"
+        );
     }
 
     #[test]

@@ -266,6 +266,13 @@ impl Pleg {
         for ev in events {
             let id = match ev {
                 RuntimeEvent::TaskExit { id, .. } | RuntimeEvent::TaskStart { id } => id,
+                // A CRI event names its pod (evented.go takes the UID from the event's
+                // sandbox status): a container the cache does not know yet needs no relist.
+                RuntimeEvent::Container { pod_uid, .. } if !pod_uid.is_empty() => {
+                    uids.insert(pod_uid.clone());
+                    continue;
+                }
+                RuntimeEvent::Container { id, .. } => id,
                 RuntimeEvent::StreamLost => return self.relist(),
             };
             match self.cache.owner(id) {
@@ -331,7 +338,8 @@ impl Pleg {
                 .get(id)
                 .is_none_or(|s| s != "Running" && s != "Ready"),
             RuntimeEvent::TaskStart { id } => self.states.get(id).is_none_or(|s| s != "Created"),
-            RuntimeEvent::StreamLost => true,
+            // Sent after the CRI state changed: the observation it caused shows it.
+            RuntimeEvent::Container { .. } | RuntimeEvent::StreamLost => true,
         }
     }
 
@@ -366,7 +374,13 @@ impl Pleg {
                         pending.push(ev);
                     }
                 }
-                Wake::Subscribed => *live = true,
+                Wake::Subscribed => {
+                    *live = true;
+                    // Relist once now: what changed while nobody listened (before a CRI
+                    // event stream, which answers nothing until its first event, was open)
+                    // is seen now, not a safety-net period later.
+                    lost = true;
+                }
                 Wake::Lost => {
                     *live = false;
                     lost = true;
@@ -549,23 +563,22 @@ mod tests {
         assert_eq!(waits.len(), QUICK_RECHECKS + SLOW_RECHECKS);
         // One pending event: a look every 5 ms, so a crash is seen at most 5 ms after CRI
         // shows it (containerd 1.6's CRI lags the exit by 85-100 ms).
-        assert!(waits[..QUICK_RECHECKS].iter().all(|w| *w == Duration::from_millis(5)));
+        assert!(
+            waits[..QUICK_RECHECKS]
+                .iter()
+                .all(|w| *w == Duration::from_millis(5))
+        );
         // Quick rechecks cover 300 ms (the old single recheck waited 50 ms), then the generic
         // PLEG's 1 s for 10 s, never the evented 10 s gap while an event is unexplained; then
         // they stop.
         let quick: Duration = waits[..QUICK_RECHECKS].iter().sum();
         assert!(quick >= Duration::from_millis(300), "{quick:?}");
         assert!(
-            waits[QUICK_RECHECKS..]
-                .iter()
-                .all(|w| *w == RELIST_PERIOD),
+            waits[QUICK_RECHECKS..].iter().all(|w| *w == RELIST_PERIOD),
             "{waits:?}"
         );
         assert!(at >= Duration::from_secs(10), "{at:?}");
-        assert_eq!(
-            schedule(recheck, 1, true),
-            (EVENTED_RELIST_PERIOD, None)
-        );
+        assert_eq!(schedule(recheck, 1, true), (EVENTED_RELIST_PERIOD, None));
         // A relist that saw the change ends the rechecks.
         assert_eq!(schedule(Some(0), 0, true), (EVENTED_RELIST_PERIOD, None));
         // 100 exits at once (each look observes every pending pod): one look per 250 ms.

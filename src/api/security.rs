@@ -250,6 +250,10 @@ pub struct HostSecurity {
     pub apparmor: bool,
     /// `/sys/fs/selinux/enforce` exists.
     pub selinux: bool,
+    /// The runtime's default handler reports user namespace support (CRI `Status`
+    /// `runtime_handlers[].features.user_namespaces`: containerd 2 with runc >= 1.2 on a
+    /// kernel with idmapped mounts). Asked when a `hostUsers: false` pod is admitted.
+    pub user_namespaces: bool,
 }
 
 impl HostSecurity {
@@ -258,6 +262,8 @@ impl HostSecurity {
             apparmor: std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
                 .is_ok_and(|s| s.trim() == "Y"),
             selinux: Path::new("/sys/fs/selinux/enforce").exists(),
+            // The runtime is asked when a pod needs it (kubelet::sync_loop).
+            user_namespaces: false,
         }
     }
 }
@@ -267,8 +273,10 @@ impl HostSecurity {
 /// running it weaker than its manifest says.
 /// - AppArmor (any profile but Unconfined) on a host without AppArmor: the kubelet's AppArmor
 ///   admission handler, reason `AppArmor`.
-/// - `hostUsers: false`: user namespaces need containerd 2 and a recent kernel; nanolet's CRI
-///   client does not set them up, so the pod is refused (`UserNamespacesNotSupported`).
+/// - `hostUsers: false` where the runtime's handler does not report user namespace support
+///   (containerd 1.6 and 1.7 report no handlers): refused (`UserNamespacesNotSupported`, the
+///   kubelet's message); where it does, the pod runs in its own user namespace
+///   (`kuberuntime::userns`).
 /// - `supplementalGroupsPolicy: Strict`: needs a runtime that reports the feature (containerd
 ///   2); refused as the kubelet does (`SupplementalGroupsPolicyNotSupported`).
 /// - `procMount: Unmasked`: needs user namespaces (refused with them, `ProcMountNotSupported`).
@@ -289,10 +297,13 @@ pub fn unsupported_isolation(pod: &Pod, host: HostSecurity) -> Option<(&'static 
             _ => {}
         }
     }
-    if pod.spec.extra.get("hostUsers").and_then(Value::as_bool) == Some(false) {
+    if pod.spec.extra.get("hostUsers").and_then(Value::as_bool) == Some(false)
+        && !host.user_namespaces
+    {
+        // The kubelet's GetOrCreateUserNamespaceMappings error text.
         return Some((
             "UserNamespacesNotSupported",
-            "the pod sets hostUsers: false, but nanolet cannot run it in a user namespace on this runtime; remove hostUsers or set it to true".into(),
+            "can't set `spec.hostUsers: false`, runtime does not support user namespaces".into(),
         ));
     }
     if pod_sc(pod)
@@ -314,7 +325,7 @@ pub fn unsupported_isolation(pod: &Pod, host: HostSecurity) -> Option<(&'static 
             return Some((
                 "ProcMountNotSupported",
                 format!(
-                    "container {:?} sets procMount: Unmasked, which needs a user namespace (hostUsers: false) that this node cannot give",
+                    "container {:?} sets procMount: Unmasked, which nanolet does not support (it always masks /proc)",
                     c.name
                 ),
             ));
@@ -607,6 +618,7 @@ mod tests {
         let both = HostSecurity {
             apparmor: true,
             selinux: true,
+            user_namespaces: false,
         };
         // AppArmor: the kubelet's admit handler, only when a profile other than Unconfined.
         let aa = pod(
@@ -634,13 +646,24 @@ mod tests {
             unsupported_isolation(&annotated, none).map(|r| r.0),
             Some("AppArmor")
         );
-        // User namespaces, Strict supplemental groups, unmasked /proc: refused everywhere.
+        // User namespaces: refused where the runtime reports no support (the kubelet's
+        // message), admitted where it does. Strict supplemental groups, unmasked /proc:
+        // refused everywhere.
         let mut userns = pod(json!({}), json!({}));
         userns.spec.extra.insert("hostUsers".into(), json!(false));
         assert_eq!(
-            unsupported_isolation(&userns, both).map(|r| r.0),
-            Some("UserNamespacesNotSupported")
+            unsupported_isolation(&userns, both),
+            Some((
+                "UserNamespacesNotSupported",
+                "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+                    .to_string()
+            ))
         );
+        let userns_ok = HostSecurity {
+            user_namespaces: true,
+            ..both
+        };
+        assert_eq!(unsupported_isolation(&userns, userns_ok), None);
         userns.spec.extra.insert("hostUsers".into(), json!(true));
         assert_eq!(unsupported_isolation(&userns, both), None);
         let strict = pod(json!({"supplementalGroupsPolicy": "Strict"}), json!({}));
@@ -683,7 +706,8 @@ mod tests {
                 &p,
                 HostSecurity {
                     apparmor: false,
-                    selinux: true
+                    selinux: true,
+                    user_namespaces: false,
                 }
             )
             .is_empty()

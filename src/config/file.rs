@@ -1584,7 +1584,11 @@ mod tests {
         // Every change is too recent to trust with the real window: each relist reads.
         assert!(w.relist() && w.relist());
         assert_eq!(w.listings, 2, "racily clean files are read again");
-        assert_eq!(rx.try_iter().count(), 1, "one snapshot for unchanged content");
+        assert_eq!(
+            rx.try_iter().count(),
+            1,
+            "one snapshot for unchanged content"
+        );
         w.racy = Duration::ZERO;
         assert!(w.relist());
         let after_clean = w.listings;

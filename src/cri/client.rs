@@ -424,6 +424,22 @@ fn ns_mode(host: bool) -> i32 {
     }
 }
 
+/// `hostUsers: false`: mode POD with the pod's range for UIDs and GIDs (the kubelet's
+/// GetOrCreateUserNamespaceMappings); otherwise nothing (the host's namespace, as mode NODE).
+fn userns_pb(m: Option<super::IdMapping>) -> Option<pb::UserNamespace> {
+    let m = m?;
+    let map = pb::IdMapping {
+        host_id: m.host_id,
+        container_id: m.container_id,
+        length: m.length,
+    };
+    Some(pb::UserNamespace {
+        mode: pb::NamespaceMode::Pod as i32,
+        uids: vec![map],
+        gids: vec![map],
+    })
+}
+
 fn sandbox_config_pb(c: &PodSandboxConfig) -> pb::PodSandboxConfig {
     pb::PodSandboxConfig {
         metadata: Some(pb::PodSandboxMetadata {
@@ -463,6 +479,7 @@ fn sandbox_config_pb(c: &PodSandboxConfig) -> pb::PodSandboxConfig {
                     pid: ns_mode(c.host_pid),
                     ipc: ns_mode(c.host_ipc),
                     target_id: String::new(),
+                    userns_options: userns_pb(c.user_namespace),
                 }),
                 run_as_user: c.security.run_as_user.map(|value| pb::Int64Value { value }),
                 run_as_group: c
@@ -495,6 +512,7 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
         },
         ipc: ns_mode(sandbox.host_ipc),
         target_id: String::new(),
+        userns_options: userns_pb(sandbox.user_namespace),
     };
     pb::ContainerConfig {
         metadata: Some(pb::ContainerMetadata {
@@ -1223,6 +1241,30 @@ impl Runtime for CriRuntime {
             .map(String::from)
     }
 
+    fn runtime_handlers(&self) -> Result<Vec<super::RuntimeHandler>> {
+        let mut c = self.runtime_client();
+        let req = with_deadline(pb::StatusRequest { verbose: false }, self.default_timeout);
+        let resp = self.run(
+            "Status",
+            "runtime",
+            self.default_timeout,
+            false,
+            async move { c.status(req).await.map(|r| r.into_inner()) },
+        )?;
+        Ok(resp
+            .runtime_handlers
+            .into_iter()
+            .map(|h| {
+                let f = h.features.unwrap_or_default();
+                super::RuntimeHandler {
+                    name: h.name,
+                    user_namespaces: f.user_namespaces,
+                    recursive_read_only_mounts: f.recursive_read_only_mounts,
+                }
+            })
+            .collect())
+    }
+
     fn image_fs_info(&self) -> Result<Vec<FsUsage>> {
         let mut c = self.image_client();
         let req = with_deadline(pb::ImageFsInfoRequest {}, self.default_timeout);
@@ -1334,12 +1376,140 @@ impl Runtime for CriRuntime {
         Ok(r.url)
     }
 
+    /// Subscribes to the runtime's lifecycle events: CRI container events
+    /// (`GetContainerEvents`) where the runtime offers them to every subscriber (containerd
+    /// 2, [`cri_events_usable`]), else containerd's native task events. On stream end or
+    /// error the receiver yields `StreamLost` and then closes.
+    fn subscribe_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>> {
+        let usable = match self.version() {
+            Ok(v) => cri_events_usable(&v.runtime_name, &v.runtime_version),
+            Err(e) => return Err(e),
+        };
+        if usable {
+            match self.subscribe_container_events() {
+                Ok(rx) => return Ok(rx),
+                Err(e) => {
+                    tracing::info!(error = %e, "CRI container events unavailable; using containerd's task events")
+                }
+            }
+        }
+        self.subscribe_task_events()
+    }
+}
+
+/// How long a GetContainerEvents call may take to fail before the stream counts as open: a
+/// runtime without the call answers Unimplemented at once, one with it sends nothing (not even
+/// headers) until its first event.
+const CRI_EVENTS_SETTLE: Duration = Duration::from_millis(100);
+
+/// Whether a runtime's CRI container events can be trusted to reach nanolet: containerd 2
+/// broadcasts each event to every GetContainerEvents stream; containerd 1.7 hands each event
+/// to one stream only (a shared channel, containerd issue 7318), so another client
+/// (`crictl events`, a second agent) would take events from nanolet, and it replays up to
+/// 1000 stale ones; containerd 1.6 has no such call. Other CRI runtimes are asked.
+pub fn cri_events_usable(runtime_name: &str, runtime_version: &str) -> bool {
+    if runtime_name != "containerd" {
+        return true;
+    }
+    let major = runtime_version
+        .trim_start_matches('v')
+        .split(['.', '-', '+', '~'])
+        .next()
+        .and_then(|m| m.parse::<u32>().ok());
+    major.is_some_and(|m| m >= 2)
+}
+
+/// A CRI container event as nanolet's [`RuntimeEvent`]; `None` for an event of a pod nanolet
+/// does not manage (another kubelet's on the same containerd) and for CREATED events (the pod
+/// worker that created the container observes it; the kubelet's evented PLEG generates no
+/// lifecycle event for them either).
+fn container_event(ev: &pb::ContainerEventResponse) -> Option<RuntimeEvent> {
+    let kind = match pb::ContainerEventType::try_from(ev.container_event_type).ok()? {
+        pb::ContainerEventType::ContainerCreatedEvent => return None,
+        pb::ContainerEventType::ContainerStartedEvent => super::ContainerEventKind::Started,
+        pb::ContainerEventType::ContainerStoppedEvent => super::ContainerEventKind::Stopped,
+        pb::ContainerEventType::ContainerDeletedEvent => super::ContainerEventKind::Deleted,
+    };
+    let pod_uid = match &ev.pod_sandbox_status {
+        Some(s) => {
+            if !s.labels.contains_key(super::LABEL_MANAGED_BY) {
+                return None;
+            }
+            s.metadata
+                .as_ref()
+                .map(|m| m.uid.clone())
+                .unwrap_or_default()
+        }
+        None => String::new(),
+    };
+    Some(RuntimeEvent::Container {
+        id: ev.container_id.clone(),
+        pod_uid,
+        kind,
+    })
+}
+
+impl CriRuntime {
+    /// CRI `GetContainerEvents`: a stream that stays open until the runtime or the channel
+    /// goes away. Fails when the runtime does not implement it.
+    fn subscribe_container_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>> {
+        const OP: &str = "GetContainerEvents";
+        let target = self.socket.display().to_string();
+        let (ev_tx, ev_rx) = mpsc::channel();
+        let (first_tx, first_rx) = mpsc::sync_channel::<std::result::Result<(), tonic::Status>>(1);
+        let mut c = self.runtime_client();
+        self.handle.spawn(async move {
+            let mut stream = match c.get_container_events(pb::GetEventsRequest {}).await {
+                Ok(r) => r.into_inner(),
+                Err(status) => {
+                    let _ = first_tx.try_send(Err(status));
+                    let _ = ev_tx.send(RuntimeEvent::StreamLost);
+                    return;
+                }
+            };
+            let _ = first_tx.try_send(Ok(()));
+            loop {
+                match stream.message().await {
+                    Ok(Some(ev)) => {
+                        if let Some(ev) = container_event(&ev) {
+                            if ev_tx.send(ev).is_err() {
+                                return; // receiver dropped: the stream is dropped with us
+                            }
+                        }
+                    }
+                    Ok(None) => {
+                        tracing::warn!("CRI container event stream ended");
+                        break;
+                    }
+                    Err(status) => {
+                        tracing::warn!(code = ?status.code(), message = %status.message(), "CRI container event stream broke");
+                        break;
+                    }
+                }
+            }
+            let _ = ev_tx.send(RuntimeEvent::StreamLost);
+        });
+        match first_rx.recv_timeout(CRI_EVENTS_SETTLE) {
+            Ok(Err(status)) => Err(map_status(OP, &target, &status, false)),
+            Ok(Ok(())) | Err(mpsc::RecvTimeoutError::Timeout) => {
+                tracing::debug!("subscribed to CRI container events");
+                Ok(ev_rx)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(RuntimeError::new(
+                OP,
+                target,
+                ErrorKind::Unavailable,
+                "CRI client runtime thread is gone",
+            )),
+        }
+    }
+
     /// Subscribes to containerd's `/tasks/exit` and `/tasks/start` events in namespace k8s.io.
     ///
     /// Returns only once the subscription is live (it has seen its own probe event), so any task
     /// event after this returns is delivered. On stream end or error the receiver yields
     /// `StreamLost` and then closes.
-    fn subscribe_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>> {
+    fn subscribe_task_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>> {
         const OP: &str = "SubscribeEvents";
         let target = self.socket.display().to_string();
         let filters = vec![

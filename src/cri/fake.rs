@@ -48,6 +48,8 @@ struct Inner {
     /// Base URL of a test streaming server: Exec/Attach/PortForward answer `{base}/{verb}/{id}`
     /// (None: they fail as a runtime without a streaming server).
     stream_base: Option<String>,
+    /// What `runtime_handlers` answers (default: none, as containerd 1.6).
+    handlers: Vec<super::RuntimeHandler>,
 }
 
 /// See module docs.
@@ -106,12 +108,20 @@ impl FakeRuntime {
     /// CreateContainer for containers named `name` hangs (holding no runtime lock) until
     /// [`FakeRuntime::release_hangs`].
     pub fn hang_create(&self, name: &str) {
-        self.hang.lock().unwrap_or_else(|e| e.into_inner()).0.insert(name.to_string());
+        self.hang
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .insert(name.to_string());
     }
 
     /// Hung calls return (and go on as usual); no call hangs any more.
     pub fn release_hangs(&self) {
-        self.hang.lock().unwrap_or_else(|e| e.into_inner()).0.clear();
+        self.hang
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clear();
         self.hang_released.notify_all();
     }
 
@@ -127,7 +137,10 @@ impl FakeRuntime {
         }
         g.1 += 1;
         while g.0.contains(name) {
-            g = self.hang_released.wait(g).unwrap_or_else(|e| e.into_inner());
+            g = self
+                .hang_released
+                .wait(g)
+                .unwrap_or_else(|e| e.into_inner());
         }
         g.1 -= 1;
     }
@@ -151,6 +164,20 @@ impl FakeRuntime {
     /// `{base}/portforward/{sandbox_id}`.
     pub fn set_stream_base(&self, base: &str) {
         self.lock().stream_base = Some(base.trim_end_matches('/').to_string());
+    }
+
+    /// The runtime handlers (and features) CRI `Status` reports.
+    pub fn set_runtime_handlers(&self, handlers: Vec<super::RuntimeHandler>) {
+        self.lock().handlers = handlers;
+    }
+
+    /// The config each sandbox was created with (by pod name).
+    pub fn sandbox_configs(&self) -> Vec<PodSandboxConfig> {
+        self.lock()
+            .sandboxes
+            .values()
+            .map(|s| s.config.clone())
+            .collect()
     }
 
     /// Simulate the runtime being down: every call fails with Unavailable.
@@ -650,6 +677,11 @@ impl Runtime for FakeRuntime {
         } else {
             Err(not_found("reopen_container_log", container_id))
         }
+    }
+
+    fn runtime_handlers(&self) -> Result<Vec<super::RuntimeHandler>> {
+        let g = self.enter("runtime_handlers", "runtime")?;
+        Ok(g.handlers.clone())
     }
 
     fn subscribe_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>> {

@@ -153,6 +153,26 @@ pub struct PodSandboxConfig {
     /// container is.
     pub security: ContainerSecurity,
     pub sysctls: BTreeMap<String, String>,
+    /// `hostUsers: false`: the pod's own user namespace, this one range for UIDs and GIDs
+    /// (CRI `userns_options` mode POD, on the sandbox and each container); None: the host's.
+    pub user_namespace: Option<IdMapping>,
+}
+
+/// CRI `IDMapping`: `length` IDs from `container_id` inside map to `host_id` on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IdMapping {
+    pub host_id: u32,
+    pub container_id: u32,
+    pub length: u32,
+}
+
+/// A runtime handler and what it supports (CRI `StatusResponse.runtime_handlers`; the default
+/// handler's name is empty).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RuntimeHandler {
+    pub name: String,
+    pub user_namespaces: bool,
+    pub recursive_read_only_mounts: bool,
 }
 
 /// CRI MountPropagation.
@@ -354,16 +374,35 @@ pub struct RuntimeVersion {
     pub runtime_api_version: String,
 }
 
-/// A lifecycle event pushed by the runtime (containerd's native event stream, namespace k8s.io).
-/// Only a hint: PLEG reacts by relisting, it never trusts the event's content for state.
+/// A lifecycle event pushed by the runtime: a CRI container event (`GetContainerEvents`,
+/// containerd 2) or, where the runtime has none to offer, containerd's native task event
+/// (namespace k8s.io). PLEG observes the pod it names; it does not take state from the event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuntimeEvent {
     /// A task (container or sandbox) exited; `id` is the containerd container id == CRI id.
+    /// containerd publishes it before its CRI state shows the exit.
     TaskExit { id: String, exit_code: u32 },
     /// A task started.
     TaskStart { id: String },
+    /// A CRI container event: sent after the runtime's CRI state changed, so an observation
+    /// made after it shows the change. `id` is the container's (or the sandbox's) id,
+    /// `pod_uid` the pod's (from the event's sandbox status; empty when the runtime sent none).
+    Container {
+        id: String,
+        pod_uid: String,
+        kind: ContainerEventKind,
+    },
     /// The event stream broke; the subscriber should relist (and resubscribe).
     StreamLost,
+}
+
+/// CRI `ContainerEventType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerEventKind {
+    Created,
+    Started,
+    Stopped,
+    Deleted,
 }
 
 /// The CRI verbs nanolet uses, on its own types. Blocking; implementations bound every call
@@ -465,6 +504,12 @@ pub trait Runtime: Send + Sync {
     /// ReopenContainerLog: the runtime closes and reopens the container's log file (after the
     /// file was rotated away).
     fn reopen_container_log(&self, container_id: &str) -> Result<()>;
+
+    /// The runtime handlers and their features (CRI `Status`). Empty when the runtime reports
+    /// none (containerd 1.6): then no handler is known to support user namespaces.
+    fn runtime_handlers(&self) -> Result<Vec<RuntimeHandler>> {
+        Ok(Vec::new())
+    }
 
     /// Subscribe to task lifecycle events. The receiver yields `StreamLost` and then closes if
     /// the stream breaks; callers resubscribe with backoff.

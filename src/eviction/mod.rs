@@ -915,7 +915,12 @@ mod tests {
         m.store.set_pod(running_pod("b", plain));
         m.pass(Instant::now());
         m.pass(Instant::now());
-        let stats_calls = |m: &Manager| m.store.metrics().runtime_operations("list_container_stats").0;
+        let stats_calls = |m: &Manager| {
+            m.store
+                .metrics()
+                .runtime_operations("list_container_stats")
+                .0
+        };
         assert_eq!(stats_calls(&m), 0, "no pod has a local-storage limit");
         assert_eq!(m.store.metrics().eviction_passes(), 2);
         assert_eq!(
@@ -1055,7 +1060,11 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(10));
         drop(tx);
         // A dropped sender stops too.
-        assert!(!wait_period(&rx, None, Instant::now() + Duration::from_secs(30)));
+        assert!(!wait_period(
+            &rx,
+            None,
+            Instant::now() + Duration::from_secs(30)
+        ));
     }
 
     #[test]

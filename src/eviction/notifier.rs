@@ -134,7 +134,11 @@ mod tests {
             // Armed: the wait blocks for its whole timeout (no crossing), not a short tick.
             let t0 = std::time::Instant::now();
             assert_eq!(n.wait(Duration::from_millis(300)), Some(false));
-            assert!(t0.elapsed() >= Duration::from_millis(290), "{:?}", t0.elapsed());
+            assert!(
+                t0.elapsed() >= Duration::from_millis(290),
+                "{:?}",
+                t0.elapsed()
+            );
         }
     }
 

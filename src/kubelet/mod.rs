@@ -8,8 +8,8 @@ pub(crate) mod pod_workers;
 pub(crate) mod podconfig;
 pub(crate) mod policy;
 pub(crate) mod sync_loop;
-pub(crate) mod worker_pool;
 pub mod wiring;
+pub(crate) mod worker_pool;
 
 pub(crate) use pod_workers::{SyncSettings, WorkerContext};
 pub(crate) use sync_loop::{DesiredPods, LoopMsg, SyncLoop};

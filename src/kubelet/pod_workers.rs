@@ -109,6 +109,12 @@ pub enum SyncError {
         #[source]
         source: crate::api::dns::DnsError,
     },
+    #[error("pod {pod}: user namespace: {source}")]
+    UserNamespace {
+        pod: String,
+        #[source]
+        source: crate::kuberuntime::userns::UsernsError,
+    },
 }
 
 impl SyncError {
@@ -118,6 +124,7 @@ impl SyncError {
             SandboxError::LogDir { path, source } => SyncError::LogDir { pod, path, source },
             SandboxError::Dns(source) => SyncError::Dns { pod, source },
             SandboxError::Runtime(source) => SyncError::Runtime { pod, source },
+            SandboxError::UserNamespace(source) => SyncError::UserNamespace { pod, source },
         }
     }
 }

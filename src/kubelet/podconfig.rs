@@ -52,11 +52,7 @@ impl PodConfigLoop {
                 m.update(&self.store, &d.pods, d.all_sources_ready, &mut errors);
             }
             let desired = DesiredPods {
-                pods: d
-                    .pods
-                    .into_iter()
-                    .map(|(uid, sp)| (uid, sp.pod))
-                    .collect(),
+                pods: d.pods.into_iter().map(|(uid, sp)| (uid, sp.pod)).collect(),
                 errors,
                 all_sources_ready: d.all_sources_ready,
             };

@@ -75,6 +75,28 @@ pub struct SyncLoop {
     warned: std::collections::HashSet<(String, String)>,
 }
 
+impl SyncLoop {
+    /// The node's isolation features for admitting `pod`: what the kernel enforces, and, for a
+    /// `hostUsers: false` pod only, whether the runtime's default handler supports user
+    /// namespaces (asked now, as the kubelet's HandlerSupportsUserNamespaces reads the
+    /// runtime's latest handlers; a runtime that cannot be asked supports none).
+    fn host_security_for(&self, pod: &Pod) -> crate::api::security::HostSecurity {
+        let mut host = self.ctx.settings.host_security;
+        if crate::kuberuntime::userns::wants_user_namespace(pod) {
+            host.user_namespaces = match self.ctx.runtime.runtime_handlers() {
+                Ok(handlers) => handlers
+                    .iter()
+                    .any(|h| h.name.is_empty() && h.user_namespaces),
+                Err(e) => {
+                    warn!(pod = %format!("{}/{}", pod.metadata.namespace, pod.metadata.name), error = %e, "cannot ask the runtime whether it supports user namespaces");
+                    false
+                }
+            };
+        }
+        host
+    }
+}
+
 /// A kill already running with a longer grace period is shortened (the kubelet's pod worker
 /// cancels the running kill and kills again with the shorter grace): the pod's running
 /// containers get a StopContainer with `grace` (at least the kubelet's 2 s minimum) beside
@@ -174,7 +196,9 @@ impl SyncLoop {
             .filter(|(cond, _)| cond.is_none())
             .map(|(_, at)| transition.saturating_sub(at.elapsed()))
             .min()
-            .map_or(TRIM_EVERY, |d| d.clamp(Duration::from_millis(100), TRIM_EVERY))
+            .map_or(TRIM_EVERY, |d| {
+                d.clamp(Duration::from_millis(100), TRIM_EVERY)
+            })
     }
 
     pub fn handle(&mut self, msg: LoopMsg) {
@@ -199,10 +223,13 @@ impl SyncLoop {
             LoopMsg::Evict(e) => {
                 if let Some(w) = self.workers.get(&e.uid) {
                     if !w.terminating {
-                        self.pool.send(&e.uid, WorkerMsg::Evict {
-                            message: e.message,
-                            grace_seconds: e.grace_seconds,
-                        });
+                        self.pool.send(
+                            &e.uid,
+                            WorkerMsg::Evict {
+                                message: e.message,
+                                grace_seconds: e.grace_seconds,
+                            },
+                        );
                         self.evicted
                             .insert(e.uid, (e.condition, std::time::Instant::now()));
                     }
@@ -262,11 +289,15 @@ impl SyncLoop {
                 let current = w.pod.spec.termination_grace_period_seconds;
                 if !w.terminating && current != Some(grace) {
                     info!(pod = %w.full_name, uid, grace, "pod deleted with a grace period");
-                    Arc::make_mut(&mut w.pod).spec.termination_grace_period_seconds = Some(grace);
+                    Arc::make_mut(&mut w.pod)
+                        .spec
+                        .termination_grace_period_seconds = Some(grace);
                     self.pool.send(&uid, WorkerMsg::Update(w.pod.clone()));
                 } else if w.terminating && current.is_none_or(|c| grace < c) {
                     info!(pod = %w.full_name, uid, grace, "pod deleted again with a shorter grace period; shortening the kill");
-                    Arc::make_mut(&mut w.pod).spec.termination_grace_period_seconds = Some(grace);
+                    Arc::make_mut(&mut w.pod)
+                        .spec
+                        .termination_grace_period_seconds = Some(grace);
                     shorten_kill(self.ctx.runtime.clone(), &uid, &w.full_name, grace);
                 }
             }
@@ -415,7 +446,7 @@ impl SyncLoop {
         if let Some(message) = crate::kubelet::policy::violation(pod, &settings.security) {
             Some((crate::kubelet::policy::REASON, message))
         } else if let Some((reason, message)) =
-            crate::api::security::unsupported_isolation(pod, settings.host_security)
+            crate::api::security::unsupported_isolation(pod, self.host_security_for(pod))
         {
             Some((reason, message))
         } else if !crate::kubelet::admission::node_affinity_matches(
@@ -598,9 +629,9 @@ mod tests {
     use crate::kubelet::SyncSettings;
     use crate::pleg::{Pleg, PlegEvent};
     use crate::status::StatusStore;
-    use std::time::Instant;
     use std::sync::mpsc::channel;
     use std::thread::JoinHandle;
+    use std::time::Instant;
 
     const IMAGE: &str = "localhost/busybox:1.36";
 
@@ -619,7 +650,11 @@ mod tests {
         }
 
         fn start_with(rt: Arc<FakeRuntime>, max_pods: u32) -> Harness {
-            Self::start_pool(rt, max_pods, crate::util::pool::PoolSize { min: 2, max: 16 })
+            Self::start_pool(
+                rt,
+                max_pods,
+                crate::util::pool::PoolSize { min: 2, max: 16 },
+            )
         }
 
         fn start_pool(
@@ -857,7 +892,10 @@ mod tests {
             }
         }
         let _release = Release(h.rt.clone());
-        let hung = [pod("h1", "hung1", "Always", &["stuck"]), pod("h2", "hung2", "Always", &["stuck"])];
+        let hung = [
+            pod("h1", "hung1", "Always", &["stuck"]),
+            pod("h2", "hung2", "Always", &["stuck"]),
+        ];
         h.desire(&hung, true);
         h.wait("two CreateContainer calls hanging", |h| h.rt.hanging() == 2);
         let mut pods = hung.to_vec();
@@ -1571,6 +1609,46 @@ mod tests {
                 .iter()
                 .any(|e| e.reason == "IsolationNotEnforced" && e.message.contains("SELinux")),
             "{events:?}"
+        );
+    }
+
+    #[test]
+    fn host_users_false_runs_in_its_own_user_namespace_where_the_runtime_reports_support() {
+        // kubelet GetOrCreateUserNamespaceMappings: the default handler ("") reports
+        // user_namespaces (containerd 2): mode POD, container ID 0 -> the pod's 65536-ID slot,
+        // on the sandbox and on every container; recorded in <pod dir>/userns.
+        let rt = fake();
+        rt.set_runtime_handlers(vec![crate::cri::RuntimeHandler {
+            name: String::new(),
+            user_namespaces: true,
+            recursive_read_only_mounts: true,
+        }]);
+        let h = Harness::start(rt.clone());
+        let mut userns = pod("u2", "userns", "Always", &["c"]);
+        userns
+            .spec
+            .extra
+            .insert("hostUsers".into(), serde_json::json!(false));
+        let plain = pod("u3", "plain", "Always", &["c"]);
+        h.desire(&[userns, plain], true);
+        h.wait("both Running", |h| {
+            phase(h, "u2") == "Running" && phase(h, "u3") == "Running"
+        });
+        let cfgs = rt.sandbox_configs();
+        let by = |n: &str| {
+            cfgs.iter()
+                .find(|c| c.name.starts_with(n))
+                .unwrap_or_else(|| panic!("no sandbox {n}: {cfgs:?}"))
+        };
+        let m = by("userns")
+            .user_namespace
+            .expect("a user namespace for hostUsers: false");
+        assert_eq!((m.container_id, m.length), (0, 65536));
+        assert!(m.host_id >= 65536 && m.host_id % 65536 == 0, "{m:?}");
+        assert_eq!(
+            by("plain").user_namespace,
+            None,
+            "hostUsers unset: the host's"
         );
     }
 

@@ -13,5 +13,6 @@ pub mod labels;
 pub mod manager;
 pub mod sandbox;
 pub mod state;
+pub mod userns;
 
 pub use manager::{RuntimeManager, RuntimeManagerState, RuntimeSettings};

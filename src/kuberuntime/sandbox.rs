@@ -25,6 +25,9 @@ pub enum SandboxError {
     /// The node's resolv.conf could not be read.
     #[error(transparent)]
     Dns(#[from] crate::api::dns::DnsError),
+    /// hostUsers: false and no user namespace range could be recorded.
+    #[error("user namespace: {0}")]
+    UserNamespace(#[from] super::userns::UsernsError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 }
@@ -110,6 +113,13 @@ impl RuntimeManager<'_> {
             share_pid: crate::api::security::share_process_namespace(p),
             security: crate::api::security::sandbox_security(p, &self.settings.root_dir),
             sysctls: crate::api::security::sysctls(p),
+            // A hostUsers: false pod's recorded range (`create_sandbox` allocates it the
+            // first time); an unreadable record fails `create_sandbox` the same way.
+            user_namespace: if super::userns::wants_user_namespace(p) {
+                super::userns::read(&self.pod_dir()).ok().flatten()
+            } else {
+                None
+            },
         }
     }
 
@@ -123,6 +133,14 @@ impl RuntimeManager<'_> {
             &host,
             &self.settings.cluster_dns,
         ));
+        if super::userns::wants_user_namespace(self.pod) && cfg.user_namespace.is_none() {
+            let pods_dir = self.settings.root_dir.join("pods");
+            cfg.user_namespace = Some(super::userns::get_or_allocate(
+                &pods_dir,
+                &self.pod.metadata.uid,
+                super::userns::host_range(),
+            )?);
+        }
         let dir = self.log_dir();
         std::fs::create_dir_all(&dir).map_err(|source| SandboxError::LogDir {
             path: dir.display().to_string(),

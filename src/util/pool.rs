@@ -244,21 +244,39 @@ mod tests {
     /// One blocked job does not hold back the next: a new thread takes it, up to `max`.
     #[test]
     fn a_blocked_job_does_not_delay_the_next_until_max_threads_block() {
-        let pool = Pool::new("t", PoolSize { min: 1, max: 2 }, Duration::from_secs(60), 64 * 1024);
+        let pool = Pool::new(
+            "t",
+            PoolSize { min: 1, max: 2 },
+            Duration::from_secs(60),
+            64 * 1024,
+        );
         let gate1 = blocker(&pool);
         let (done, ran) = channel();
         let d = done.clone();
-        pool.submit(move || d.send(1).expect("send")).expect("submit");
-        assert_eq!(ran.recv_timeout(Duration::from_secs(10)).expect("second job ran"), 1);
+        pool.submit(move || d.send(1).expect("send"))
+            .expect("submit");
+        assert_eq!(
+            ran.recv_timeout(Duration::from_secs(10))
+                .expect("second job ran"),
+            1
+        );
         // Now both threads block: the third job waits (the bound holds) ...
         let gate2 = blocker(&pool);
         wait_for("two busy threads", || pool.stats().busy == 2);
-        pool.submit(move || done.send(3).expect("send")).expect("submit");
-        assert!(ran.recv_timeout(Duration::from_millis(200)).is_err(), "bounded at max");
+        pool.submit(move || done.send(3).expect("send"))
+            .expect("submit");
+        assert!(
+            ran.recv_timeout(Duration::from_millis(200)).is_err(),
+            "bounded at max"
+        );
         assert_eq!(pool.stats().threads, 2);
         // ... until one unblocks.
         drop(gate1);
-        assert_eq!(ran.recv_timeout(Duration::from_secs(10)).expect("third job ran"), 3);
+        assert_eq!(
+            ran.recv_timeout(Duration::from_secs(10))
+                .expect("third job ran"),
+            3
+        );
         drop(gate2);
         pool.stop();
         wait_for("threads gone", || pool.stats().threads == 0);
@@ -267,7 +285,12 @@ mod tests {
     /// Threads above `min` leave after `idle_exit`; `min` stay, idle without a timeout.
     #[test]
     fn extra_threads_exit_when_idle_and_min_stay() {
-        let pool = Pool::new("t", PoolSize { min: 1, max: 4 }, Duration::from_millis(50), 64 * 1024);
+        let pool = Pool::new(
+            "t",
+            PoolSize { min: 1, max: 4 },
+            Duration::from_millis(50),
+            64 * 1024,
+        );
         let gates: Vec<_> = (0..4).map(|_| blocker(&pool)).collect();
         wait_for("four busy", || pool.stats().busy == 4);
         assert_eq!(pool.stats().started, 4);
@@ -275,7 +298,8 @@ mod tests {
         wait_for("back to min", || pool.stats().threads == 1);
         // The kept thread still serves.
         let (tx, rx) = channel();
-        pool.submit(move || tx.send(()).expect("send")).expect("submit");
+        pool.submit(move || tx.send(()).expect("send"))
+            .expect("submit");
         rx.recv_timeout(Duration::from_secs(10)).expect("ran");
         assert_eq!(pool.stats().started, 4, "an idle kept thread is reused");
         pool.stop();
@@ -288,15 +312,25 @@ mod tests {
     /// would hand the jobs round to every thread and keep them all).
     #[test]
     fn a_trickle_of_work_goes_to_the_kept_thread_and_extras_leave() {
-        let pool = Pool::new("t", PoolSize { min: 1, max: 4 }, Duration::from_millis(300), 64 * 1024);
+        let pool = Pool::new(
+            "t",
+            PoolSize { min: 1, max: 4 },
+            Duration::from_millis(300),
+            64 * 1024,
+        );
         let gates: Vec<_> = (0..4).map(|_| blocker(&pool)).collect();
         wait_for("four busy", || pool.stats().busy == 4);
         drop(gates);
         let deadline = Instant::now() + Duration::from_secs(10);
         while pool.stats().threads > 1 {
-            assert!(Instant::now() < deadline, "extras kept alive: {:?}", pool.stats());
+            assert!(
+                Instant::now() < deadline,
+                "extras kept alive: {:?}",
+                pool.stats()
+            );
             let (tx, rx) = channel();
-            pool.submit(move || tx.send(()).expect("send")).expect("submit");
+            pool.submit(move || tx.send(()).expect("send"))
+                .expect("submit");
             rx.recv_timeout(Duration::from_secs(10)).expect("ran");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -306,11 +340,18 @@ mod tests {
     /// A panicking job is contained: the pool keeps running jobs.
     #[test]
     fn a_panicking_job_does_not_kill_the_pool() {
-        let pool = Pool::new("t", PoolSize { min: 1, max: 1 }, Duration::from_secs(60), 256 * 1024);
+        let pool = Pool::new(
+            "t",
+            PoolSize { min: 1, max: 1 },
+            Duration::from_secs(60),
+            256 * 1024,
+        );
         pool.submit(|| panic!("job panics")).expect("submit");
         let (tx, rx) = channel();
-        pool.submit(move || tx.send(()).expect("send")).expect("submit");
-        rx.recv_timeout(Duration::from_secs(10)).expect("ran after the panic");
+        pool.submit(move || tx.send(()).expect("send"))
+            .expect("submit");
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("ran after the panic");
         assert_eq!(pool.stats().threads, 1);
         pool.stop();
     }

@@ -971,3 +971,97 @@ fn manifest_url_query_credentials_are_redacted_and_unchanged_bodies_not_download
     server.unblock();
     serving.join().expect("server thread");
 }
+
+/// The host pids of the processes in container `id` (its id is in their cgroup path).
+fn pids_of_container(id: &str) -> Vec<i32> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(id)) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn host_users_false_runs_in_its_own_user_namespace_where_the_runtime_supports_it() {
+    // KEP-127 / the kubelet's userns manager: `hostUsers: false` maps the pod's UID 0 to an
+    // unprivileged 65536-ID host range (from 65536 up) when the runtime's default handler
+    // reports user namespace support (CRI Status runtime_handlers: containerd 2 + runc >= 1.2);
+    // elsewhere the kubelet's error: "can't set `spec.hostUsers: false`, runtime does not
+    // support user namespaces" (nanolet refuses at admission, reason UserNamespacesNotSupported).
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "userns.yaml",
+        &pod_yaml(
+            "userns",
+            &format!("  hostUsers: false\n  containers:\n  - name: c\n{SLEEP}"),
+        ),
+    );
+    use nanolet::cri::Runtime;
+    let supported = ctd
+        .runtime()
+        .runtime_handlers()
+        .expect("CRI Status")
+        .iter()
+        .any(|h| h.name.is_empty() && h.user_namespaces);
+    assert_eq!(
+        supported,
+        support::test_runtime().name == "2",
+        "containerd 2 with runc 1.5 reports user namespaces on this kernel; 1.6 and 1.7 report no handlers"
+    );
+    if !supported {
+        let p = n.wait_phase("userns", "Failed");
+        assert_eq!(p["status"]["reason"], "UserNamespacesNotSupported", "{p:#}");
+        assert_eq!(
+            p["status"]["message"],
+            "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+        );
+        assert!(ctd.runtime().list_pod_sandboxes().expect("list").is_empty());
+        return;
+    }
+    let p = n.wait_phase("userns", "Running");
+    let id = p["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .and_then(|s| s.strip_prefix("containerd://"))
+        .expect("containerID")
+        .to_string();
+    let pids = support::wait_for(Duration::from_secs(10), || {
+        Some(pids_of_container(&id)).filter(|p| !p.is_empty())
+    })
+    .expect("the container's processes on the host");
+    for pid in pids {
+        // Inside: UID 0. On the host (/proc/<pid>/status, real UID): the range's first ID,
+        // unprivileged, a multiple of 65536.
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let uid: u32 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|u| u.parse().ok())
+            .expect("Uid line");
+        assert!(
+            uid >= 65536 && uid % 65536 == 0,
+            "pid {pid} runs as host UID {uid}"
+        );
+        let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).expect("uid_map");
+        let fields: Vec<&str> = map.split_whitespace().collect();
+        assert_eq!(
+            fields,
+            ["0", &uid.to_string(), "65536"],
+            "uid_map of {pid}: {map}"
+        );
+    }
+    // The mapping is recorded where the kubelet keeps it.
+    let uid = p["metadata"]["uid"].as_str().expect("uid");
+    let file = n.dir.join("root/pods").join(uid).join("userns");
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    assert!(
+        text.contains("\"containerId\":0,\"length\":65536"),
+        "{text}"
+    );
+}

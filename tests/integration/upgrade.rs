@@ -188,7 +188,7 @@ struct Snapshot {
 }
 
 fn tasks(ctd: &Containerd) -> BTreeMap<String, u32> {
-    let out = run(Command::new("ctr")
+    let out = run(Command::new(support::test_runtime().ctr())
         .arg("--address")
         .arg(ctd.socket_path())
         .args(["-n", "k8s.io", "tasks", "ls"]));

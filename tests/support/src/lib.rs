@@ -36,10 +36,13 @@ pub mod front;
 pub mod gate;
 pub mod kubectl;
 pub mod pki;
+pub mod runtime;
 pub mod standin;
 pub mod tls;
 
 pub use gate::exclusive;
+pub use runtime::test_runtime;
+use runtime::{containerd_config_v2, containerd_config_v3};
 
 pub const BUSYBOX_IMAGE: &str = "localhost/busybox:1.36";
 pub const PAUSE_IMAGE: &str = "localhost/pause:3.9";
@@ -53,7 +56,7 @@ const NET_LOCK_DIR: &str = "/tmp/nanolet-test-nets";
 static INSTANCE: AtomicUsize = AtomicUsize::new(0);
 
 /// The nanolet repository (this crate is `tests/support` in it).
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     here.parent()
         .and_then(Path::parent)
@@ -112,16 +115,19 @@ fn run_ok(cmd: &mut Command) -> Result<String, String> {
 /// Panics with a pointer to install-deps.sh if a required tool is missing.
 fn check_deps() {
     let mut missing = Vec::new();
-    for bin in [
-        "containerd",
-        "ctr",
-        "runc",
+    // An upstream runtime (NANOLET_TEST_RUNTIME=1.7|2) brings its own containerd, ctr and runc.
+    let system_runtime: &[&str] = if test_runtime().bin_dir.is_some() {
+        &[]
+    } else {
+        &["containerd", "ctr", "runc"]
+    };
+    for bin in system_runtime.iter().copied().chain([
         "ip",
         "umount",
         "tar",
         "gzip",
         "sha256sum",
-    ] {
+    ]) {
         let found = std::env::var_os("PATH")
             .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
             .unwrap_or(false)
@@ -371,33 +377,11 @@ impl Containerd {
 
     fn write_config(&self) {
         let t = self.tmp.display();
-        let config = format!(
-            r#"version = 2
-root = "{t}/root"
-state = "{t}/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
-[grpc]
-  address = "{t}/containerd.sock"
-[plugins]
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "{t}/opt"
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "{PAUSE_IMAGE}"
-    restrict_oom_score_adj = true
-    netns_mounts_under_state_dir = true
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      snapshotter = "overlayfs"
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "/usr/lib/cni"
-      conf_dir = "{t}/cni"
-"#
-        );
-        let mut config = config;
-        for h in &self.plain_http_registries {
-            config.push_str(&format!(
-                "    [plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"{h}\"]\n      endpoint = [\"http://{h}\"]\n"
-            ));
-        }
+        let rt = test_runtime();
+        let config = match rt.config_version {
+            2 => containerd_config_v2(&t.to_string(), rt, &self.plain_http_registries),
+            _ => containerd_config_v3(&t.to_string(), rt, &self.plain_http_registries, &self.tmp),
+        };
         fs::write(&self.config, config)
             .unwrap_or_else(|e| panic!("writing containerd config: {e}"));
         let conflist = format!(
@@ -440,14 +424,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         let log2 = log
             .try_clone()
             .unwrap_or_else(|e| panic!("cloning log fd: {e}"));
-        let child = Command::new("containerd")
+        let rt = test_runtime();
+        let child = Command::new(rt.containerd())
+            .env("PATH", rt.path_env())
             .arg("--config")
             .arg(&self.config)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)
             .spawn()
-            .unwrap_or_else(|e| panic!("spawning containerd: {e}"));
+            .unwrap_or_else(|e| panic!("spawning {}: {e}", rt.containerd().display()));
         self.child = Some(child);
         self.wait_ready();
     }
