@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use nanolet::cri::client::CriRuntime;
 use nanolet::cri::{
-    ContainerConfig, ContainerState, ErrorKind, LABEL_CONTAINER_NAME, LABEL_MANAGED_BY,
+    ContainerConfig, ContainerEventKind, ContainerState, ErrorKind, LABEL_CONTAINER_NAME, LABEL_MANAGED_BY,
     LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, Runtime, RuntimeEvent,
     SandboxState,
 };
@@ -37,6 +37,38 @@ fn sandbox_config(ctd: &Containerd, name: &str, host_network: bool) -> PodSandbo
         labels,
         ..Default::default()
     }
+}
+
+/// Container `cid`'s exit code if `ev` reports its exit: containerd's TaskExit (1.6, 1.7: the
+/// code is in the event) or a CRI CONTAINER_STOPPED event (containerd 2: sent after the CRI
+/// state changed, so ContainerStatus already has the code). Asserts the subscription uses the
+/// runtime's CRI events exactly where they reach every subscriber (containerd 2).
+fn exit_of(rt: &CriRuntime, ev: &RuntimeEvent, cid: &str) -> Option<i32> {
+    let cri_events = support::test_runtime().name == "2";
+    match ev {
+        RuntimeEvent::TaskExit { id, exit_code } if id == cid => {
+            assert!(!cri_events, "containerd 2 should deliver CRI container events");
+            Some(*exit_code as i32)
+        }
+        RuntimeEvent::Container {
+            id,
+            kind: ContainerEventKind::Stopped,
+            pod_uid,
+        } if id == cid => {
+            assert!(cri_events, "containerd < 2: task events expected, got {ev:?}");
+            assert!(pod_uid.starts_with("uid-"), "the event names its pod: {ev:?}");
+            let st = rt.container_status(cid).expect("status after a CRI stop event");
+            assert_eq!(st.state, ContainerState::Exited, "CRI state shows the exit: {st:?}");
+            Some(st.exit_code)
+        }
+        _ => None,
+    }
+}
+
+/// Whether `ev` reports container `cid`'s start (TaskStart, or a CRI CONTAINER_STARTED event).
+fn is_start_of(ev: &RuntimeEvent, cid: &str) -> bool {
+    matches!(ev, RuntimeEvent::TaskStart { id } if id == cid)
+        || matches!(ev, RuntimeEvent::Container { id, kind: ContainerEventKind::Started, .. } if id == cid)
 }
 
 fn container_config(name: &str, script: &str) -> ContainerConfig {
@@ -316,11 +348,10 @@ fn exit_code_and_events() {
             .checked_sub(started.elapsed())
             .unwrap_or_default();
         match events.recv_timeout(left) {
-            Ok(RuntimeEvent::TaskStart { id }) if id == cid => saw_start = true,
-            Ok(RuntimeEvent::TaskExit { id, exit_code }) if id == cid => exit = Some(exit_code),
+            Ok(ev) if is_start_of(&ev, &cid) => saw_start = true,
             Ok(RuntimeEvent::StreamLost) => panic!("event stream lost"),
-            Ok(_) => {} // the sandbox's own task events
-            Err(e) => panic!("no TaskExit for {cid} within 10s of start: {e:?}"),
+            Ok(ev) => exit = exit_of(&rt, &ev, &cid), // else the sandbox's own events
+            Err(e) => panic!("no exit event for {cid} within 10s of start: {e:?}"),
         }
     }
     assert_eq!(exit, Some(3));
@@ -351,11 +382,9 @@ fn exit_code_and_events() {
     let mut exits = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(2);
     while let Ok(ev) = events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        if let RuntimeEvent::TaskExit { id, exit_code } = ev {
-            if id == cid2 {
-                exits.push(exit_code);
-                break;
-            }
+        if let Some(code) = exit_of(&rt, &ev, &cid2) {
+            exits.push(code);
+            break;
         }
     }
     assert_eq!(exits, vec![137], "sleeper's own exit, not the exec's 5");
@@ -468,9 +497,8 @@ fn survives_containerd_restart() {
     let sb = sandbox_config(&ctd, "after", true);
     let events = rt.subscribe_events().expect("resubscribe");
     let (sid, cid) = run_one(&rt, &sb, &container_config("one", "exit 1"));
-    let got = wait_for(Duration::from_secs(10), || match events.try_recv() {
-        Ok(RuntimeEvent::TaskExit { id, exit_code }) if id == cid => Some(exit_code),
-        _ => None,
+    let got = wait_for(Duration::from_secs(10), || {
+        events.try_recv().ok().and_then(|ev| exit_of(&rt, &ev, &cid))
     });
     assert_eq!(got, Some(1));
     // The event can arrive before the CRI plugin has processed the exit; stopping the sandbox
