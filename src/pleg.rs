@@ -268,6 +268,12 @@ impl Pleg {
                 RuntimeEvent::TaskExit { id, .. } | RuntimeEvent::TaskStart { id } => id,
                 // A CRI event names its pod (evented.go takes the UID from the event's
                 // sandbox status): a container the cache does not know yet needs no relist.
+                // Another agent's pod on the same containerd: not ours to observe.
+                RuntimeEvent::Container {
+                    managed: false,
+                    pod_uid,
+                    ..
+                } if !pod_uid.is_empty() => continue,
                 RuntimeEvent::Container { pod_uid, .. } if !pod_uid.is_empty() => {
                     uids.insert(pod_uid.clone());
                     continue;

@@ -1430,22 +1430,16 @@ fn container_event(ev: &pb::ContainerEventResponse) -> Option<RuntimeEvent> {
         pb::ContainerEventType::ContainerStoppedEvent => super::ContainerEventKind::Stopped,
         pb::ContainerEventType::ContainerDeletedEvent => super::ContainerEventKind::Deleted,
     };
-    let pod_uid = match &ev.pod_sandbox_status {
-        Some(s) => {
-            if !s.labels.contains_key(super::LABEL_MANAGED_BY) {
-                return None;
-            }
-            s.metadata
-                .as_ref()
-                .map(|m| m.uid.clone())
-                .unwrap_or_default()
-        }
-        None => String::new(),
-    };
+    let sandbox = ev.pod_sandbox_status.as_ref();
+    let pod_uid = sandbox
+        .and_then(|s| s.metadata.as_ref())
+        .map(|m| m.uid.clone())
+        .unwrap_or_default();
     Some(RuntimeEvent::Container {
         id: ev.container_id.clone(),
         pod_uid,
         kind,
+        managed: sandbox.is_some_and(|s| s.labels.contains_key(super::LABEL_MANAGED_BY)),
     })
 }
 

@@ -391,6 +391,9 @@ pub enum RuntimeEvent {
         id: String,
         pod_uid: String,
         kind: ContainerEventKind,
+        /// The pod's sandbox carries nanolet's managed-by label (others' pods on the same
+        /// containerd are not nanolet's to observe).
+        managed: bool,
     },
     /// The event stream broke; the subscriber should relist (and resubscribe).
     StreamLost,

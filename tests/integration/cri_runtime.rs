@@ -54,7 +54,9 @@ fn exit_of(rt: &CriRuntime, ev: &RuntimeEvent, cid: &str) -> Option<i32> {
             id,
             kind: ContainerEventKind::Stopped,
             pod_uid,
+            managed,
         } if id == cid => {
+            assert!(managed, "the sandbox carries the managed-by label: {ev:?}");
             assert!(cri_events, "containerd < 2: task events expected, got {ev:?}");
             assert!(pod_uid.starts_with("uid-"), "the event names its pod: {ev:?}");
             let st = rt.container_status(cid).expect("status after a CRI stop event");
