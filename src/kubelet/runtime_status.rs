@@ -205,6 +205,10 @@ pub fn report(
     for p in new.iter().filter(|p| !old.contains(p)) {
         match p {
             Problem::NetworkNotReady(_) => warn!("{}", p.advice(images_dir)),
+            // Why the pull failed (no such host, connection refused, ...) beside the advice.
+            Problem::SandboxImage { error, .. } => {
+                error!(error = %error, "{}", p.advice(images_dir))
+            }
             _ => error!("{}", p.advice(images_dir)),
         }
     }
