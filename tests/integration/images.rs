@@ -4,7 +4,7 @@
 //! in both formats), the images directory, pods with `imagePullPolicy: Never` running the
 //! imported images, idempotent re-import, corrupt archives, ErrImagePull/ImagePullBackOff with the kubelet's backoff, and registry
 //! credentials (node config.json and imagePullSecrets from the local store) against a tiny
-//! fake registry.
+//! fake registry; a containerd whose sandbox image is absent and cannot be pulled.
 
 use nanolet_test_support as support;
 
