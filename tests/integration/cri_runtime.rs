@@ -115,7 +115,8 @@ fn status_reports_conditions_and_the_sandbox_image() {
         .pod_sandbox_status("no-such-sandbox")
         .expect_err("no such sandbox");
     assert!(
-        e.grpc_text().starts_with("rpc error: code = NotFound desc = "),
+        e.grpc_text()
+            .starts_with("rpc error: code = NotFound desc = "),
         "{}",
         e.grpc_text()
     );
