@@ -20,6 +20,17 @@ pub struct HealthCheck {
     pub message: String,
 }
 
+/// Why the container runtime cannot run pods, as the runtime status check found it
+/// (`kubelet::runtime_status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeProblem {
+    /// One line: what is wrong.
+    pub message: String,
+    /// The kubelet marks the node NotReady for it (its runtimeState's runtime and network
+    /// errors: RuntimeReady or NetworkReady false, no CRI).
+    pub node_not_ready: bool,
+}
+
 #[derive(Default)]
 struct Inner {
     /// By pod UID: the pod as desired, with `status` filled in. Boxed: a B-tree node holds 11
@@ -32,6 +43,8 @@ struct Inner {
     last_sync: Option<Instant>,
     last_relist: Option<Instant>,
     runtime_error: Option<String>,
+    /// What the runtime status check found wrong with the runtime's configuration.
+    runtime_problems: Vec<RuntimeProblem>,
     /// Node pressure conditions currently true (from the eviction manager), with since when.
     node_conditions: BTreeMap<&'static str, std::time::SystemTime>,
 }
@@ -130,6 +143,16 @@ impl StatusStore {
     /// PLEG calls this when a relist failed: the runtime did not answer (shown by healthz).
     pub fn mark_runtime_error(&self, error: &dyn std::fmt::Display) {
         self.lock().runtime_error = Some(error.to_string());
+    }
+
+    /// The runtime status check publishes what keeps the runtime from running pods (empty:
+    /// nothing it knows of).
+    pub fn set_runtime_problems(&self, problems: Vec<RuntimeProblem>) {
+        self.lock().runtime_problems = problems;
+    }
+
+    pub fn runtime_problems(&self) -> Vec<RuntimeProblem> {
+        self.lock().runtime_problems.clone()
     }
 
     /// The eviction manager publishes the pressure conditions that are true now.

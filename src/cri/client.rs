@@ -25,7 +25,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::{
     ContainerConfig, ContainerInfo, ContainerState, ContainerStatus, ErrorKind, ExecResult,
-    FsUsage, ImageInfo, MountPropagation, PodSandboxConfig, Protocol, Result, Runtime,
+    FsUsage, GrpcCode, ImageInfo, MountPropagation, PodSandboxConfig, Protocol, Result, Runtime,
     RuntimeError, RuntimeEvent, RuntimeVersion, SandboxInfo, SandboxState, SandboxStatus,
 };
 
@@ -132,6 +132,7 @@ fn map_status(op: &'static str, target: &str, status: &tonic::Status, by_id: boo
         Code::NotFound => ErrorKind::NotFound,
         Code::Unavailable => ErrorKind::Unavailable,
         Code::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+        Code::Unimplemented => ErrorKind::Unimplemented,
         Code::Unknown if by_id && looks_not_found(&message) => ErrorKind::NotFound,
         _ => ErrorKind::Other,
     };
@@ -140,7 +141,48 @@ fn map_status(op: &'static str, target: &str, status: &tonic::Status, by_id: boo
     } else {
         message
     };
-    RuntimeError::new(op, target, kind, message)
+    RuntimeError::new(op, target, kind, message).with_code(grpc_code(status.code()))
+}
+
+/// tonic's code as the runtime's [`GrpcCode`].
+fn grpc_code(code: tonic::Code) -> GrpcCode {
+    use tonic::Code;
+    match code {
+        Code::Ok => GrpcCode::Ok,
+        Code::Cancelled => GrpcCode::Canceled,
+        Code::Unknown => GrpcCode::Unknown,
+        Code::InvalidArgument => GrpcCode::InvalidArgument,
+        Code::DeadlineExceeded => GrpcCode::DeadlineExceeded,
+        Code::NotFound => GrpcCode::NotFound,
+        Code::AlreadyExists => GrpcCode::AlreadyExists,
+        Code::PermissionDenied => GrpcCode::PermissionDenied,
+        Code::ResourceExhausted => GrpcCode::ResourceExhausted,
+        Code::FailedPrecondition => GrpcCode::FailedPrecondition,
+        Code::Aborted => GrpcCode::Aborted,
+        Code::OutOfRange => GrpcCode::OutOfRange,
+        Code::Unimplemented => GrpcCode::Unimplemented,
+        Code::Internal => GrpcCode::Internal,
+        Code::Unavailable => GrpcCode::Unavailable,
+        Code::DataLoss => GrpcCode::DataLoss,
+        Code::Unauthenticated => GrpcCode::Unauthenticated,
+    }
+}
+
+/// The sandbox image in the CRI plugin's configuration (verbose Status `info["config"]`):
+/// `sandboxImage` (containerd 1.6, 1.7), else the pinned `sandbox` image (2.x, where it moved
+/// to `pinned_images`).
+fn sandbox_image_of(config: &str) -> Option<String> {
+    let config: serde_json::Value = serde_json::from_str(config).ok()?;
+    let pinned = ["PinnedImages", "pinnedImages", "pinned_images"]
+        .iter()
+        .find_map(|k| config.get(*k))
+        .and_then(|p| p.get("sandbox"));
+    config
+        .get("sandboxImage")
+        .or(pinned)
+        .and_then(|v| v.as_str())
+        .filter(|s| !s.is_empty())
+        .map(String::from)
 }
 
 fn looks_not_found(message: &str) -> bool {
@@ -1221,24 +1263,32 @@ impl Runtime for CriRuntime {
         .or_else(|e| if e.is_not_found() { Ok(()) } else { Err(e) })
     }
 
-    fn sandbox_image(&self) -> Option<String> {
+    fn status(&self, verbose: bool) -> Result<super::RuntimeStatus> {
         let mut c = self.runtime_client();
-        let req = with_deadline(pb::StatusRequest { verbose: true }, self.default_timeout);
-        let resp = self
-            .run(
-                "Status",
-                "runtime",
-                self.default_timeout,
-                false,
-                async move { c.status(req).await.map(|r| r.into_inner()) },
-            )
-            .ok()?;
-        let config: serde_json::Value = serde_json::from_str(resp.info.get("config")?).ok()?;
-        config
-            .get("sandboxImage")
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-            .map(String::from)
+        let req = with_deadline(pb::StatusRequest { verbose }, self.default_timeout);
+        let resp = self.run(
+            "Status",
+            "runtime",
+            self.default_timeout,
+            false,
+            async move { c.status(req).await.map(|r| r.into_inner()) },
+        )?;
+        let conditions = resp
+            .status
+            .map(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| super::RuntimeCondition {
+                type_: c.r#type,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect();
+        Ok(super::RuntimeStatus {
+            conditions,
+            sandbox_image: resp.info.get("config").and_then(|c| sandbox_image_of(c)),
+        })
     }
 
     fn runtime_handlers(&self) -> Result<Vec<super::RuntimeHandler>> {

@@ -37,8 +37,11 @@ struct Inner {
     containers: BTreeMap<String, FakeContainer>,
     images: BTreeMap<String, ImageInfo>,
     calls: Vec<String>,
-    /// verb -> errors to return on the next calls of that verb (FIFO).
-    errors: HashMap<&'static str, Vec<ErrorKind>>,
+    /// verb -> errors to return on the next calls of that verb (FIFO; the target is filled
+    /// in by the call).
+    errors: HashMap<&'static str, Vec<RuntimeError>>,
+    /// What Status answers (`None`: both conditions true, no sandbox image named).
+    status: Option<RuntimeStatus>,
     /// Exit code a container gets when it is started, by container name (simulated crash).
     exit_on_start: HashMap<String, i32>,
     subscribers: Vec<mpsc::Sender<RuntimeEvent>>,
@@ -102,7 +105,27 @@ impl FakeRuntime {
 
     /// Inject an error for the next call of `verb` (e.g. "create_container").
     pub fn inject_error(&self, verb: &'static str, kind: ErrorKind) {
-        self.lock().errors.entry(verb).or_default().push(kind);
+        let e = RuntimeError::new(verb, "", kind, "injected error");
+        self.lock().errors.entry(verb).or_default().push(e);
+    }
+
+    /// Inject the runtime's answer for the next call of `verb`: gRPC status `code` with
+    /// `message`, as containerd would send it.
+    pub fn inject_status_error(&self, verb: &'static str, code: GrpcCode, message: &str) {
+        let kind = match code {
+            GrpcCode::NotFound => ErrorKind::NotFound,
+            GrpcCode::Unavailable => ErrorKind::Unavailable,
+            GrpcCode::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+            GrpcCode::Unimplemented => ErrorKind::Unimplemented,
+            _ => ErrorKind::Other,
+        };
+        let e = RuntimeError::new(verb, "", kind, message).with_code(code);
+        self.lock().errors.entry(verb).or_default().push(e);
+    }
+
+    /// What CRI Status answers from now on.
+    pub fn set_status(&self, status: RuntimeStatus) {
+        self.lock().status = Some(status);
     }
 
     /// CreateContainer for containers named `name` hangs (holding no runtime lock) until
@@ -294,8 +317,9 @@ impl FakeRuntime {
         }
         if let Some(q) = g.errors.get_mut(verb) {
             if !q.is_empty() {
-                let kind = q.remove(0);
-                return Err(RuntimeError::new(verb, target, kind, "injected error"));
+                let mut e = q.remove(0);
+                e.target = target.to_string();
+                return Err(e);
             }
         }
         Ok(g)
@@ -580,6 +604,20 @@ impl Runtime for FakeRuntime {
             annotations: c.config.annotations.clone(),
             log_path: format!("{log_dir}/{}", c.config.log_path),
         })
+    }
+
+    fn status(&self, _verbose: bool) -> Result<RuntimeStatus> {
+        let g = self.enter("status", "")?;
+        let ok = |t: &str| RuntimeCondition {
+            type_: t.into(),
+            status: true,
+            reason: String::new(),
+            message: String::new(),
+        };
+        Ok(g.status.clone().unwrap_or_else(|| RuntimeStatus {
+            conditions: vec![ok(RUNTIME_READY), ok(NETWORK_READY)],
+            sandbox_image: None,
+        }))
     }
 
     fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {

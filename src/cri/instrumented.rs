@@ -121,6 +121,9 @@ impl Runtime for InstrumentedRuntime {
     fn sandbox_image(&self) -> Option<String> {
         self.inner.sandbox_image()
     }
+    fn status(&self, verbose: bool) -> Result<super::RuntimeStatus> {
+        self.count("status", self.inner.status(verbose))
+    }
     fn image_fs_info(&self) -> Result<Vec<FsUsage>> {
         self.count("image_fs_info", self.inner.image_fs_info())
     }

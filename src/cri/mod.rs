@@ -49,6 +49,9 @@ pub enum ErrorKind {
     NotFound,
     Unavailable,
     DeadlineExceeded,
+    /// The runtime does not serve the call (gRPC Unimplemented): for CRI calls, containerd's
+    /// CRI plugin is disabled (`unknown service runtime.v1.RuntimeService`).
+    Unimplemented,
     Other,
 }
 
@@ -60,6 +63,56 @@ pub struct RuntimeError {
     pub target: String,
     pub kind: ErrorKind,
     pub message: String,
+    /// The gRPC status code of the runtime's answer; `None` when the error is the client's
+    /// own (no reply, no socket).
+    pub code: Option<GrpcCode>,
+}
+
+/// A gRPC status code, as the runtime answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrpcCode {
+    Ok,
+    Canceled,
+    Unknown,
+    InvalidArgument,
+    DeadlineExceeded,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    ResourceExhausted,
+    FailedPrecondition,
+    Aborted,
+    OutOfRange,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    DataLoss,
+    Unauthenticated,
+}
+
+impl GrpcCode {
+    /// The code as grpc-go's `codes.Code.String()` names it (what the kubelet prints).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrpcCode::Ok => "OK",
+            GrpcCode::Canceled => "Canceled",
+            GrpcCode::Unknown => "Unknown",
+            GrpcCode::InvalidArgument => "InvalidArgument",
+            GrpcCode::DeadlineExceeded => "DeadlineExceeded",
+            GrpcCode::NotFound => "NotFound",
+            GrpcCode::AlreadyExists => "AlreadyExists",
+            GrpcCode::PermissionDenied => "PermissionDenied",
+            GrpcCode::ResourceExhausted => "ResourceExhausted",
+            GrpcCode::FailedPrecondition => "FailedPrecondition",
+            GrpcCode::Aborted => "Aborted",
+            GrpcCode::OutOfRange => "OutOfRange",
+            GrpcCode::Unimplemented => "Unimplemented",
+            GrpcCode::Internal => "Internal",
+            GrpcCode::Unavailable => "Unavailable",
+            GrpcCode::DataLoss => "DataLoss",
+            GrpcCode::Unauthenticated => "Unauthenticated",
+        }
+    }
 }
 
 impl RuntimeError {
@@ -74,10 +127,72 @@ impl RuntimeError {
             target: target.into(),
             kind,
             message: message.into(),
+            code: None,
         }
     }
+
+    /// The same error as the runtime's answer with gRPC status code `code`.
+    pub fn with_code(mut self, code: GrpcCode) -> Self {
+        self.code = Some(code);
+        self
+    }
+
     pub fn is_not_found(&self) -> bool {
         self.kind == ErrorKind::NotFound
+    }
+
+    /// The error as the kubelet's CRI client prints it (grpc-go's status error,
+    /// `rpc error: code = <code> desc = <message>`), which is what its events quote (e.g.
+    /// `Failed to create pod sandbox: rpc error: code = Unknown desc = ...`). An error of the
+    /// client itself is its message alone.
+    pub fn grpc_text(&self) -> String {
+        match self.code {
+            Some(code) => format!(
+                "rpc error: code = {} desc = {}",
+                code.as_str(),
+                self.message
+            ),
+            None => self.message.clone(),
+        }
+    }
+}
+
+/// One condition of CRI `RuntimeStatus` (`RuntimeReady`, `NetworkReady`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeCondition {
+    pub type_: String,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for RuntimeCondition {
+    /// As the kubelet prints a runtime condition (kubecontainer `RuntimeCondition.String`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}={} reason:{} message:{}",
+            self.type_, self.status, self.reason, self.message
+        )
+    }
+}
+
+/// The condition types the kubelet requires (CRI `RuntimeReady`, `NetworkReady`).
+pub const RUNTIME_READY: &str = "RuntimeReady";
+pub const NETWORK_READY: &str = "NetworkReady";
+
+/// CRI `Status`: the runtime's conditions and, when asked verbosely, its pod sandbox
+/// ("pause") image (containerd's `sandboxImage`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RuntimeStatus {
+    pub conditions: Vec<RuntimeCondition>,
+    pub sandbox_image: Option<String>,
+}
+
+impl RuntimeStatus {
+    /// The condition of type `type_`, if the runtime reports it.
+    pub fn condition(&self, type_: &str) -> Option<&RuntimeCondition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
     }
 }
 
@@ -473,8 +588,10 @@ pub trait Runtime: Send + Sync {
     /// The runtime's pod sandbox ("pause") image, from verbose CRI Status (containerd's
     /// `sandboxImage`); image GC never removes it. `None` when the runtime does not say.
     fn sandbox_image(&self) -> Option<String> {
-        None
+        self.status(true).ok().and_then(|s| s.sandbox_image)
     }
+    /// CRI Status: the runtime's conditions; with `verbose`, also its sandbox image.
+    fn status(&self, verbose: bool) -> Result<RuntimeStatus>;
 
     fn exec_sync(
         &self,

@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -145,6 +147,29 @@ enum Msg {
 pub struct ImagesDirHandle {
     ctl: Sender<Msg>,
     thread: Option<JoinHandle<()>>,
+    first_pass: FirstPass,
+}
+
+impl ImagesDirHandle {
+    /// Done once the archives present at start have been imported (or failed).
+    pub fn first_pass(&self) -> FirstPass {
+        self.first_pass.clone()
+    }
+}
+
+/// Whether the images directory's first pass (the archives present at start) is over: the
+/// runtime status check waits for it before it calls the sandbox image absent.
+#[derive(Debug, Clone, Default)]
+pub struct FirstPass(Arc<AtomicBool>);
+
+impl FirstPass {
+    pub fn is_done(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub fn done(&self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 impl Drop for ImagesDirHandle {
@@ -193,20 +218,23 @@ pub fn spawn(cfg: ImagesDirConfig, report: Report) -> std::io::Result<ImagesDirH
             tracing::warn!(dir = %cfg.dir.display(), error = %e, "images directory: cannot watch; re-listing every minute");
         }
     }
+    let first_pass = FirstPass::default();
+    let done = first_pass.clone();
     let thread = std::thread::Builder::new()
         .name("images-dir".into())
         .stack_size(1 << 20)
         .spawn(move || {
             let _watcher = watcher;
-            run(cfg, report, rx)
+            run(cfg, report, rx, done)
         })?;
     Ok(ImagesDirHandle {
         ctl,
         thread: Some(thread),
+        first_pass,
     })
 }
 
-fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>) {
+fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>, first_pass: FirstPass) {
     tracing::info!(dir = %cfg.dir.display(), "images directory watcher started");
     let mut w = Importer {
         state: load_state(&cfg.root_dir),
@@ -220,6 +248,7 @@ fn run(cfg: ImagesDirConfig, report: Report, rx: Receiver<Msg>) {
         let todo = w.todo();
         w.import(todo);
         w.forget_gone();
+        first_pass.done();
         if !wait_for_change(&rx) {
             return;
         }

@@ -7,6 +7,7 @@ pub(crate) mod apistatus;
 pub(crate) mod pod_workers;
 pub(crate) mod podconfig;
 pub(crate) mod policy;
+pub(crate) mod runtime_status;
 pub(crate) mod sync_loop;
 pub mod wiring;
 pub(crate) mod worker_pool;

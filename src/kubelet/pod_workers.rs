@@ -429,8 +429,13 @@ impl PodWorker {
                     .latest(name)
                     .is_none_or(|c| c.state != ContainerState::Running)
             });
-            if let Some(d) = self.execute(&acts, &state, n)? {
-                next = next.min(d);
+            match self.execute(&acts, &state, n) {
+                Ok(Some(d)) => next = next.min(d),
+                Ok(None) => {}
+                Err(e) => {
+                    self.publish_after_failure(&acts, state);
+                    return Err(e);
+                }
             }
             !acts.is_noop()
         };
@@ -676,6 +681,19 @@ impl PodWorker {
         if let Err(e) = crate::volumes::prepare(&self.pod, &self.pod_dir(), &vctx) {
             debug!(pod = %self.full_name, error = %e, "refreshing volumes");
         }
+    }
+
+    /// The kubelet generates and publishes a pod's status before its runtime sync, whatever
+    /// that sync's outcome (kubelet.go SyncPod), so a pod whose sandbox cannot be created is
+    /// listed from its first sync: Pending, its containers waiting in ContainerCreating. The
+    /// state is observed again when the failed pass changed something before failing.
+    fn publish_after_failure(&self, acts: &PodActions, state: PodRuntimeState) {
+        let state = if acts.is_noop() {
+            state
+        } else {
+            self.observe().map(|(s, _)| s).unwrap_or(state)
+        };
+        self.publish(&state, false);
     }
 
     fn publish(&self, state: &PodRuntimeState, terminating: bool) {

@@ -1288,6 +1288,87 @@ mod tests {
         h.wait("running again", |h| h.rt.running("a").len() == 1);
     }
 
+    /// kubelet: a pod whose sandbox cannot be created is listed from its first sync, as
+    /// kubelet.go SyncPod publishes the status before the runtime sync: Pending; PodScheduled
+    /// True, PodReadyToStartContainers False, Initialized True (no init containers), Ready and
+    /// ContainersReady False (ContainersNotReady); its container waiting in ContainerCreating
+    /// with no message (kubelet_pods.go convertToAPIContainerStatuses' default). The pod gets
+    /// a Warning FailedCreatePodSandBox "Failed to create pod sandbox: <the CRI error as
+    /// grpc-go prints it>" (kuberuntime_manager.go SyncPod), the worker retries after the sync
+    /// error back-off (pod_workers.go: 10 s with jitter 0.5), and the pod runs once the
+    /// runtime creates its sandbox.
+    #[test]
+    fn a_pod_whose_sandbox_cannot_be_created_is_pending_in_container_creating_with_an_event() {
+        use crate::kubelet::pod_workers::{PodWorker, Step};
+        let rt = fake();
+        let why = "failed to get sandbox image \"registry.k8s.io/pause:3.8\": failed to pull \
+                   image \"registry.k8s.io/pause:3.8\": dial tcp: lookup registry.k8s.io: no such host";
+        rt.inject_status_error("run_pod_sandbox", crate::cri::GrpcCode::Unknown, why);
+        let logs = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
+        let cache = Arc::new(crate::kuberuntime::cache::PodCache::new());
+        let ctx = context(&rt, &cache, &store, logs.path(), 110, None);
+        let mut w = PodWorker::new(ctx, Arc::new(pod("u1", "web", "Always", &["a"])));
+
+        match w.step(vec![]) {
+            Step::Again(d) => assert!(
+                d >= Duration::from_secs(10) && d < Duration::from_secs(15),
+                "retry after {d:?}"
+            ),
+            Step::Done => panic!("the worker gave up"),
+        }
+        let st = store
+            .get("u1")
+            .and_then(|p| p.status)
+            .expect("status from the first sync");
+        assert_eq!(st.phase, "Pending");
+        let cond = |t: &str| {
+            let c = st.conditions.iter().find(|c| c.type_ == t).expect(t);
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str())
+        };
+        assert_eq!(cond("PodScheduled"), ("True", "", ""));
+        assert_eq!(cond("PodReadyToStartContainers"), ("False", "", ""));
+        assert_eq!(cond("Initialized"), ("True", "", ""));
+        let unready = (
+            "False",
+            "ContainersNotReady",
+            "containers with unready status: [a]",
+        );
+        assert_eq!(cond("Ready"), unready);
+        assert_eq!(cond("ContainersReady"), unready);
+        let c = &st.container_statuses[0];
+        let waiting = c.state.waiting.as_ref().expect("waiting");
+        assert_eq!(
+            (waiting.reason.as_str(), waiting.message.as_str()),
+            ("ContainerCreating", "")
+        );
+        assert_eq!(
+            (c.ready, c.started, c.restart_count),
+            (false, Some(false), 0)
+        );
+        assert!(c.container_id.is_empty() && st.pod_ip.is_empty());
+        assert!(st.start_time.is_some());
+        let events: Vec<_> = store
+            .events()
+            .list()
+            .into_iter()
+            .filter(|e| e.reason == "FailedCreatePodSandBox")
+            .collect();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].type_, crate::events::EventType::Warning);
+        assert_eq!(events[0].object.name, "web-node1");
+        assert_eq!(
+            events[0].message,
+            format!("Failed to create pod sandbox: rpc error: code = Unknown desc = {why}")
+        );
+
+        // The retry: the runtime creates the sandbox now, and the container starts.
+        w.step(vec![]);
+        let st = store.get("u1").and_then(|p| p.status).expect("status");
+        assert_eq!(st.phase, "Running");
+        assert_eq!(rt.count_calls("run_pod_sandbox"), 2);
+    }
+
     #[test]
     fn runtime_down_is_reported_and_work_resumes() {
         let rt = fake();

@@ -178,7 +178,8 @@ impl Kubelet {
             w.attach_api_objects();
         }
         let api_mode = w.start_sources(deps.api_client.is_some() || bootstrap.is_some())?;
-        w.start_images_dir()?;
+        let first_pass = w.start_images_dir()?;
+        w.start_runtime_status(first_pass)?;
         w.start_log_rotation()?;
         w.start_pleg()?;
         w.start_eviction()?;
@@ -239,6 +240,8 @@ fn connect_runtime(cfg: &Config, store: &StatusStore) -> Result<Arc<dyn Runtime>
         Ok(v) => {
             info!(runtime = %v.runtime_name, version = %v.runtime_version, api = %v.runtime_api_version, "connected to container runtime")
         }
+        // It answers, but not CRI: the runtime status check says so and what to do.
+        Err(e) if e.kind == crate::cri::ErrorKind::Unimplemented => {}
         Err(e) => warn!(error = %e, "container runtime does not answer yet; will keep trying"),
     }
     Ok(runtime)
@@ -537,9 +540,10 @@ impl Wiring<'_> {
     }
 
     /// Air-gapped images: archives in the images directory are imported into containerd.
-    fn start_images_dir(&mut self) -> Result<(), KubeletError> {
+    /// The images directory thread; returns its first pass (`None`: the directory is off).
+    fn start_images_dir(&mut self) -> Result<Option<crate::images::dir::FirstPass>, KubeletError> {
         let Some(dir) = self.cfg.images_dir() else {
-            return Ok(());
+            return Ok(None);
         };
         let events = self.store.clone();
         let poke = self.loop_tx.clone();
@@ -570,7 +574,30 @@ impl Wiring<'_> {
         };
         let handle =
             crate::images::dir::spawn(dir_cfg, report).map_err(start_error("images directory"))?;
+        let first_pass = handle.first_pass();
         self.shutdown.hold(handle);
+        Ok(Some(first_pass))
+    }
+
+    /// The runtime status check (`super::runtime_status`): whether the runtime's configuration
+    /// can run pods, said in one line at start and whenever it changes.
+    fn start_runtime_status(
+        &mut self,
+        first_pass: Option<crate::images::dir::FirstPass>,
+    ) -> Result<(), KubeletError> {
+        let checker = super::runtime_status::Checker::new(
+            self.runtime.clone(),
+            &self.cfg.runtime_endpoint,
+            first_pass,
+        );
+        let store = self.store.clone();
+        let images_dir = self.cfg.images_dir();
+        let stop = self.shutdown.receiver();
+        std::thread::Builder::new()
+            .name("runtime-status".into())
+            .stack_size(256 * 1024)
+            .spawn(move || super::runtime_status::run(checker, store, images_dir, stop))
+            .map_err(start_error("runtime status check"))?;
         Ok(())
     }
 

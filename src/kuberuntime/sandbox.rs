@@ -32,6 +32,17 @@ pub enum SandboxError {
     Runtime(#[from] RuntimeError),
 }
 
+impl SandboxError {
+    /// The error as the kubelet's `FailedCreatePodSandBox` event quotes it: a runtime error as
+    /// its CRI client prints one (`rpc error: code = ... desc = ...`), else the error's text.
+    pub fn event_text(&self) -> String {
+        match self {
+            SandboxError::Runtime(e) => e.grpc_text(),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// The pod IP probes and hooks connect to: the newest sandbox's IP, or the host IP for
 /// hostNetwork pods.
 pub fn pod_ip(pod: &Pod, host_ips: &[String], state: &PodRuntimeState) -> String {
@@ -123,10 +134,31 @@ impl RuntimeManager<'_> {
         }
     }
 
-    /// Create the sandbox of `cfg`: its DNS from the node's resolv.conf (kubelet
-    /// generatePodSandboxConfig -> GetPodDNS: only a new sandbox needs it), the pod's log
-    /// directory, the pod cgroup (cgroupfs driver), then RunPodSandbox. Remembers the pod IP.
+    /// Create the sandbox of `cfg` ([`Self::run_sandbox`]). When that fails, the pod gets the
+    /// kubelet's Warning event (kuberuntime_manager.go SyncPod): reason
+    /// `FailedCreatePodSandBox`, message `Failed to create pod sandbox: <error>`.
     pub fn create_sandbox(&mut self, cfg: &mut PodSandboxConfig) -> Result<String, SandboxError> {
+        let created = self.run_sandbox(cfg);
+        if let Err(e) = &created {
+            let p = self.pod;
+            self.events.record(
+                &crate::events::PodRef::pod(
+                    &p.metadata.namespace,
+                    &p.metadata.name,
+                    &p.metadata.uid,
+                ),
+                crate::events::EventType::Warning,
+                "FailedCreatePodSandBox",
+                &format!("Failed to create pod sandbox: {}", e.event_text()),
+            );
+        }
+        created
+    }
+
+    /// Its DNS from the node's resolv.conf (kubelet generatePodSandboxConfig -> GetPodDNS: only
+    /// a new sandbox needs it), the pod's log directory, the pod cgroup (cgroupfs driver), then
+    /// RunPodSandbox. Remembers the pod IP.
+    fn run_sandbox(&mut self, cfg: &mut PodSandboxConfig) -> Result<String, SandboxError> {
         let host = self.settings.host_dns.read()?;
         cfg.dns = Some(crate::api::dns::pod_dns(
             self.pod,

@@ -262,6 +262,27 @@ pub fn eviction_threshold_event(condition: crate::api::helpers::NodeCondition) -
     format!("Attempting to reclaim {resource}")
 }
 
+/// Why the node is not Ready (empty: it is). The kubelet's Ready=False message names what is
+/// not ready ("container runtime status check may not have completed yet", "PLEG is not
+/// healthy: ..."); so does ours. The runtime's own conditions count as the kubelet's
+/// runtimeState errors do (kubelet.go updateRuntimeUp -> the ReadyCondition setter):
+/// RuntimeReady or NetworkReady false, no CRI.
+fn not_ready_reasons(store: &StatusStore) -> Vec<String> {
+    store
+        .health()
+        .into_iter()
+        .filter(|c| !c.ok)
+        .map(|c| format!("{}: {}", c.name, c.message))
+        .chain(
+            store
+                .runtime_problems()
+                .into_iter()
+                .filter(|p| p.node_not_ready)
+                .map(|p| p.message),
+        )
+        .collect()
+}
+
 /// The Node object for this node (served on `/api/v1/nodes`, registered in API-server mode).
 pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
     let machine = crate::node::capacity();
@@ -274,14 +295,7 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
     let allocatable = allocatable(&capacity, &ctx.eviction);
     let started = rfc3339(ctx.started);
     let now = rfc3339(SystemTime::now());
-    // The kubelet's Ready=False message names what is not ready ("container runtime status
-    // check may not have completed yet", "PLEG is not healthy: ..."); so does ours.
-    let failing: Vec<String> = store
-        .health()
-        .into_iter()
-        .filter(|c| !c.ok)
-        .map(|c| format!("{}: {}", c.name, c.message))
-        .collect();
+    let failing = not_ready_reasons(store);
     let healthy = failing.is_empty();
     // Pressure conditions as the eviction manager holds them (transition period included).
     let pressure = store.node_conditions();

@@ -541,17 +541,23 @@ fn checks(store: &StatusStore) -> Vec<HealthCheck> {
     v
 }
 
-/// The node pressure conditions for `/healthz?verbose` (information, never a failure: the
-/// kubelet's healthz stays ok under pressure too).
+/// The node pressure conditions and what keeps the runtime from running pods, for
+/// `/healthz?verbose` (information, never a failure: the kubelet's healthz stays ok under
+/// pressure and with its runtime not ready, and a failing healthz would have systemd's
+/// watchdog restart nanolet, which mends neither).
 fn node_conditions_text(store: &StatusStore) -> String {
     let on = store.node_conditions();
     let cond = |n: &str| if on.contains_key(n) { "True" } else { "False" };
-    format!(
+    let mut text = format!(
         "node conditions: MemoryPressure={} DiskPressure={} PIDPressure={}\n",
         cond("MemoryPressure"),
         cond("DiskPressure"),
         cond("PIDPressure")
-    )
+    );
+    for p in store.runtime_problems() {
+        text.push_str(&format!("runtime cannot run pods: {}\n", p.message));
+    }
+    text
 }
 
 fn healthz(checks: &[HealthCheck], query: &str, info: &str) -> Reply {

@@ -132,6 +132,30 @@ fn version_reports_containerd_and_v1() {
     assert!(!v.runtime_version.is_empty());
 }
 
+/// CRI Status as the kubelet reads it (updateRuntimeUp): RuntimeReady and NetworkReady true on
+/// a containerd with a CNI configuration; verbosely, the sandbox image its configuration names.
+/// A call the runtime refuses keeps its gRPC code, printed as grpc-go prints it.
+#[test]
+fn status_reports_conditions_and_the_sandbox_image() {
+    let ctd = Containerd::start();
+    let rt = ctd.runtime();
+    let s = rt.status(true).expect("Status");
+    for t in [nanolet::cri::RUNTIME_READY, nanolet::cri::NETWORK_READY] {
+        assert!(s.condition(t).is_some_and(|c| c.status), "{t}: {s:?}");
+    }
+    assert_eq!(s.sandbox_image.as_deref(), Some(support::PAUSE_IMAGE));
+    assert_eq!(rt.status(false).expect("Status").sandbox_image, None);
+    let e = rt
+        .pod_sandbox_status("no-such-sandbox")
+        .expect_err("no such sandbox");
+    assert!(
+        e.grpc_text()
+            .starts_with("rpc error: code = NotFound desc = "),
+        "{}",
+        e.grpc_text()
+    );
+}
+
 #[test]
 fn host_network_and_cni_sandboxes() {
     let ctd = Containerd::start();

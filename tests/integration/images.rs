@@ -4,7 +4,7 @@
 //! in both formats), the images directory, pods with `imagePullPolicy: Never` running the
 //! imported images, idempotent re-import, corrupt archives, ErrImagePull/ImagePullBackOff with the kubelet's backoff, and registry
 //! credentials (node config.json and imagePullSecrets from the local store) against a tiny
-//! fake registry.
+//! fake registry; a containerd whose sandbox image is absent and cannot be pulled.
 
 use nanolet_test_support as support;
 
@@ -1187,4 +1187,118 @@ fn podman_save_docker_and_oci_archives_import_and_pods_run_them() {
             ("podman-multi-b", "localhost/podman-multi-b:1", None),
         ],
     );
+}
+
+/// A containerd whose sandbox image is absent and cannot be pulled (no registry), as on an
+/// air-gapped device with containerd's packaged configuration:
+/// - nanolet says so at start in one line, naming the image and what to do;
+/// - kubelet: every admitted pod is listed from its first sync, Pending with its container
+///   waiting in ContainerCreating (kubelet_pods.go convertToAPIContainerStatuses), with a
+///   Warning FailedCreatePodSandBox "Failed to create pod sandbox: rpc error: code = ..."
+///   (kuberuntime_manager.go SyncPod), in `/pods`, `nanolet get pods` and the events;
+/// - the pause image's archive put into the images directory mends it: the pod runs.
+#[test]
+fn sandbox_image_absent_pods_are_pending_with_the_kubelets_event_until_its_archive_lands() {
+    let ctd = Containerd::start();
+    let pause = support::PAUSE_IMAGE;
+    let rt = ctd.runtime();
+    rt.remove_image(pause).expect("remove the sandbox image");
+    assert!(rt.image_status(pause).expect("ImageStatus").is_none());
+    let n = Nanolet::start(&ctd, &[]);
+    let images = n.dir.join("root/images");
+    let problem = format!("sandbox image {pause} is not present and cannot be pulled");
+    let lines = |n: &Nanolet| -> Vec<String> {
+        fs::read_to_string(&n.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(&problem) && l.contains("nanolet images import"))
+            .map(String::from)
+            .collect()
+    };
+    let line = wait_for(Duration::from_secs(30), || lines(&n).first().cloned())
+        .unwrap_or_else(|| panic!("no startup line about the sandbox image\n{}", n.log_tail()));
+    assert!(
+        line.contains("ERROR")
+            && line.contains("nanolet images import")
+            && line.contains(&format!("images directory {}", images.display())),
+        "{line}"
+    );
+
+    n.write(
+        "web.yaml",
+        &pod_yaml("web", support::BUSYBOX_IMAGE, "Never", ""),
+    );
+    let p = n.wait_pod("web", "Pending in ContainerCreating", |p| {
+        p["status"]["phase"] == "Pending" && waiting_reason(p) == "ContainerCreating"
+    });
+    let cond = |t: &str| {
+        let c = p["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == t))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {t} condition: {p:#}"));
+        (
+            c["status"].as_str().unwrap_or_default().to_string(),
+            c["reason"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    assert_eq!(cond("PodScheduled").0, "True");
+    assert_eq!(cond("PodReadyToStartContainers").0, "False");
+    assert_eq!(cond("Initialized").0, "True");
+    assert_eq!(cond("Ready"), ("False".into(), "ContainersNotReady".into()));
+    assert_eq!(
+        cond("ContainersReady"),
+        ("False".into(), "ContainersNotReady".into())
+    );
+    assert_eq!(p["status"]["containerStatuses"][0]["ready"], false);
+
+    let ev = wait_for(Duration::from_secs(30), || {
+        let body = n.get("/api/v1/namespaces/default/events")?;
+        let v: Value = serde_json::from_str(&body).ok()?;
+        v["items"]
+            .as_array()?
+            .iter()
+            .find(|e| e["reason"] == "FailedCreatePodSandBox")
+            .cloned()
+    })
+    .unwrap_or_else(|| panic!("no FailedCreatePodSandBox event\n{}", n.log_tail()));
+    let msg = ev["message"].as_str().unwrap_or_default();
+    assert_eq!(ev["type"], "Warning", "{ev}");
+    assert_eq!(ev["involvedObject"]["kind"], "Pod", "{ev}");
+    assert!(
+        msg.starts_with("Failed to create pod sandbox: rpc error: code = ") && msg.contains(pause),
+        "{ev}"
+    );
+
+    let out = Command::new(nanolet_bin())
+        .args(["get", "pods", "-A", &format!("--server={}", n.url())])
+        .output()
+        .expect("nanolet get pods");
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.contains(&format!("web-{}", NODE.to_lowercase())))
+        .unwrap_or_else(|| panic!("pod not listed:\n{}", text(&out)));
+    assert!(
+        row.contains("0/1") && row.contains("ContainerCreating"),
+        "{row}"
+    );
+
+    // healthz stays ok (the kubelet's does; the watchdog must not restart nanolet for it), and
+    // says why pods cannot run.
+    assert_eq!(n.get("/healthz").as_deref(), Some("ok"));
+    let verbose = n.get("/healthz?verbose").unwrap_or_default();
+    assert!(verbose.contains(&problem), "{verbose}");
+
+    // The air-gapped fix: the pause archive into the images directory.
+    let staged = ctd.tmp().join("pause-staged.tar");
+    fs::copy(test_images().join("pause.tar"), &staged).expect("copy pause.tar");
+    fs::rename(&staged, images.join("pause.tar")).expect("into the images directory");
+    n.wait_phase("web", "Succeeded");
+    assert_eq!(lines(&n).len(), 1, "one line, not one per check");
+    let healed = wait_for(Duration::from_secs(30), || {
+        let v = n.get("/healthz?verbose")?;
+        (!v.contains(&problem)).then_some(())
+    });
+    assert!(healed.is_some(), "{}", n.log_tail());
 }
