@@ -1285,23 +1285,7 @@ impl Runtime for CriRuntime {
                 message: c.message,
             })
             .collect();
-        Ok(super::RuntimeStatus {
-            conditions,
-            sandbox_image: resp.info.get("config").and_then(|c| sandbox_image_of(c)),
-        })
-    }
-
-    fn runtime_handlers(&self) -> Result<Vec<super::RuntimeHandler>> {
-        let mut c = self.runtime_client();
-        let req = with_deadline(pb::StatusRequest { verbose: false }, self.default_timeout);
-        let resp = self.run(
-            "Status",
-            "runtime",
-            self.default_timeout,
-            false,
-            async move { c.status(req).await.map(|r| r.into_inner()) },
-        )?;
-        Ok(resp
+        let handlers = resp
             .runtime_handlers
             .into_iter()
             .map(|h| {
@@ -1312,7 +1296,12 @@ impl Runtime for CriRuntime {
                     recursive_read_only_mounts: f.recursive_read_only_mounts,
                 }
             })
-            .collect())
+            .collect();
+        Ok(super::RuntimeStatus {
+            conditions,
+            sandbox_image: resp.info.get("config").and_then(|c| sandbox_image_of(c)),
+            handlers,
+        })
     }
 
     fn image_fs_info(&self) -> Result<Vec<FsUsage>> {

@@ -614,10 +614,15 @@ impl Runtime for FakeRuntime {
             reason: String::new(),
             message: String::new(),
         };
-        Ok(g.status.clone().unwrap_or_else(|| RuntimeStatus {
+        let mut st = g.status.clone().unwrap_or_else(|| RuntimeStatus {
             conditions: vec![ok(RUNTIME_READY), ok(NETWORK_READY)],
             sandbox_image: None,
-        }))
+            handlers: Vec::new(),
+        });
+        if st.handlers.is_empty() {
+            st.handlers = g.handlers.clone();
+        }
+        Ok(st)
     }
 
     fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
@@ -715,11 +720,6 @@ impl Runtime for FakeRuntime {
         } else {
             Err(not_found("reopen_container_log", container_id))
         }
-    }
-
-    fn runtime_handlers(&self) -> Result<Vec<super::RuntimeHandler>> {
-        let g = self.enter("runtime_handlers", "runtime")?;
-        Ok(g.handlers.clone())
     }
 
     fn subscribe_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>> {

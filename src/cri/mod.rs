@@ -187,6 +187,9 @@ pub const NETWORK_READY: &str = "NetworkReady";
 pub struct RuntimeStatus {
     pub conditions: Vec<RuntimeCondition>,
     pub sandbox_image: Option<String>,
+    /// The runtime handlers and their features (containerd 2.x reports them; 1.6 and 1.7
+    /// report none: then no handler is known to support user namespaces).
+    pub handlers: Vec<RuntimeHandler>,
 }
 
 impl RuntimeStatus {
@@ -624,12 +627,6 @@ pub trait Runtime: Send + Sync {
     /// ReopenContainerLog: the runtime closes and reopens the container's log file (after the
     /// file was rotated away).
     fn reopen_container_log(&self, container_id: &str) -> Result<()>;
-
-    /// The runtime handlers and their features (CRI `Status`). Empty when the runtime reports
-    /// none (containerd 1.6): then no handler is known to support user namespaces.
-    fn runtime_handlers(&self) -> Result<Vec<RuntimeHandler>> {
-        Ok(Vec::new())
-    }
 
     /// Subscribe to task lifecycle events. The receiver yields `StreamLost` and then closes if
     /// the stream breaks; callers resubscribe with backoff.

@@ -278,6 +278,7 @@ mod tests {
                 cond(NETWORK_READY, true, "", ""),
             ],
             sandbox_image: Some(PAUSE.into()),
+            handlers: Vec::new(),
         });
     }
 
@@ -371,6 +372,7 @@ mod tests {
                 ),
             ],
             sandbox_image: None,
+            handlers: Vec::new(),
         });
         let mut c = checker(&rt, None);
         let problems = c.check().expect("answered");

@@ -83,8 +83,9 @@ impl SyncLoop {
     fn host_security_for(&self, pod: &Pod) -> crate::api::security::HostSecurity {
         let mut host = self.ctx.settings.host_security;
         if crate::kuberuntime::userns::wants_user_namespace(pod) {
-            host.user_namespaces = match self.ctx.runtime.runtime_handlers() {
-                Ok(handlers) => handlers
+            host.user_namespaces = match self.ctx.runtime.status(false) {
+                Ok(st) => st
+                    .handlers
                     .iter()
                     .any(|h| h.name.is_empty() && h.user_namespaces),
                 Err(e) => {

@@ -1005,8 +1005,9 @@ fn host_users_false_runs_in_its_own_user_namespace_where_the_runtime_supports_it
     use nanolet::cri::Runtime;
     let supported = ctd
         .runtime()
-        .runtime_handlers()
+        .status(false)
         .expect("CRI Status")
+        .handlers
         .iter()
         .any(|h| h.name.is_empty() && h.user_namespaces);
     assert_eq!(
