@@ -505,6 +505,27 @@ fn image_gc_removes_unused_unpinned_images_only() {
     let rt = ctd.runtime();
     let present = |img: &str| rt.image_status(img).ok().flatten().is_some();
     assert!(present("localhost/kept:1") && present("localhost/unused:1"));
+    // `nanolet images import` labels what it imports io.cri-containerd.pinned=pinned:
+    // containerd >= 1.7's CRI reports such images pinned (Image.pinned), and image GC, like
+    // the kubelet's, never removes a pinned image; 1.6's CRI ignores the label (then
+    // nanolet's own pin record decides). Unpin "unused" in containerd, as an image pulled by
+    // someone else would be.
+    let pinned = |img: &str| rt.image_status(img).ok().flatten().is_some_and(|i| i.pinned);
+    assert_eq!(
+        pinned("localhost/unused:1"),
+        support::test_runtime().name != "1.6",
+        "CRI's pinned flag for an imported image"
+    );
+    let out = std::process::Command::new(support::test_runtime().ctr())
+        .arg("--address")
+        .arg(ctd.socket_path())
+        .args(["-n", "k8s.io", "images", "label", "localhost/unused:1"])
+        .arg("io.cri-containerd.pinned=")
+        .output()
+        .expect("ctr images label");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_for(TIMEOUT, || (!pinned("localhost/unused:1")).then_some(()))
+        .expect("CRI reports the unlabelled image unpinned");
     let n = Nanolet::start(
         &ctd,
         &[
