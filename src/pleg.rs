@@ -519,7 +519,7 @@ fn spawn_event_watcher(runtime: Arc<dyn Runtime>, wake: Sender<Wake>) {
             loop {
                 match runtime.subscribe_events() {
                     Ok(rx) => {
-                        info!("subscribed to containerd task events");
+                        info!("subscribed to the runtime's lifecycle events");
                         delay = Duration::from_millis(500);
                         if wake.send(Wake::Subscribed).is_err() {
                             return;
@@ -532,7 +532,7 @@ fn spawn_event_watcher(runtime: Arc<dyn Runtime>, wake: Sender<Wake>) {
                                 return;
                             }
                         }
-                        warn!("containerd event stream lost; resubscribing");
+                        warn!("runtime event stream lost; resubscribing");
                     }
                     Err(e) => debug!(error = %e, "subscribing to containerd events failed"),
                 }

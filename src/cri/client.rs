@@ -1525,7 +1525,7 @@ impl CriRuntime {
         match first_rx.recv_timeout(CRI_EVENTS_SETTLE) {
             Ok(Err(status)) => Err(map_status(OP, &target, &status, false)),
             Ok(Ok(())) | Err(mpsc::RecvTimeoutError::Timeout) => {
-                tracing::debug!("subscribed to CRI container events");
+                tracing::info!("using CRI container events (GetContainerEvents) for the PLEG");
                 Ok(ev_rx)
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(RuntimeError::new(
