@@ -107,7 +107,7 @@ pub fn request_certificate(
         "kind": "CertificateSigningRequest",
         "metadata": metadata,
         "spec": {
-            "request": pem::base64(csr_pem.as_bytes()),
+            "request": crate::util::base64::encode(csr_pem.as_bytes()),
             "signerName": signer,
             "usages": usages,
         },
@@ -274,7 +274,7 @@ pub fn client_request(node_name: &str) -> Request {
 /// usages, each base64url encoded and followed by `|`), so a restart finds its own CSR.
 pub fn digested_name(key: &EcKey, request: &Request, usages: &[&str]) -> String {
     use sha2::Digest;
-    let enc = |d: &[u8]| url_base64(d);
+    let enc = crate::util::base64::encode_raw_url;
     let mut h = sha2::Sha512_256::new();
     let mut write = |d: &[u8]| {
         h.update(enc(d).as_bytes());
@@ -289,14 +289,6 @@ pub fn digested_name(key: &EcKey, request: &Request, usages: &[&str]) -> String 
         write(u.as_bytes());
     }
     format!("node-csr-{}", enc(&h.finalize()))
-}
-
-/// Unpadded base64url (Go's base64.RawURLEncoding).
-fn url_base64(d: &[u8]) -> String {
-    pem::base64(d)
-        .trim_end_matches('=')
-        .replace('+', "-")
-        .replace('/', "_")
 }
 
 /// TLS bootstrap of the client certificate (`--bootstrap-kubeconfig`).
@@ -444,7 +436,7 @@ pub fn write_kubeconfig(
     if let Some(ca) = &bootstrap.ca_pem {
         cluster.push_str(&format!(
             "    certificate-authority-data: {}\n",
-            pem::base64(ca)
+            crate::util::base64::encode(ca)
         ));
     }
     if bootstrap.insecure_skip_tls_verify {
