@@ -467,7 +467,7 @@ pub fn proxy_upgrade_with(
         let length = resp_headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case("Content-Length"))
-            .and_then(|(_, v)| v.parse::<u64>().ok())
+            .and_then(|(_, v)| super::httpd::parse_digits(v))
             .unwrap_or(MAX_ERROR_BODY);
         io::copy(
             &mut (&mut upstream).take(length.min(MAX_ERROR_BODY)),
