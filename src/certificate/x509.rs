@@ -148,9 +148,20 @@ pub(crate) fn encode_time(t: SystemTime) -> Vec<u8> {
 }
 
 fn parse_name(name: &Tlv<'_>) -> Result<(String, Vec<String>), CertificateError> {
+    name_cn_and_organizations(name.content)
+}
+
+/// The CommonName (the last one, as Go's `pkix.Name` keeps) and the Organizations, in order, of
+/// a Name's RDNSequence content (without its outer SEQUENCE header: what
+/// `webpki::Cert::subject` gives). Every value must be a directory string Go's crypto/x509
+/// reads (`parseASN1String`): UTF8String, PrintableString and IA5String checked,
+/// NumericString, TeletexString (as Latin-1), BMPString (UTF-16BE); anything else is an error,
+/// not a guess. The one reader of a subject, for certificates nanolet reads and for the x509
+/// authenticator's identity (src/server/auth_x509.rs).
+pub fn name_cn_and_organizations(rdns: &[u8]) -> Result<(String, Vec<String>), CertificateError> {
     let mut cn = String::new();
     let mut orgs = vec![];
-    let mut rdns = name.reader();
+    let mut rdns = Reader::new(rdns);
     while !rdns.is_empty() {
         let rdn = rdns.expect(der::SET)?;
         let mut atvs = rdn.reader();
@@ -159,15 +170,55 @@ fn parse_name(name: &Tlv<'_>) -> Result<(String, Vec<String>), CertificateError>
             let mut a = atv.reader();
             let oid = a.expect(der::OID)?;
             let value = a.any()?;
-            let text = String::from_utf8_lossy(value.content).into_owned();
-            if oid.content == der::oid_content(OID_CN) {
-                cn = text;
-            } else if oid.content == der::oid_content(OID_O) {
-                orgs.push(text);
+            if !a.is_empty() {
+                return Err(bad("an attribute has more than a type and a value"));
+            }
+            let is_cn = oid.content == der::oid_content(OID_CN);
+            if is_cn || oid.content == der::oid_content(OID_O) {
+                let text = directory_string(&value)
+                    .ok_or_else(|| bad("a name attribute is not a readable string"))?;
+                if is_cn {
+                    cn = text;
+                } else {
+                    orgs.push(text);
+                }
             }
         }
     }
     Ok((cn, orgs))
+}
+
+/// A directory string's text, as Go's `parseASN1String` reads it (`None`: not one, or not
+/// valid for its type).
+fn directory_string(t: &Tlv<'_>) -> Option<String> {
+    let v = t.content;
+    match t.tag {
+        der::UTF8_STRING => String::from_utf8(v.to_vec()).ok(),
+        // PrintableString: A-Z a-z 0-9 space ' ( ) + , - . / : = ? (Go also takes * and &).
+        der::PRINTABLE_STRING
+            if v.iter()
+                .all(|b| b.is_ascii_alphanumeric() || b" '()+,-./:=?*&".contains(b)) =>
+        {
+            String::from_utf8(v.to_vec()).ok()
+        }
+        // IA5String: ASCII.
+        0x16 if v.is_ascii() => String::from_utf8(v.to_vec()).ok(),
+        // NumericString: digits and space.
+        0x12 if v.iter().all(|b| b.is_ascii_digit() || *b == b' ') => {
+            String::from_utf8(v.to_vec()).ok()
+        }
+        // TeletexString (T61String), read as Latin-1 as Go does.
+        0x14 => Some(v.iter().map(|b| char::from(*b)).collect()),
+        // BMPString: UTF-16BE.
+        0x1e if v.len() % 2 == 0 => {
+            let units: Vec<u16> = v
+                .chunks_exact(2)
+                .map(|c| u16::from_be_bytes([c[0], c[1]]))
+                .collect();
+            String::from_utf16(&units).ok()
+        }
+        _ => None,
+    }
 }
 
 fn parse_sans(
@@ -325,6 +376,38 @@ mod tests {
     use crate::certificate::pem;
     use crate::certificate::testutil::{openssl, write};
     use std::time::Duration;
+
+    /// Go's crypto/x509 parseASN1String: PrintableString and IA5String are checked, T61String
+    /// is Latin-1, BMPString UTF-16; another string type is an error, never a lossy guess. The
+    /// CommonName is the last one (pkix.Name.FillFromRDNSequence).
+    #[test]
+    fn subject_strings_are_read_as_go_reads_them() {
+        let atv = |oid: &[u64], tag: u8, v: &[u8]| {
+            der::set(&[&der::seq(&[&der::oid(oid), &der::tlv(tag, v)])])
+        };
+        let name = |rdns: &[Vec<u8>]| rdns.concat();
+        let ok = name(&[
+            atv(OID_O, der::PRINTABLE_STRING, b"system:masters"),
+            atv(OID_CN, 0x14, b"caf\xe9"),
+            atv(OID_CN, 0x1e, &[0, b'a', 0, b'd']),
+        ]);
+        assert_eq!(
+            name_cn_and_organizations(&ok).unwrap(),
+            ("ad".to_string(), vec!["system:masters".to_string()])
+        );
+        let t61 = name(&[atv(OID_CN, 0x14, b"caf\xe9")]);
+        assert_eq!(name_cn_and_organizations(&t61).unwrap().0, "caf\u{e9}");
+        for bad in [
+            atv(OID_CN, der::PRINTABLE_STRING, b"a@b"),
+            atv(OID_CN, der::PRINTABLE_STRING, b"a_b"),
+            atv(OID_CN, 0x16, b"\xff"),
+            atv(OID_CN, der::UTF8_STRING, b"\xff"),
+            atv(OID_CN, 0x1e, &[0, b'a', 0]),
+            atv(OID_O, der::OCTET_STRING, b"x"),
+        ] {
+            assert!(name_cn_and_organizations(&bad).is_err(), "{bad:02x?}");
+        }
+    }
 
     /// Certificates and keys come from outside the process (the API server's CSR status, files
     /// in --cert-dir, --tls-cert-file): every prefix and every one-byte corruption of a real
