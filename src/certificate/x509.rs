@@ -16,6 +16,8 @@ pub(crate) const OID_SAN: &[u64] = &[2, 5, 29, 17];
 const OID_KEY_USAGE: &[u64] = &[2, 5, 29, 15];
 const OID_BASIC_CONSTRAINTS: &[u64] = &[2, 5, 29, 19];
 const OID_EXT_KEY_USAGE: &[u64] = &[2, 5, 29, 37];
+const OID_SUBJECT_KEY_ID: &[u64] = &[2, 5, 29, 14];
+const OID_AUTHORITY_KEY_ID: &[u64] = &[2, 5, 29, 35];
 const OID_SERVER_AUTH: &[u64] = &[1, 3, 6, 1, 5, 5, 7, 3, 1];
 const OID_CLIENT_AUTH: &[u64] = &[1, 3, 6, 1, 5, 5, 7, 3, 2];
 
@@ -31,6 +33,12 @@ pub struct Certificate {
     pub ip_addresses: Vec<IpAddr>,
     /// The subjectPublicKey bits (for EC: the uncompressed point).
     pub public_key: Vec<u8>,
+    /// The subject Name as encoded (the whole TLV): what a certificate this one issues
+    /// carries as its issuer, byte for byte (RFC 5280 4.1.2.4, 7.1: chains are built by
+    /// comparing names; a re-encoded name may differ in string types or RDNs).
+    pub subject_der: Vec<u8>,
+    /// The subjectKeyIdentifier extension's key id, if the certificate has one.
+    pub subject_key_id: Option<Vec<u8>>,
 }
 
 fn bad(reason: impl Into<String>) -> CertificateError {
@@ -52,6 +60,8 @@ impl Certificate {
         let not_after = parse_time(&v.any()?)?;
         let subject = r.expect(der::SEQUENCE)?;
         let (common_name, organizations) = parse_name(&subject)?;
+        let subject_der = subject.raw.to_vec();
+        let mut subject_key_id = None;
         let spki = r.expect(der::SEQUENCE)?;
         let mut s = spki.reader();
         s.expect(der::SEQUENCE)?;
@@ -71,6 +81,9 @@ impl Certificate {
                 let value = e.expect(der::OCTET_STRING)?;
                 if oid.content == der::oid_content(OID_SAN) {
                     parse_sans(value.content, &mut dns_names, &mut ip_addresses)?;
+                } else if oid.content == der::oid_content(OID_SUBJECT_KEY_ID) {
+                    let id = Reader::new(value.content).expect(der::OCTET_STRING)?;
+                    subject_key_id = Some(id.content.to_vec());
                 }
             }
         }
@@ -83,7 +96,22 @@ impl Certificate {
             dns_names,
             ip_addresses,
             public_key,
+            subject_der,
+            subject_key_id,
         })
+    }
+
+    /// This certificate as the issuer of another: its subject Name DER, and its key id (the
+    /// subjectKeyIdentifier when it has one, else computed from its key as RFC 5280 4.2.1.2
+    /// (1) does).
+    pub fn as_issuer(&self) -> Issuer {
+        Issuer {
+            name: self.subject_der.clone(),
+            key_id: self
+                .subject_key_id
+                .clone()
+                .unwrap_or_else(|| key_id(&self.public_key)),
+        }
     }
 
     /// Every certificate of a PEM text, leaf first as written.
@@ -284,6 +312,22 @@ fn extension(oid: &[u64], critical: bool, value: &[u8]) -> Vec<u8> {
     der::seq(&[&der::oid(oid), &crit, &der::octet_string(value)])
 }
 
+/// RFC 5280 4.2.1.2 method (1): the SHA-1 of the subjectPublicKey BIT STRING's bits (what Go's
+/// crypto/x509 and openssl use too).
+pub fn key_id(public_key: &[u8]) -> Vec<u8> {
+    ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, public_key)
+        .as_ref()
+        .to_vec()
+}
+
+/// The issuer of a certificate nanolet signs: the issuing certificate's subject Name DER
+/// (copied, never re-encoded) and its key identifier (for the authorityKeyIdentifier).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issuer {
+    pub name: Vec<u8>,
+    pub key_id: Vec<u8>,
+}
+
 /// A certificate nanolet signs itself.
 #[derive(Debug, Clone)]
 pub struct Template {
@@ -300,12 +344,14 @@ pub struct Template {
 }
 
 impl Template {
-    /// The DER certificate for `subject`'s public key, signed by `issuer_key` as
-    /// `issuer` (Name DER; the template's own subject when self-signed).
+    /// The DER certificate for `subject`'s public key, signed by `issuer_key` as `issuer`
+    /// (its Name DER and key id; `None`: self-signed, the template's own subject and key).
+    /// Every certificate carries subjectKeyIdentifier and authorityKeyIdentifier (RFC 5280
+    /// 4.2.1.1-2: a CA's certificates MUST have both, and path building uses them).
     pub fn sign(
         &self,
         subject: &EcKey,
-        issuer: Option<&[u8]>,
+        issuer: Option<&Issuer>,
         issuer_key: &EcKey,
     ) -> Result<Vec<u8>, CertificateError> {
         self.sign_with_usage(subject, issuer, issuer_key, OID_SERVER_AUTH)
@@ -315,7 +361,7 @@ impl Template {
     pub fn sign_client(
         &self,
         subject: &EcKey,
-        issuer: Option<&[u8]>,
+        issuer: Option<&Issuer>,
         issuer_key: &EcKey,
     ) -> Result<Vec<u8>, CertificateError> {
         self.sign_with_usage(subject, issuer, issuer_key, OID_CLIENT_AUTH)
@@ -324,12 +370,16 @@ impl Template {
     fn sign_with_usage(
         &self,
         subject: &EcKey,
-        issuer: Option<&[u8]>,
+        issuer: Option<&Issuer>,
         issuer_key: &EcKey,
         extended_usage: &[u64],
     ) -> Result<Vec<u8>, CertificateError> {
         let subject_name = encode_name(&self.common_name, &self.organizations);
-        let issuer_name = issuer.map(<[u8]>::to_vec).unwrap_or(subject_name.clone());
+        let subject_key_id = key_id(subject.public_key());
+        let (issuer_name, authority_key_id) = match issuer {
+            Some(i) => (i.name.clone(), i.key_id.clone()),
+            None => (subject_name.clone(), subject_key_id.clone()),
+        };
         // keyUsage: digitalSignature | keyEncipherment (| keyCertSign), as
         // certutil.GenerateSelfSignedCertKey sets them.
         let key_usage = if self.is_ca {
@@ -346,6 +396,14 @@ impl Template {
             exts.push(extension(OID_EXT_KEY_USAGE, false, &eku));
             exts.push(extension(OID_BASIC_CONSTRAINTS, true, &der::seq(&[])));
         }
+        exts.push(extension(
+            OID_SUBJECT_KEY_ID,
+            false,
+            &der::octet_string(&subject_key_id),
+        ));
+        // AuthorityKeyIdentifier ::= SEQUENCE { keyIdentifier [0] IMPLICIT OCTET STRING, .. }
+        let aki = der::seq(&[&der::tlv(der::context_primitive(0), &authority_key_id)]);
+        exts.push(extension(OID_AUTHORITY_KEY_ID, false, &aki));
         if !self.dns_names.is_empty() || !self.ip_addresses.is_empty() {
             let sans = encode_sans(&self.dns_names, &self.ip_addresses);
             exts.push(extension(OID_SAN, false, &sans));
@@ -478,7 +536,11 @@ mod tests {
             ..ca.clone()
         };
         let leaf_der = leaf
-            .sign(&leaf_key, Some(&encode_name("edge-ca@1", &[])), &ca_key)
+            .sign(
+                &leaf_key,
+                Some(&Certificate::parse(&ca_der).unwrap().as_issuer()),
+                &ca_key,
+            )
             .unwrap();
         let d = tempfile::tempdir().unwrap();
         let ca_pem = write(d.path(), "ca.crt", &pem::encode(pem::CERTIFICATE, &ca_der));
