@@ -17,9 +17,7 @@ use tracing::{error, info, warn};
 
 use super::CertificateError;
 use super::csr::Request;
-use super::der::{self, Reader};
 use super::key::EcKey;
-use super::pem;
 use super::store::{CLIENT_PREFIX, FileStore, Pair, write_private};
 use super::x509::Certificate;
 use crate::apiclient::client::ApiClient;
@@ -160,18 +158,8 @@ fn ensure_compatible(
     }
     let request = existing["spec"]["request"].as_str().unwrap_or_default();
     let text = crate::util::base64::decode(request).map_err(|_| incompatible("bad request"))?;
-    let block = pem::decode_all(&text)?
-        .into_iter()
-        .find(|b| b.label == pem::CERTIFICATE_REQUEST)
-        .ok_or_else(|| incompatible("no CERTIFICATE REQUEST"))?;
-    // CertificationRequest { info { version, subject, subjectPKInfo, .. }, .. }
-    let outer = Reader::new(&block.der).expect(der::SEQUENCE)?;
-    let info = outer.reader().expect(der::SEQUENCE)?;
-    let mut r = info.reader();
-    r.expect(der::INTEGER)?;
-    r.expect(der::SEQUENCE)?;
-    let spki = r.expect(der::SEQUENCE)?;
-    if spki.raw != key.spki_der().as_slice() {
+    let spki = super::csr::request_spki(&text).map_err(|e| incompatible(&e.to_string()))?;
+    if spki != key.spki_der() {
         return Err(incompatible("another public key"));
     }
     Ok(())

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
+use crate::certificate::pem;
 use crate::certificate::testutil::{openssl, openssl_self_signed, write};
 use crate::certificate::x509::Template;
 
