@@ -86,8 +86,9 @@ install_toolchain() {
   fi
   # A mirror in the middle of a sync can fail one index; the pinned packages come from the
   # bookworm release itself, so go on and let apt-get install decide.
-  apt-get update -q || say "warning: apt-get update reported errors; trying the install anyway"
-  local apt_install=(apt-get install -y -q --no-install-recommends)
+  apt-get -o Acquire::Retries=3 update -q ||
+    say "warning: apt-get update reported errors; trying the install anyway"
+  local apt_install=(apt-get -o Acquire::Retries=3 install -y -q --no-install-recommends)
   if ! "${apt_install[@]}" "${missing[@]}"; then
     # The ARM std packages depend on liblzma5 of the same version on every architecture
     # (Multi-Arch: same); the amd64 one may be newer (security) than the arm64/armhf ones.

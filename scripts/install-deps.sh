@@ -16,6 +16,9 @@
 # Needs root (or sudo) when it has to install anything.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
+# shellcheck source=scripts/lib/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+APT_WHO=install-deps
 
 missing=()
 need() { # package test...
@@ -125,7 +128,10 @@ if [ -n "$need_go" ]; then
     missing+=(golang-go)
   fi
 fi
-$sudo apt-get update -q
+APT_SUDO=$sudo
+# Retried, and a failed index (one this script may not need) is a warning: apt_install below
+# fails, with a line naming the package, only if something needed cannot be installed.
+apt_update
 if [ -n "$need_kubectl" ]; then
   if apt-cache policy kubectl 2>/dev/null | grep -q 'Candidate: [^(]'; then
     missing+=(kubectl)
@@ -135,7 +141,7 @@ if [ -n "$need_kubectl" ]; then
 fi
 mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | sort -u)
 echo "install-deps: installing ${pkgs[*]}"
-$sudo apt-get install -y -q --no-install-recommends "${pkgs[@]}"
+apt_install "${pkgs[@]}" || exit 1
 
 # containerd's Debian package enables a system-wide daemon; the tests run their own private
 # one and do not need it, but leave the system service as the package set it up.

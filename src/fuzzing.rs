@@ -11,7 +11,8 @@ use crate::status::StatusStore;
 /// A fuzz target's body.
 pub type Target = fn(&[u8]);
 
-/// The targets, by the names of `fuzz/fuzz_targets/<name>.rs`.
+/// The targets, by the names of `fuzz/fuzz_targets/<name>.rs`; with the `tls` feature also
+/// [`TLS_TARGETS`] (see [`targets`]).
 pub const TARGETS: [(&str, Target); 7] = [
     ("manifest", manifest),
     ("podlist", podlist),
@@ -21,6 +22,86 @@ pub const TARGETS: [(&str, Target); 7] = [
     ("image_archive", image_archive),
     ("streaming", streaming),
 ];
+
+/// The parsers of certificates, keys and the client-certificate identity (`tls` feature).
+#[cfg(feature = "tls")]
+pub const TLS_TARGETS: [(&str, Target); 5] = [
+    ("pem", tls::pem),
+    ("der", tls::der),
+    ("x509", tls::x509),
+    ("csr", tls::csr),
+    ("client_identity", tls::client_identity),
+];
+
+/// Every target this build has.
+pub fn targets() -> Vec<(&'static str, Target)> {
+    #[allow(unused_mut)]
+    let mut all = TARGETS.to_vec();
+    #[cfg(feature = "tls")]
+    all.extend(TLS_TARGETS);
+    all
+}
+
+/// Issue 34: the parsers that decide a certificate's, a key's and a client's identity.
+#[cfg(feature = "tls")]
+pub mod tls {
+    use crate::certificate::{csr as csr_mod, der as der_mod, key, pem as pem_mod, x509};
+
+    /// PEM text (rustls-pki-types' parser behind `certificate::pem`), then each block as a
+    /// certificate chain and as a private key, as --cert-dir files and kubeconfigs are read.
+    pub fn pem(data: &[u8]) {
+        if let Ok(blocks) = pem_mod::decode_all(data) {
+            for b in &blocks {
+                assert!(!b.label.is_empty());
+            }
+        }
+        let _ = x509::Certificate::parse_pem_chain(data);
+        let _ = key::EcKey::from_pem(data);
+    }
+
+    /// The one DER reader (`certificate::der`), walked into every constructed element (depth
+    /// bounded); every element it returns lies within the input.
+    pub fn der(data: &[u8]) {
+        fn walk(bytes: &[u8], depth: usize) {
+            let mut r = der_mod::Reader::new(bytes);
+            while let Ok(t) = r.any() {
+                assert!(t.raw.len() <= bytes.len() && t.content.len() < t.raw.len());
+                if t.tag & 0x20 != 0 && depth < 32 {
+                    walk(t.content, depth + 1);
+                }
+            }
+        }
+        walk(data, 0);
+    }
+
+    /// An X.509 certificate as DER: nanolet's reader (validity, names, SANs, key), and as the
+    /// issuer of another (subject DER and key id).
+    pub fn x509(data: &[u8]) {
+        if let Ok(c) = x509::Certificate::parse(data) {
+            let issuer = c.as_issuer();
+            assert!(!issuer.name.is_empty());
+        }
+    }
+
+    /// A CSR object's `spec.request` PEM: the public key the certificate manager compares.
+    pub fn csr(data: &[u8]) {
+        let _ = csr_mod::request_spki(data);
+    }
+
+    /// A client certificate's DER: the x509 authenticator's user and groups (webpki's parse,
+    /// then the Name reader); what it returns must agree with nanolet's own certificate
+    /// reader whenever both read the certificate (no parser differential on identity).
+    pub fn client_identity(data: &[u8]) {
+        let who = crate::server::auth_x509::subject_cn_and_organizations(data);
+        if let (Some((cn, orgs)), Ok(c)) = (&who, x509::Certificate::parse(data)) {
+            assert_eq!(
+                (cn, orgs),
+                (&c.common_name, &c.organizations),
+                "identity differs"
+            );
+        }
+    }
+}
 
 /// A static pod manifest file: decode (YAML/JSON), default, validate, name and hash: the path
 /// `nanolet validate` and the file source take.

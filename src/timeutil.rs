@@ -85,8 +85,19 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// The days of month `m` (1-12) of year `y` in the proleptic Gregorian calendar.
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
 /// Parses RFC 3339 as Kubernetes and the CRI log format write it (`2026-11-22T18:46:47Z`,
-/// `2026-11-22T18:46:47.123456789Z`, `2026-11-22T18:46:47.5+02:00`). `None` on anything else.
+/// `2026-11-22T18:46:47.123456789Z`, `2026-11-22T18:46:47.5+02:00`). `None` on anything else,
+/// a day its month does not have included (Go's "day out of range").
 pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     let b = s.as_bytes();
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') {
@@ -105,7 +116,8 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     };
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || se > 60
+    {
         return None;
     }
     let mut i = 19;
@@ -554,6 +566,30 @@ mod tests {
             "2026-11-22T18:46:47.Z",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    /// RFC 3339 5.7 ("date-mday 01-28, 01-29, 01-30, 01-31 based on month/year") and Go's
+    /// time.Parse ("day out of range"): no 31st of February, 29th only in a leap year.
+    #[test]
+    fn rfc3339_day_must_exist_in_its_month() {
+        for bad in [
+            "2026-02-31T00:00:00Z",
+            "2026-02-29T00:00:00Z",
+            "1900-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "2026-01-32T00:00:00Z",
+            "2026-01-00T00:00:00Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+        for good in [
+            "2024-02-29T00:00:00Z",
+            "2000-02-29T00:00:00Z",
+            "2026-04-30T00:00:00Z",
+            "2026-12-31T23:59:59Z",
+        ] {
+            assert!(parse_rfc3339(good).is_some(), "{good}");
         }
     }
 }

@@ -579,7 +579,7 @@ fn resolve_scalar(
         None if !implicit => Ok(Scalar::Str(value.to_string())),
         None => Ok(resolve_implicit(value)),
         Some("str") => Ok(Scalar::Str(value.to_string())),
-        Some("binary") => crate::util::base64::decode_strict(value)
+        Some("binary") => crate::util::base64::decode(value)
             .map(|bytes| Scalar::Str(String::from_utf8_lossy(&bytes).into_owned()))
             .map_err(|reason| YamlError::Binary { line, reason }),
         Some(t @ ("bool" | "int" | "float" | "null" | "timestamp")) => {

@@ -463,7 +463,161 @@ fn validate_spec(pod: &Pod, e: &mut Errs) {
         }
     }
 
+    validate_node_selector(s.extra.get("nodeSelector"), e);
+    validate_tolerations(s.extra.get("tolerations"), e);
+    validate_topology_spread(s.extra.get("topologySpreadConstraints"), e);
+
     validate_static_pod_create(s, e);
+}
+
+/// ValidatePodSpec's `ValidateLabels(spec.NodeSelector)`: every key a qualified name (a label
+/// key), every value a label value; paths and messages as for `metadata.labels`.
+fn validate_node_selector(sel: Option<&Value>, e: &mut Errs) {
+    let Some(Value::Object(sel)) = sel else {
+        return;
+    };
+    for (k, v) in sel {
+        for msg in qualified_name_errors(k) {
+            e.invalid_str("spec.nodeSelector", k, &msg);
+        }
+        let v = v.as_str().unwrap_or_default();
+        for msg in label_value_errors(v) {
+            e.invalid_str(format!("spec.nodeSelector[{k}]"), v, &msg);
+        }
+    }
+}
+
+/// ValidateTolerations (pkg/apis/core/validation): the key a label key; an empty key only with
+/// `Exists`; `tolerationSeconds` only with `NoExecute`; the operator `Equal` (or empty) with a
+/// label value, or `Exists` with no value; the effect one of the three taint effects.
+fn validate_tolerations(list: Option<&Value>, e: &mut Errs) {
+    let Some(Value::Array(list)) = list else {
+        return;
+    };
+    for (i, t) in list.iter().enumerate() {
+        let p = format!("spec.tolerations[{i}]");
+        let text = |f: &str| t.get(f).and_then(Value::as_str).unwrap_or_default();
+        let (key, op, value, effect) =
+            (text("key"), text("operator"), text("value"), text("effect"));
+        let seconds = t.get("tolerationSeconds").filter(|v| !v.is_null());
+        if !key.is_empty() {
+            for msg in qualified_name_errors(key) {
+                e.invalid_str(format!("{p}.key"), key, &msg);
+            }
+        }
+        if key.is_empty() && op != "Exists" {
+            e.invalid_str(
+                format!("{p}.operator"),
+                op,
+                "operator must be Exists when `key` is empty, which means \"match all values and all keys\"",
+            );
+        }
+        if seconds.is_some() && effect != "NoExecute" {
+            e.invalid_str(
+                format!("{p}.effect"),
+                effect,
+                "effect must be 'NoExecute' when `tolerationSeconds` is set",
+            );
+        }
+        match op {
+            "Equal" | "" => {
+                let errs = label_value_errors(value);
+                if !errs.is_empty() {
+                    e.invalid_str(format!("{p}.operator"), value, &errs.join(";"));
+                }
+            }
+            "Exists" => {
+                if !value.is_empty() {
+                    // Go prints the whole core.Toleration (%#v) as the value.
+                    let secs = match seconds.and_then(Value::as_i64) {
+                        Some(s) => format!("(*int64)({s})"),
+                        None => "(*int64)(nil)".to_string(),
+                    };
+                    e.push(
+                        format!("{p}.operator"),
+                        format!(
+                            "Invalid value: core.Toleration{{Key:{}, Operator:\"Exists\", Value:{}, Effect:{}, TolerationSeconds:{secs}}}: value must be empty when `operator` is 'Exists'",
+                            quote(key),
+                            quote(value),
+                            quote(effect)
+                        ),
+                    );
+                }
+            }
+            other => e.unsupported(format!("{p}.operator"), other, &["Equal", "Exists"]),
+        }
+        if !effect.is_empty() && !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute")
+        {
+            e.unsupported(
+                format!("{p}.effect"),
+                effect,
+                &["NoSchedule", "PreferNoSchedule", "NoExecute"],
+            );
+        }
+    }
+}
+
+/// ValidateTopologySpreadConstraints: `maxSkew` > 0, a `topologyKey`, `whenUnsatisfiable`
+/// DoNotSchedule or ScheduleAnyway, no repeated {topologyKey, whenUnsatisfiable} pair, and
+/// `minDomains` > 0 only with DoNotSchedule.
+fn validate_topology_spread(list: Option<&Value>, e: &mut Errs) {
+    const NOT_POSITIVE: &str = "must be greater than zero";
+    let Some(Value::Array(list)) = list else {
+        return;
+    };
+    let pair = |c: &Value| {
+        let text = |f: &str| {
+            c.get(f)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        (text("topologyKey"), text("whenUnsatisfiable"))
+    };
+    for (i, c) in list.iter().enumerate() {
+        let p = format!("spec.topologySpreadConstraints[{i}]");
+        let skew = c.get("maxSkew").and_then(Value::as_i64).unwrap_or(0);
+        if skew <= 0 {
+            e.invalid_int(format!("{p}.maxSkew"), skew, NOT_POSITIVE);
+        }
+        let (key, action) = pair(c);
+        if key.is_empty() {
+            e.push(
+                format!("{p}.topologyKey"),
+                "Required value: can not be empty",
+            );
+        }
+        if !matches!(action.as_str(), "DoNotSchedule" | "ScheduleAnyway") {
+            e.unsupported(
+                format!("{p}.whenUnsatisfiable"),
+                &action,
+                &["DoNotSchedule", "ScheduleAnyway"],
+            );
+        }
+        if list[i + 1..]
+            .iter()
+            .any(|o| pair(o) == (key.clone(), action.clone()))
+        {
+            e.duplicate(
+                format!("{p}.{{topologyKey, whenUnsatisfiable}}"),
+                &format!("{{{key}, {action}}}"),
+            );
+        }
+        if let Some(min) = c.get("minDomains").and_then(Value::as_i64) {
+            if min <= 0 {
+                e.invalid_int(format!("{p}.minDomains"), min, NOT_POSITIVE);
+            }
+            if action != "DoNotSchedule" {
+                e.invalid_int(
+                    format!("{p}.minDomains"),
+                    min,
+                    &format!(
+                        "can only use minDomains if whenUnsatisfiable=DoNotSchedule, not {action}"
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// What the kubelet refuses when it creates a static pod: fields set only through the API and
@@ -816,6 +970,115 @@ mod tests {
             .find(|e| e.field == field)
             .map(|e| e.reason)
             .unwrap_or_default()
+    }
+
+    /// ValidateTolerations: an unknown operator is NotSupported at `.operator` (Equal, Exists);
+    /// an empty key needs Exists; an unknown effect is NotSupported; the key is a label key.
+    #[test]
+    fn tolerations_follow_validate_tolerations() {
+        let mut p = pod();
+        p.spec.extra.insert(
+            "tolerations".into(),
+            json!([
+                {"key": "k", "operator": "Bogus"},
+                {"operator": "Equal", "value": "v"},
+                {"key": "k", "operator": "Exists", "effect": "Sometimes"},
+                {"key": "bad key", "operator": "Equal", "value": "v", "effect": "NoSchedule", "tolerationSeconds": 5},
+                {"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5},
+                {"operator": "Exists"}
+            ]),
+        );
+        assert_eq!(
+            reason_for(&p, "spec.tolerations[0].operator"),
+            "Unsupported value: \"Bogus\": supported values: \"Equal\", \"Exists\""
+        );
+        assert_eq!(
+            reason_for(&p, "spec.tolerations[1].operator"),
+            "Invalid value: \"Equal\": operator must be Exists when `key` is empty, which means \"match all values and all keys\""
+        );
+        assert_eq!(
+            reason_for(&p, "spec.tolerations[2].effect"),
+            "Unsupported value: \"Sometimes\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\""
+        );
+        assert!(
+            reason_for(&p, "spec.tolerations[3].key").starts_with("Invalid value: \"bad key\": ")
+        );
+        assert_eq!(
+            reason_for(&p, "spec.tolerations[3].effect"),
+            "Invalid value: \"NoSchedule\": effect must be 'NoExecute' when `tolerationSeconds` is set"
+        );
+        let f = fields(&p);
+        assert!(
+            !f.iter()
+                .any(|f| f.starts_with("spec.tolerations[4]")
+                    || f.starts_with("spec.tolerations[5]")),
+            "{f:?}"
+        );
+    }
+
+    /// ValidatePodSpec: `ValidateLabels(spec.NodeSelector)`, keys must be label keys.
+    #[test]
+    fn node_selector_keys_must_be_label_keys() {
+        let mut p = pod();
+        p.spec.extra.insert(
+            "nodeSelector".into(),
+            json!({"not a key!": "x", "disk": "ssd", "zone": "bad value!"}),
+        );
+        assert_eq!(
+            validate(&p)
+                .into_iter()
+                .map(|e| (
+                    e.field,
+                    e.reason.split(':').take(2).collect::<Vec<_>>().join(":")
+                ))
+                .collect::<Vec<_>>(),
+            vec![
+                (
+                    "spec.nodeSelector".to_string(),
+                    "Invalid value: \"not a key!\"".to_string()
+                ),
+                (
+                    "spec.nodeSelector[zone]".to_string(),
+                    "Invalid value: \"bad value!\"".to_string()
+                ),
+            ]
+        );
+    }
+
+    /// ValidateTopologySpreadConstraints: ValidateMaxSkew, ValidateTopologyKey,
+    /// ValidateWhenUnsatisfiable, ValidateSpreadConstraintNotRepeat.
+    #[test]
+    fn topology_spread_constraints_follow_upstream_rules() {
+        let mut p = pod();
+        p.spec.extra.insert(
+            "topologySpreadConstraints".into(),
+            json!([
+                {"maxSkew": 0, "topologyKey": "", "whenUnsatisfiable": "Nope"},
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+            ]),
+        );
+        let p0 = "spec.topologySpreadConstraints[0]";
+        assert_eq!(
+            reason_for(&p, &format!("{p0}.maxSkew")),
+            "Invalid value: 0: must be greater than zero"
+        );
+        assert_eq!(
+            reason_for(&p, &format!("{p0}.topologyKey")),
+            "Required value: can not be empty"
+        );
+        assert_eq!(
+            reason_for(&p, &format!("{p0}.whenUnsatisfiable")),
+            "Unsupported value: \"Nope\": supported values: \"DoNotSchedule\", \"ScheduleAnyway\""
+        );
+        assert_eq!(
+            reason_for(
+                &p,
+                "spec.topologySpreadConstraints[1].{topologyKey, whenUnsatisfiable}"
+            ),
+            "Duplicate value: \"{zone, DoNotSchedule}\""
+        );
+        assert_eq!(fields(&p).len(), 4, "{:?}", validate(&p));
     }
 
     #[test]

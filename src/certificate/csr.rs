@@ -13,6 +13,22 @@ use super::x509::{OID_SAN, encode_name, encode_sans};
 /// pkcs-9 extensionRequest 1.2.840.113549.1.9.14
 const OID_EXTENSION_REQUEST: &[u64] = &[1, 2, 840, 113549, 1, 9, 14];
 
+/// The subjectPKInfo (DER, its whole TLV) of the first `CERTIFICATE REQUEST` block of a PEM
+/// text: how the certificate manager tells its own CSR from another's.
+pub fn request_spki(pem_text: &[u8]) -> Result<Vec<u8>, CertificateError> {
+    let block = pem::decode_all(pem_text)?
+        .into_iter()
+        .find(|b| b.label == pem::CERTIFICATE_REQUEST)
+        .ok_or_else(|| CertificateError::Pem("no CERTIFICATE REQUEST block".into()))?;
+    // CertificationRequest { info { version, subject, subjectPKInfo, .. }, algorithm, sig }
+    let outer = der::Reader::new(&block.der).expect(der::SEQUENCE)?;
+    let info = outer.reader().expect(der::SEQUENCE)?;
+    let mut r = info.reader();
+    r.expect(der::INTEGER)?;
+    r.expect(der::SEQUENCE)?;
+    Ok(r.expect(der::SEQUENCE)?.raw.to_vec())
+}
+
 /// What a request asks for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Request {

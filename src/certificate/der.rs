@@ -1,5 +1,7 @@
 //! A minimal DER writer and reader (X.690), enough for PKCS#8, SEC1, PKCS#10 and X.509: the
-//! tags nanolet writes and the structure walks its parsers need. Lengths are definite (DER).
+//! tags nanolet writes and the structure walks its parsers need. Lengths are definite and
+//! minimal (DER). The one DER reader in nanolet (issue 34): keys, CSRs, certificates and the
+//! x509 authenticator's subject names all go through [`Reader`].
 
 use super::CertificateError;
 
@@ -159,9 +161,18 @@ impl<'a> Reader<'a> {
             if n == 0 || n > 4 || rest.len() < n {
                 return Err(malformed("bad length"));
             }
+            // X.690 10.1 (DER): the length in the fewest octets, so no leading zero octet and
+            // no long form below 128, as Go's encoding/asn1 and cryptobyte refuse too: one
+            // value, one encoding.
+            if rest[0] == 0 {
+                return Err(malformed("non-minimal length"));
+            }
             let len = rest[..n]
                 .iter()
                 .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+            if len < 0x80 {
+                return Err(malformed("non-minimal length"));
+            }
             rest = &rest[n..];
             len
         };
@@ -245,5 +256,19 @@ mod tests {
         assert!(Reader::new(&[0x30]).any().is_err());
         assert!(Reader::new(&[0x30, 0x85, 1, 1, 1, 1, 1]).any().is_err());
         assert!(Reader::new(&[0x02, 0x00]).expect(SEQUENCE).is_err());
+    }
+
+    /// X.690 10.1: DER lengths use the fewest octets. A long form for a short length, or a
+    /// leading zero octet, is BER, not DER, and refused (as Go's encoding/asn1 refuses it).
+    #[test]
+    fn non_minimal_lengths_are_refused_x690_10_1() {
+        assert!(Reader::new(&[0x04, 0x81, 0x01, 0xaa]).any().is_err());
+        assert!(Reader::new(&[0x04, 0x82, 0x00, 0x01, 0xaa]).any().is_err());
+        let mut ok = vec![0x04, 0x81, 0x80];
+        ok.extend([0u8; 0x80]);
+        assert_eq!(Reader::new(&ok).any().unwrap().content.len(), 0x80);
+        let mut padded = vec![0x04, 0x82, 0x00, 0x80];
+        padded.extend([0u8; 0x80]);
+        assert!(Reader::new(&padded).any().is_err());
     }
 }

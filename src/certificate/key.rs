@@ -61,7 +61,7 @@ impl EcKey {
             .iter()
             .find(|b| b.label.ends_with("PRIVATE KEY"))
             .ok_or_else(|| rejected("no PEM private key block"))?;
-        match block.label.as_str() {
+        match block.label {
             pem::PRIVATE_KEY => {
                 check_pkcs8_algorithm(&block.der)?;
                 Self::from_pkcs8(block.der.clone())

@@ -17,7 +17,7 @@ use super::CertificateError;
 use super::key::EcKey;
 use super::pem;
 use super::store::{Pair, create_private_dir, write_private};
-use super::x509::{Certificate, Template, encode_name};
+use super::x509::{Certificate, Template};
 
 /// The CA certificate's file name in the certificate directory.
 pub const CA_CERT: &str = "nanolet-client-ca.crt";
@@ -132,8 +132,8 @@ impl LocalCa {
             dns_names: vec![],
             ip_addresses: vec![],
         };
-        let issuer = encode_name(&self.cert.common_name, &self.cert.organizations);
-        let der = template.sign_client(&key, Some(&issuer), &self.key)?;
+        // The CA's own subject DER and key id: the CA may be one nanolet did not write.
+        let der = template.sign_client(&key, Some(&self.cert.as_issuer()), &self.key)?;
         Pair::new(pem::encode(pem::CERTIFICATE, &der).into_bytes(), key)
     }
 }
@@ -143,6 +143,92 @@ mod tests {
     use super::*;
     use crate::certificate::testutil::{openssl, write};
     use std::os::unix::fs::PermissionsExt;
+
+    /// RFC 5280 4.1.2.4 and 7.1: a certificate's issuer is its CA's subject as encoded; chains
+    /// are built by comparing names. A CA nanolet did not write (openssl CLI, PrintableString
+    /// values, C/O/OU/CN RDNs, an SKI openssl chose) must still verify the certificates nanolet
+    /// signs with it, which carry SKI and an AKI matching the CA's SKI (RFC 5280 4.2.1.1-2).
+    #[test]
+    fn certificates_signed_by_an_openssl_ca_verify_with_its_issuer_copied_and_aki_ski() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("pki");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (crt, key) = paths(&dir);
+        let cnf = write(
+            d.path(),
+            "ca.cnf",
+            "[req]\ndistinguished_name = dn\nstring_mask = nombstr\nprompt = no\n\
+             [dn]\nC = DE\nO = Example Org\nOU = Edge Fleet\nCN = Example Root CA\n\
+             [v3_ca]\nbasicConstraints = critical,CA:TRUE\nkeyUsage = critical,keyCertSign,cRLSign\n\
+             subjectKeyIdentifier = hash\n",
+        );
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-config",
+            &cnf,
+            "-extensions",
+            "v3_ca",
+            "-days",
+            "2",
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            crt.to_str().unwrap(),
+        ]);
+        // PrintableString (0x13) values, as string_mask=nombstr writes them.
+        let ca_der = crate::certificate::pem::certificates(&std::fs::read(&crt).unwrap())
+            .unwrap()
+            .remove(0);
+        let (ca, created) = LocalCa::load_or_create(&dir).unwrap();
+        assert!(!created);
+        assert!(
+            ca.cert.subject_der.windows(2).any(|w| w == [0x13, 11]),
+            "PrintableString O"
+        );
+        assert_eq!(ca.cert.der, ca_der);
+        let pair = ca.sign_admin("ops", SystemTime::now()).unwrap();
+        assert_eq!(
+            pair.leaf.subject_key_id.as_deref().map(<[u8]>::len),
+            Some(20)
+        );
+        let leaf = write(
+            d.path(),
+            "ops.crt",
+            std::str::from_utf8(&pair.cert_pem).unwrap(),
+        );
+        let out = openssl(&[
+            "verify",
+            "-purpose",
+            "sslclient",
+            "-CAfile",
+            crt.to_str().unwrap(),
+            &leaf,
+        ]);
+        assert!(out.contains(": OK"), "{out}");
+        let text = openssl(&["x509", "-noout", "-text", "-in", &leaf]);
+        let ca_ski = ca
+            .cert
+            .subject_key_id
+            .clone()
+            .expect("openssl wrote an SKI");
+        let hex: Vec<String> = ca_ski.iter().map(|b| format!("{b:02X}")).collect();
+        assert!(text.contains("X509v3 Authority Key Identifier"), "{text}");
+        assert!(text.contains("X509v3 Subject Key Identifier"), "{text}");
+        assert!(text.contains(&hex.join(":")), "AKI is the CA's SKI: {text}");
+        assert!(
+            text.contains("Issuer: C=DE, O=Example Org, OU=Edge Fleet, CN=Example Root CA")
+                || text.contains(
+                    "Issuer: C = DE, O = Example Org, OU = Edge Fleet, CN = Example Root CA"
+                ),
+            "{text}"
+        );
+    }
 
     #[test]
     fn the_ca_is_created_once_0600_and_signs_client_certificates_openssl_verifies() {

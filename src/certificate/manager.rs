@@ -17,9 +17,7 @@ use tracing::{error, info, warn};
 
 use super::CertificateError;
 use super::csr::Request;
-use super::der::{self, Reader};
 use super::key::EcKey;
-use super::pem;
 use super::store::{CLIENT_PREFIX, FileStore, Pair, write_private};
 use super::x509::Certificate;
 use crate::apiclient::client::ApiClient;
@@ -107,7 +105,7 @@ pub fn request_certificate(
         "kind": "CertificateSigningRequest",
         "metadata": metadata,
         "spec": {
-            "request": pem::base64(csr_pem.as_bytes()),
+            "request": crate::util::base64::encode(csr_pem.as_bytes()),
             "signerName": signer,
             "usages": usages,
         },
@@ -160,18 +158,8 @@ fn ensure_compatible(
     }
     let request = existing["spec"]["request"].as_str().unwrap_or_default();
     let text = crate::util::base64::decode(request).map_err(|_| incompatible("bad request"))?;
-    let block = pem::decode_all(&text)?
-        .into_iter()
-        .find(|b| b.label == pem::CERTIFICATE_REQUEST)
-        .ok_or_else(|| incompatible("no CERTIFICATE REQUEST"))?;
-    // CertificationRequest { info { version, subject, subjectPKInfo, .. }, .. }
-    let outer = Reader::new(&block.der).expect(der::SEQUENCE)?;
-    let info = outer.reader().expect(der::SEQUENCE)?;
-    let mut r = info.reader();
-    r.expect(der::INTEGER)?;
-    r.expect(der::SEQUENCE)?;
-    let spki = r.expect(der::SEQUENCE)?;
-    if spki.raw != key.spki_der().as_slice() {
+    let spki = super::csr::request_spki(&text).map_err(|e| incompatible(&e.to_string()))?;
+    if spki != key.spki_der() {
         return Err(incompatible("another public key"));
     }
     Ok(())
@@ -274,7 +262,7 @@ pub fn client_request(node_name: &str) -> Request {
 /// usages, each base64url encoded and followed by `|`), so a restart finds its own CSR.
 pub fn digested_name(key: &EcKey, request: &Request, usages: &[&str]) -> String {
     use sha2::Digest;
-    let enc = |d: &[u8]| url_base64(d);
+    let enc = crate::util::base64::encode_raw_url;
     let mut h = sha2::Sha512_256::new();
     let mut write = |d: &[u8]| {
         h.update(enc(d).as_bytes());
@@ -289,14 +277,6 @@ pub fn digested_name(key: &EcKey, request: &Request, usages: &[&str]) -> String 
         write(u.as_bytes());
     }
     format!("node-csr-{}", enc(&h.finalize()))
-}
-
-/// Unpadded base64url (Go's base64.RawURLEncoding).
-fn url_base64(d: &[u8]) -> String {
-    pem::base64(d)
-        .trim_end_matches('=')
-        .replace('+', "-")
-        .replace('/', "_")
 }
 
 /// TLS bootstrap of the client certificate (`--bootstrap-kubeconfig`).
@@ -444,7 +424,7 @@ pub fn write_kubeconfig(
     if let Some(ca) = &bootstrap.ca_pem {
         cluster.push_str(&format!(
             "    certificate-authority-data: {}\n",
-            pem::base64(ca)
+            crate::util::base64::encode(ca)
         ));
     }
     if bootstrap.insecure_skip_tls_verify {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
+use crate::certificate::pem;
 use crate::certificate::testutil::{openssl, openssl_self_signed, write};
 use crate::certificate::x509::Template;
 
@@ -140,7 +141,7 @@ impl Stub {
                                 let cert = sign(&ca_dir, &req_pem, n);
                                 csr["status"] = json!({
                                     "conditions": [{"type": "Approved", "status": "True", "reason": "AutoApproved"}],
-                                    "certificate": pem::base64(&cert),
+                                    "certificate": crate::util::base64::encode(&cert),
                                 });
                             } else if deny {
                                 csr["status"] = json!({"conditions": [{"type": "Denied", "status": "True", "reason": "TestDenied", "message": "not this one"}]});
@@ -189,7 +190,7 @@ fn bootstrap_kubeconfig(dir: &std::path::Path, server: &str) -> PathBuf {
     let p = dir.join("bootstrap-kubeconfig");
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\nusers:\n- name: u\n  user:\n    token: abcdef.0123456789abcdef\n",
-        pem::base64(b"-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+        crate::util::base64::encode(b"-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
     );
     std::fs::write(&p, text).unwrap();
     p
@@ -486,8 +487,8 @@ fn an_expired_client_certificate_in_the_kubeconfig_needs_bootstrap() {
         &b.kubeconfig,
         format!(
             "clusters: [{{name: c, cluster: {{server: 'https://x'}}}}]\nusers: [{{name: u, user: {{client-certificate-data: {}, client-key-data: {}}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\n",
-            pem::base64(cert.as_bytes()),
-            pem::base64(k.to_pem().as_bytes())
+            crate::util::base64::encode(cert.as_bytes()),
+            crate::util::base64::encode(k.to_pem().as_bytes())
         ),
     )
     .unwrap();

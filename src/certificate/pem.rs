@@ -1,4 +1,8 @@
-//! PEM (RFC 7468): encoding blocks with 64-column base64, reading every block of a file.
+//! PEM (RFC 7468): writing blocks with 64-column base64, and reading every block of a text with
+//! the PEM parser of `rustls-pki-types` (`PemObject`), the one rustls, ureq and the HTTPS server
+//! already use (issue 34: one parser per format).
+
+use rustls::pki_types::pem::{self as pki_pem, PemObject, SectionKind};
 
 use super::CertificateError;
 
@@ -8,32 +12,9 @@ pub const EC_PRIVATE_KEY: &str = "EC PRIVATE KEY";
 pub const RSA_PRIVATE_KEY: &str = "RSA PRIVATE KEY";
 pub const CERTIFICATE_REQUEST: &str = "CERTIFICATE REQUEST";
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Standard base64 with padding.
-pub fn base64(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 /// One PEM block.
 pub fn encode(label: &str, der: &[u8]) -> String {
-    let b64 = base64(der);
+    let b64 = crate::util::base64::encode(der);
     let mut out = format!("-----BEGIN {label}-----\n");
     for line in b64.as_bytes().chunks(64) {
         out.push_str(&String::from_utf8_lossy(line));
@@ -46,7 +27,9 @@ pub fn encode(label: &str, der: &[u8]) -> String {
 /// A decoded PEM block.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Block {
-    pub label: String,
+    /// The label of a kind `rustls-pki-types` knows (one of the constants above, `PUBLIC KEY`,
+    /// `X509 CRL`, `ECHCONFIG`).
+    pub label: &'static str,
     pub der: Vec<u8>,
 }
 
@@ -57,49 +40,48 @@ impl std::fmt::Debug for Block {
     }
 }
 
-/// Every PEM block of `text`, in order (text between blocks is ignored, as Go's pem.Decode does).
-pub fn decode_all(text: &[u8]) -> Result<Vec<Block>, CertificateError> {
-    let text = String::from_utf8_lossy(text);
-    let mut blocks = vec![];
-    let mut lines = text.lines();
-    while let Some(line) = lines.next() {
-        let line = line.trim();
-        let Some(label) = line
-            .strip_prefix("-----BEGIN ")
-            .and_then(|l| l.strip_suffix("-----"))
-        else {
-            continue;
-        };
-        let end = format!("-----END {label}-----");
-        let mut body = String::new();
-        let mut closed = false;
-        for l in lines.by_ref() {
-            let l = l.trim();
-            if l == end {
-                closed = true;
-                break;
-            }
-            if l.contains(':') {
-                // RFC 1421 headers (Proc-Type: encrypted keys) are not supported.
-                return Err(CertificateError::Pem(format!(
-                    "{label} block has headers (an encrypted key?)"
-                )));
-            }
-            body.push_str(l);
-        }
-        if !closed {
-            return Err(CertificateError::Pem(format!(
-                "{label} block is not closed"
-            )));
-        }
-        let der = crate::util::base64::decode(&body)
-            .map_err(|_| CertificateError::Pem(format!("{label} block is not valid base64")))?;
-        blocks.push(Block {
-            label: label.to_string(),
-            der,
-        });
+fn label(kind: SectionKind) -> &'static str {
+    match kind {
+        SectionKind::Certificate => CERTIFICATE,
+        SectionKind::PrivateKey => PRIVATE_KEY,
+        SectionKind::EcPrivateKey => EC_PRIVATE_KEY,
+        SectionKind::RsaPrivateKey => RSA_PRIVATE_KEY,
+        SectionKind::Csr => CERTIFICATE_REQUEST,
+        SectionKind::PublicKey => "PUBLIC KEY",
+        SectionKind::Crl => "X509 CRL",
+        _ => "ECHCONFIG",
     }
-    Ok(blocks)
+}
+
+/// The reason a text is not PEM, without any of its content (a key's bytes never reach a
+/// message: the parser's own errors can carry a byte of the block).
+fn pem_error(e: &pki_pem::Error) -> CertificateError {
+    CertificateError::Pem(
+        match e {
+            pki_pem::Error::MissingSectionEnd { .. } => "a block is not closed",
+            pki_pem::Error::IllegalSectionStart { .. } => "a BEGIN line is malformed",
+            pki_pem::Error::Base64Decode(_) => {
+                "a block is not valid base64 (RFC 1421 headers: an encrypted key?)"
+            }
+            pki_pem::Error::SectionTooLarge => "a block is larger than 256 MB",
+            _ => "not valid PEM",
+        }
+        .to_string(),
+    )
+}
+
+/// Every PEM block of a kind `rustls-pki-types` knows, in order (text between blocks and
+/// blocks of other labels are skipped, as its `PemObject` iterators do).
+pub fn decode_all(text: &[u8]) -> Result<Vec<Block>, CertificateError> {
+    <(SectionKind, Vec<u8>)>::pem_slice_iter(text)
+        .map(|item| {
+            item.map(|(kind, der)| Block {
+                label: label(kind),
+                der,
+            })
+            .map_err(|e| pem_error(&e))
+        })
+        .collect()
 }
 
 /// The DER of every `CERTIFICATE` block.
@@ -116,21 +98,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base64_matches_rfc4648_vectors() {
-        for (plain, enc) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(plain.as_bytes()), enc);
-        }
-    }
-
-    #[test]
     fn blocks_round_trip_and_wrap_at_64() {
         let der: Vec<u8> = (0..=255).collect();
         let text = encode(CERTIFICATE, &der) + "junk\n" + &encode(PRIVATE_KEY, b"k");
@@ -141,5 +108,15 @@ mod tests {
         assert_eq!(blocks[1].label, PRIVATE_KEY);
         assert!(!format!("{:?}", blocks[1]).contains("aw"));
         assert!(decode_all(b"-----BEGIN X-----\nAAAA\n").is_err());
+    }
+
+    /// RFC 7468 section 2: no headers in these labels; an RFC 1421 encrypted key (Proc-Type,
+    /// DEK-Info) is refused, and the message carries none of the block's bytes.
+    #[test]
+    fn encrypted_keys_are_refused_without_their_bytes() {
+        let text = "-----BEGIN EC PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,00\n\nQUJD\n-----END EC PRIVATE KEY-----\n";
+        let e = decode_all(text.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("encrypted key"), "{e}");
+        assert!(!e.contains("QUJD") && !e.contains("Proc"), "{e}");
     }
 }

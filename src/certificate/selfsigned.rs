@@ -13,7 +13,7 @@ use super::CertificateError;
 use super::key::EcKey;
 use super::pem;
 use super::store::{Pair, create_private_dir, write_private};
-use super::x509::{Template, encode_name};
+use super::x509::{Certificate, Template};
 
 /// `<cert-dir>/kubelet.crt` and `<cert-dir>/kubelet.key`.
 pub fn paths(cert_dir: &Path) -> (PathBuf, PathBuf) {
@@ -54,7 +54,8 @@ pub fn generate(host: &str, now: SystemTime) -> Result<Pair, CertificateError> {
         ip_addresses,
         ..ca
     };
-    let leaf_der = leaf.sign(&key, Some(&encode_name(&ca_cn, &[])), &ca_key)?;
+    let issuer = Certificate::parse(&ca_der)?.as_issuer();
+    let leaf_der = leaf.sign(&key, Some(&issuer), &ca_key)?;
     let chain = pem::encode(pem::CERTIFICATE, &leaf_der) + &pem::encode(pem::CERTIFICATE, &ca_der);
     Pair::new(chain.into_bytes(), key)
 }

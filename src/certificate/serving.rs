@@ -90,7 +90,7 @@ pub fn certified_key_from_files(cert: &Path, key: &Path) -> Result<CertifiedKey,
     let blocks = pem::decode_all(&read(key)?).map_err(|e| file_error(key, e))?;
     let der = blocks
         .into_iter()
-        .find_map(|b| match b.label.as_str() {
+        .find_map(|b| match b.label {
             pem::PRIVATE_KEY => Some(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(b.der))),
             pem::EC_PRIVATE_KEY => Some(PrivateKeyDer::Sec1(PrivateSec1KeyDer::from(b.der))),
             pem::RSA_PRIVATE_KEY => Some(PrivateKeyDer::Pkcs1(PrivatePkcs1KeyDer::from(b.der))),

@@ -84,7 +84,7 @@ impl Pair {
         let chain: String = certs
             .iter()
             .filter(|b| b.label == super::pem::CERTIFICATE)
-            .map(|b| super::pem::encode(&b.label, &b.der))
+            .map(|b| super::pem::encode(b.label, &b.der))
             .collect();
         Pair::new(chain.into_bytes(), key).map_err(in_file(cert))
     }

@@ -16,6 +16,8 @@ pub(crate) const OID_SAN: &[u64] = &[2, 5, 29, 17];
 const OID_KEY_USAGE: &[u64] = &[2, 5, 29, 15];
 const OID_BASIC_CONSTRAINTS: &[u64] = &[2, 5, 29, 19];
 const OID_EXT_KEY_USAGE: &[u64] = &[2, 5, 29, 37];
+const OID_SUBJECT_KEY_ID: &[u64] = &[2, 5, 29, 14];
+const OID_AUTHORITY_KEY_ID: &[u64] = &[2, 5, 29, 35];
 const OID_SERVER_AUTH: &[u64] = &[1, 3, 6, 1, 5, 5, 7, 3, 1];
 const OID_CLIENT_AUTH: &[u64] = &[1, 3, 6, 1, 5, 5, 7, 3, 2];
 
@@ -31,6 +33,12 @@ pub struct Certificate {
     pub ip_addresses: Vec<IpAddr>,
     /// The subjectPublicKey bits (for EC: the uncompressed point).
     pub public_key: Vec<u8>,
+    /// The subject Name as encoded (the whole TLV): what a certificate this one issues
+    /// carries as its issuer, byte for byte (RFC 5280 4.1.2.4, 7.1: chains are built by
+    /// comparing names; a re-encoded name may differ in string types or RDNs).
+    pub subject_der: Vec<u8>,
+    /// The subjectKeyIdentifier extension's key id, if the certificate has one.
+    pub subject_key_id: Option<Vec<u8>>,
 }
 
 fn bad(reason: impl Into<String>) -> CertificateError {
@@ -52,6 +60,8 @@ impl Certificate {
         let not_after = parse_time(&v.any()?)?;
         let subject = r.expect(der::SEQUENCE)?;
         let (common_name, organizations) = parse_name(&subject)?;
+        let subject_der = subject.raw.to_vec();
+        let mut subject_key_id = None;
         let spki = r.expect(der::SEQUENCE)?;
         let mut s = spki.reader();
         s.expect(der::SEQUENCE)?;
@@ -71,6 +81,9 @@ impl Certificate {
                 let value = e.expect(der::OCTET_STRING)?;
                 if oid.content == der::oid_content(OID_SAN) {
                     parse_sans(value.content, &mut dns_names, &mut ip_addresses)?;
+                } else if oid.content == der::oid_content(OID_SUBJECT_KEY_ID) {
+                    let id = Reader::new(value.content).expect(der::OCTET_STRING)?;
+                    subject_key_id = Some(id.content.to_vec());
                 }
             }
         }
@@ -83,7 +96,22 @@ impl Certificate {
             dns_names,
             ip_addresses,
             public_key,
+            subject_der,
+            subject_key_id,
         })
+    }
+
+    /// This certificate as the issuer of another: its subject Name DER, and its key id (the
+    /// subjectKeyIdentifier when it has one, else computed from its key as RFC 5280 4.2.1.2
+    /// (1) does).
+    pub fn as_issuer(&self) -> Issuer {
+        Issuer {
+            name: self.subject_der.clone(),
+            key_id: self
+                .subject_key_id
+                .clone()
+                .unwrap_or_else(|| key_id(&self.public_key)),
+        }
     }
 
     /// Every certificate of a PEM text, leaf first as written.
@@ -148,9 +176,20 @@ pub(crate) fn encode_time(t: SystemTime) -> Vec<u8> {
 }
 
 fn parse_name(name: &Tlv<'_>) -> Result<(String, Vec<String>), CertificateError> {
+    name_cn_and_organizations(name.content)
+}
+
+/// The CommonName (the last one, as Go's `pkix.Name` keeps) and the Organizations, in order, of
+/// a Name's RDNSequence content (without its outer SEQUENCE header: what
+/// `webpki::Cert::subject` gives). Every value must be a directory string Go's crypto/x509
+/// reads (`parseASN1String`): UTF8String, PrintableString and IA5String checked,
+/// NumericString, TeletexString (as Latin-1), BMPString (UTF-16BE); anything else is an error,
+/// not a guess. The one reader of a subject, for certificates nanolet reads and for the x509
+/// authenticator's identity (src/server/auth_x509.rs).
+pub fn name_cn_and_organizations(rdns: &[u8]) -> Result<(String, Vec<String>), CertificateError> {
     let mut cn = String::new();
     let mut orgs = vec![];
-    let mut rdns = name.reader();
+    let mut rdns = Reader::new(rdns);
     while !rdns.is_empty() {
         let rdn = rdns.expect(der::SET)?;
         let mut atvs = rdn.reader();
@@ -159,15 +198,55 @@ fn parse_name(name: &Tlv<'_>) -> Result<(String, Vec<String>), CertificateError>
             let mut a = atv.reader();
             let oid = a.expect(der::OID)?;
             let value = a.any()?;
-            let text = String::from_utf8_lossy(value.content).into_owned();
-            if oid.content == der::oid_content(OID_CN) {
-                cn = text;
-            } else if oid.content == der::oid_content(OID_O) {
-                orgs.push(text);
+            if !a.is_empty() {
+                return Err(bad("an attribute has more than a type and a value"));
+            }
+            let is_cn = oid.content == der::oid_content(OID_CN);
+            if is_cn || oid.content == der::oid_content(OID_O) {
+                let text = directory_string(&value)
+                    .ok_or_else(|| bad("a name attribute is not a readable string"))?;
+                if is_cn {
+                    cn = text;
+                } else {
+                    orgs.push(text);
+                }
             }
         }
     }
     Ok((cn, orgs))
+}
+
+/// A directory string's text, as Go's `parseASN1String` reads it (`None`: not one, or not
+/// valid for its type).
+fn directory_string(t: &Tlv<'_>) -> Option<String> {
+    let v = t.content;
+    match t.tag {
+        der::UTF8_STRING => String::from_utf8(v.to_vec()).ok(),
+        // PrintableString: A-Z a-z 0-9 space ' ( ) + , - . / : = ? (Go also takes * and &).
+        der::PRINTABLE_STRING
+            if v.iter()
+                .all(|b| b.is_ascii_alphanumeric() || b" '()+,-./:=?*&".contains(b)) =>
+        {
+            String::from_utf8(v.to_vec()).ok()
+        }
+        // IA5String: ASCII.
+        0x16 if v.is_ascii() => String::from_utf8(v.to_vec()).ok(),
+        // NumericString: digits and space.
+        0x12 if v.iter().all(|b| b.is_ascii_digit() || *b == b' ') => {
+            String::from_utf8(v.to_vec()).ok()
+        }
+        // TeletexString (T61String), read as Latin-1 as Go does.
+        0x14 => Some(v.iter().map(|b| char::from(*b)).collect()),
+        // BMPString: UTF-16BE.
+        0x1e if v.len() % 2 == 0 => {
+            let units: Vec<u16> = v
+                .chunks_exact(2)
+                .map(|c| u16::from_be_bytes([c[0], c[1]]))
+                .collect();
+            String::from_utf16(&units).ok()
+        }
+        _ => None,
+    }
 }
 
 fn parse_sans(
@@ -233,6 +312,22 @@ fn extension(oid: &[u64], critical: bool, value: &[u8]) -> Vec<u8> {
     der::seq(&[&der::oid(oid), &crit, &der::octet_string(value)])
 }
 
+/// RFC 5280 4.2.1.2 method (1): the SHA-1 of the subjectPublicKey BIT STRING's bits (what Go's
+/// crypto/x509 and openssl use too).
+pub fn key_id(public_key: &[u8]) -> Vec<u8> {
+    ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, public_key)
+        .as_ref()
+        .to_vec()
+}
+
+/// The issuer of a certificate nanolet signs: the issuing certificate's subject Name DER
+/// (copied, never re-encoded) and its key identifier (for the authorityKeyIdentifier).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issuer {
+    pub name: Vec<u8>,
+    pub key_id: Vec<u8>,
+}
+
 /// A certificate nanolet signs itself.
 #[derive(Debug, Clone)]
 pub struct Template {
@@ -249,12 +344,14 @@ pub struct Template {
 }
 
 impl Template {
-    /// The DER certificate for `subject`'s public key, signed by `issuer_key` as
-    /// `issuer` (Name DER; the template's own subject when self-signed).
+    /// The DER certificate for `subject`'s public key, signed by `issuer_key` as `issuer`
+    /// (its Name DER and key id; `None`: self-signed, the template's own subject and key).
+    /// Every certificate carries subjectKeyIdentifier and authorityKeyIdentifier (RFC 5280
+    /// 4.2.1.1-2: a CA's certificates MUST have both, and path building uses them).
     pub fn sign(
         &self,
         subject: &EcKey,
-        issuer: Option<&[u8]>,
+        issuer: Option<&Issuer>,
         issuer_key: &EcKey,
     ) -> Result<Vec<u8>, CertificateError> {
         self.sign_with_usage(subject, issuer, issuer_key, OID_SERVER_AUTH)
@@ -264,7 +361,7 @@ impl Template {
     pub fn sign_client(
         &self,
         subject: &EcKey,
-        issuer: Option<&[u8]>,
+        issuer: Option<&Issuer>,
         issuer_key: &EcKey,
     ) -> Result<Vec<u8>, CertificateError> {
         self.sign_with_usage(subject, issuer, issuer_key, OID_CLIENT_AUTH)
@@ -273,12 +370,16 @@ impl Template {
     fn sign_with_usage(
         &self,
         subject: &EcKey,
-        issuer: Option<&[u8]>,
+        issuer: Option<&Issuer>,
         issuer_key: &EcKey,
         extended_usage: &[u64],
     ) -> Result<Vec<u8>, CertificateError> {
         let subject_name = encode_name(&self.common_name, &self.organizations);
-        let issuer_name = issuer.map(<[u8]>::to_vec).unwrap_or(subject_name.clone());
+        let subject_key_id = key_id(subject.public_key());
+        let (issuer_name, authority_key_id) = match issuer {
+            Some(i) => (i.name.clone(), i.key_id.clone()),
+            None => (subject_name.clone(), subject_key_id.clone()),
+        };
         // keyUsage: digitalSignature | keyEncipherment (| keyCertSign), as
         // certutil.GenerateSelfSignedCertKey sets them.
         let key_usage = if self.is_ca {
@@ -295,6 +396,14 @@ impl Template {
             exts.push(extension(OID_EXT_KEY_USAGE, false, &eku));
             exts.push(extension(OID_BASIC_CONSTRAINTS, true, &der::seq(&[])));
         }
+        exts.push(extension(
+            OID_SUBJECT_KEY_ID,
+            false,
+            &der::octet_string(&subject_key_id),
+        ));
+        // AuthorityKeyIdentifier ::= SEQUENCE { keyIdentifier [0] IMPLICIT OCTET STRING, .. }
+        let aki = der::seq(&[&der::tlv(der::context_primitive(0), &authority_key_id)]);
+        exts.push(extension(OID_AUTHORITY_KEY_ID, false, &aki));
         if !self.dns_names.is_empty() || !self.ip_addresses.is_empty() {
             let sans = encode_sans(&self.dns_names, &self.ip_addresses);
             exts.push(extension(OID_SAN, false, &sans));
@@ -325,6 +434,38 @@ mod tests {
     use crate::certificate::pem;
     use crate::certificate::testutil::{openssl, write};
     use std::time::Duration;
+
+    /// Go's crypto/x509 parseASN1String: PrintableString and IA5String are checked, T61String
+    /// is Latin-1, BMPString UTF-16; another string type is an error, never a lossy guess. The
+    /// CommonName is the last one (pkix.Name.FillFromRDNSequence).
+    #[test]
+    fn subject_strings_are_read_as_go_reads_them() {
+        let atv = |oid: &[u64], tag: u8, v: &[u8]| {
+            der::set(&[&der::seq(&[&der::oid(oid), &der::tlv(tag, v)])])
+        };
+        let name = |rdns: &[Vec<u8>]| rdns.concat();
+        let ok = name(&[
+            atv(OID_O, der::PRINTABLE_STRING, b"system:masters"),
+            atv(OID_CN, 0x14, b"caf\xe9"),
+            atv(OID_CN, 0x1e, &[0, b'a', 0, b'd']),
+        ]);
+        assert_eq!(
+            name_cn_and_organizations(&ok).unwrap(),
+            ("ad".to_string(), vec!["system:masters".to_string()])
+        );
+        let t61 = name(&[atv(OID_CN, 0x14, b"caf\xe9")]);
+        assert_eq!(name_cn_and_organizations(&t61).unwrap().0, "caf\u{e9}");
+        for bad in [
+            atv(OID_CN, der::PRINTABLE_STRING, b"a@b"),
+            atv(OID_CN, der::PRINTABLE_STRING, b"a_b"),
+            atv(OID_CN, 0x16, b"\xff"),
+            atv(OID_CN, der::UTF8_STRING, b"\xff"),
+            atv(OID_CN, 0x1e, &[0, b'a', 0]),
+            atv(OID_O, der::OCTET_STRING, b"x"),
+        ] {
+            assert!(name_cn_and_organizations(&bad).is_err(), "{bad:02x?}");
+        }
+    }
 
     /// Certificates and keys come from outside the process (the API server's CSR status, files
     /// in --cert-dir, --tls-cert-file): every prefix and every one-byte corruption of a real
@@ -395,7 +536,11 @@ mod tests {
             ..ca.clone()
         };
         let leaf_der = leaf
-            .sign(&leaf_key, Some(&encode_name("edge-ca@1", &[])), &ca_key)
+            .sign(
+                &leaf_key,
+                Some(&Certificate::parse(&ca_der).unwrap().as_issuer()),
+                &ca_key,
+            )
             .unwrap();
         let d = tempfile::tempdir().unwrap();
         let ca_pem = write(d.path(), "ca.crt", &pem::encode(pem::CERTIFICATE, &ca_der));

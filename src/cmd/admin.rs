@@ -197,9 +197,10 @@ mod imp {
         client: &Pair,
     ) -> String {
         let q = |s: &str| serde_json::Value::from(s).to_string();
-        let ca_data = pem::base64(pem::encode(pem::CERTIFICATE, &ca.der).as_bytes());
-        let cert_data = pem::base64(&client.cert_pem);
-        let key_data = pem::base64(client.key.to_pem().as_bytes());
+        let ca_data =
+            crate::util::base64::encode(pem::encode(pem::CERTIFICATE, &ca.der).as_bytes());
+        let cert_data = crate::util::base64::encode(&client.cert_pem);
+        let key_data = crate::util::base64::encode(client.key.to_pem().as_bytes());
         let name_line = server_name
             .map(|n| format!("    tls-server-name: {}\n", q(n)))
             .unwrap_or_default();

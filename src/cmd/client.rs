@@ -945,7 +945,15 @@ fn validate_bytes_report(
         )],
         Ok(DecodedDoc::Pod(pod)) => {
             match make_static_pod(*pod, node_name, SourceKind::File, origin, "") {
-                Ok(_) => vec![],
+                // Valid, but the kubelet (and nanolet) would refuse it at admission on this
+                // Linux node: said as a refusal, with the kubelet's reason and message.
+                Ok(pod) => match crate::kubelet::admission::os_rejection(&pod) {
+                    Some((reason, message)) => vec![(
+                        String::new(),
+                        format!("refused at admission on a Linux node: {reason}: {message}"),
+                    )],
+                    None => vec![],
+                },
                 Err(errs) => errs.into_iter().map(|e| (e.field, e.reason)).collect(),
             }
         }
@@ -1131,6 +1139,44 @@ mod tests {
         std::fs::write(&p, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: c\n    image: busybox\n").unwrap();
         assert_eq!(validate_file(&p, "node1"), vec![]);
         assert_eq!(validate_file(&dir.path().join("nope.yaml"), "n").len(), 1);
+    }
+
+    /// Issue 34: shapes the kubelet refuses, each called valid before. ValidatePodSpec's
+    /// field paths; `os.name: windows` is the kubelet's admission refusal (PodOSNotSupported).
+    #[test]
+    fn validate_refuses_what_the_kubelet_refuses() {
+        let base = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: c\n    image: busybox\n";
+        for (extra, field) in [
+            (
+                "  tolerations:\n  - key: k\n    operator: Bogus\n",
+                "spec.tolerations[0].operator",
+            ),
+            ("  nodeSelector:\n    'bad key!': x\n", "spec.nodeSelector"),
+            (
+                "  topologySpreadConstraints:\n  - maxSkew: 0\n    topologyKey: zone\n    whenUnsatisfiable: DoNotSchedule\n",
+                "spec.topologySpreadConstraints[0].maxSkew",
+            ),
+            (
+                "  topologySpreadConstraints:\n  - maxSkew: 1\n    topologyKey: ''\n    whenUnsatisfiable: DoNotSchedule\n",
+                "spec.topologySpreadConstraints[0].topologyKey",
+            ),
+            (
+                "  topologySpreadConstraints:\n  - maxSkew: 1\n    topologyKey: zone\n    whenUnsatisfiable: Nope\n",
+                "spec.topologySpreadConstraints[0].whenUnsatisfiable",
+            ),
+            ("  os:\n    name: windows\n", ""),
+        ] {
+            let errs = validate_bytes(format!("{base}{extra}").as_bytes(), "/m/x.yaml", "node1");
+            assert!(errs.iter().any(|(f, _)| f == field), "{extra}: {errs:?}");
+            if field.is_empty() {
+                assert!(errs[0].1.contains("PodOSNotSupported"), "{errs:?}");
+            }
+        }
+        let linux = format!("{base}  os:\n    name: linux\n");
+        assert_eq!(
+            validate_bytes(linux.as_bytes(), "/m/x.yaml", "node1"),
+            vec![]
+        );
     }
 
     /// `VmHWM` (peak resident memory, KiB) of this process.

@@ -402,12 +402,12 @@ impl<R: Read> TarReader<R> {
                 b'1' => EntryKind::HardLink,
                 _ => EntryKind::Other,
             };
-            // Only regular files carry data (and some writers put a size on others: skip it).
-            let data = if matches!(kind, EntryKind::File | EntryKind::Other) {
-                size
-            } else {
-                0
-            };
+            // Go's archive/tar (what containerd and podman read layers with): links, character
+            // and block devices, directories and FIFOs (typeflags 1-6) are header-only, whatever
+            // size a writer put on them; the next header follows at once (its
+            // isHeaderOnlyType). Regular files and unknown types carry `size` bytes.
+            let header_only = matches!(typeflag, b'1'..=b'6');
+            let data = if header_only { 0 } else { size };
             self.remaining = data;
             self.padding = (512 - data % 512) % 512;
             return Ok(Some(Entry {
@@ -1604,6 +1604,29 @@ pub(crate) mod tests {
         let e = t.next_entry().unwrap().unwrap();
         assert_eq!((e.kind, e.link.as_str()), (EntryKind::Symlink, "a.txt"));
         assert!(t.next_entry().unwrap().is_none());
+    }
+
+    /// Go's archive/tar isHeaderOnlyType: typeflags 1-6 (here 3 character device, 4 block
+    /// device, 6 FIFO, 5 directory) carry no data even with a non-zero size field; the next
+    /// header follows directly. Reading the size as data would swallow the next member.
+    #[test]
+    fn devices_and_fifos_with_a_size_are_header_only_as_go_archive_tar() {
+        for flag in [b'3', b'4', b'5', b'6'] {
+            let mut b = TarBuilder::new();
+            b.header("dev", 512, flag, "");
+            b.file("after.txt", b"data");
+            let bytes = b.finish();
+            let mut t = TarReader::new(&bytes[..]);
+            let e = t.next_entry().unwrap().unwrap();
+            assert_eq!((e.path.as_str(), e.size), ("dev", 0), "typeflag {flag}");
+            let e = t.next_entry().unwrap().unwrap();
+            assert_eq!(
+                (e.path.as_str(), e.size, e.kind),
+                ("after.txt", 4, EntryKind::File),
+                "typeflag {flag}"
+            );
+            assert!(t.next_entry().unwrap().is_none());
+        }
     }
 
     #[test]

@@ -19,6 +19,36 @@ pub const NODE_PORTS: (&str, &str) = (
     "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports",
 );
 
+/// The kubelet's OS admission checks (pkg/kubelet/lifecycle/predicate.go), which run before the
+/// general predicates: the node OS is Linux (Go's runtime.GOOS for a Linux kubelet).
+pub const POD_OS_SELECTOR: (&str, &str) = (
+    "PodOSSelectorNodeLabelDoesNotMatch",
+    "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label",
+);
+pub const POD_OS_NOT_SUPPORTED: (&str, &str) = (
+    "PodOSNotSupported",
+    "Failed to admit pod as the OS field doesn't match node OS",
+);
+
+/// Why the kubelet refuses `pod` for its OS: a `kubernetes.io/os` pod label other than
+/// `linux` (rejectPodAdmissionBasedOnOSSelector), or a `spec.os` whose name is not `linux`
+/// (rejectPodAdmissionBasedOnOSField; `os: {}` has the empty name, refused too).
+pub fn os_rejection(pod: &Pod) -> Option<(&'static str, &'static str)> {
+    if pod
+        .metadata
+        .labels
+        .get("kubernetes.io/os")
+        .is_some_and(|os| os != "linux")
+    {
+        return Some(POD_OS_SELECTOR);
+    }
+    match pod.spec.extra.get("os") {
+        None | Some(Value::Null) => None,
+        Some(os) if os.get("name").and_then(Value::as_str) == Some("linux") => None,
+        Some(_) => Some(POD_OS_NOT_SUPPORTED),
+    }
+}
+
 /// The node's labels as the kubelet sets them on its own Node: `kubernetes.io/hostname`,
 /// `kubernetes.io/os`, `kubernetes.io/arch` (and the beta ones), then `--node-labels`.
 pub fn node_labels(node_name: &str, extra: &[(String, String)]) -> BTreeMap<String, String> {
@@ -274,6 +304,32 @@ mod tests {
             p.spec.extra = m.into_iter().collect();
         }
         p
+    }
+
+    /// predicate.go rejectPodAdmissionBasedOnOSField / ...OSSelector: on a Linux node a pod
+    /// whose spec.os.name or kubernetes.io/os label is not "linux" is refused, with the
+    /// kubelet's reasons and messages.
+    #[test]
+    fn pods_for_another_os_are_refused_as_the_kubelet_does() {
+        assert_eq!(os_rejection(&pod_with(json!({}))), None);
+        assert_eq!(
+            os_rejection(&pod_with(json!({"os": {"name": "linux"}}))),
+            None
+        );
+        assert_eq!(
+            os_rejection(&pod_with(json!({"os": {"name": "windows"}}))),
+            Some(POD_OS_NOT_SUPPORTED)
+        );
+        assert_eq!(
+            os_rejection(&pod_with(json!({"os": {}}))),
+            Some(POD_OS_NOT_SUPPORTED)
+        );
+        let mut p = pod_with(json!({}));
+        p.metadata
+            .labels
+            .insert("kubernetes.io/os".into(), "windows".into());
+        assert_eq!(os_rejection(&p), Some(POD_OS_SELECTOR));
+        assert_eq!(POD_OS_NOT_SUPPORTED.0, "PodOSNotSupported");
     }
 
     #[test]

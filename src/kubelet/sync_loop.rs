@@ -412,7 +412,7 @@ impl SyncLoop {
     }
 
     /// Why admission refuses `pod` (reason, message), or `None` when it is admitted: security
-    /// policy, isolation, node affinity, host ports, node pressure, then pods, cpu and memory.
+    /// policy, isolation, OS, node affinity, host ports, node pressure, then pods, cpu and memory.
     fn admission_rejection(&self, pod: &Pod) -> Option<(&'static str, String)> {
         let active: Vec<&Pod> = self
             .workers
@@ -450,6 +450,8 @@ impl SyncLoop {
             crate::api::security::unsupported_isolation(pod, self.host_security_for(pod))
         {
             Some((reason, message))
+        } else if let Some((reason, message)) = crate::kubelet::admission::os_rejection(pod) {
+            Some((reason, message.to_string()))
         } else if !crate::kubelet::admission::node_affinity_matches(
             pod,
             &settings.node_labels,

@@ -1111,7 +1111,7 @@ mod tests {
         // A kubeconfig with a valid client certificate: no bootstrap.
         let pair = crate::certificate::selfsigned::generate("edge-1", std::time::SystemTime::now())
             .unwrap();
-        let pem = crate::certificate::pem::base64;
+        let pem = crate::util::base64::encode;
         std::fs::write(
             d.path().join("kubelet.conf"),
             format!(

@@ -195,11 +195,28 @@ impl RuntimeManager<'_> {
         if let Err(e) = std::fs::create_dir_all(&cdir) {
             warn!(pod = %self.full_name, container = %name, error = %e, "creating container log directory");
         }
-        let cfg = self
-            .container_config(c, kind, restart_count, log_rel)
-            .inspect_err(|e| {
-                warn!(pod = %self.full_name, container = %name, reason = %e.reason(), "{e}");
-            })?;
+        let cfg = match self.container_config(c, kind, restart_count, log_rel) {
+            Ok(cfg) => {
+                let limiter = self.state.config_warnings.get_mut(name);
+                if limiter.is_some_and(|l| l.clear()) {
+                    info!(pod = %self.full_name, container = %name, "container config works again");
+                }
+                cfg
+            }
+            Err(e) => {
+                // The same error at every sync (every few seconds while a ConfigMap is
+                // missing): the first at once, then once per back-off step with the count.
+                let limiter = self
+                    .state
+                    .config_warnings
+                    .entry(name.to_string())
+                    .or_default();
+                if let Some(suppressed) = limiter.check(&e.to_string(), Instant::now()) {
+                    warn!(pod = %self.full_name, container = %name, reason = %e.reason(), suppressed, "{e}");
+                }
+                return Err(e.into());
+            }
+        };
         info!(pod = %self.full_name, container = %name, restart_count, kind = kind.as_str(), "starting container");
         let id = match self.runtime.create_container(sandbox_id, &cfg, sandbox_cfg) {
             Ok(id) => {
@@ -479,6 +496,92 @@ impl RuntimeManager<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Captured log output of the current thread.
+    #[derive(Clone, Default)]
+    struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Issue 34: a container whose ConfigMap is missing fails its config at every sync (19
+    /// identical WARN lines in 90 s before). Repeats go through the once-per-back-off-step
+    /// limit (docs/decisions/warning-rate-limit.md): 19 syncs in a row log one WARN.
+    #[test]
+    fn a_missing_configmap_warns_once_per_back_off_step_not_per_sync() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = crate::cri::fake::FakeRuntime::new();
+        rt.add_image("busybox:1");
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1",
+                "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "app", "key": "k"}}}]}]}
+        }))
+        .expect("pod");
+        pod.spec.containers[0].image_pull_policy = "IfNotPresent".into();
+        let settings = super::super::RuntimeSettings {
+            host_ips: vec!["192.0.2.10".into()],
+            pod_logs_dir: dir.path().join("pods"),
+            root_dir: dir.path().join("root"),
+            store: Some(crate::localstore::LocalStore::new(
+                dir.path().join("configmaps"),
+                dir.path().join("secrets"),
+            )),
+            api_objects: None,
+            registry_config: None,
+            container_logs_dir: dir.path().join("containers"),
+            cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
+            host_dns: std::sync::Arc::new(crate::api::dns::HostResolvConf::new(
+                None,
+                PathBuf::new(),
+            )),
+            cluster_dns: Default::default(),
+        };
+        let events = crate::events::EventRecorder::new();
+        let mut state = super::super::RuntimeManagerState::default();
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let mut errors = 0;
+        tracing::subscriber::with_default(sub, || {
+            for _ in 0..19 {
+                let mut m = RuntimeManager {
+                    runtime: &rt,
+                    pod: &pod,
+                    events: &events,
+                    settings: &settings,
+                    state: &mut state,
+                    full_name: "default/p",
+                };
+                let r = m.start_container(
+                    &pod.spec.containers[0],
+                    ContainerType::Regular,
+                    "sb",
+                    &PodSandboxConfig::default(),
+                    &PodRuntimeState::default(),
+                    Instant::now(),
+                );
+                errors += usize::from(matches!(r, Err(StartError::Config(_))));
+            }
+        });
+        let out = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf8");
+        assert_eq!(errors, 19, "{out}");
+        let warns: Vec<&str> = out.lines().filter(|l| l.contains("WARN")).collect();
+        assert_eq!(warns.len(), 1, "{out}");
+        assert!(
+            warns[0].contains("configmap") && warns[0].contains("container=c"),
+            "{out}"
+        );
+    }
 
     #[test]
     fn log_tail_joins_partial_lines_and_keeps_the_end() {

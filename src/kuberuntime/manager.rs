@@ -163,6 +163,10 @@ pub struct RuntimeManagerState {
     pub pod_ip: String,
     /// The pod's image pulls and their back-off.
     pub images: ImageManager,
+    /// Per container: its config error's warning (a missing ConfigMap or Secret, FailedMount),
+    /// which repeats at every sync while the object is missing: logged once per back-off step
+    /// (`util::backoff::RepeatLimiter`, docs/decisions/warning-rate-limit.md).
+    pub config_warnings: std::collections::BTreeMap<String, crate::util::backoff::RepeatLimiter>,
 }
 
 /// One pod's runtime manager, built by its pod worker for each step from the runtime, the pod,

@@ -163,8 +163,8 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Parse {
     let Ok(head) = std::str::from_utf8(&buf[..head_len]) else {
         return Parse::Reject(400, "request head is not UTF-8");
     };
-    let mut lines = head.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
-    let request_line = lines.next().unwrap_or("");
+    let request_line = head.split('\n').next().unwrap_or("");
+    let request_line = request_line.strip_suffix('\r').unwrap_or(request_line);
     let mut parts = request_line.split(' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -183,7 +183,7 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Parse {
         v if v.starts_with("HTTP/") => return Parse::Reject(505, "HTTP version not supported"),
         _ => return Parse::Reject(400, "malformed HTTP version"),
     };
-    let headers = match header_fields(lines) {
+    let headers = match header_fields(&buf[..head_len]) {
         Ok(h) => h,
         Err((status, why)) => return Parse::Reject(status, why),
     };
@@ -215,30 +215,38 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Parse {
     }
 }
 
-/// The header fields after the request line, checked (RFC 9112 5).
-fn header_fields<'a>(
-    lines: impl Iterator<Item = &'a str>,
-) -> Result<Vec<(String, String)>, Refusal> {
-    let mut headers = Vec::new();
-    for line in lines.filter(|l| !l.is_empty()) {
-        if headers.len() >= MAX_HEADERS {
-            return Err((431, "too many header fields"));
+/// The header fields of a whole request head, read by `httparse` (already linked through hyper),
+/// which holds them to RFC 9110 5.5 as Go's `httpguts.ValidHeaderFieldValue` does: no control
+/// characters but HTAB in a value (a CR, LF or NUL smuggled into a value is refused, not
+/// passed on), a token for a name, no obsolete line folding (RFC 9112 5.2).
+fn header_fields(head: &[u8]) -> Result<Vec<(String, String)>, Refusal> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut fields);
+    match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err((400, "malformed request head")),
+        Err(httparse::Error::TooManyHeaders) => return Err((431, "too many header fields")),
+        Err(httparse::Error::HeaderName) => return Err((400, "malformed header field name")),
+        Err(httparse::Error::HeaderValue) => {
+            return Err((400, "control character in a header field value"));
         }
-        if line.starts_with([' ', '\t']) {
-            return Err((400, "obsolete line folding"));
+        Err(httparse::Error::Token | httparse::Error::Version | httparse::Error::Status) => {
+            return Err((400, "malformed request line"));
         }
-        let Some((name, value)) = line.split_once(':') else {
-            return Err((400, "malformed header field"));
-        };
-        if !is_token(name) {
-            return Err((400, "malformed header field name"));
-        }
-        headers.push((
-            name.to_string(),
-            value.trim_matches([' ', '\t']).to_string(),
-        ));
+        Err(_) => return Err((400, "malformed header field")),
     }
-    Ok(headers)
+    Ok(req
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8_lossy(h.value)
+                    .trim_matches([' ', '\t'])
+                    .to_string(),
+            )
+        })
+        .collect())
 }
 
 /// The body's framing from the header fields: its Content-Length, and whether it is chunked.
@@ -253,7 +261,10 @@ fn body_framing(headers: &[(String, String)]) -> Result<(Option<usize>, bool), R
             chunked = true;
         }
         if name.eq_ignore_ascii_case("content-length") {
-            let Ok(n) = value.parse::<u64>() else {
+            // RFC 9110 8.6: Content-Length = 1*DIGIT. Rust's `u64::from_str` also takes a
+            // leading '+' ("+5"), which Go's strconv.ParseUint refuses (and hyper since
+            // RUSTSEC-2021-0078): a front end and nanolet must not frame a body differently.
+            let Some(n) = parse_digits(value) else {
                 return Err((400, "malformed Content-Length"));
             };
             let n = usize::try_from(n).unwrap_or(usize::MAX);
@@ -267,6 +278,14 @@ fn body_framing(headers: &[(String, String)]) -> Result<(Option<usize>, bool), R
         return Err((400, "both Content-Length and Transfer-Encoding"));
     }
     Ok((body_len, chunked))
+}
+
+/// `1*DIGIT` as a number (`None` for anything else: a sign, a space, an empty text, overflow).
+pub fn parse_digits(value: &str) -> Option<u64> {
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    value.parse().ok()
 }
 
 /// A status and reason to refuse a request with.
@@ -298,10 +317,13 @@ fn chunked_len(buf: &[u8], max_body: usize) -> Result<Option<usize>, Refusal> {
             return Ok(None);
         };
         let size = line.split(|b| *b == b';').next().unwrap_or_default();
+        // RFC 9112 7.1: chunk-size = 1*HEXDIG (then BWS before an extension); no sign, no
+        // leading space ("+5" and " 5" are refused, as Go's parseHexUint refuses them).
+        // httparse::parse_chunk_size is not used: it reads an empty size line as 0.
         let size = std::str::from_utf8(size)
             .ok()
-            .map(|s| s.trim_matches([' ', '\t']))
-            .filter(|s| !s.is_empty() && s.len() <= 16)
+            .map(|s| s.trim_end_matches([' ', '\t']))
+            .filter(|s| !s.is_empty() && s.len() <= 16 && s.bytes().all(|b| b.is_ascii_hexdigit()))
             .and_then(|s| usize::from_str_radix(s, 16).ok())
             .ok_or((400, "malformed chunk size"))?;
         pos = next;
@@ -875,6 +897,26 @@ mod tests {
         assert_eq!(status(&"a".repeat(9000)), 414);
         let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "b".repeat(17000));
         assert_eq!(status(&big), 431);
+        // RFC 9110 8.6 (1*DIGIT) and RFC 9112 7.1 (1*HEXDIG), as Go's strconv.ParseUint and
+        // parseHexUint: a sign is not a digit (RUSTSEC-2021-0078's class of framing bug).
+        assert_eq!(status("POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n"), 400);
+        assert_eq!(status("POST / HTTP/1.1\r\nContent-Length: -0\r\n\r\n"), 400);
+        assert_eq!(status("POST / HTTP/1.1\r\nContent-Length: \r\n\r\n"), 400);
+        for size in ["+5", "-5", " 5", "0x5", ""] {
+            let req = format!(
+                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{size}\r\nabcde\r\n0\r\n\r\n"
+            );
+            assert_eq!(status(&req), 400, "chunk size {size:?}");
+        }
+        // RFC 9110 5.5 / Go's httpguts.ValidHeaderFieldValue: no CTL but HTAB in a value.
+        for ctl in ["\x00", "\x01", "\x1b", "\x7f", "a\rb"] {
+            let req = format!("GET / HTTP/1.1\r\nX: a{ctl}b\r\n\r\n");
+            assert_eq!(status(&req), 400, "value with {ctl:?}");
+        }
+        assert!(matches!(
+            parse("GET / HTTP/1.1\r\nX: a\tb é\r\n\r\n"),
+            Parse::Done { .. }
+        ));
         let many: String = (0..101).map(|i| format!("X{i}: y\r\n")).collect();
         assert_eq!(status(&format!("GET / HTTP/1.1\r\n{many}\r\n")), 431);
         assert_eq!(

@@ -23,6 +23,7 @@
 
 pub mod api;
 pub mod auth;
+#[cfg(feature = "tls")]
 pub mod auth_x509;
 pub(crate) mod httpd;
 #[cfg(feature = "tls")]

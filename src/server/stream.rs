@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use super::api::percent_decode;
+use super::api::query_unescape;
 use super::httpd::Request;
 use super::ws;
 use crate::cri::{AttachRequest, ErrorKind, ExecRequest, Runtime, RuntimeError};
@@ -121,9 +121,10 @@ fn query_pairs(query: &str) -> Vec<(String, String)> {
     query
         .split('&')
         .filter(|p| !p.is_empty())
-        .map(|p| {
+        .filter_map(|p| {
+            // Go's url.ParseQuery drops a pair whose key or value does not unescape.
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
+            Some((query_unescape(k)?, query_unescape(v)?))
         })
         .collect()
 }
@@ -467,7 +468,7 @@ pub fn proxy_upgrade_with(
         let length = resp_headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case("Content-Length"))
-            .and_then(|(_, v)| v.parse::<u64>().ok())
+            .and_then(|(_, v)| super::httpd::parse_digits(v))
             .unwrap_or(MAX_ERROR_BODY);
         io::copy(
             &mut (&mut upstream).take(length.min(MAX_ERROR_BODY)),

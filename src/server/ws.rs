@@ -345,7 +345,7 @@ pub fn connect(url: &str, protocols: &[&str]) -> Result<(TcpStream, String), WsE
     s.set_nodelay(true)?;
     // Bounded until the upgrade is answered; the stream itself may be idle for long.
     s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let key = encode_base64(&KeySource::new().next_16());
+    let key = crate::util::base64::encode(&KeySource::new().next_16());
     let mut head = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n",
@@ -376,6 +376,20 @@ pub fn connect(url: &str, protocols: &[&str]) -> Result<(TcpStream, String), WsE
             .find(|(k, _)| k.eq_ignore_ascii_case(n))
             .map_or("", |(_, v)| v.as_str())
     };
+    // RFC 6455 4.1, the client's checks 2 and 3 (gorilla/websocket's Dialer makes them too):
+    // `Upgrade: websocket` and a `Connection` holding `Upgrade`, or the connection fails.
+    if !get("Upgrade").eq_ignore_ascii_case("websocket") {
+        return Err(hs(format!(
+            "the response's Upgrade is {:?}, not \"websocket\"",
+            get("Upgrade")
+        )));
+    }
+    if !has_token(get("Connection"), "upgrade") {
+        return Err(hs(format!(
+            "the response's Connection is {:?}, without \"Upgrade\"",
+            get("Connection")
+        )));
+    }
     if get("Sec-WebSocket-Accept") != accept_key(&key) {
         return Err(hs("Sec-WebSocket-Accept does not match the key".into()));
     }
@@ -389,36 +403,61 @@ pub fn connect(url: &str, protocols: &[&str]) -> Result<(TcpStream, String), WsE
     Ok((s, chosen))
 }
 
-/// Reads an HTTP response head byte by byte (so nothing after it is consumed): the status line
-/// and the headers. At most 16 KiB.
+/// Reads an HTTP head byte by byte (so nothing after it is consumed): the first line (a
+/// response's status line; the test doubles read requests with it too) and the header fields,
+/// which `httparse` reads as the HTTP server does (`httpd::parse_head`): a control character in
+/// a value or a malformed line is an error, not relayed (RFC 9110 5.5). At most 16 KiB.
 pub fn read_response_head(s: &mut impl Read) -> Result<(String, Vec<(String, String)>), WsError> {
     let mut r = BufReader::with_capacity(1, s);
-    let mut total = 0usize;
-    let mut lines = Vec::new();
+    let mut head = Vec::new();
     loop {
-        let mut line = String::new();
-        let n = r.read_line(&mut line)?;
-        total += n;
+        let n = r.read_until(b'\n', &mut head)?;
         if n == 0 {
             return Err(WsError::Io(io::ErrorKind::UnexpectedEof.into()));
         }
-        if total > 16 * 1024 {
+        if head.len() > 16 * 1024 {
             return Err(WsError::Protocol("response head over 16 KiB".into()));
         }
-        let line = line.trim_end_matches(['\r', '\n']).to_string();
-        if line.is_empty() {
+        if head.ends_with(b"\n\n") || head.ends_with(b"\n\r\n") {
             break;
         }
-        lines.push(line);
     }
-    let status = lines.first().cloned().unwrap_or_default();
-    let headers = lines
-        .iter()
-        .skip(1)
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
+    let first_end = head.iter().position(|b| *b == b'\n').unwrap_or(head.len());
+    let status = String::from_utf8_lossy(&head[..first_end])
+        .trim_end_matches('\r')
+        .to_string();
+    if status.bytes().any(|b| b.is_ascii_control()) {
+        return Err(WsError::Protocol(
+            "control character in the status line".into(),
+        ));
+    }
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let rest = head.get(first_end + 1..).unwrap_or_default();
+    let headers = match httparse::parse_headers(rest, &mut fields) {
+        Ok(httparse::Status::Complete((_, fields))) => fields
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_string(),
+                    String::from_utf8_lossy(h.value)
+                        .trim_matches([' ', '\t'])
+                        .to_string(),
+                )
+            })
+            .collect(),
+        Ok(httparse::Status::Partial) => {
+            return Err(WsError::Protocol("incomplete response head".into()));
+        }
+        Err(e) => return Err(WsError::Protocol(format!("malformed response head: {e}"))),
+    };
     Ok((status, headers))
+}
+
+/// A comma-separated header value holds `token`, ASCII case-insensitively (RFC 9110 5.6.1).
+fn has_token(value: &str, token: &str) -> bool {
+    value
+        .split(',')
+        .any(|t| t.trim_matches([' ', '\t']).eq_ignore_ascii_case(token))
 }
 
 impl KeySource {
@@ -433,25 +472,7 @@ impl KeySource {
 
 /// `Sec-WebSocket-Accept` for a key: base64(SHA-1(key + GUID)) (RFC 6455 4.2.2).
 pub fn accept_key(key: &str) -> String {
-    encode_base64(&sha1(format!("{key}{HANDSHAKE_GUID}").as_bytes()))
-}
-
-/// Standard base64 with padding.
-pub fn encode_base64(data: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for c in data.chunks(3) {
-        let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    crate::util::base64::encode(&sha1(format!("{key}{HANDSHAKE_GUID}").as_bytes()))
 }
 
 /// SHA-1 (RFC 3174), only for the handshake's accept key (not for security).
@@ -605,7 +626,7 @@ mod tests {
     }
 
     #[test]
-    fn sha1_rfc3174_vectors_and_base64() {
+    fn sha1_rfc3174_vectors() {
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         assert_eq!(
             hex(&sha1(b"abc")),
@@ -617,9 +638,6 @@ mod tests {
             )),
             "84983e441c3bd26ebaae4aa1f95129e5e54670f1"
         );
-        assert_eq!(encode_base64(b"foob"), "Zm9vYg==");
-        assert_eq!(encode_base64(b"fooba"), "Zm9vYmE=");
-        assert_eq!(encode_base64(b"foobar"), "Zm9vYmFy");
     }
 
     #[test]
@@ -688,6 +706,67 @@ mod tests {
             other => panic!("{other:?}"),
         }
         t.join().unwrap();
+    }
+
+    /// RFC 6455 4.1, client checks 2 and 3: a 101 without `Upgrade: websocket`, or whose
+    /// `Connection` lacks the `Upgrade` token, fails the connection; the token may share the
+    /// field with others, in any case (RFC 9110 5.6.1, 7.6.1).
+    #[test]
+    fn handshake_checks_upgrade_and_connection_rfc6455_4_1() {
+        fn answer(key: &str, upgrade: &str, connection: &str) -> String {
+            format!(
+                "HTTP/1.1 101 Switching Protocols\r\n{upgrade}{connection}\
+                 Sec-WebSocket-Accept: {}\r\n\r\n",
+                accept_key(key)
+            )
+        }
+        let bad: [fn(&str) -> String; 4] = [
+            |k| answer(k, "", "Connection: Upgrade\r\n"),
+            |k| answer(k, "Upgrade: h2c\r\n", "Connection: Upgrade\r\n"),
+            |k| answer(k, "Upgrade: websocket\r\n", ""),
+            |k| answer(k, "Upgrade: websocket\r\n", "Connection: keep-alive\r\n"),
+        ];
+        for a in bad {
+            let (url, t) = serve_once(a);
+            match connect(&url, &[]) {
+                Err(WsError::Handshake { reason, .. }) => {
+                    assert!(reason.contains("Upgrade"), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            }
+            t.join().unwrap();
+        }
+        let (url, t) = serve_once(|k| {
+            answer(
+                k,
+                "Upgrade: WebSocket\r\n",
+                "Connection: keep-alive, upgrade\r\n",
+            )
+        });
+        assert!(connect(&url, &[]).is_ok());
+        t.join().unwrap();
+    }
+
+    /// RFC 9110 5.5: a control character (other than HTAB) in a field value is refused, so it
+    /// is never relayed (the streaming proxy passes the runtime's response head on).
+    #[test]
+    fn response_heads_with_control_characters_are_refused() {
+        for head in [
+            "HTTP/1.1 101 OK\r\nX: a\x01b\r\n\r\n",
+            "HTTP/1.1 101 OK\r\nX: a\x00b\r\n\r\n",
+            "HTTP/1.1 101 OK\r\nX: a\x7fb\r\n\r\n",
+            "HTTP/1.1 101 O\x1bK\r\nX: y\r\n\r\n",
+            "HTTP/1.1 101 OK\r\nbad header\r\n\r\n",
+        ] {
+            assert!(
+                read_response_head(&mut head.as_bytes()).is_err(),
+                "{head:?}"
+            );
+        }
+        let (status, headers) =
+            read_response_head(&mut &b"HTTP/1.1 101 OK\r\nX:  a\tb \r\n\r\nrest"[..]).unwrap();
+        assert_eq!(status, "HTTP/1.1 101 OK");
+        assert_eq!(headers, vec![("X".to_string(), "a\tb".to_string())]);
     }
 
     #[test]

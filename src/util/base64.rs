@@ -1,77 +1,68 @@
-//! Standard base64 decoding (RFC 4648 §4): [`decode`] is lenient (padding optional), as
-//! nanolet has always read Secret data, kubeconfig certificates and registry `auth` fields;
-//! [`decode_strict`] is Go's `base64.StdEncoding` after line breaks are removed, as go-yaml
-//! decodes `!!binary`.
+//! Base64 (RFC 4648) for every caller in nanolet, on the `base64` crate that tonic already links
+//! (no decoder of our own: issue 34).
+//!
+//! [`decode`] is Go's `base64.StdEncoding.DecodeString`, which the API server (`[]byte` JSON
+//! fields: Secret `data`, ConfigMap `binaryData`, CSR `request`/`certificate`), client-go
+//! (kubeconfig `*-data`), the kubelet's credential provider (registry `auth`) and go-yaml
+//! (`!!binary`) all use: the alphabet `A-Za-z0-9+/`, padding required and only at the end, CR
+//! and LF ignored anywhere, any other byte (spaces included) refused. Go's non-`Strict` decoder
+//! accepts non-zero bits after the last full byte (`"Zh=="` is `"f"`), so this does too.
 
-/// Why a base64 text does not decode.
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+
+/// Go's `base64.StdEncoding` (see the module documentation).
+const GO_STD: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(true)
+        .with_decode_padding_mode(DecodePaddingMode::RequireCanonical)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// Why a base64 text does not decode; the offsets count bytes of the input after CR and LF
+/// are removed, as Go's `CorruptInputError` does not (it counts the raw input), so the message
+/// names the byte instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Base64Error {
-    /// A byte outside the base64 alphabet (lenient decoder's message).
-    #[error("illegal base64 data: {0:?}")]
-    Illegal(char),
-    /// A byte outside the base64 alphabet (strict decoder's message).
-    #[error("invalid character {0:?}")]
-    InvalidCharacter(char),
-    #[error("length is not a multiple of 4")]
-    Length,
-    #[error("misplaced padding")]
+    /// A byte outside the alphabet, or `=` before the end.
+    #[error("illegal base64 data: byte {byte:?} at offset {offset}")]
+    Illegal { byte: char, offset: usize },
+    /// The text (without line breaks) is not a whole number of 4-character groups: a lone
+    /// trailing character, or missing padding.
+    #[error("illegal base64 data: length {0} is not a multiple of 4 (padding is required)")]
+    Length(usize),
+    /// Padding where it cannot be (`"Zg="`, `"Zm9v===="`).
+    #[error("illegal base64 data: misplaced padding")]
     Padding,
 }
 
-/// Decode standard base64 (padding optional, whitespace ignored).
+/// Standard base64 with padding (Go's `StdEncoding.EncodeToString`).
+pub fn encode(bytes: &[u8]) -> String {
+    GO_STD.encode(bytes)
+}
+
+/// Unpadded base64url (Go's `base64.RawURLEncoding.EncodeToString`).
+pub fn encode_raw_url(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Decode as Go's `base64.StdEncoding.DecodeString` (see the module documentation).
 pub fn decode(s: &str) -> Result<Vec<u8>, Base64Error> {
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let mut acc: u32 = 0;
-    let mut bits = 0;
-    for ch in s.bytes().filter(|b| !b.is_ascii_whitespace()) {
-        if ch == b'=' {
-            break;
-        }
-        let v = sextet(ch).ok_or(Base64Error::Illegal(ch as char))?;
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    Ok(out)
-}
-
-/// RFC 4648 base64 as Go's `base64.StdEncoding` reads it after whitespace is removed: the
-/// length must be a multiple of 4 and padding may only end the text.
-pub fn decode_strict(s: &str) -> Result<Vec<u8>, Base64Error> {
-    let clean: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
-    if clean.len() % 4 != 0 {
-        return Err(Base64Error::Length);
-    }
-    let mut out = Vec::with_capacity(clean.len() / 4 * 3);
-    for (n, chunk) in clean.chunks(4).enumerate() {
-        let last = n + 1 == clean.len() / 4;
-        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return Err(Base64Error::Padding);
-        }
-        let mut acc = 0u32;
-        for &c in &chunk[..4 - pad] {
-            let v = sextet(c).ok_or(Base64Error::InvalidCharacter(c as char))?;
-            acc = acc << 6 | u32::from(v);
-        }
-        acc <<= 6 * pad as u32;
-        let bytes = [(acc >> 16) as u8, (acc >> 8) as u8, acc as u8];
-        out.extend_from_slice(&bytes[..3 - pad]);
-    }
-    Ok(out)
-}
-
-fn sextet(c: u8) -> Option<u8> {
-    Some(match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => return None,
+    let clean: Vec<u8> = s.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
+    GO_STD.decode(&clean).map_err(|e| match e {
+        base64::DecodeError::InvalidByte(offset, b) => Base64Error::Illegal {
+            byte: char::from(b),
+            offset,
+        },
+        base64::DecodeError::InvalidLength(n) => Base64Error::Length(n),
+        // With trailing bits allowed this is not produced; report it as the length it is.
+        base64::DecodeError::InvalidLastSymbol(offset, b) => Base64Error::Illegal {
+            byte: char::from(b),
+            offset,
+        },
+        base64::DecodeError::InvalidPadding => Base64Error::Padding,
     })
 }
 
@@ -79,31 +70,62 @@ fn sextet(c: u8) -> Option<u8> {
 mod tests {
     use super::*;
 
+    /// RFC 4648 section 10 test vectors, both ways.
     #[test]
-    fn base64_matches_reference_vectors() {
-        for (enc, dec) in [
+    fn rfc4648_section_10_vectors() {
+        for (plain, enc) in [
             ("", ""),
-            ("Zg==", "f"),
-            ("Zm8=", "fo"),
-            ("Zm9v", "foo"),
-            ("Zm9vYmFy", "foobar"),
-            ("Zm9v\nYmE=", "fooba"),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
         ] {
-            assert_eq!(decode(enc).expect("decode"), dec.as_bytes(), "{enc}");
+            assert_eq!(encode(plain.as_bytes()), enc);
+            assert_eq!(decode(enc).expect("decode"), plain.as_bytes(), "{enc}");
         }
-        assert!(decode("a*b").is_err());
+        assert_eq!(encode_raw_url(&[0xfb, 0xff]), "-_8");
     }
 
-    /// Go's StdEncoding: padding required, only at the end.
+    /// Go's StdEncoding stops at nothing: data after the padding is an error
+    /// (`CorruptInputError`), where the old lenient decoder returned "f" for "Zg==junk".
     #[test]
-    fn strict_decoding_is_go_std_encoding() {
-        assert_eq!(decode_strict("aGVs\nbG8=").expect("decode"), b"hello");
-        assert_eq!(decode_strict("aGVsbG8"), Err(Base64Error::Length));
-        assert_eq!(decode_strict("aG==bG8="), Err(Base64Error::Padding));
+    fn go_std_encoding_rejects_data_after_padding() {
+        assert!(matches!(
+            decode("Zg==junk"),
+            Err(Base64Error::Illegal { byte: '=', .. })
+        ));
+        assert!(decode("Zg==Zg==").is_err());
+    }
+
+    /// Go's StdEncoding: a lone trailing sextet (6 bits, not a byte) and missing padding are
+    /// errors; the old decoder dropped the sextet and read unpadded text.
+    #[test]
+    fn go_std_encoding_rejects_a_lone_sextet_and_missing_padding() {
+        for bad in ["Zm9vY", "Zm9vY===", "Zg", "Zm8", "Zg=", "Zm9v===="] {
+            assert!(decode(bad).is_err(), "{bad:?}: {:?}", decode(bad));
+        }
+    }
+
+    /// Go's decoder drops '\r' and '\n' anywhere and refuses every other byte outside the
+    /// alphabet, spaces and tabs included.
+    #[test]
+    fn go_std_encoding_ignores_only_cr_and_lf() {
+        assert_eq!(decode("Zm9v\r\nYmE=\n").expect("decode"), b"fooba");
+        assert_eq!(decode("Zm\n9v").expect("decode"), b"foo");
+        assert!(decode("Zm9v YmE=").is_err());
+        assert!(decode("Zm9v\tYmE=").is_err());
+        assert!(decode("Zm9v-_==").is_err());
         assert_eq!(
-            decode_strict("aGV*bG8=").unwrap_err().to_string(),
-            "invalid character '*'"
+            decode("aGV*bG8=").unwrap_err().to_string(),
+            "illegal base64 data: byte '*' at offset 3"
         );
-        assert_eq!(decode("aGVsbG8").expect("lenient"), b"hello");
+    }
+
+    /// Go's StdEncoding is not `Strict()`: non-zero bits after the last byte are dropped.
+    #[test]
+    fn go_std_encoding_accepts_trailing_bits() {
+        assert_eq!(decode("Zh==").expect("decode"), b"f");
     }
 }

@@ -138,36 +138,59 @@ fn query_params(query: &str) -> BTreeMap<String, String> {
     query
         .split('&')
         .filter(|p| !p.is_empty())
-        .map(|p| {
+        .filter_map(|p| {
+            // Go's url.ParseQuery drops a pair whose key or value does not unescape.
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
+            Some((query_unescape(k)?, query_unescape(v)?))
         })
         .collect()
 }
 
-/// Decodes a URL query component (`+` is a space, `%XX` a byte; a malformed `%` stays).
+/// Decodes a URL query component (`+` is a space, `%XX` a byte); a malformed `%` (not followed
+/// by two hex digits) stays as it is. Paths use this; query parameters [`query_unescape`].
 pub fn percent_decode(s: &str) -> String {
+    unescape(s, true).unwrap_or_else(|bad| bad)
+}
+
+/// Go's `url.QueryUnescape`: `+` is a space, `%XX` a byte where X is a hex digit; `None` for a
+/// `%` not followed by two hex digits (`"%+1"`, `"%2"`, `"%zz"`), which Go refuses (its `ishex`;
+/// `u8::from_str_radix` alone would read `"+1"` as 1).
+pub fn query_unescape(s: &str) -> Option<String> {
+    unescape(s, false).ok()
+}
+
+/// Decodes `s`; a malformed escape is kept (`Err` of the lenient text) or refused.
+fn unescape(s: &str, keep_malformed: bool) -> Result<String, String> {
+    let hex = |c: u8| char::from(c).to_digit(16);
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
+    let mut malformed = false;
     let mut i = 0;
     while i < b.len() {
         match b[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16)
-                {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
+            b'%' => match (
+                b.get(i + 1).and_then(|c| hex(*c)),
+                b.get(i + 2).and_then(|c| hex(*c)),
+            ) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 2;
                 }
-            }
+                _ => {
+                    malformed = true;
+                    if !keep_malformed {
+                        return Err(String::new());
+                    }
+                    out.push(b'%');
+                }
+            },
             c => out.push(c),
         }
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    let text = String::from_utf8_lossy(&out).into_owned();
+    if malformed { Err(text) } else { Ok(text) }
 }
 
 fn wants_table(accept: &str) -> bool {
@@ -471,6 +494,20 @@ mod tests {
         );
         assert_eq!(percent_decode("a%2"), "a%2");
         assert_eq!(percent_decode("%zz%"), "%zz%");
+    }
+
+    /// Go's url.QueryUnescape takes `%` with two hex digits only (`ishex`): "%+1" is an error,
+    /// not 0x01 (`u8::from_str_radix` accepts a sign); url.ParseQuery drops such a pair.
+    #[test]
+    fn query_unescape_is_go_strict_about_escapes() {
+        assert_eq!(query_unescape("a%2Bb+c").as_deref(), Some("a+b c"));
+        for bad in ["%+1", "%-1", "%2", "%", "%zz", "a%+1b"] {
+            assert_eq!(query_unescape(bad), None, "{bad:?}");
+        }
+        assert_eq!(percent_decode("%+1"), "% 1", "kept, not 0x01");
+        let q = query_params("a=%+1&b=2&%+1=c");
+        assert_eq!(q.len(), 1, "{q:?}");
+        assert_eq!(q.get("b").map(String::as_str), Some("2"));
     }
 
     #[test]
