@@ -42,6 +42,14 @@ pub enum LoopMsg {
     Evict(crate::eviction::Eviction),
     /// The node pressure conditions changed (see `StatusStore::node_conditions`).
     NodeConditions,
+    /// The node shutdown manager terminates a pod for a node shutdown with this grace period
+    /// (status Failed, reason `Terminated`).
+    ShutdownKill {
+        uid: String,
+        grace_seconds: i64,
+    },
+    /// The node shutdown was cancelled: pods it stopped run again.
+    ShutdownCancelled,
     Shutdown,
 }
 
@@ -71,6 +79,8 @@ pub struct SyncLoop {
             std::time::Instant,
         ),
     >,
+    /// Pods stopped for a node shutdown, re-admitted if the shutdown is cancelled.
+    shutdown_killed: std::collections::HashSet<String>,
     /// (pod UID, warning) already said at admission (unenforced isolation), said once.
     warned: std::collections::HashSet<(String, String)>,
 }
@@ -137,6 +147,7 @@ impl SyncLoop {
             all_sources_ready: false,
             runtime_pods: BTreeMap::new(),
             evicted: HashMap::new(),
+            shutdown_killed: Default::default(),
             warned: Default::default(),
         }
     }
@@ -174,7 +185,9 @@ impl SyncLoop {
             .filter(|(cond, _)| cond.is_none())
             .map(|(_, at)| transition.saturating_sub(at.elapsed()))
             .min()
-            .map_or(TRIM_EVERY, |d| d.clamp(Duration::from_millis(100), TRIM_EVERY))
+            .map_or(TRIM_EVERY, |d| {
+                d.clamp(Duration::from_millis(100), TRIM_EVERY)
+            })
     }
 
     pub fn handle(&mut self, msg: LoopMsg) {
@@ -199,14 +212,43 @@ impl SyncLoop {
             LoopMsg::Evict(e) => {
                 if let Some(w) = self.workers.get(&e.uid) {
                     if !w.terminating {
-                        self.pool.send(&e.uid, WorkerMsg::Evict {
-                            message: e.message,
-                            grace_seconds: e.grace_seconds,
-                        });
+                        self.pool.send(
+                            &e.uid,
+                            WorkerMsg::Evict {
+                                reason: "Evicted",
+                                message: e.message,
+                                grace_seconds: e.grace_seconds,
+                            },
+                        );
                         self.evicted
                             .insert(e.uid, (e.condition, std::time::Instant::now()));
                     }
                 }
+            }
+            LoopMsg::ShutdownKill { uid, grace_seconds } => {
+                if self.workers.get(&uid).is_some_and(|w| !w.terminating) {
+                    self.pool.send(
+                        &uid,
+                        WorkerMsg::Evict {
+                            reason: crate::nodeshutdown::REASON,
+                            message: crate::nodeshutdown::MESSAGE.into(),
+                            grace_seconds,
+                        },
+                    );
+                    self.evicted.remove(&uid);
+                    self.shutdown_killed.insert(uid);
+                }
+            }
+            LoopMsg::ShutdownCancelled => {
+                for uid in std::mem::take(&mut self.shutdown_killed) {
+                    if let Some(w) = self.workers.get(&uid) {
+                        if !w.terminating && !crate::kubelet::admission::is_api_pod(&w.pod) {
+                            info!(pod = %w.full_name, uid, "node shutdown cancelled; re-admitting pod");
+                            self.pool.send(&uid, WorkerMsg::Readmit);
+                        }
+                    }
+                }
+                self.start_pending();
             }
             LoopMsg::NodeConditions => {
                 self.readmit_evicted();
@@ -220,6 +262,9 @@ impl SyncLoop {
     /// the pressure transition period after its signal clears) run again; local-storage
     /// evictions after one transition period.
     fn readmit_evicted(&mut self) {
+        if self.ctx.store.shutting_down() {
+            return;
+        }
         let conditions = self.ctx.store.node_conditions();
         let transition = self.ctx.settings.eviction_transition;
         let ready: Vec<String> = self
@@ -262,11 +307,15 @@ impl SyncLoop {
                 let current = w.pod.spec.termination_grace_period_seconds;
                 if !w.terminating && current != Some(grace) {
                     info!(pod = %w.full_name, uid, grace, "pod deleted with a grace period");
-                    Arc::make_mut(&mut w.pod).spec.termination_grace_period_seconds = Some(grace);
+                    Arc::make_mut(&mut w.pod)
+                        .spec
+                        .termination_grace_period_seconds = Some(grace);
                     self.pool.send(&uid, WorkerMsg::Update(w.pod.clone()));
                 } else if w.terminating && current.is_none_or(|c| grace < c) {
                     info!(pod = %w.full_name, uid, grace, "pod deleted again with a shorter grace period; shortening the kill");
-                    Arc::make_mut(&mut w.pod).spec.termination_grace_period_seconds = Some(grace);
+                    Arc::make_mut(&mut w.pod)
+                        .spec
+                        .termination_grace_period_seconds = Some(grace);
                     shorten_kill(self.ctx.runtime.clone(), &uid, &w.full_name, grace);
                 }
             }
@@ -412,7 +461,12 @@ impl SyncLoop {
             .iter()
             .map(|p| pod_requests(p))
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        if let Some(message) = crate::kubelet::policy::violation(pod, &settings.security) {
+        if self.ctx.store.shutting_down() {
+            Some((
+                crate::nodeshutdown::NOT_ADMITTED_REASON,
+                crate::nodeshutdown::NOT_ADMITTED_MESSAGE.to_string(),
+            ))
+        } else if let Some(message) = crate::kubelet::policy::violation(pod, &settings.security) {
             Some((crate::kubelet::policy::REASON, message))
         } else if let Some((reason, message)) =
             crate::api::security::unsupported_isolation(pod, settings.host_security)
@@ -598,9 +652,9 @@ mod tests {
     use crate::kubelet::SyncSettings;
     use crate::pleg::{Pleg, PlegEvent};
     use crate::status::StatusStore;
-    use std::time::Instant;
     use std::sync::mpsc::channel;
     use std::thread::JoinHandle;
+    use std::time::Instant;
 
     const IMAGE: &str = "localhost/busybox:1.36";
 
@@ -619,7 +673,11 @@ mod tests {
         }
 
         fn start_with(rt: Arc<FakeRuntime>, max_pods: u32) -> Harness {
-            Self::start_pool(rt, max_pods, crate::util::pool::PoolSize { min: 2, max: 16 })
+            Self::start_pool(
+                rt,
+                max_pods,
+                crate::util::pool::PoolSize { min: 2, max: 16 },
+            )
         }
 
         fn start_pool(
@@ -857,7 +915,10 @@ mod tests {
             }
         }
         let _release = Release(h.rt.clone());
-        let hung = [pod("h1", "hung1", "Always", &["stuck"]), pod("h2", "hung2", "Always", &["stuck"])];
+        let hung = [
+            pod("h1", "hung1", "Always", &["stuck"]),
+            pod("h2", "hung2", "Always", &["stuck"]),
+        ];
         h.desire(&hung, true);
         h.wait("two CreateContainer calls hanging", |h| h.rt.hanging() == 2);
         let mut pods = hung.to_vec();

@@ -182,6 +182,7 @@ impl Kubelet {
         w.start_log_rotation()?;
         w.start_pleg()?;
         w.start_eviction()?;
+        w.start_node_shutdown();
         // API-server mode starts once a client credential exists: now, or when TLS bootstrap
         // (its own thread) has one. Static pods never wait for it.
         match (deps.api_client, api_mode, bootstrap) {
@@ -635,6 +636,22 @@ impl Wiring<'_> {
         Ok(())
     }
 
+    /// The graceful node shutdown manager, when shutdownGracePeriod (or ByPodPriority) is set.
+    fn start_node_shutdown(&mut self) {
+        let mut config = self.cfg.shutdown.clone();
+        // Test seam: the tests' stand-in logind reads its drop-ins elsewhere.
+        if let Some(dir) = std::env::var_os("NANOLET_LOGIND_CONF_DIR") {
+            config.logind_conf_dir = PathBuf::from(dir);
+        }
+        let terminator = Arc::new(ShutdownTerminator {
+            store: self.store.clone(),
+            runtime: self.runtime.clone(),
+            tx: self.loop_tx.clone(),
+        });
+        let stop = self.shutdown.receiver();
+        crate::nodeshutdown::Manager::start(config, terminator, stop);
+    }
+
     /// What every pod worker shares: the runtime, the prober (started here), the status store
     /// and the settings.
     fn worker_context(&self) -> Arc<WorkerContext> {
@@ -991,6 +1008,63 @@ fn pleg_to_loop(tx: Sender<LoopMsg>) -> crate::pleg::PlegSink {
         };
         tx.send(msg).is_ok()
     })
+}
+
+/// What the node shutdown manager needs, over the status store, the runtime and the sync
+/// loop (which kills through the pod workers, as for an eviction).
+struct ShutdownTerminator {
+    store: Arc<StatusStore>,
+    runtime: Arc<dyn Runtime>,
+    tx: Sender<LoopMsg>,
+}
+
+impl crate::nodeshutdown::PodTerminator for ShutdownTerminator {
+    fn active_pods(&self) -> Vec<Arc<crate::api::Pod>> {
+        self.store
+            .pods()
+            .into_iter()
+            .filter(|p| {
+                !p.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == "Succeeded" || s.phase == "Failed")
+            })
+            .map(Arc::new)
+            .collect()
+    }
+
+    fn set_shutting_down(&self, shutting_down: bool) {
+        self.store.set_shutting_down(shutting_down);
+        if !shutting_down {
+            self.send(LoopMsg::ShutdownCancelled);
+        }
+    }
+
+    fn terminate(&self, pod: &crate::api::Pod, grace_seconds: i64) {
+        self.send(LoopMsg::ShutdownKill {
+            uid: pod.metadata.uid.clone(),
+            grace_seconds,
+        });
+    }
+
+    fn running(&self) -> std::collections::HashSet<String> {
+        match self.runtime.list_containers() {
+            Ok(list) => list
+                .into_iter()
+                .filter(|c| c.state == crate::cri::ContainerState::Running)
+                .filter_map(|c| c.labels.get(crate::cri::LABEL_POD_UID).cloned())
+                .collect(),
+            Err(e) => {
+                warn!(error = %e, "node shutdown: listing containers failed");
+                self.store.uids().into_iter().collect()
+            }
+        }
+    }
+}
+
+impl ShutdownTerminator {
+    fn send(&self, msg: LoopMsg) {
+        let _ = self.tx.send(msg);
+    }
 }
 
 /// The eviction manager's events, as sync loop messages.

@@ -104,6 +104,7 @@ fn finish(
     hostname: &dyn Fn() -> Result<String, ConfigError>,
 ) -> Result<ParseOutcome, ConfigError> {
     finish_eviction(&mut cfg)?;
+    cfg.shutdown.validate().map_err(ConfigError::Shutdown)?;
     let raw_name = if cfg.node_name.trim().is_empty() {
         hostname()?
     } else {

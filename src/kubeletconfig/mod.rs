@@ -91,6 +91,9 @@ pub enum ConfigError {
     /// Eviction and image GC settings that do not fit together (the error names the field).
     #[error("{0}")]
     Eviction(String),
+    /// Graceful node shutdown settings that do not fit together.
+    #[error("{0}")]
+    Shutdown(String),
     /// The read-only port bound off loopback without a token.
     #[error(
         "--address {0} is not a loopback address: the read-only port would be reachable from the network; set --read-only-token-file (config: readOnlyTokenFile) to require a bearer token, or --read-only-port=0 to disable it"
@@ -251,6 +254,9 @@ pub struct Config {
     /// Eviction thresholds, reservations and image GC (evictionHard, systemReserved,
     /// imageGCHighThresholdPercent, ...).
     pub eviction: crate::eviction::EvictionConfig,
+    /// Graceful node shutdown (shutdownGracePeriod, shutdownGracePeriodCriticalPods,
+    /// shutdownGracePeriodByPodPriority).
+    pub shutdown: crate::nodeshutdown::ShutdownConfig,
     /// `--v`, 0..=10; see [`verbosity_level`].
     pub verbosity: u8,
     /// Warnings found while loading the config file (ignored fields, each naming the file and
@@ -398,6 +404,10 @@ impl Config {
             event_record_qps: 50,
             event_burst: 100,
             eviction: crate::eviction::EvictionConfig::default(),
+            shutdown: crate::nodeshutdown::ShutdownConfig {
+                logind_conf_dir: PathBuf::from("/etc/systemd/logind.conf.d"),
+                ..Default::default()
+            },
             verbosity: 0,
             warnings: Vec::new(),
         }

@@ -24,6 +24,8 @@ pub enum ValueError {
         text: String,
         reason: crate::timeutil::DurationError,
     },
+    #[error("invalid priority=seconds pair {0:?}: both must be integers")]
+    ShutdownGroup(String),
     #[error("must be greater than zero, got {0:?}")]
     NotPositive(String),
     #[error("invalid IP address {0:?}")]

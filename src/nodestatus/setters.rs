@@ -2,6 +2,7 @@
 //! allocatable, addresses, nodeInfo, conditions from the status store. Served on the read-only
 //! port (`/api/v1/nodes`) and registered with the API server.
 
+use crate::nodeshutdown::NOT_READY_MESSAGE as NOT_READY;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
@@ -281,6 +282,7 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
         .into_iter()
         .filter(|c| !c.ok)
         .map(|c| format!("{}: {}", c.name, c.message))
+        .chain(store.shutting_down().then(|| NOT_READY.to_string()))
         .collect();
     let healthy = failing.is_empty();
     // Pressure conditions as the eviction manager holds them (transition period included).
