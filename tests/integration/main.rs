@@ -47,6 +47,8 @@ mod images;
 mod kubectl;
 /// How the binary writes its log.
 mod logging;
+/// Graceful node shutdown: logind's delay lock on a private bus, pods stopped by priority.
+mod nodeshutdown;
 /// Probes, lifecycle hooks, termination messages, init and sidecar containers.
 mod probes;
 /// The kubelet server on --port: HTTPS, client certificates, the kubelet's endpoints.
