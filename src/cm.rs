@@ -85,13 +85,6 @@ pub struct PodCgroupResources {
     pub memory_limit: Option<i64>,
 }
 
-/// The pod's cgroup in the kubelet's cgroupfs layout (cgroupsPerQOS): Guaranteed pods under
-/// `/kubepods/pod<uid>`, the others under `/kubepods/burstable/` or `/kubepods/besteffort/`.
-/// The runtime creates it; nanolet removes it when the pod is gone.
-pub fn qos_cgroup_parent(pod: &Pod) -> String {
-    pod_cgroup_parent(pod, CgroupDriver::Cgroupfs)
-}
-
 /// The kubelet's `MilliCPUToShares`: 1024 per core, at least 2.
 fn shares(milli: i64) -> u64 {
     if milli <= 0 {
@@ -174,18 +167,28 @@ fn write(dir: &Path, file: &str, value: &str) {
     }
 }
 
-/// Creates the pod cgroup (cgroupfs driver) and writes its totals; failures are logged at
-/// debug level and never stop the pod (the containers' own limits still apply). Returns the
-/// directories written, for tests and logs.
-pub fn apply(pod: &Pod, root: &Path) -> Vec<PathBuf> {
+/// Creates the pod cgroup (cgroupfs driver) and writes its totals, and `pids.max` when
+/// `pids_limit` > 0 (`podPidsLimit`, the kubelet's `ResourceConfigForPod` PidsLimit); failures
+/// are logged at debug level and never stop the pod (the containers' own limits still apply).
+/// Returns the directories written, for tests and logs.
+pub fn apply(pod: &Pod, root: &Path, pids_limit: i64) -> Vec<PathBuf> {
     let parent = pod_cgroup_parent(pod, CgroupDriver::Cgroupfs);
     let rel = parent.trim_start_matches('/');
     let r = pod_resources(pod);
     let mut done = vec![];
     if root.join("cgroup.controllers").exists() {
-        // cgroup v2: the runtime enables controllers as it creates the tree; write what exists.
+        // cgroup v2: enable the controllers down the path (as runc's fs2 manager does), then
+        // write the pod's files.
         let dir = root.join(rel);
         if std::fs::create_dir_all(&dir).is_ok() {
+            let mut at = root.to_path_buf();
+            for part in Path::new(rel).components() {
+                // One at a time: a controller the host lacks must not block the others.
+                for controller in ["+cpu", "+memory", "+pids"] {
+                    write(&at, "cgroup.subtree_control", controller);
+                }
+                at.push(part);
+            }
             write(
                 &dir,
                 "cpu.weight",
@@ -196,35 +199,83 @@ pub fn apply(pod: &Pod, root: &Path) -> Vec<PathBuf> {
             if let Some(m) = r.memory_limit {
                 write(&dir, "memory.max", &m.to_string());
             }
+            if pids_limit > 0 {
+                write(&dir, "pids.max", &pids_limit.to_string());
+            }
             done.push(dir);
         }
         return done;
     }
-    let cpu = root.join("cpu");
-    if cpu.is_dir() {
-        let dir = cpu.join(rel);
-        if std::fs::create_dir_all(&dir).is_ok() {
-            write(&dir, "cpu.shares", &r.cpu_shares.to_string());
-            write(&dir, "cpu.cfs_period_us", &r.cpu_period.to_string());
-            write(
-                &dir,
-                "cpu.cfs_quota_us",
-                &r.cpu_quota.unwrap_or(-1).to_string(),
-            );
-            done.push(dir);
+    let v1 = |controller: &str, files: &[(&str, String)], done: &mut Vec<PathBuf>| {
+        let hier = root.join(controller);
+        if !hier.is_dir() {
+            return;
         }
-    }
-    let memory = root.join("memory");
-    if memory.is_dir() {
-        let dir = memory.join(rel);
+        let dir = hier.join(rel);
         if std::fs::create_dir_all(&dir).is_ok() {
-            if let Some(m) = r.memory_limit {
-                write(&dir, "memory.limit_in_bytes", &m.to_string());
+            for (file, value) in files {
+                write(&dir, file, value);
             }
             done.push(dir);
         }
+    };
+    v1(
+        "cpu",
+        &[
+            ("cpu.shares", r.cpu_shares.to_string()),
+            ("cpu.cfs_period_us", r.cpu_period.to_string()),
+            ("cpu.cfs_quota_us", r.cpu_quota.unwrap_or(-1).to_string()),
+        ],
+        &mut done,
+    );
+    let memory: Vec<(&str, String)> = r
+        .memory_limit
+        .map(|m| ("memory.limit_in_bytes", m.to_string()))
+        .into_iter()
+        .collect();
+    v1("memory", &memory, &mut done);
+    if pids_limit > 0 {
+        v1("pids", &[("pids.max", pids_limit.to_string())], &mut done);
     }
     done
+}
+
+/// systemd's cgroup path of a slice name: each `-` opens a parent slice
+/// (`kubepods-burstable-pod_x.slice` is
+/// `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod_x.slice`).
+pub fn systemd_slice_path(slice: &str) -> PathBuf {
+    let name = slice.trim_end_matches(".slice");
+    let mut path = PathBuf::new();
+    let mut prefix = String::new();
+    for part in name.split('-') {
+        if !prefix.is_empty() {
+            prefix.push('-');
+        }
+        prefix.push_str(part);
+        path.push(format!("{prefix}.slice"));
+    }
+    path
+}
+
+/// The pod's process count (`pids.current` of its cgroup) under the cgroup mount `root`: the v1
+/// `pids` hierarchy, the hybrid `unified` one, or `root` itself on a pure cgroup v2 host (Debian
+/// 12, Raspberry Pi OS); with either driver's layout.
+pub fn pod_pids(root: &Path, pod: &Pod) -> Option<i64> {
+    let fs_path =
+        PathBuf::from(pod_cgroup_parent(pod, CgroupDriver::Cgroupfs).trim_start_matches('/'));
+    let slice = systemd_slice_path(&pod_cgroup_parent(pod, CgroupDriver::Systemd));
+    for hier in ["pids", "unified", ""] {
+        for rel in [&fs_path, &slice] {
+            let file = root.join(hier).join(rel).join("pids.current");
+            if let Some(n) = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|t| t.trim().parse::<i64>().ok())
+            {
+                return Some(n);
+            }
+        }
+    }
+    None
 }
 
 /// Remove the (empty) pod cgroup directories of `uid` in every hierarchy (cgroup v1
@@ -372,7 +423,7 @@ mod tests {
             json!([{"name": "a", "image": "i", "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}]),
             json!([]),
         );
-        let dirs = apply(&gu, root.path());
+        let dirs = apply(&gu, root.path(), -1);
         assert_eq!(dirs.len(), 2);
         let read = |p: &str| std::fs::read_to_string(root.path().join(p)).unwrap();
         assert_eq!(read("cpu/kubepods/pod0123-abcd/cpu.shares"), "512");
@@ -381,6 +432,37 @@ mod tests {
             read("memory/kubepods/pod0123-abcd/memory.limit_in_bytes"),
             (64u64 << 20).to_string()
         );
+        // No pids hierarchy written without podPidsLimit.
+        assert!(!root.path().join("pids/kubepods").exists());
+    }
+
+    /// podPidsLimit: the kubelet's ResourceConfigForPod sets PidsLimit on the pod cgroup
+    /// (pids.max), on v1 in the pids hierarchy, on v2 in the pod's own directory with the
+    /// pids controller enabled down the path.
+    #[test]
+    fn pod_pids_limit_is_the_pod_cgroups_pids_max_on_v1_and_v2() {
+        let be = pod(json!([{"name": "a", "image": "i"}]), json!([]));
+        let v1 = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(v1.path().join("pids")).unwrap();
+        apply(&be, v1.path(), 100);
+        let read = |root: &Path, p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        assert_eq!(
+            read(v1.path(), "pids/kubepods/besteffort/pod0123-abcd/pids.max"),
+            "100"
+        );
+        let v2 = tempfile::tempdir().unwrap();
+        std::fs::write(v2.path().join("cgroup.controllers"), "cpu memory pids").unwrap();
+        apply(&be, v2.path(), 100);
+        assert_eq!(
+            read(v2.path(), "kubepods/besteffort/pod0123-abcd/pids.max"),
+            "100"
+        );
+        // Written one controller at a time; a plain file keeps the last.
+        assert_eq!(
+            read(v2.path(), "kubepods/besteffort/cgroup.subtree_control"),
+            "+pids"
+        );
+        assert_eq!(read(v2.path(), "cgroup.subtree_control"), "+pids");
     }
 }
 
@@ -442,6 +524,48 @@ mod oom_tests {
             oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
             -997,
             "Guaranteed"
+        );
+    }
+
+    /// Issue 33: on a pure cgroup v2 host (the unified hierarchy at the mount root, no `pids/`
+    /// or `unified/`) a pod's PIDs were read from v1 paths and were always 0, so PID pressure
+    /// never found a victim. The kubelet reads the pod cgroup's pids.current on v2.
+    #[test]
+    fn pod_pids_are_read_on_v1_hybrid_and_pure_v2_and_systemd_layouts() {
+        let mut pod = Pod::default();
+        pod.metadata.uid = "a-b".into();
+        let root = tempfile::tempdir().unwrap();
+        assert_eq!(pod_pids(root.path(), &pod), None);
+        let put = |rel: &str, n: &str| {
+            let d = root.path().join(rel);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("pids.current"), n).unwrap();
+        };
+        // Pure v2, systemd driver.
+        put(
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poda_b.slice",
+            "7\n",
+        );
+        assert_eq!(pod_pids(root.path(), &pod), Some(7));
+        // Pure v2, cgroupfs driver (found first).
+        put("kubepods/besteffort/poda-b", "9\n");
+        assert_eq!(pod_pids(root.path(), &pod), Some(9));
+        // v1: the pids hierarchy wins.
+        put("pids/kubepods/besteffort/poda-b", "11\n");
+        assert_eq!(pod_pids(root.path(), &pod), Some(11));
+    }
+
+    #[test]
+    fn systemd_slice_paths_nest_at_each_dash() {
+        assert_eq!(
+            systemd_slice_path("kubepods-burstable-pod12_34.slice"),
+            PathBuf::from(
+                "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice"
+            )
+        );
+        assert_eq!(
+            systemd_slice_path("kubepods.slice"),
+            PathBuf::from("kubepods.slice")
         );
     }
 }
