@@ -802,6 +802,7 @@ mod tests {
                     registry_config: None,
                     container_logs_dir: logs.join("containers"),
                     cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
+                    pod_pids_limit: -1,
                     host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                         None,
                         std::path::PathBuf::new(),

@@ -686,6 +686,7 @@ impl Wiring<'_> {
                     registry_config: cfg.image_credentials_file(),
                     container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
                     cgroup_driver: cfg.cgroup_driver,
+                    pod_pids_limit: cfg.pod_pids_limit,
                     host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                         cfg.resolv_conf.clone(),
                         // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.

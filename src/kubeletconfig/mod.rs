@@ -249,6 +249,8 @@ pub struct Config {
     pub event_burst: u32,
     /// `cgroupDriver` (default cgroupfs).
     pub cgroup_driver: crate::cm::CgroupDriver,
+    /// `podPidsLimit` (`--pod-max-pids`): pids.max of each pod cgroup; <= 0: no limit.
+    pub pod_pids_limit: i64,
     /// `containerLogMonitorInterval` (default 10s): how often logs are checked for rotation.
     pub container_log_monitor_interval: Duration,
     /// Eviction thresholds, reservations and image GC (evictionHard, systemReserved,
@@ -390,6 +392,7 @@ impl Config {
             container_log_max_files: 5,
             container_log_monitor_interval: Duration::from_secs(10),
             cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
+            pod_pids_limit: -1,
             kubeconfig: None,
             bootstrap_kubeconfig: None,
             cert_dir: None,
@@ -518,6 +521,7 @@ impl fmt::Debug for Config {
                 &self.container_log_monitor_interval,
             )
             .field("cgroup_driver", &self.cgroup_driver)
+            .field("pod_pids_limit", &self.pod_pids_limit)
             .field("kubeconfig", &self.kubeconfig)
             .field("bootstrap_kubeconfig", &self.bootstrap_kubeconfig)
             .field("cert_dir", &self.cert_dir())

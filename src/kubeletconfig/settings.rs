@@ -994,6 +994,15 @@ pub(super) const SETTINGS: &[Setting] = &[
         configz: Some(("maxPodWorkerThreads", |c| c.max_pod_worker_threads.into())),
     },
     Setting {
+        flag: Flag::value("pod-max-pids"),
+        field: Some("podPidsLimit"),
+        value_name: "int",
+        default: "-1",
+        help: "The most processes a pod may run (pids.max of its cgroup, cgroupfs driver); -1: no limit (config: podPidsLimit)",
+        apply: |c, v| set(&mut c.pod_pids_limit, v.int(parse_pids_limit, Ok)),
+        configz: Some(("podPidsLimit", |c| c.pod_pids_limit.into())),
+    },
+    Setting {
         flag: Flag::value("max-pods"),
         field: Some("maxPods"),
         value_name: "int",

@@ -57,6 +57,8 @@ mod secure_port;
 mod security;
 /// Many pods with probes every second: threads, fds and RSS stay flat (alone).
 mod soak;
+/// A fork bomb (podPidsLimit) and a memory hog beside other pods.
+mod resources;
 /// CRI streaming on real containerd: `nanolet exec -i/-t`, `nanolet port-forward`, the proxy.
 mod streaming;
 /// The .deb upgrade leaves running pods untouched.
