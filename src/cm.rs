@@ -4,14 +4,21 @@
 //! carries the pod's totals (pkg/kubelet/cm `ResourceConfigForPod`):
 //! - `cpu.shares` from the sum of CPU requests (2 for BestEffort),
 //! - a CFS quota from the sum of CPU limits when every container has one,
-//! - a memory limit from the sum of memory limits when every container has one.
+//! - a memory limit from the sum of memory limits when every container has one,
+//! - `pids.max` from `podPidsLimit`.
+//!
+//! Above the pods (node_container_manager, qos_container_manager): `kubepods` at node
+//! allocatable ([`enforce_pods_allocatable`]), the reserved cgroups ([`enforce_reserved`]), the
+//! QoS tiers' CPU shares ([`update_qos_cgroups`]). Each on cgroup v1 and v2.
 //!
 //! With the cgroupfs driver nanolet writes these itself before the sandbox starts (the runtime
 //! creates missing directories but sets no pod totals). With the systemd driver the parent is a
 //! slice name (`kubepods-burstable-pod<uid>.slice`) that the runtime creates through systemd;
-//! nanolet does not set pod totals there (it would need a D-Bus client; documented).
+//! nanolet does not set pod totals there (that takes systemd's transient-unit D-Bus API;
+//! documented).
 //!
-//! Also: removing a terminated pod's (empty) cgroups ([`remove_pod_cgroups`]), and a
+//! Also: a pod's process count ([`pod_pids`]), removing a terminated pod's (empty) cgroups
+//! ([`remove_pod_cgroups`]), and a
 //! container's OOM score by QoS class ([`oom_score_adj`], the kubelet's pkg/kubelet/qos).
 
 use std::path::{Path, PathBuf};
@@ -240,6 +247,106 @@ pub fn apply(pod: &Pod, root: &Path, pids_limit: i64) -> Vec<PathBuf> {
     done
 }
 
+/// Writes `files` (v1 name, v2 name, value) into the cgroup `rel` below `root`: on cgroup v2
+/// into `root/rel` (controllers enabled down the path), on v1 into each controller's
+/// hierarchy. Creates the directories; returns those written.
+fn write_cgroup(root: &Path, rel: &str, files: &[(&str, &str, String)]) -> Vec<PathBuf> {
+    let rel = rel.trim_start_matches('/');
+    let mut done = vec![];
+    if root.join("cgroup.controllers").exists() {
+        let dir = root.join(rel);
+        if std::fs::create_dir_all(&dir).is_ok() {
+            let mut at = root.to_path_buf();
+            for part in Path::new(rel).components() {
+                for controller in ["+cpu", "+memory", "+pids"] {
+                    write(&at, "cgroup.subtree_control", controller);
+                }
+                at.push(part);
+            }
+            for (_, v2, value) in files {
+                write(&dir, v2, value);
+            }
+            done.push(dir);
+        }
+        return done;
+    }
+    for (v1, _, value) in files {
+        let Some((controller, _)) = v1.split_once('.') else {
+            continue;
+        };
+        let hier = root.join(controller);
+        let dir = hier.join(rel);
+        if hier.is_dir() && std::fs::create_dir_all(&dir).is_ok() {
+            write(&dir, v1, value);
+            if !done.contains(&dir) {
+                done.push(dir);
+            }
+        }
+    }
+    done
+}
+
+/// `enforceNodeAllocatable: [pods]` (the kubelet's node_container_manager): the `kubepods`
+/// cgroup gets cpu shares for the allocatable CPU and a memory limit at allocatable memory,
+/// both capacity minus systemReserved and kubeReserved (the hard eviction threshold is not
+/// taken off: the kubelet leaves that margin to eviction).
+pub fn enforce_pods_allocatable(root: &Path, cpu_millis: i64, memory_bytes: i64) -> Vec<PathBuf> {
+    enforce(root, "kubepods", cpu_millis, Some(memory_bytes))
+}
+
+/// `enforceNodeAllocatable: [system-reserved]` / `[kube-reserved]`: the reservation as the
+/// limit of its cgroup (`systemReservedCgroup`, `kubeReservedCgroup`).
+pub fn enforce_reserved(
+    root: &Path,
+    cgroup: &str,
+    cpu_millis: i64,
+    memory_bytes: Option<i64>,
+) -> Vec<PathBuf> {
+    enforce(root, cgroup, cpu_millis, memory_bytes)
+}
+
+fn enforce(root: &Path, cgroup: &str, cpu_millis: i64, memory: Option<i64>) -> Vec<PathBuf> {
+    let s = shares(cpu_millis);
+    let v2 = root.join("cgroup.controllers").exists();
+    let cpu = if v2 { shares_to_weight(s) } else { s }.to_string();
+    let mem = match memory {
+        Some(m) => m.to_string(),
+        None if v2 => "max".into(),
+        None => "-1".into(),
+    };
+    write_cgroup(
+        root,
+        cgroup,
+        &[
+            ("cpu.shares", "cpu.weight", cpu),
+            ("memory.limit_in_bytes", "memory.max", mem),
+        ],
+    )
+}
+
+/// The QoS tier cgroups (the kubelet's qos_container_manager `setCPUCgroupConfig`):
+/// `kubepods/besteffort` gets the minimum 2 shares, `kubepods/burstable` the shares of the sum
+/// of its pods' CPU requests. Called whenever the set of pods changes.
+pub fn update_qos_cgroups<'a>(root: &Path, pods: impl Iterator<Item = &'a Pod>) -> Vec<PathBuf> {
+    let burstable_millis: i64 = pods
+        .filter(|p| qos_level(p) == "burstable")
+        .map(|p| crate::api::helpers::pod_requests(p).0)
+        .sum();
+    let v2 = root.join("cgroup.controllers").exists();
+    let value = |sh: u64| if v2 { shares_to_weight(sh) } else { sh }.to_string();
+    let mut done = write_cgroup(
+        root,
+        "kubepods/besteffort",
+        &[("cpu.shares", "cpu.weight", value(2))],
+    );
+    done.extend(write_cgroup(
+        root,
+        "kubepods/burstable",
+        &[("cpu.shares", "cpu.weight", value(shares(burstable_millis)))],
+    ));
+    done
+}
+
 /// systemd's cgroup path of a slice name: each `-` opens a parent slice
 /// (`kubepods-burstable-pod_x.slice` is
 /// `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod_x.slice`).
@@ -343,7 +450,7 @@ mod tests {
     use serde_json::json;
 
     fn pod(containers: serde_json::Value, init: serde_json::Value) -> Pod {
-        serde_json::from_value(json!({
+        serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "default", "uid": "0123-abcd"},
             "spec": {"containers": containers, "initContainers": init}
@@ -566,6 +673,61 @@ mod oom_tests {
         assert_eq!(
             systemd_slice_path("kubepods.slice"),
             PathBuf::from("kubepods.slice")
+        );
+    }
+
+    /// enforceNodeAllocatable=pods and the QoS tiers, as the kubelet writes them: kubepods at
+    /// allocatable (MilliCPUToShares(2000) = 2048 shares, the memory limit), besteffort at the
+    /// minimum 2 shares, burstable at the shares of its pods' summed CPU requests; v2 weights
+    /// converted from the shares.
+    #[test]
+    fn node_allocatable_and_qos_tiers_on_v1_and_v2() {
+        let v1 = tempfile::tempdir().unwrap();
+        for c in ["cpu", "memory"] {
+            std::fs::create_dir_all(v1.path().join(c)).unwrap();
+        }
+        enforce_pods_allocatable(v1.path(), 2000, 1 << 30);
+        let read = |root: &Path, p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        assert_eq!(read(v1.path(), "cpu/kubepods/cpu.shares"), "2048");
+        assert_eq!(
+            read(v1.path(), "memory/kubepods/memory.limit_in_bytes"),
+            "1073741824"
+        );
+        let mut burst = Pod::default();
+        burst.spec.containers = vec![
+            serde_json::from_value(serde_json::json!(
+                {"name": "a", "image": "i", "resources": {"requests": {"cpu": "250m"}}}
+            ))
+            .unwrap(),
+        ];
+        let mut burst2 = burst.clone();
+        burst2.metadata.uid = "b".into();
+        let mut be = Pod::default();
+        be.spec.containers =
+            vec![serde_json::from_value(serde_json::json!({"name": "a", "image": "i"})).unwrap()];
+        update_qos_cgroups(v1.path(), [&burst, &burst2, &be].into_iter());
+        assert_eq!(read(v1.path(), "cpu/kubepods/burstable/cpu.shares"), "512");
+        assert_eq!(read(v1.path(), "cpu/kubepods/besteffort/cpu.shares"), "2");
+        enforce_reserved(v1.path(), "/system.slice", 500, Some(256 << 20));
+        assert_eq!(read(v1.path(), "cpu/system.slice/cpu.shares"), "512");
+        assert_eq!(
+            read(v1.path(), "memory/system.slice/memory.limit_in_bytes"),
+            "268435456"
+        );
+
+        let v2 = tempfile::tempdir().unwrap();
+        std::fs::write(v2.path().join("cgroup.controllers"), "cpu memory pids").unwrap();
+        enforce_pods_allocatable(v2.path(), 2000, 1 << 30);
+        assert_eq!(
+            read(v2.path(), "kubepods/cpu.weight"),
+            shares_to_weight(2048).to_string()
+        );
+        assert_eq!(read(v2.path(), "kubepods/memory.max"), "1073741824");
+        update_qos_cgroups(v2.path(), [&burst, &be].into_iter());
+        assert_eq!(read(v2.path(), "kubepods/besteffort/cpu.weight"), "1");
+        assert_eq!(
+            read(v2.path(), "kubepods/burstable/cpu.weight"),
+            shares_to_weight(256).to_string()
         );
     }
 }

@@ -52,6 +52,9 @@ pub struct SyncSettings {
     pub host_security: crate::api::security::HostSecurity,
     /// The node's labels (well-known + `--node-labels`) for nodeSelector/nodeAffinity.
     pub node_labels: std::collections::BTreeMap<String, String>,
+    /// Where the QoS tier cgroups are kept up to date (`/sys/fs/cgroup` with the cgroupfs
+    /// driver); `None`: not at all (the systemd driver, tests).
+    pub qos_cgroup_root: Option<std::path::PathBuf>,
 }
 
 pub struct WorkerContext {

@@ -207,6 +207,7 @@ impl SyncLoop {
             LoopMsg::Worker(WorkerReport::Terminated { uid }) => {
                 self.workers.remove(&uid);
                 self.runtime_pods.remove(&uid);
+                self.update_qos_cgroups();
                 self.start_pending();
             }
             LoopMsg::Evict(e) => {
@@ -633,6 +634,20 @@ impl SyncLoop {
             },
         );
         self.pool.add(&uid, worker, first);
+        self.update_qos_cgroups();
+    }
+
+    /// The QoS tier cgroups' CPU shares follow the pods that run (the kubelet's
+    /// `UpdateCgroups` on admission and removal).
+    fn update_qos_cgroups(&self) {
+        if let Some(root) = &self.ctx.settings.qos_cgroup_root {
+            let pods = self
+                .workers
+                .values()
+                .filter(|w| !w.terminating)
+                .map(|w| w.pod.as_ref());
+            crate::cm::update_qos_cgroups(root, pods);
+        }
     }
 
     /// Stop worker threads without touching the pods (they keep running).
@@ -821,6 +836,7 @@ mod tests {
                     "node1",
                     &[("site".into(), "test".into())],
                 ),
+                qos_cgroup_root: None,
             },
         })
     }

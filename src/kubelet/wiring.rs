@@ -183,6 +183,7 @@ impl Kubelet {
         w.start_pleg()?;
         w.start_eviction()?;
         w.start_node_shutdown();
+        enforce_node_allocatable(&cfg);
         // API-server mode starts once a client credential exists: now, or when TLS bootstrap
         // (its own thread) has one. Static pods never wait for it.
         match (deps.api_client, api_mode, bootstrap) {
@@ -719,6 +720,8 @@ impl Wiring<'_> {
                     &cfg.node_name,
                     &cfg.node_labels,
                 ),
+                qos_cgroup_root: (cfg.cgroup_driver == crate::cm::CgroupDriver::Cgroupfs)
+                    .then(|| PathBuf::from(CGROUP_ROOT)),
             },
         })
     }
@@ -1009,6 +1012,59 @@ fn pleg_to_loop(tx: Sender<LoopMsg>) -> crate::pleg::PlegSink {
         };
         tx.send(msg).is_ok()
     })
+}
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// `enforceNodeAllocatable` with the cgroupfs driver, as the kubelet's node container manager:
+/// `pods` limits the `kubepods` cgroup to capacity - systemReserved - kubeReserved;
+/// `system-reserved` / `kube-reserved` limit their cgroups to the reservation.
+fn enforce_node_allocatable(cfg: &Config) {
+    if cfg.cgroup_driver != crate::cm::CgroupDriver::Cgroupfs {
+        return;
+    }
+    let root = std::path::Path::new(CGROUP_ROOT);
+    let ev = &cfg.eviction;
+    for what in &cfg.enforce_node_allocatable {
+        let written = match what.as_str() {
+            "pods" => {
+                let cap = crate::node::capacity();
+                let cpu = (cap.cpu_millis - ev.reserved_cpu_millis).max(0);
+                let mem = (cap.memory_bytes - ev.reserved_memory).max(0);
+                info!(
+                    cpu_millis = cpu,
+                    memory_bytes = mem,
+                    "enforcing node allocatable on kubepods"
+                );
+                crate::cm::enforce_pods_allocatable(root, cpu, mem)
+            }
+            "system-reserved" => {
+                let (cpu, mem) = reservation(&ev.system_reserved);
+                crate::cm::enforce_reserved(root, &cfg.system_reserved_cgroup, cpu, mem)
+            }
+            "kube-reserved" => {
+                let (cpu, mem) = reservation(&ev.kube_reserved);
+                crate::cm::enforce_reserved(root, &cfg.kube_reserved_cgroup, cpu, mem)
+            }
+            _ => continue,
+        };
+        if written.is_empty() {
+            warn!(enforce = %what, "could not write the node allocatable cgroup");
+        }
+    }
+}
+
+/// A reservation's CPU (millicores) and memory (bytes, if set).
+fn reservation(map: &std::collections::BTreeMap<String, String>) -> (i64, Option<i64>) {
+    let q = |k: &str| {
+        map.get(k).and_then(|v| {
+            crate::api::quantity::parse_quantity(&serde_json::Value::from(v.as_str())).ok()
+        })
+    };
+    (
+        q("cpu").map_or(0, |q| q.milli_value()),
+        q("memory").map(|q| q.value()),
+    )
 }
 
 /// What the node shutdown manager needs, over the status store, the runtime and the sync

@@ -91,6 +91,9 @@ pub enum ConfigError {
     /// Eviction and image GC settings that do not fit together (the error names the field).
     #[error("{0}")]
     Eviction(String),
+    /// enforceNodeAllocatable settings that do not fit together.
+    #[error("{0}")]
+    NodeAllocatable(String),
     /// Graceful node shutdown settings that do not fit together.
     #[error("{0}")]
     Shutdown(String),
@@ -251,6 +254,11 @@ pub struct Config {
     pub cgroup_driver: crate::cm::CgroupDriver,
     /// `podPidsLimit` (`--pod-max-pids`): pids.max of each pod cgroup; <= 0: no limit.
     pub pod_pids_limit: i64,
+    /// `enforceNodeAllocatable`: `pods`, `system-reserved`, `kube-reserved` (or `none`).
+    pub enforce_node_allocatable: Vec<String>,
+    /// `systemReservedCgroup`, `kubeReservedCgroup`: the cgroups those limits go on.
+    pub system_reserved_cgroup: String,
+    pub kube_reserved_cgroup: String,
     /// `containerLogMonitorInterval` (default 10s): how often logs are checked for rotation.
     pub container_log_monitor_interval: Duration,
     /// Eviction thresholds, reservations and image GC (evictionHard, systemReserved,
@@ -393,6 +401,9 @@ impl Config {
             container_log_monitor_interval: Duration::from_secs(10),
             cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
             pod_pids_limit: -1,
+            enforce_node_allocatable: vec!["pods".into()],
+            system_reserved_cgroup: String::new(),
+            kube_reserved_cgroup: String::new(),
             kubeconfig: None,
             bootstrap_kubeconfig: None,
             cert_dir: None,
@@ -522,6 +533,9 @@ impl fmt::Debug for Config {
             )
             .field("cgroup_driver", &self.cgroup_driver)
             .field("pod_pids_limit", &self.pod_pids_limit)
+            .field("enforce_node_allocatable", &self.enforce_node_allocatable)
+            .field("system_reserved_cgroup", &self.system_reserved_cgroup)
+            .field("kube_reserved_cgroup", &self.kube_reserved_cgroup)
             .field("kubeconfig", &self.kubeconfig)
             .field("bootstrap_kubeconfig", &self.bootstrap_kubeconfig)
             .field("cert_dir", &self.cert_dir())

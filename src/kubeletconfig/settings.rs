@@ -994,6 +994,39 @@ pub(super) const SETTINGS: &[Setting] = &[
         configz: Some(("maxPodWorkerThreads", |c| c.max_pod_worker_threads.into())),
     },
     Setting {
+        flag: Flag::value("enforce-node-allocatable"),
+        field: Some("enforceNodeAllocatable"),
+        value_name: "strings",
+        default: "pods",
+        help: "Limits to enforce with the cgroupfs driver: pods (the kubepods cgroup at capacity - systemReserved - kubeReserved), system-reserved, kube-reserved (their cgroups at the reservation), or none (config: enforceNodeAllocatable)",
+        apply: |c, v| set(&mut c.enforce_node_allocatable, v.list()),
+        configz: Some(("enforceNodeAllocatable", |c| {
+            json!(c.enforce_node_allocatable)
+        })),
+    },
+    Setting {
+        flag: Flag::value("system-reserved-cgroup"),
+        field: Some("systemReservedCgroup"),
+        value_name: "string",
+        default: "",
+        help: "The cgroup of the operating system's daemons, limited to --system-reserved with --enforce-node-allocatable=system-reserved (config: systemReservedCgroup)",
+        apply: |c, v| set(&mut c.system_reserved_cgroup, v.text()),
+        configz: Some(("systemReservedCgroup", |c| {
+            c.system_reserved_cgroup.clone().into()
+        })),
+    },
+    Setting {
+        flag: Flag::value("kube-reserved-cgroup"),
+        field: Some("kubeReservedCgroup"),
+        value_name: "string",
+        default: "",
+        help: "The cgroup of nanolet and containerd, limited to --kube-reserved with --enforce-node-allocatable=kube-reserved (config: kubeReservedCgroup)",
+        apply: |c, v| set(&mut c.kube_reserved_cgroup, v.text()),
+        configz: Some(("kubeReservedCgroup", |c| {
+            c.kube_reserved_cgroup.clone().into()
+        })),
+    },
+    Setting {
         flag: Flag::value("pod-max-pids"),
         field: Some("podPidsLimit"),
         value_name: "int",

@@ -1,7 +1,8 @@
 //! Pods that misbehave with resources (issue 33): a fork bomb held by `podPidsLimit` (pids.max
 //! on the pod cgroup, the kubelet's `ResourceConfigForPod` PidsLimit) and a memory hog held by
 //! its memory limit (OOMKilled, restarted), while nanolet, containerd and another pod keep
-//! working. On this machine's cgroup v1 hierarchy (the v2 layout has a unit test in `cm`).
+//! working; the node allocatable and QoS tier cgroups hold the kubelet's values. On this
+//! machine's cgroup v1 hierarchy (the v2 layout has unit tests in `cm`).
 
 use nanolet_test_support as support;
 
@@ -54,6 +55,9 @@ impl Drop for PodCgroups {
 
 #[test]
 fn fork_bomb_and_memory_hog_leave_nanolet_containerd_and_other_pods_working() {
+    // Alone: the QoS tier cgroups (kubepods/burstable, kubepods/besteffort) are shared by
+    // every nanolet on the machine, and another test's Burstable pods would change them.
+    let _alone = support::exclusive();
     let cgroups = PodCgroups(Default::default());
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &[format!("--pod-max-pids={PIDS_LIMIT}")]);
@@ -81,7 +85,14 @@ fn fork_bomb_and_memory_hog_leave_nanolet_containerd_and_other_pods_working() {
             "  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'exec sleep 600']\n    readinessProbe:\n      exec: {command: ['true']}\n      periodSeconds: 1\n",
         ),
     );
-    for name in ["bomb", "hog", "bystander"] {
+    n.write(
+        "burst.yaml",
+        &pod(
+            "burst",
+            "  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'exec sleep 600']\n    resources:\n      requests: {cpu: 300m}\n",
+        ),
+    );
+    for name in ["bomb", "hog", "bystander", "burst"] {
         let p = n.wait_pod(name, "created", |p| p["metadata"]["uid"].is_string());
         let uid = p["metadata"]["uid"]
             .as_str()
@@ -89,6 +100,34 @@ fn fork_bomb_and_memory_hog_leave_nanolet_containerd_and_other_pods_working() {
             .to_string();
         cgroups.0.borrow_mut().push(uid);
     }
+    n.wait_phase("burst", "Running");
+    // enforceNodeAllocatable=pods (the default) and the QoS tiers, the kubelet's values:
+    // kubepods at capacity (nothing reserved here), besteffort at the minimum 2 shares,
+    // burstable at MilliCPUToShares(300m) = 307.
+    let cap = nanolet::node::capacity();
+    let read =
+        |p: &str| fs::read_to_string(format!("/sys/fs/cgroup/{p}")).map(|s| s.trim().to_string());
+    assert_eq!(
+        read("cpu/kubepods/cpu.shares").ok(),
+        Some((cap.cpu_millis * 1024 / 1000).to_string())
+    );
+    let limit: i64 = read("memory/kubepods/memory.limit_in_bytes")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .expect("kubepods memory limit");
+    assert!(
+        limit <= cap.memory_bytes && limit > cap.memory_bytes - 4096,
+        "{limit} vs {}",
+        cap.memory_bytes
+    );
+    assert_eq!(
+        read("cpu/kubepods/besteffort/cpu.shares").ok().as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        read("cpu/kubepods/burstable/cpu.shares").ok().as_deref(),
+        Some("307")
+    );
     let bomb = n.wait_phase("bomb", "Running");
     let uid = bomb["metadata"]["uid"].as_str().expect("uid").to_string();
     assert_eq!(
