@@ -781,6 +781,7 @@ impl ApiMode {
         Self::start_events(&cfg, &store, stop_events, &client)?;
         #[cfg(feature = "tls")]
         let events_store = store.clone();
+        let pod_cidr_runtime = runtime.clone();
         let parts = ApiParts {
             store: store.clone(),
             runtime,
@@ -790,7 +791,8 @@ impl ApiMode {
             stop_status,
         };
         Self::start_api_pods(&cfg, parts, &client)?;
-        Self::start_node_heartbeat(&cfg, node, store, stop_heartbeat, &client)?;
+        let heartbeat = (node, store, stop_heartbeat, pod_cidr_runtime);
+        Self::start_node_heartbeat(&cfg, heartbeat, &client)?;
         for hook in on_client {
             hook(&client);
         }
@@ -909,11 +911,16 @@ impl ApiMode {
     }
 
     /// API-server mode: register the Node, keep its Lease and status fresh.
+    /// The Node's `spec.podCIDR` goes to the runtime (CRI UpdateRuntimeConfig) when it appears
+    /// or changes, as the kubelet's `updatePodCIDR`.
     fn start_node_heartbeat(
         cfg: &Config,
-        node: NodeContext,
-        store: Arc<StatusStore>,
-        stop: mpsc::Receiver<()>,
+        (node, store, stop, runtime): (
+            NodeContext,
+            Arc<StatusStore>,
+            mpsc::Receiver<()>,
+            Arc<dyn Runtime>,
+        ),
         client: &Arc<ApiClient>,
     ) -> Result<(), KubeletError> {
         let heartbeat = crate::nodestatus::heartbeat::NodeHeartbeat::new(
@@ -926,7 +933,19 @@ impl ApiMode {
                 status_update_frequency: cfg.node_status_update_frequency(),
                 status_report_frequency: cfg.node_status_report_frequency(),
             },
-        );
+        )
+        .with_pod_cidr_sink(Box::new(move |cidr| {
+            match runtime.update_runtime_config(cidr) {
+                Ok(()) => {
+                    info!(pod_cidr = cidr, "sent the node's pod CIDR to the runtime");
+                    true
+                }
+                Err(e) => {
+                    warn!(pod_cidr = cidr, error = %e, "UpdateRuntimeConfig failed; retrying");
+                    false
+                }
+            }
+        }));
         std::thread::Builder::new()
             .name("node-status".into())
             .stack_size(1024 * 1024)
