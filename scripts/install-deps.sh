@@ -5,8 +5,9 @@
 # mount (umount for tear-down), tar/gzip/coreutils (image build), prometheus (only for
 # promtool: tests/integration/api.rs checks /metrics with `promtool check metrics`), and the
 # packaging tools (binutils, systemd for systemd-analyze, lintian, init-system-helpers),
-# gnuplot-nox (the benchmark's PNG charts), and kubectl (tests/integration/api.rs and
-# kubectl.rs); and the C toolchain the build needs (gcc, libc6-dev: see below).
+# gnuplot-nox (the benchmark's PNG charts), dbus-daemon, dbus-bin, python3-dbus and
+# python3-gi (the graceful node shutdown test's private bus and stand-in logind), and kubectl
+# (tests/integration/api.rs and kubectl.rs); and the C toolchain the build needs (gcc, libc6-dev: see below).
 #
 # `--demo` installs only what building nanolet and scripts/demo need (the C toolchain,
 # containerd, runc, the CNI plugins, busybox-static, iproute2, iptables, mount, tar, gzip,
@@ -84,6 +85,12 @@ if [ "$demo_only" -eq 0 ]; then
   need openssl have openssl
   need curl have curl
   need python3 have python3
+  # tests/integration/nodeshutdown.rs: a private bus (dbus-daemon, dbus-send) with a stand-in
+  # logind (tests/support/logind_standin.py) on Debian's python3 with python3-dbus and GLib.
+  need dbus-daemon have dbus-daemon
+  need dbus-bin have dbus-send
+  need python3-dbus /usr/bin/python3 -c 'import dbus'
+  need python3-gi /usr/bin/python3 -c 'from gi.repository import GLib'
   # tests/integration/images.rs (archives that real tools write): skopeo writes oci-archive
   # (gzip and zstd layers) and docker-archive tarballs, podman builds and saves images
   # (`podman save`, both formats); the `ctr images export` archives need only containerd's

@@ -4,14 +4,21 @@
 //! carries the pod's totals (pkg/kubelet/cm `ResourceConfigForPod`):
 //! - `cpu.shares` from the sum of CPU requests (2 for BestEffort),
 //! - a CFS quota from the sum of CPU limits when every container has one,
-//! - a memory limit from the sum of memory limits when every container has one.
+//! - a memory limit from the sum of memory limits when every container has one,
+//! - `pids.max` from `podPidsLimit`.
+//!
+//! Above the pods (node_container_manager, qos_container_manager): `kubepods` at node
+//! allocatable ([`enforce_pods_allocatable`]), the reserved cgroups ([`enforce_reserved`]), the
+//! QoS tiers' CPU shares ([`update_qos_cgroups`]). Each on cgroup v1 and v2.
 //!
 //! With the cgroupfs driver nanolet writes these itself before the sandbox starts (the runtime
 //! creates missing directories but sets no pod totals). With the systemd driver the parent is a
 //! slice name (`kubepods-burstable-pod<uid>.slice`) that the runtime creates through systemd;
-//! nanolet does not set pod totals there (it would need a D-Bus client; documented).
+//! nanolet does not set pod totals there (that takes systemd's transient-unit D-Bus API;
+//! documented).
 //!
-//! Also: removing a terminated pod's (empty) cgroups ([`remove_pod_cgroups`]), and a
+//! Also: a pod's process count ([`pod_pids`]), removing a terminated pod's (empty) cgroups
+//! ([`remove_pod_cgroups`]), and a
 //! container's OOM score by QoS class ([`oom_score_adj`], the kubelet's pkg/kubelet/qos).
 
 use std::path::{Path, PathBuf};
@@ -83,13 +90,6 @@ pub struct PodCgroupResources {
     pub cpu_quota: Option<i64>,
     pub cpu_period: u64,
     pub memory_limit: Option<i64>,
-}
-
-/// The pod's cgroup in the kubelet's cgroupfs layout (cgroupsPerQOS): Guaranteed pods under
-/// `/kubepods/pod<uid>`, the others under `/kubepods/burstable/` or `/kubepods/besteffort/`.
-/// The runtime creates it; nanolet removes it when the pod is gone.
-pub fn qos_cgroup_parent(pod: &Pod) -> String {
-    pod_cgroup_parent(pod, CgroupDriver::Cgroupfs)
 }
 
 /// The kubelet's `MilliCPUToShares`: 1024 per core, at least 2.
@@ -174,18 +174,28 @@ fn write(dir: &Path, file: &str, value: &str) {
     }
 }
 
-/// Creates the pod cgroup (cgroupfs driver) and writes its totals; failures are logged at
-/// debug level and never stop the pod (the containers' own limits still apply). Returns the
-/// directories written, for tests and logs.
-pub fn apply(pod: &Pod, root: &Path) -> Vec<PathBuf> {
+/// Creates the pod cgroup (cgroupfs driver) and writes its totals, and `pids.max` when
+/// `pids_limit` > 0 (`podPidsLimit`, the kubelet's `ResourceConfigForPod` PidsLimit); failures
+/// are logged at debug level and never stop the pod (the containers' own limits still apply).
+/// Returns the directories written, for tests and logs.
+pub fn apply(pod: &Pod, root: &Path, pids_limit: i64) -> Vec<PathBuf> {
     let parent = pod_cgroup_parent(pod, CgroupDriver::Cgroupfs);
     let rel = parent.trim_start_matches('/');
     let r = pod_resources(pod);
     let mut done = vec![];
     if root.join("cgroup.controllers").exists() {
-        // cgroup v2: the runtime enables controllers as it creates the tree; write what exists.
+        // cgroup v2: enable the controllers down the path (as runc's fs2 manager does), then
+        // write the pod's files.
         let dir = root.join(rel);
         if std::fs::create_dir_all(&dir).is_ok() {
+            let mut at = root.to_path_buf();
+            for part in Path::new(rel).components() {
+                // One at a time: a controller the host lacks must not block the others.
+                for controller in ["+cpu", "+memory", "+pids"] {
+                    write(&at, "cgroup.subtree_control", controller);
+                }
+                at.push(part);
+            }
             write(
                 &dir,
                 "cpu.weight",
@@ -196,35 +206,183 @@ pub fn apply(pod: &Pod, root: &Path) -> Vec<PathBuf> {
             if let Some(m) = r.memory_limit {
                 write(&dir, "memory.max", &m.to_string());
             }
+            if pids_limit > 0 {
+                write(&dir, "pids.max", &pids_limit.to_string());
+            }
             done.push(dir);
         }
         return done;
     }
-    let cpu = root.join("cpu");
-    if cpu.is_dir() {
-        let dir = cpu.join(rel);
-        if std::fs::create_dir_all(&dir).is_ok() {
-            write(&dir, "cpu.shares", &r.cpu_shares.to_string());
-            write(&dir, "cpu.cfs_period_us", &r.cpu_period.to_string());
-            write(
-                &dir,
-                "cpu.cfs_quota_us",
-                &r.cpu_quota.unwrap_or(-1).to_string(),
-            );
-            done.push(dir);
+    let v1 = |controller: &str, files: &[(&str, String)], done: &mut Vec<PathBuf>| {
+        let hier = root.join(controller);
+        if !hier.is_dir() {
+            return;
         }
-    }
-    let memory = root.join("memory");
-    if memory.is_dir() {
-        let dir = memory.join(rel);
+        let dir = hier.join(rel);
         if std::fs::create_dir_all(&dir).is_ok() {
-            if let Some(m) = r.memory_limit {
-                write(&dir, "memory.limit_in_bytes", &m.to_string());
+            for (file, value) in files {
+                write(&dir, file, value);
             }
             done.push(dir);
         }
+    };
+    v1(
+        "cpu",
+        &[
+            ("cpu.shares", r.cpu_shares.to_string()),
+            ("cpu.cfs_period_us", r.cpu_period.to_string()),
+            ("cpu.cfs_quota_us", r.cpu_quota.unwrap_or(-1).to_string()),
+        ],
+        &mut done,
+    );
+    let memory: Vec<(&str, String)> = r
+        .memory_limit
+        .map(|m| ("memory.limit_in_bytes", m.to_string()))
+        .into_iter()
+        .collect();
+    v1("memory", &memory, &mut done);
+    if pids_limit > 0 {
+        v1("pids", &[("pids.max", pids_limit.to_string())], &mut done);
     }
     done
+}
+
+/// Writes `files` (v1 name, v2 name, value) into the cgroup `rel` below `root`: on cgroup v2
+/// into `root/rel` (controllers enabled down the path), on v1 into each controller's
+/// hierarchy. Creates the directories; returns those written.
+fn write_cgroup(root: &Path, rel: &str, files: &[(&str, &str, String)]) -> Vec<PathBuf> {
+    let rel = rel.trim_start_matches('/');
+    let mut done = vec![];
+    if root.join("cgroup.controllers").exists() {
+        let dir = root.join(rel);
+        if std::fs::create_dir_all(&dir).is_ok() {
+            let mut at = root.to_path_buf();
+            for part in Path::new(rel).components() {
+                for controller in ["+cpu", "+memory", "+pids"] {
+                    write(&at, "cgroup.subtree_control", controller);
+                }
+                at.push(part);
+            }
+            for (_, v2, value) in files {
+                write(&dir, v2, value);
+            }
+            done.push(dir);
+        }
+        return done;
+    }
+    for (v1, _, value) in files {
+        let Some((controller, _)) = v1.split_once('.') else {
+            continue;
+        };
+        let hier = root.join(controller);
+        let dir = hier.join(rel);
+        if hier.is_dir() && std::fs::create_dir_all(&dir).is_ok() {
+            write(&dir, v1, value);
+            if !done.contains(&dir) {
+                done.push(dir);
+            }
+        }
+    }
+    done
+}
+
+/// `enforceNodeAllocatable: [pods]` (the kubelet's node_container_manager): the `kubepods`
+/// cgroup gets cpu shares for the allocatable CPU and a memory limit at allocatable memory,
+/// both capacity minus systemReserved and kubeReserved (the hard eviction threshold is not
+/// taken off: the kubelet leaves that margin to eviction).
+pub fn enforce_pods_allocatable(root: &Path, cpu_millis: i64, memory_bytes: i64) -> Vec<PathBuf> {
+    enforce(root, "kubepods", cpu_millis, Some(memory_bytes))
+}
+
+/// `enforceNodeAllocatable: [system-reserved]` / `[kube-reserved]`: the reservation as the
+/// limit of its cgroup (`systemReservedCgroup`, `kubeReservedCgroup`).
+pub fn enforce_reserved(
+    root: &Path,
+    cgroup: &str,
+    cpu_millis: i64,
+    memory_bytes: Option<i64>,
+) -> Vec<PathBuf> {
+    enforce(root, cgroup, cpu_millis, memory_bytes)
+}
+
+fn enforce(root: &Path, cgroup: &str, cpu_millis: i64, memory: Option<i64>) -> Vec<PathBuf> {
+    let s = shares(cpu_millis);
+    let v2 = root.join("cgroup.controllers").exists();
+    let cpu = if v2 { shares_to_weight(s) } else { s }.to_string();
+    let mem = match memory {
+        Some(m) => m.to_string(),
+        None if v2 => "max".into(),
+        None => "-1".into(),
+    };
+    write_cgroup(
+        root,
+        cgroup,
+        &[
+            ("cpu.shares", "cpu.weight", cpu),
+            ("memory.limit_in_bytes", "memory.max", mem),
+        ],
+    )
+}
+
+/// The QoS tier cgroups (the kubelet's qos_container_manager `setCPUCgroupConfig`):
+/// `kubepods/besteffort` gets the minimum 2 shares, `kubepods/burstable` the shares of the sum
+/// of its pods' CPU requests. Called whenever the set of pods changes.
+pub fn update_qos_cgroups<'a>(root: &Path, pods: impl Iterator<Item = &'a Pod>) -> Vec<PathBuf> {
+    let burstable_millis: i64 = pods
+        .filter(|p| qos_level(p) == "burstable")
+        .map(|p| crate::api::helpers::pod_requests(p).0)
+        .sum();
+    let v2 = root.join("cgroup.controllers").exists();
+    let value = |sh: u64| if v2 { shares_to_weight(sh) } else { sh }.to_string();
+    let mut done = write_cgroup(
+        root,
+        "kubepods/besteffort",
+        &[("cpu.shares", "cpu.weight", value(2))],
+    );
+    done.extend(write_cgroup(
+        root,
+        "kubepods/burstable",
+        &[("cpu.shares", "cpu.weight", value(shares(burstable_millis)))],
+    ));
+    done
+}
+
+/// systemd's cgroup path of a slice name: each `-` opens a parent slice
+/// (`kubepods-burstable-pod_x.slice` is
+/// `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod_x.slice`).
+pub fn systemd_slice_path(slice: &str) -> PathBuf {
+    let name = slice.trim_end_matches(".slice");
+    let mut path = PathBuf::new();
+    let mut prefix = String::new();
+    for part in name.split('-') {
+        if !prefix.is_empty() {
+            prefix.push('-');
+        }
+        prefix.push_str(part);
+        path.push(format!("{prefix}.slice"));
+    }
+    path
+}
+
+/// The pod's process count (`pids.current` of its cgroup) under the cgroup mount `root`: the v1
+/// `pids` hierarchy, the hybrid `unified` one, or `root` itself on a pure cgroup v2 host (Debian
+/// 12, Raspberry Pi OS); with either driver's layout.
+pub fn pod_pids(root: &Path, pod: &Pod) -> Option<i64> {
+    let fs_path =
+        PathBuf::from(pod_cgroup_parent(pod, CgroupDriver::Cgroupfs).trim_start_matches('/'));
+    let slice = systemd_slice_path(&pod_cgroup_parent(pod, CgroupDriver::Systemd));
+    for hier in ["pids", "unified", ""] {
+        for rel in [&fs_path, &slice] {
+            let file = root.join(hier).join(rel).join("pids.current");
+            if let Some(n) = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|t| t.trim().parse::<i64>().ok())
+            {
+                return Some(n);
+            }
+        }
+    }
+    None
 }
 
 /// Remove the (empty) pod cgroup directories of `uid` in every hierarchy (cgroup v1
@@ -292,7 +450,7 @@ mod tests {
     use serde_json::json;
 
     fn pod(containers: serde_json::Value, init: serde_json::Value) -> Pod {
-        serde_json::from_value(json!({
+        serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "default", "uid": "0123-abcd"},
             "spec": {"containers": containers, "initContainers": init}
@@ -372,7 +530,7 @@ mod tests {
             json!([{"name": "a", "image": "i", "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}]),
             json!([]),
         );
-        let dirs = apply(&gu, root.path());
+        let dirs = apply(&gu, root.path(), -1);
         assert_eq!(dirs.len(), 2);
         let read = |p: &str| std::fs::read_to_string(root.path().join(p)).unwrap();
         assert_eq!(read("cpu/kubepods/pod0123-abcd/cpu.shares"), "512");
@@ -381,6 +539,37 @@ mod tests {
             read("memory/kubepods/pod0123-abcd/memory.limit_in_bytes"),
             (64u64 << 20).to_string()
         );
+        // No pids hierarchy written without podPidsLimit.
+        assert!(!root.path().join("pids/kubepods").exists());
+    }
+
+    /// podPidsLimit: the kubelet's ResourceConfigForPod sets PidsLimit on the pod cgroup
+    /// (pids.max), on v1 in the pids hierarchy, on v2 in the pod's own directory with the
+    /// pids controller enabled down the path.
+    #[test]
+    fn pod_pids_limit_is_the_pod_cgroups_pids_max_on_v1_and_v2() {
+        let be = pod(json!([{"name": "a", "image": "i"}]), json!([]));
+        let v1 = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(v1.path().join("pids")).unwrap();
+        apply(&be, v1.path(), 100);
+        let read = |root: &Path, p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        assert_eq!(
+            read(v1.path(), "pids/kubepods/besteffort/pod0123-abcd/pids.max"),
+            "100"
+        );
+        let v2 = tempfile::tempdir().unwrap();
+        std::fs::write(v2.path().join("cgroup.controllers"), "cpu memory pids").unwrap();
+        apply(&be, v2.path(), 100);
+        assert_eq!(
+            read(v2.path(), "kubepods/besteffort/pod0123-abcd/pids.max"),
+            "100"
+        );
+        // Written one controller at a time; a plain file keeps the last.
+        assert_eq!(
+            read(v2.path(), "kubepods/besteffort/cgroup.subtree_control"),
+            "+pids"
+        );
+        assert_eq!(read(v2.path(), "cgroup.subtree_control"), "+pids");
     }
 }
 
@@ -442,6 +631,103 @@ mod oom_tests {
             oom_score_adj(&p, &p.spec.containers[0].clone(), 8 * gib),
             -997,
             "Guaranteed"
+        );
+    }
+
+    /// Issue 33: on a pure cgroup v2 host (the unified hierarchy at the mount root, no `pids/`
+    /// or `unified/`) a pod's PIDs were read from v1 paths and were always 0, so PID pressure
+    /// never found a victim. The kubelet reads the pod cgroup's pids.current on v2.
+    #[test]
+    fn pod_pids_are_read_on_v1_hybrid_and_pure_v2_and_systemd_layouts() {
+        let mut pod = Pod::default();
+        pod.metadata.uid = "a-b".into();
+        let root = tempfile::tempdir().unwrap();
+        assert_eq!(pod_pids(root.path(), &pod), None);
+        let put = |rel: &str, n: &str| {
+            let d = root.path().join(rel);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("pids.current"), n).unwrap();
+        };
+        // Pure v2, systemd driver.
+        put(
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poda_b.slice",
+            "7\n",
+        );
+        assert_eq!(pod_pids(root.path(), &pod), Some(7));
+        // Pure v2, cgroupfs driver (found first).
+        put("kubepods/besteffort/poda-b", "9\n");
+        assert_eq!(pod_pids(root.path(), &pod), Some(9));
+        // v1: the pids hierarchy wins.
+        put("pids/kubepods/besteffort/poda-b", "11\n");
+        assert_eq!(pod_pids(root.path(), &pod), Some(11));
+    }
+
+    #[test]
+    fn systemd_slice_paths_nest_at_each_dash() {
+        assert_eq!(
+            systemd_slice_path("kubepods-burstable-pod12_34.slice"),
+            PathBuf::from(
+                "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice"
+            )
+        );
+        assert_eq!(
+            systemd_slice_path("kubepods.slice"),
+            PathBuf::from("kubepods.slice")
+        );
+    }
+
+    /// enforceNodeAllocatable=pods and the QoS tiers, as the kubelet writes them: kubepods at
+    /// allocatable (MilliCPUToShares(2000) = 2048 shares, the memory limit), besteffort at the
+    /// minimum 2 shares, burstable at the shares of its pods' summed CPU requests; v2 weights
+    /// converted from the shares.
+    #[test]
+    fn node_allocatable_and_qos_tiers_on_v1_and_v2() {
+        let v1 = tempfile::tempdir().unwrap();
+        for c in ["cpu", "memory"] {
+            std::fs::create_dir_all(v1.path().join(c)).unwrap();
+        }
+        enforce_pods_allocatable(v1.path(), 2000, 1 << 30);
+        let read = |root: &Path, p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        assert_eq!(read(v1.path(), "cpu/kubepods/cpu.shares"), "2048");
+        assert_eq!(
+            read(v1.path(), "memory/kubepods/memory.limit_in_bytes"),
+            "1073741824"
+        );
+        let mut burst = Pod::default();
+        burst.spec.containers = vec![
+            serde_json::from_value(serde_json::json!(
+                {"name": "a", "image": "i", "resources": {"requests": {"cpu": "250m"}}}
+            ))
+            .unwrap(),
+        ];
+        let mut burst2 = burst.clone();
+        burst2.metadata.uid = "b".into();
+        let mut be = Pod::default();
+        be.spec.containers =
+            vec![serde_json::from_value(serde_json::json!({"name": "a", "image": "i"})).unwrap()];
+        update_qos_cgroups(v1.path(), [&burst, &burst2, &be].into_iter());
+        assert_eq!(read(v1.path(), "cpu/kubepods/burstable/cpu.shares"), "512");
+        assert_eq!(read(v1.path(), "cpu/kubepods/besteffort/cpu.shares"), "2");
+        enforce_reserved(v1.path(), "/system.slice", 500, Some(256 << 20));
+        assert_eq!(read(v1.path(), "cpu/system.slice/cpu.shares"), "512");
+        assert_eq!(
+            read(v1.path(), "memory/system.slice/memory.limit_in_bytes"),
+            "268435456"
+        );
+
+        let v2 = tempfile::tempdir().unwrap();
+        std::fs::write(v2.path().join("cgroup.controllers"), "cpu memory pids").unwrap();
+        enforce_pods_allocatable(v2.path(), 2000, 1 << 30);
+        assert_eq!(
+            read(v2.path(), "kubepods/cpu.weight"),
+            shares_to_weight(2048).to_string()
+        );
+        assert_eq!(read(v2.path(), "kubepods/memory.max"), "1073741824");
+        update_qos_cgroups(v2.path(), [&burst, &be].into_iter());
+        assert_eq!(read(v2.path(), "kubepods/besteffort/cpu.weight"), "1");
+        assert_eq!(
+            read(v2.path(), "kubepods/burstable/cpu.weight"),
+            shares_to_weight(256).to_string()
         );
     }
 }

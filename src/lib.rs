@@ -31,6 +31,7 @@ pub(crate) mod logrotate;
 pub mod malloc;
 pub(crate) mod metrics;
 pub mod node;
+pub(crate) mod nodeshutdown;
 pub(crate) mod nodestatus;
 pub mod pleg;
 pub(crate) mod prober;

@@ -47,6 +47,8 @@ struct Inner {
     runtime_problems: Vec<RuntimeProblem>,
     /// Node pressure conditions currently true (from the eviction manager), with since when.
     node_conditions: BTreeMap<&'static str, std::time::SystemTime>,
+    /// The node shutdown manager is stopping pods for a shutdown.
+    shutting_down: bool,
 }
 
 pub struct StatusStore {
@@ -164,6 +166,15 @@ impl StatusStore {
         for n in names {
             g.node_conditions.entry(n).or_insert(now);
         }
+    }
+
+    /// The node is shutting down (`nodeshutdown`): admission refuses pods, Ready is False.
+    pub fn set_shutting_down(&self, shutting_down: bool) {
+        self.lock().shutting_down = shutting_down;
+    }
+
+    pub fn shutting_down(&self) -> bool {
+        self.lock().shutting_down
     }
 
     /// Pressure conditions that are true ("MemoryPressure", "DiskPressure", "PIDPressure"),

@@ -423,6 +423,28 @@ impl CriRuntime {
         )
     }
 
+    /// UpdateRuntimeConfig with the node's pod CIDR.
+    pub fn update_runtime_config(&self, pod_cidr: &str) -> Result<()> {
+        let mut c = self.runtime_client();
+        let req = with_deadline(
+            pb::UpdateRuntimeConfigRequest {
+                runtime_config: Some(pb::RuntimeConfig {
+                    network_config: Some(pb::NetworkConfig {
+                        pod_cidr: pod_cidr.to_string(),
+                    }),
+                }),
+            },
+            self.default_timeout,
+        );
+        self.run(
+            "UpdateRuntimeConfig",
+            &format!("pod CIDR {pod_cidr}"),
+            self.default_timeout,
+            false,
+            async move { c.update_runtime_config(req).await.map(|_| ()) },
+        )
+    }
+
     /// ListImages (all local images in the k8s.io namespace).
     pub fn list_images(&self) -> Result<Vec<ImageInfo>> {
         let mut c = self.image_client();
@@ -782,6 +804,10 @@ fn decode_event(env: &ctrd::types::Envelope) -> Option<RuntimeEvent> {
 impl Runtime for CriRuntime {
     fn reopen_container_log(&self, container_id: &str) -> Result<()> {
         CriRuntime::reopen_container_log(self, container_id)
+    }
+
+    fn update_runtime_config(&self, pod_cidr: &str) -> Result<()> {
+        CriRuntime::update_runtime_config(self, pod_cidr)
     }
 
     fn version(&self) -> Result<RuntimeVersion> {

@@ -713,6 +713,11 @@ impl Runtime for FakeRuntime {
         }
     }
 
+    fn update_runtime_config(&self, pod_cidr: &str) -> Result<()> {
+        let _g = self.enter("update_runtime_config", pod_cidr)?;
+        Ok(())
+    }
+
     fn reopen_container_log(&self, container_id: &str) -> Result<()> {
         let g = self.enter("reopen_container_log", container_id)?;
         if g.containers.contains_key(container_id) {

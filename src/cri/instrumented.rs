@@ -150,6 +150,12 @@ impl Runtime for InstrumentedRuntime {
     fn list_container_stats(&self) -> Result<Vec<super::ContainerStats>> {
         self.count("list_container_stats", self.inner.list_container_stats())
     }
+    fn update_runtime_config(&self, pod_cidr: &str) -> Result<()> {
+        self.count(
+            "update_runtime_config",
+            self.inner.update_runtime_config(pod_cidr),
+        )
+    }
     fn reopen_container_log(&self, container_id: &str) -> Result<()> {
         self.count(
             "reopen_container_log",

@@ -628,6 +628,10 @@ pub trait Runtime: Send + Sync {
     /// file was rotated away).
     fn reopen_container_log(&self, container_id: &str) -> Result<()>;
 
+    /// UpdateRuntimeConfig: the node's pod CIDR (API-server mode, once the Node has one), as the
+    /// kubelet's `updatePodCIDR` sends it.
+    fn update_runtime_config(&self, pod_cidr: &str) -> Result<()>;
+
     /// Subscribe to task lifecycle events. The receiver yields `StreamLost` and then closes if
     /// the stream breaks; callers resubscribe with backoff.
     fn subscribe_events(&self) -> Result<mpsc::Receiver<RuntimeEvent>>;

@@ -476,7 +476,6 @@ impl Manager {
         pods.iter()
             .map(|p| {
                 let uid = p.metadata.uid.clone();
-                let cgroup = crate::cm::qos_cgroup_parent(p);
                 let u = observe::pod_usage(
                     &observe::PodPaths {
                         uid: &uid,
@@ -485,7 +484,7 @@ impl Manager {
                             .pod_logs_dir
                             .join(crate::api::helpers::pod_log_dir_name(p)),
                         pod_dir: self.paths.root_dir.join("pods").join(&uid),
-                        cgroup: &cgroup,
+                        pod: p,
                     },
                     &by_pod.remove(&uid).unwrap_or_default(),
                 );

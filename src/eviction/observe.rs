@@ -295,8 +295,8 @@ pub struct PodPaths<'a> {
     pub log_dir: PathBuf,
     /// `<root-dir>/pods/<uid>`
     pub pod_dir: PathBuf,
-    /// The pod's cgroup parent (`/kubepods/besteffort/pod<uid>`).
-    pub cgroup: &'a str,
+    /// The pod (its cgroup: `crate::cm::pod_pids`).
+    pub pod: &'a crate::api::Pod,
 }
 
 pub fn pod_usage(paths: &PodPaths<'_>, stats: &[ContainerStats]) -> PodUsage {
@@ -330,16 +330,7 @@ pub fn pod_usage(paths: &PodPaths<'_>, stats: &[ContainerStats]) -> PodUsage {
                 .insert(e.file_name().to_string_lossy().into_owned(), bytes);
         }
     }
-    for hier in ["pids", "unified"] {
-        let p = Path::new("/sys/fs/cgroup")
-            .join(hier)
-            .join(paths.cgroup.trim_start_matches('/'))
-            .join("pids.current");
-        if let Some(n) = read_u64(&p) {
-            u.pids = n as i64;
-            break;
-        }
-    }
+    u.pids = crate::cm::pod_pids(Path::new("/sys/fs/cgroup"), paths.pod).unwrap_or(0);
     u
 }
 
@@ -408,12 +399,14 @@ mod tests {
         ]);
         assert_eq!(by["u1"].len(), 2);
         let dir = tempfile::tempdir().unwrap();
+        let mut pod = crate::api::Pod::default();
+        pod.metadata.uid = "u1".into();
         let u = pod_usage(
             &PodPaths {
                 uid: "u1",
                 log_dir: dir.path().join("logs"),
                 pod_dir: dir.path().join("pod"),
-                cgroup: "/kubepods/besteffort/podu1",
+                pod: &pod,
             },
             &by["u1"],
         );

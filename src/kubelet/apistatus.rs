@@ -495,13 +495,14 @@ fn conditions(
 }
 
 /// The `DisruptionTarget` condition of a pod the eviction manager evicted (the kubelet's
-/// `evictPod` status function: True, reason `TerminationByKubelet`, the eviction message),
-/// its transition time kept once set.
+/// `evictPod` status function: True, reason `TerminationByKubelet`, the eviction message) or
+/// the node shutdown manager terminated (the same, with its message), its transition time kept
+/// once set.
 fn disruption_target(inputs: &StatusInputs, old: &PodStatus) -> Option<PodCondition> {
     let f = inputs
         .failed_reason
         .as_ref()
-        .filter(|f| f.reason == "Evicted")?;
+        .filter(|f| f.reason == "Evicted" || f.message == crate::nodeshutdown::MESSAGE)?;
     let mut c = cond("DisruptionTarget", true, "", String::new());
     c.reason = "TerminationByKubelet".into();
     c.message = f.message.clone();

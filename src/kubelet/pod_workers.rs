@@ -52,6 +52,9 @@ pub struct SyncSettings {
     pub host_security: crate::api::security::HostSecurity,
     /// The node's labels (well-known + `--node-labels`) for nodeSelector/nodeAffinity.
     pub node_labels: std::collections::BTreeMap<String, String>,
+    /// Where the QoS tier cgroups are kept up to date (`/sys/fs/cgroup` with the cgroupfs
+    /// driver); `None`: not at all (the systemd driver, tests).
+    pub qos_cgroup_root: Option<std::path::PathBuf>,
 }
 
 pub struct WorkerContext {
@@ -75,7 +78,12 @@ pub enum WorkerMsg {
     Terminate,
     /// The eviction manager evicts the pod: kill it with `grace_seconds`, fail it with reason
     /// `Evicted` and `message`, release its volumes; it stays Failed until `Readmit`.
-    Evict { message: String, grace_seconds: i64 },
+    /// The node shutdown manager sends the same with reason `Terminated`.
+    Evict {
+        reason: &'static str,
+        message: String,
+        grace_seconds: i64,
+    },
     /// Run an evicted pod again: its old containers and sandboxes are removed and it starts
     /// afresh (restart counts from 0, as a re-created pod).
     Readmit,
@@ -277,10 +285,11 @@ impl PodWorker {
             WorkerMsg::Sync => {}
             WorkerMsg::Terminate => self.terminating = true,
             WorkerMsg::Evict {
+                reason,
                 message,
                 grace_seconds,
             } => {
-                if self.evicted.is_none() {
+                if self.evicted.is_none() && reason == "Evicted" {
                     self.ctx.store.events().record(
                         &crate::events::PodRef::pod(
                             &self.pod.metadata.namespace,
@@ -293,7 +302,7 @@ impl PodWorker {
                     );
                 }
                 self.failed_reason = Some(PodFailure {
-                    reason: "Evicted".into(),
+                    reason: reason.into(),
                     message,
                 });
                 self.evicted = Some(Eviction {

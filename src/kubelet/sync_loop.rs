@@ -42,6 +42,14 @@ pub enum LoopMsg {
     Evict(crate::eviction::Eviction),
     /// The node pressure conditions changed (see `StatusStore::node_conditions`).
     NodeConditions,
+    /// The node shutdown manager terminates a pod for a node shutdown with this grace period
+    /// (status Failed, reason `Terminated`).
+    ShutdownKill {
+        uid: String,
+        grace_seconds: i64,
+    },
+    /// The node shutdown was cancelled: pods it stopped run again.
+    ShutdownCancelled,
     Shutdown,
 }
 
@@ -71,6 +79,8 @@ pub struct SyncLoop {
             std::time::Instant,
         ),
     >,
+    /// Pods stopped for a node shutdown, re-admitted if the shutdown is cancelled.
+    shutdown_killed: std::collections::HashSet<String>,
     /// (pod UID, warning) already said at admission (unenforced isolation), said once.
     warned: std::collections::HashSet<(String, String)>,
 }
@@ -160,6 +170,7 @@ impl SyncLoop {
             all_sources_ready: false,
             runtime_pods: BTreeMap::new(),
             evicted: HashMap::new(),
+            shutdown_killed: Default::default(),
             warned: Default::default(),
         }
     }
@@ -219,6 +230,7 @@ impl SyncLoop {
             LoopMsg::Worker(WorkerReport::Terminated { uid }) => {
                 self.workers.remove(&uid);
                 self.runtime_pods.remove(&uid);
+                self.update_qos_cgroups();
                 self.start_pending();
             }
             LoopMsg::Evict(e) => {
@@ -227,6 +239,7 @@ impl SyncLoop {
                         self.pool.send(
                             &e.uid,
                             WorkerMsg::Evict {
+                                reason: "Evicted",
                                 message: e.message,
                                 grace_seconds: e.grace_seconds,
                             },
@@ -235,6 +248,31 @@ impl SyncLoop {
                             .insert(e.uid, (e.condition, std::time::Instant::now()));
                     }
                 }
+            }
+            LoopMsg::ShutdownKill { uid, grace_seconds } => {
+                if self.workers.get(&uid).is_some_and(|w| !w.terminating) {
+                    self.pool.send(
+                        &uid,
+                        WorkerMsg::Evict {
+                            reason: crate::nodeshutdown::REASON,
+                            message: crate::nodeshutdown::MESSAGE.into(),
+                            grace_seconds,
+                        },
+                    );
+                    self.evicted.remove(&uid);
+                    self.shutdown_killed.insert(uid);
+                }
+            }
+            LoopMsg::ShutdownCancelled => {
+                for uid in std::mem::take(&mut self.shutdown_killed) {
+                    if let Some(w) = self.workers.get(&uid) {
+                        if !w.terminating && !crate::kubelet::admission::is_api_pod(&w.pod) {
+                            info!(pod = %w.full_name, uid, "node shutdown cancelled; re-admitting pod");
+                            self.pool.send(&uid, WorkerMsg::Readmit);
+                        }
+                    }
+                }
+                self.start_pending();
             }
             LoopMsg::NodeConditions => {
                 self.readmit_evicted();
@@ -248,6 +286,9 @@ impl SyncLoop {
     /// the pressure transition period after its signal clears) run again; local-storage
     /// evictions after one transition period.
     fn readmit_evicted(&mut self) {
+        if self.ctx.store.shutting_down() {
+            return;
+        }
         let conditions = self.ctx.store.node_conditions();
         let transition = self.ctx.settings.eviction_transition;
         let ready: Vec<String> = self
@@ -444,7 +485,12 @@ impl SyncLoop {
             .iter()
             .map(|p| pod_requests(p))
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        if let Some(message) = crate::kubelet::policy::violation(pod, &settings.security) {
+        if self.ctx.store.shutting_down() {
+            Some((
+                crate::nodeshutdown::NOT_ADMITTED_REASON,
+                crate::nodeshutdown::NOT_ADMITTED_MESSAGE.to_string(),
+            ))
+        } else if let Some(message) = crate::kubelet::policy::violation(pod, &settings.security) {
             Some((crate::kubelet::policy::REASON, message))
         } else if let Some((reason, message)) =
             crate::api::security::unsupported_isolation(pod, self.host_security_for(pod))
@@ -613,6 +659,20 @@ impl SyncLoop {
             },
         );
         self.pool.add(&uid, worker, first);
+        self.update_qos_cgroups();
+    }
+
+    /// The QoS tier cgroups' CPU shares follow the pods that run (the kubelet's
+    /// `UpdateCgroups` on admission and removal).
+    fn update_qos_cgroups(&self) {
+        if let Some(root) = &self.ctx.settings.qos_cgroup_root {
+            let pods = self
+                .workers
+                .values()
+                .filter(|w| !w.terminating)
+                .map(|w| w.pod.as_ref());
+            crate::cm::update_qos_cgroups(root, pods);
+        }
     }
 
     /// Stop worker threads without touching the pods (they keep running).
@@ -782,6 +842,7 @@ mod tests {
                     registry_config: None,
                     container_logs_dir: logs.join("containers"),
                     cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
+                    pod_pids_limit: -1,
                     host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                         None,
                         std::path::PathBuf::new(),
@@ -800,6 +861,7 @@ mod tests {
                     "node1",
                     &[("site".into(), "test".into())],
                 ),
+                qos_cgroup_root: None,
             },
         })
     }

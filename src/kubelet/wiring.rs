@@ -183,6 +183,8 @@ impl Kubelet {
         w.start_log_rotation()?;
         w.start_pleg()?;
         w.start_eviction()?;
+        w.start_node_shutdown();
+        enforce_node_allocatable(&cfg);
         // API-server mode starts once a client credential exists: now, or when TLS bootstrap
         // (its own thread) has one. Static pods never wait for it.
         match (deps.api_client, api_mode, bootstrap) {
@@ -662,6 +664,22 @@ impl Wiring<'_> {
         Ok(())
     }
 
+    /// The graceful node shutdown manager, when shutdownGracePeriod (or ByPodPriority) is set.
+    fn start_node_shutdown(&mut self) {
+        let mut config = self.cfg.shutdown.clone();
+        // Test seam: the tests' stand-in logind reads its drop-ins elsewhere.
+        if let Some(dir) = std::env::var_os("NANOLET_LOGIND_CONF_DIR") {
+            config.logind_conf_dir = PathBuf::from(dir);
+        }
+        let terminator = Arc::new(ShutdownTerminator {
+            store: self.store.clone(),
+            runtime: self.runtime.clone(),
+            tx: self.loop_tx.clone(),
+        });
+        let stop = self.shutdown.receiver();
+        crate::nodeshutdown::Manager::start(config, terminator, stop);
+    }
+
     /// What every pod worker shares: the runtime, the prober (started here), the status store
     /// and the settings.
     fn worker_context(&self) -> Arc<WorkerContext> {
@@ -696,6 +714,7 @@ impl Wiring<'_> {
                     registry_config: cfg.image_credentials_file(),
                     container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
                     cgroup_driver: cfg.cgroup_driver,
+                    pod_pids_limit: cfg.pod_pids_limit,
                     host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                         cfg.resolv_conf.clone(),
                         // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.
@@ -728,6 +747,8 @@ impl Wiring<'_> {
                     &cfg.node_name,
                     &cfg.node_labels,
                 ),
+                qos_cgroup_root: (cfg.cgroup_driver == crate::cm::CgroupDriver::Cgroupfs)
+                    .then(|| PathBuf::from(CGROUP_ROOT)),
             },
         })
     }
@@ -787,6 +808,7 @@ impl ApiMode {
         Self::start_events(&cfg, &store, stop_events, &client)?;
         #[cfg(feature = "tls")]
         let events_store = store.clone();
+        let pod_cidr_runtime = runtime.clone();
         let parts = ApiParts {
             store: store.clone(),
             runtime,
@@ -796,7 +818,8 @@ impl ApiMode {
             stop_status,
         };
         Self::start_api_pods(&cfg, parts, &client)?;
-        Self::start_node_heartbeat(&cfg, node, store, stop_heartbeat, &client)?;
+        let heartbeat = (node, store, stop_heartbeat, pod_cidr_runtime);
+        Self::start_node_heartbeat(&cfg, heartbeat, &client)?;
         for hook in on_client {
             hook(&client);
         }
@@ -915,11 +938,16 @@ impl ApiMode {
     }
 
     /// API-server mode: register the Node, keep its Lease and status fresh.
+    /// The Node's `spec.podCIDR` goes to the runtime (CRI UpdateRuntimeConfig) when it appears
+    /// or changes, as the kubelet's `updatePodCIDR`.
     fn start_node_heartbeat(
         cfg: &Config,
-        node: NodeContext,
-        store: Arc<StatusStore>,
-        stop: mpsc::Receiver<()>,
+        (node, store, stop, runtime): (
+            NodeContext,
+            Arc<StatusStore>,
+            mpsc::Receiver<()>,
+            Arc<dyn Runtime>,
+        ),
         client: &Arc<ApiClient>,
     ) -> Result<(), KubeletError> {
         let heartbeat = crate::nodestatus::heartbeat::NodeHeartbeat::new(
@@ -932,7 +960,19 @@ impl ApiMode {
                 status_update_frequency: cfg.node_status_update_frequency(),
                 status_report_frequency: cfg.node_status_report_frequency(),
             },
-        );
+        )
+        .with_pod_cidr_sink(Box::new(move |cidr| {
+            match runtime.update_runtime_config(cidr) {
+                Ok(()) => {
+                    info!(pod_cidr = cidr, "sent the node's pod CIDR to the runtime");
+                    true
+                }
+                Err(e) => {
+                    warn!(pod_cidr = cidr, error = %e, "UpdateRuntimeConfig failed; retrying");
+                    false
+                }
+            }
+        }));
         std::thread::Builder::new()
             .name("node-status".into())
             .stack_size(1024 * 1024)
@@ -1018,6 +1058,116 @@ fn pleg_to_loop(tx: Sender<LoopMsg>) -> crate::pleg::PlegSink {
         };
         tx.send(msg).is_ok()
     })
+}
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// `enforceNodeAllocatable` with the cgroupfs driver, as the kubelet's node container manager:
+/// `pods` limits the `kubepods` cgroup to capacity - systemReserved - kubeReserved;
+/// `system-reserved` / `kube-reserved` limit their cgroups to the reservation.
+fn enforce_node_allocatable(cfg: &Config) {
+    if cfg.cgroup_driver != crate::cm::CgroupDriver::Cgroupfs {
+        return;
+    }
+    let root = std::path::Path::new(CGROUP_ROOT);
+    let ev = &cfg.eviction;
+    for what in &cfg.enforce_node_allocatable {
+        let written = match what.as_str() {
+            "pods" => {
+                let cap = crate::node::capacity();
+                let cpu = (cap.cpu_millis - ev.reserved_cpu_millis).max(0);
+                let mem = (cap.memory_bytes - ev.reserved_memory).max(0);
+                info!(
+                    cpu_millis = cpu,
+                    memory_bytes = mem,
+                    "enforcing node allocatable on kubepods"
+                );
+                crate::cm::enforce_pods_allocatable(root, cpu, mem)
+            }
+            "system-reserved" => {
+                let (cpu, mem) = reservation(&ev.system_reserved);
+                crate::cm::enforce_reserved(root, &cfg.system_reserved_cgroup, cpu, mem)
+            }
+            "kube-reserved" => {
+                let (cpu, mem) = reservation(&ev.kube_reserved);
+                crate::cm::enforce_reserved(root, &cfg.kube_reserved_cgroup, cpu, mem)
+            }
+            _ => continue,
+        };
+        if written.is_empty() {
+            warn!(enforce = %what, "could not write the node allocatable cgroup");
+        }
+    }
+}
+
+/// A reservation's CPU (millicores) and memory (bytes, if set).
+fn reservation(map: &std::collections::BTreeMap<String, String>) -> (i64, Option<i64>) {
+    let q = |k: &str| {
+        map.get(k).and_then(|v| {
+            crate::api::quantity::parse_quantity(&serde_json::Value::from(v.as_str())).ok()
+        })
+    };
+    (
+        q("cpu").map_or(0, |q| q.milli_value()),
+        q("memory").map(|q| q.value()),
+    )
+}
+
+/// What the node shutdown manager needs, over the status store, the runtime and the sync
+/// loop (which kills through the pod workers, as for an eviction).
+struct ShutdownTerminator {
+    store: Arc<StatusStore>,
+    runtime: Arc<dyn Runtime>,
+    tx: Sender<LoopMsg>,
+}
+
+impl crate::nodeshutdown::PodTerminator for ShutdownTerminator {
+    fn active_pods(&self) -> Vec<Arc<crate::api::Pod>> {
+        self.store
+            .pods()
+            .into_iter()
+            .filter(|p| {
+                !p.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == "Succeeded" || s.phase == "Failed")
+            })
+            .map(Arc::new)
+            .collect()
+    }
+
+    fn set_shutting_down(&self, shutting_down: bool) {
+        self.store.set_shutting_down(shutting_down);
+        if !shutting_down {
+            self.send(LoopMsg::ShutdownCancelled);
+        }
+    }
+
+    fn terminate(&self, pod: &crate::api::Pod, grace_seconds: i64) {
+        self.send(LoopMsg::ShutdownKill {
+            uid: pod.metadata.uid.clone(),
+            grace_seconds,
+        });
+    }
+
+    fn running(&self) -> std::collections::HashSet<String> {
+        match self.runtime.list_containers() {
+            Ok(list) => list
+                .into_iter()
+                .filter(|c| c.state == crate::cri::ContainerState::Running)
+                .filter_map(|c| c.labels.get(crate::cri::LABEL_POD_UID).cloned())
+                .collect(),
+            Err(e) => {
+                warn!(error = %e, "node shutdown: listing containers failed");
+                self.store.uids().into_iter().collect()
+            }
+        }
+    }
+}
+
+impl ShutdownTerminator {
+    fn send(&self, msg: LoopMsg) {
+        let _ = self.tx.send(msg);
+    }
 }
 
 /// The eviction manager's events, as sync loop messages.

@@ -104,6 +104,8 @@ fn finish(
     hostname: &dyn Fn() -> Result<String, ConfigError>,
 ) -> Result<ParseOutcome, ConfigError> {
     finish_eviction(&mut cfg)?;
+    cfg.shutdown.validate().map_err(ConfigError::Shutdown)?;
+    check_node_allocatable(&cfg)?;
     let raw_name = if cfg.node_name.trim().is_empty() {
         hostname()?
     } else {
@@ -274,6 +276,36 @@ fn is_dns_subdomain(s: &str) -> bool {
                 && b[0] != b'-'
                 && b[b.len() - 1] != b'-'
         })
+}
+
+/// `enforceNodeAllocatable` as the kubelet validates it: known keys, `none` alone, and each
+/// reservation enforced only with its cgroup named.
+fn check_node_allocatable(cfg: &Config) -> Result<(), ConfigError> {
+    let e = &cfg.enforce_node_allocatable;
+    for v in e {
+        let needs = match v.as_str() {
+            "pods" | "none" => continue,
+            "system-reserved" => ("systemReservedCgroup", &cfg.system_reserved_cgroup),
+            "kube-reserved" => ("kubeReservedCgroup", &cfg.kube_reserved_cgroup),
+            other => {
+                return Err(ConfigError::NodeAllocatable(format!(
+                    "enforceNodeAllocatable: invalid option {other:?} (pods, system-reserved, kube-reserved or none)"
+                )));
+            }
+        };
+        if needs.1.is_empty() {
+            return Err(ConfigError::NodeAllocatable(format!(
+                "enforceNodeAllocatable: {v} needs {}",
+                needs.0
+            )));
+        }
+    }
+    if e.len() > 1 && e.iter().any(|v| v == "none") {
+        return Err(ConfigError::NodeAllocatable(
+            "enforceNodeAllocatable: none cannot be combined with other options".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Validates the eviction settings as a whole and derives the thresholds and reservations.

@@ -91,6 +91,12 @@ pub enum ConfigError {
     /// Eviction and image GC settings that do not fit together (the error names the field).
     #[error("{0}")]
     Eviction(String),
+    /// enforceNodeAllocatable settings that do not fit together.
+    #[error("{0}")]
+    NodeAllocatable(String),
+    /// Graceful node shutdown settings that do not fit together.
+    #[error("{0}")]
+    Shutdown(String),
     /// The read-only port bound off loopback without a token.
     #[error(
         "--address {0} is not a loopback address: the read-only port would be reachable from the network; set --read-only-token-file (config: readOnlyTokenFile) to require a bearer token, or --read-only-port=0 to disable it"
@@ -246,11 +252,21 @@ pub struct Config {
     pub event_burst: u32,
     /// `cgroupDriver` (default cgroupfs).
     pub cgroup_driver: crate::cm::CgroupDriver,
+    /// `podPidsLimit` (`--pod-max-pids`): pids.max of each pod cgroup; <= 0: no limit.
+    pub pod_pids_limit: i64,
+    /// `enforceNodeAllocatable`: `pods`, `system-reserved`, `kube-reserved` (or `none`).
+    pub enforce_node_allocatable: Vec<String>,
+    /// `systemReservedCgroup`, `kubeReservedCgroup`: the cgroups those limits go on.
+    pub system_reserved_cgroup: String,
+    pub kube_reserved_cgroup: String,
     /// `containerLogMonitorInterval` (default 10s): how often logs are checked for rotation.
     pub container_log_monitor_interval: Duration,
     /// Eviction thresholds, reservations and image GC (evictionHard, systemReserved,
     /// imageGCHighThresholdPercent, ...).
     pub eviction: crate::eviction::EvictionConfig,
+    /// Graceful node shutdown (shutdownGracePeriod, shutdownGracePeriodCriticalPods,
+    /// shutdownGracePeriodByPodPriority).
+    pub shutdown: crate::nodeshutdown::ShutdownConfig,
     /// `--v`, 0..=10; see [`verbosity_level`].
     pub verbosity: u8,
     /// Warnings found while loading the config file (ignored fields, each naming the file and
@@ -384,6 +400,10 @@ impl Config {
             container_log_max_files: 5,
             container_log_monitor_interval: Duration::from_secs(10),
             cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
+            pod_pids_limit: -1,
+            enforce_node_allocatable: vec!["pods".into()],
+            system_reserved_cgroup: String::new(),
+            kube_reserved_cgroup: String::new(),
             kubeconfig: None,
             bootstrap_kubeconfig: None,
             cert_dir: None,
@@ -398,6 +418,10 @@ impl Config {
             event_record_qps: 50,
             event_burst: 100,
             eviction: crate::eviction::EvictionConfig::default(),
+            shutdown: crate::nodeshutdown::ShutdownConfig {
+                logind_conf_dir: PathBuf::from("/etc/systemd/logind.conf.d"),
+                ..Default::default()
+            },
             verbosity: 0,
             warnings: Vec::new(),
         }
@@ -508,6 +532,10 @@ impl fmt::Debug for Config {
                 &self.container_log_monitor_interval,
             )
             .field("cgroup_driver", &self.cgroup_driver)
+            .field("pod_pids_limit", &self.pod_pids_limit)
+            .field("enforce_node_allocatable", &self.enforce_node_allocatable)
+            .field("system_reserved_cgroup", &self.system_reserved_cgroup)
+            .field("kube_reserved_cgroup", &self.kube_reserved_cgroup)
             .field("kubeconfig", &self.kubeconfig)
             .field("bootstrap_kubeconfig", &self.bootstrap_kubeconfig)
             .field("cert_dir", &self.cert_dir())

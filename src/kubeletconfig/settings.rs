@@ -315,6 +315,30 @@ fn apply_cluster_dns(c: &mut Config, v: &Input<'_>) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// `--shutdown-grace-period-by-pod-priority=0=10,1000=20` and
+/// `shutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 10}, ...]`.
+fn apply_shutdown_by_priority(c: &mut Config, v: &Input<'_>) -> Result<(), Invalid> {
+    use crate::nodeshutdown::GracePeriodByPriority;
+    let groups = match v {
+        Input::Flag { flag, text, .. } => parse_pairs(flag, text)?
+            .into_iter()
+            .map(|(k, s)| {
+                let bad = || ValueError::ShutdownGroup(format!("{k}={s}"));
+                Ok(GracePeriodByPriority {
+                    priority: k.trim().parse().map_err(|_| bad())?,
+                    shutdown_grace_period_seconds: s.trim().parse().map_err(|_| bad())?,
+                })
+            })
+            .collect::<Result<Vec<_>, ValueError>>()?,
+        Input::File { value, .. } => match decode::<Vec<GracePeriodByPriority>>(value)? {
+            Some(g) => g,
+            None => return Ok(()),
+        },
+    };
+    c.shutdown.by_pod_priority = groups;
+    Ok(())
+}
+
 /// `--manifest-url-header` (repeatable: the flags replace the file's headers, then add up) and
 /// `staticPodURLHeader: {Name: [value, ...]}`. Errors never show a value.
 fn apply_headers(c: &mut Config, v: &Input<'_>) -> Result<(), Invalid> {
@@ -970,6 +994,48 @@ pub(super) const SETTINGS: &[Setting] = &[
         configz: Some(("maxPodWorkerThreads", |c| c.max_pod_worker_threads.into())),
     },
     Setting {
+        flag: Flag::value("enforce-node-allocatable"),
+        field: Some("enforceNodeAllocatable"),
+        value_name: "strings",
+        default: "pods",
+        help: "Limits to enforce with the cgroupfs driver: pods (the kubepods cgroup at capacity - systemReserved - kubeReserved), system-reserved, kube-reserved (their cgroups at the reservation), or none (config: enforceNodeAllocatable)",
+        apply: |c, v| set(&mut c.enforce_node_allocatable, v.list()),
+        configz: Some(("enforceNodeAllocatable", |c| {
+            json!(c.enforce_node_allocatable)
+        })),
+    },
+    Setting {
+        flag: Flag::value("system-reserved-cgroup"),
+        field: Some("systemReservedCgroup"),
+        value_name: "string",
+        default: "",
+        help: "The cgroup of the operating system's daemons, limited to --system-reserved with --enforce-node-allocatable=system-reserved (config: systemReservedCgroup)",
+        apply: |c, v| set(&mut c.system_reserved_cgroup, v.text()),
+        configz: Some(("systemReservedCgroup", |c| {
+            c.system_reserved_cgroup.clone().into()
+        })),
+    },
+    Setting {
+        flag: Flag::value("kube-reserved-cgroup"),
+        field: Some("kubeReservedCgroup"),
+        value_name: "string",
+        default: "",
+        help: "The cgroup of nanolet and containerd, limited to --kube-reserved with --enforce-node-allocatable=kube-reserved (config: kubeReservedCgroup)",
+        apply: |c, v| set(&mut c.kube_reserved_cgroup, v.text()),
+        configz: Some(("kubeReservedCgroup", |c| {
+            c.kube_reserved_cgroup.clone().into()
+        })),
+    },
+    Setting {
+        flag: Flag::value("pod-max-pids"),
+        field: Some("podPidsLimit"),
+        value_name: "int",
+        default: "-1",
+        help: "The most processes a pod may run (pids.max of its cgroup, cgroupfs driver); -1: no limit (config: podPidsLimit)",
+        apply: |c, v| set(&mut c.pod_pids_limit, v.int(parse_pids_limit, Ok)),
+        configz: Some(("podPidsLimit", |c| c.pod_pids_limit.into())),
+    },
+    Setting {
         flag: Flag::value("max-pods"),
         field: Some("maxPods"),
         value_name: "int",
@@ -1241,6 +1307,44 @@ pub(super) const SETTINGS: &[Setting] = &[
         help: "Directory of Secret manifests static pods may reference; secret volumes live on tmpfs (nanolet extension)",
         apply: |c, v| set(&mut c.secret_dir, v.nonempty_path()),
         configz: Some(("secretDir", |c| path_json(&c.secret_dir))),
+    },
+    Setting {
+        flag: Flag::value("shutdown-grace-period"),
+        field: Some("shutdownGracePeriod"),
+        value_name: "duration",
+        default: "0s",
+        help: "Graceful node shutdown: how long nanolet holds a shutdown back (logind delay inhibitor lock) to stop the pods, critical pods last; 0 turns it off (config: shutdownGracePeriod)",
+        apply: |c, v| set(&mut c.shutdown.grace_period, v.parse(parse_duration)),
+        configz: Some(("shutdownGracePeriod", |c| {
+            duration_json(c.shutdown.grace_period)
+        })),
+    },
+    Setting {
+        flag: Flag::value("shutdown-grace-period-critical-pods"),
+        field: Some("shutdownGracePeriodCriticalPods"),
+        value_name: "duration",
+        default: "0s",
+        help: "The part of --shutdown-grace-period reserved for critical pods, stopped after all others (config: shutdownGracePeriodCriticalPods)",
+        apply: |c, v| {
+            set(
+                &mut c.shutdown.grace_period_critical_pods,
+                v.parse(parse_duration),
+            )
+        },
+        configz: Some(("shutdownGracePeriodCriticalPods", |c| {
+            duration_json(c.shutdown.grace_period_critical_pods)
+        })),
+    },
+    Setting {
+        flag: Flag::value("shutdown-grace-period-by-pod-priority"),
+        field: Some("shutdownGracePeriodByPodPriority"),
+        value_name: "priority=seconds,...",
+        default: "",
+        help: "Graceful node shutdown by pod priority, e.g. 0=10,100000=20,2000000000=10: each pod gets the seconds of the highest priority at or below its own, lowest priorities stopped first; replaces the two periods above (config: shutdownGracePeriodByPodPriority, a list of {priority, shutdownGracePeriodSeconds}; the kubelet has no flag)",
+        apply: apply_shutdown_by_priority,
+        configz: Some(("shutdownGracePeriodByPodPriority", |c| {
+            json!(c.shutdown.by_pod_priority)
+        })),
     },
     Setting {
         flag: Flag::value("sync-frequency"),

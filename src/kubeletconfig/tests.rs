@@ -1167,3 +1167,46 @@ fn node_status_frequencies() {
     let c = parse(&["--node-status-update-frequency=2s"]).unwrap();
     assert_eq!(c.node_status_report_frequency(), secs(2));
 }
+
+/// The kubelet's validation of enforceNodeAllocatable (pkg/kubelet/apis/config/validation):
+/// known options only, `none` alone, a reservation enforced only with its cgroup named.
+#[test]
+fn enforce_node_allocatable_is_validated_as_the_kubelets() {
+    let err = |a: &[&str]| parse(a).unwrap_err().to_string();
+    assert_eq!(
+        parse(&[]).unwrap().enforce_node_allocatable,
+        vec!["pods".to_string()]
+    );
+    assert!(
+        err(&["--enforce-node-allocatable=pods,system-reserved"])
+            .contains("needs systemReservedCgroup")
+    );
+    assert!(err(&["--enforce-node-allocatable=none,pods"]).contains("cannot be combined"));
+    assert!(err(&["--enforce-node-allocatable=memory"]).contains("invalid option"));
+    let c = parse(&[
+        "--enforce-node-allocatable=pods,kube-reserved",
+        "--kube-reserved-cgroup=/nanolet.slice",
+        "--pod-max-pids=1024",
+    ])
+    .unwrap();
+    assert_eq!(c.kube_reserved_cgroup, "/nanolet.slice");
+    assert_eq!(c.pod_pids_limit, 1024);
+}
+
+/// shutdownGracePeriodByPodPriority: the flag's `priority=seconds` pairs and the file's list
+/// of objects give the same groups.
+#[test]
+fn shutdown_grace_period_by_pod_priority_from_flag_and_file() {
+    let c = parse(&["--shutdown-grace-period-by-pod-priority=0=10,2000000000=5"]).unwrap();
+    assert_eq!(c.shutdown.groups().len(), 2);
+    assert_eq!(c.shutdown.groups()[1].shutdown_grace_period_seconds, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nshutdownGracePeriodByPodPriority:\n- {priority: 0, shutdownGracePeriodSeconds: 10}\n- {priority: 2000000000, shutdownGracePeriodSeconds: 5}\n",
+    )
+    .unwrap();
+    let f = parse(&[&format!("--config={}", path.display())]).unwrap();
+    assert_eq!(f.shutdown.groups(), c.shutdown.groups());
+}

@@ -24,6 +24,10 @@ pub enum ValueError {
         text: String,
         reason: crate::timeutil::DurationError,
     },
+    #[error("invalid number {0:?}: must be an integer (-1: no limit)")]
+    PidsLimit(String),
+    #[error("invalid priority=seconds pair {0:?}: both must be integers")]
+    ShutdownGroup(String),
     #[error("must be greater than zero, got {0:?}")]
     NotPositive(String),
     #[error("invalid IP address {0:?}")]
@@ -281,6 +285,13 @@ pub(super) fn parse_max_pods(s: &str) -> Result<u32, ValueError> {
     s.trim()
         .parse()
         .map_err(|_| ValueError::MaxPods(s.to_string()))
+}
+
+/// `--pod-max-pids`: an integer; zero or less means no limit, as in the kubelet.
+pub(super) fn parse_pids_limit(s: &str) -> Result<i64, ValueError> {
+    s.trim()
+        .parse()
+        .map_err(|_| ValueError::PidsLimit(s.to_string()))
 }
 
 pub(super) fn max_pods_from_int(n: i64) -> Result<u32, ValueError> {

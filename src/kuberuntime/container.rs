@@ -542,6 +542,7 @@ mod tests {
                 PathBuf::new(),
             )),
             cluster_dns: Default::default(),
+            pod_pids_limit: -1,
         };
         let events = crate::events::EventRecorder::new();
         let mut state = super::super::RuntimeManagerState::default();

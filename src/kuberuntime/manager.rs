@@ -46,6 +46,8 @@ pub struct RuntimeSettings {
     pub container_logs_dir: PathBuf,
     /// cgroupDriver: how pod cgroup parents are named (and whether nanolet writes pod totals).
     pub cgroup_driver: crate::cm::CgroupDriver,
+    /// `podPidsLimit`: pids.max of the pod cgroup (cgroupfs driver); <= 0: none.
+    pub pod_pids_limit: i64,
     /// The node's resolv.conf (`--resolv-conf`), read at every sandbox creation.
     pub host_dns: Arc<crate::api::dns::HostResolvConf>,
     /// `--cluster-dns` / `--cluster-domain`: the DNS of ClusterFirst pods, pods' FQDNs.

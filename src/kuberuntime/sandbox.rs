@@ -181,7 +181,11 @@ impl RuntimeManager<'_> {
         info!(pod = %self.full_name, attempt = cfg.attempt, "creating pod sandbox");
         if self.settings.cgroup_driver == crate::cm::CgroupDriver::Cgroupfs {
             // The pod cgroup with the pod's totals, before anything runs in it.
-            crate::cm::apply(self.pod, std::path::Path::new("/sys/fs/cgroup"));
+            crate::cm::apply(
+                self.pod,
+                std::path::Path::new("/sys/fs/cgroup"),
+                self.settings.pod_pids_limit,
+            );
         }
         let id = self.runtime.run_pod_sandbox(cfg)?;
         self.state.pod_ip = if self.pod.spec.host_network {

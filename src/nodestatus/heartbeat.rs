@@ -132,9 +132,38 @@ pub struct NodeHeartbeat {
     node_uid: Option<String>,
     lease_rv: Option<String>,
     reports: StatusReports,
+    /// Takes the Node's `spec.podCIDR` (CRI UpdateRuntimeConfig); true once applied.
+    pod_cidr_sink: Option<PodCidrSink>,
+    /// The pod CIDR last applied.
+    pod_cidr: String,
 }
 
+/// Where a new pod CIDR goes; returns whether it was applied.
+pub type PodCidrSink = Box<dyn Fn(&str) -> bool + Send>;
+
 impl NodeHeartbeat {
+    /// Send the Node's `spec.podCIDR` to `sink` whenever it appears or changes (the kubelet's
+    /// `updatePodCIDR`, from the Node it reads at every status update).
+    pub fn with_pod_cidr_sink(mut self, sink: PodCidrSink) -> NodeHeartbeat {
+        self.pod_cidr_sink = Some(sink);
+        self
+    }
+
+    /// Reads the Node and applies a new `spec.podCIDR`.
+    fn sync_pod_cidr(&mut self) -> Result<(), ApiError> {
+        let Some(sink) = &self.pod_cidr_sink else {
+            return Ok(());
+        };
+        let node = self
+            .client
+            .get(&format!("/api/v1/nodes/{}", self.ctx.node_name))?;
+        let cidr = node["spec"]["podCIDR"].as_str().unwrap_or_default();
+        if !cidr.is_empty() && cidr != self.pod_cidr && sink(cidr) {
+            self.pod_cidr = cidr.to_string();
+        }
+        Ok(())
+    }
+
     pub fn new(
         client: Arc<ApiClient>,
         ctx: Arc<NodeContext>,
@@ -149,6 +178,8 @@ impl NodeHeartbeat {
             node_uid: None,
             lease_rv: None,
             reports: StatusReports::default(),
+            pod_cidr_sink: None,
+            pod_cidr: String::new(),
         }
     }
 
@@ -235,6 +266,9 @@ impl NodeHeartbeat {
 
     /// Computes the node's status and patches it when it changed or is due for a report.
     pub fn update_status(&mut self) -> Result<(), ApiError> {
+        if let Err(e) = self.sync_pod_cidr() {
+            debug!(node = %self.ctx.node_name, error = %e, "reading the Node for its pod CIDR");
+        }
         let node = crate::nodestatus::node_object(&self.ctx, &self.store);
         let now = Instant::now();
         if !self

@@ -2,6 +2,7 @@
 //! allocatable, addresses, nodeInfo, conditions from the status store. Served on the read-only
 //! port (`/api/v1/nodes`) and registered with the API server.
 
+use crate::nodeshutdown::NOT_READY_MESSAGE as NOT_READY;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
@@ -295,7 +296,10 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
     let allocatable = allocatable(&capacity, &ctx.eviction);
     let started = rfc3339(ctx.started);
     let now = rfc3339(SystemTime::now());
-    let failing = not_ready_reasons(store);
+    let mut failing = not_ready_reasons(store);
+    if store.shutting_down() {
+        failing.push(NOT_READY.to_string());
+    }
     let healthy = failing.is_empty();
     // Pressure conditions as the eviction manager holds them (transition period included).
     let pressure = store.node_conditions();

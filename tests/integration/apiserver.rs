@@ -745,3 +745,64 @@ fn joins_over_tls_with_a_node_client_certificate() {
         "authenticated by its client certificate"
     );
 }
+
+/// The kubelet's `updatePodCIDR`: once the Node has a `spec.podCIDR` (the controller manager's
+/// node IPAM sets it), the kubelet sends it to the runtime with CRI UpdateRuntimeConfig, once
+/// per change. Here the double's Node gets one; nanolet's runtime metrics count the call and
+/// containerd (1.6+) answers it without error.
+#[test]
+fn pod_cidr_from_the_node_reaches_the_runtime() {
+    let ctd = Containerd::start();
+    let api = FakeApiServer::start(TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    api.write_kubeconfig(&kc, TOKEN);
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--kubeconfig={}", kc.display()),
+            "--node-status-update-frequency=1s".into(),
+        ],
+    );
+    let calls = |n: &Nanolet| -> (u64, u64) {
+        let m = n.get("/metrics").unwrap_or_default();
+        let count = |name: &str| {
+            m.lines()
+                .find(|l| {
+                    l.starts_with(&format!(
+                        "{name}{{operation_type=\"update_runtime_config\"}}"
+                    ))
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        (
+            count("kubelet_runtime_operations_total"),
+            count("kubelet_runtime_operations_errors_total"),
+        )
+    };
+    wait_for(Duration::from_secs(30), || api.get(NODE_PATH))
+        .unwrap_or_else(|| panic!("node never registered\n{}", n.log_tail()));
+    // Several status updates (1 s apart) without a pod CIDR: no call.
+    let updates = api.count("GET", NODE_PATH);
+    wait_for(Duration::from_secs(30), || {
+        (api.count("GET", NODE_PATH) >= updates + 3).then_some(())
+    })
+    .expect("the Node is read at every status update");
+    assert_eq!(calls(&n), (0, 0), "UpdateRuntimeConfig without a pod CIDR");
+
+    api.modify(NODE_PATH, |node| {
+        node["spec"]["podCIDR"] = "10.244.7.0/24".into();
+    })
+    .expect("node");
+    wait_for(Duration::from_secs(30), || (calls(&n).0 >= 1).then_some(()))
+        .unwrap_or_else(|| panic!("pod CIDR never sent to the runtime\n{}", n.log_tail()));
+    assert!(n.log_tail().contains("10.244.7.0/24"), "{}", n.log_tail());
+    // Once per change: more status updates, no second call.
+    let updates = api.count("GET", NODE_PATH);
+    wait_for(Duration::from_secs(30), || {
+        (api.count("GET", NODE_PATH) >= updates + 3).then_some(())
+    })
+    .expect("status updates go on");
+    assert_eq!(calls(&n), (1, 0), "one UpdateRuntimeConfig, answered");
+}

@@ -47,6 +47,8 @@ mod images;
 mod kubectl;
 /// How the binary writes its log.
 mod logging;
+/// Graceful node shutdown: logind's delay lock on a private bus, pods stopped by priority.
+mod nodeshutdown;
 /// Probes, lifecycle hooks, termination messages, init and sidecar containers.
 mod probes;
 /// The kubelet server on --port: HTTPS, client certificates, the kubelet's endpoints.
@@ -55,6 +57,8 @@ mod secure_port;
 mod security;
 /// Many pods with probes every second: threads, fds and RSS stay flat (alone).
 mod soak;
+/// A fork bomb (podPidsLimit) and a memory hog beside other pods.
+mod resources;
 /// CRI streaming on real containerd: `nanolet exec -i/-t`, `nanolet port-forward`, the proxy.
 mod streaming;
 /// The .deb upgrade leaves running pods untouched.

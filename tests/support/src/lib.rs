@@ -32,6 +32,7 @@ use nanolet::cri::client::CriRuntime;
 
 pub mod agent;
 pub mod apiserver;
+pub mod dbus;
 pub mod front;
 pub mod gate;
 pub mod kubectl;

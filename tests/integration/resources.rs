@@ -1,0 +1,192 @@
+//! Pods that misbehave with resources (issue 33): a fork bomb held by `podPidsLimit` (pids.max
+//! on the pod cgroup, the kubelet's `ResourceConfigForPod` PidsLimit) and a memory hog held by
+//! its memory limit (OOMKilled, restarted), while nanolet, containerd and another pod keep
+//! working; the node allocatable and QoS tier cgroups hold the kubelet's values. On this
+//! machine's cgroup v1 hierarchy (the v2 layout has unit tests in `cm`).
+
+use nanolet_test_support as support;
+
+use std::fs;
+use std::time::Duration;
+
+use nanolet::cri::Runtime;
+use serde_json::Value;
+use support::Containerd;
+use support::agent::Nanolet;
+use support::wait_for;
+
+const WAIT: Duration = Duration::from_secs(90);
+const PIDS_LIMIT: u64 = 64;
+
+fn pod(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n{spec}"
+    )
+}
+
+/// The first line of a file below the v1 pids hierarchy of a BestEffort pod.
+fn pids_file(uid: &str, file: &str) -> Option<String> {
+    fs::read_to_string(format!(
+        "/sys/fs/cgroup/pids/kubepods/besteffort/pod{uid}/{file}"
+    ))
+    .ok()
+    .map(|s| s.trim().to_string())
+}
+
+/// Removes the (empty) pod cgroups nanolet created for these pods, after containerd is gone
+/// (declared before it, so dropped after it), also when the test fails.
+struct PodCgroups(std::cell::RefCell<Vec<String>>);
+
+impl Drop for PodCgroups {
+    fn drop(&mut self) {
+        let Ok(hiers) = fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        let hiers: Vec<_> = hiers.flatten().map(|e| e.path()).collect();
+        for uid in self.0.borrow().iter() {
+            for h in &hiers {
+                for qos in ["", "burstable/", "besteffort/"] {
+                    let _ = fs::remove_dir(h.join(format!("kubepods/{qos}pod{uid}")));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fork_bomb_and_memory_hog_leave_nanolet_containerd_and_other_pods_working() {
+    // Alone: the QoS tier cgroups (kubepods/burstable, kubepods/besteffort) are shared by
+    // every nanolet on the machine, and another test's Burstable pods would change them.
+    let _alone = support::exclusive();
+    let cgroups = PodCgroups(Default::default());
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[format!("--pod-max-pids={PIDS_LIMIT}")]);
+    // Bounded at 1000 processes, so that without the limit it fails the test, not the machine.
+    n.write(
+        "bomb.yaml",
+        &pod(
+            "bomb",
+            "  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'i=0; while [ $i -lt 1000 ]; do sleep 600 & i=$((i+1)); done; echo forked; exec sleep 600']\n",
+        ),
+    );
+    // dd is the container's main process: the OOM killer takes the largest process, and a
+    // shell around it would survive and keep the container running.
+    n.write(
+        "hog.yaml",
+        &pod(
+            "hog",
+            "  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [dd, if=/dev/zero, of=/dev/null, bs=256M, count=4]\n    resources:\n      limits: {memory: 32Mi, cpu: 500m}\n",
+        ),
+    );
+    n.write(
+        "bystander.yaml",
+        &pod(
+            "bystander",
+            "  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'exec sleep 600']\n    readinessProbe:\n      exec: {command: ['true']}\n      periodSeconds: 1\n",
+        ),
+    );
+    n.write(
+        "burst.yaml",
+        &pod(
+            "burst",
+            "  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'exec sleep 600']\n    resources:\n      requests: {cpu: 300m}\n",
+        ),
+    );
+    for name in ["bomb", "hog", "bystander", "burst"] {
+        let p = n.wait_pod(name, "created", |p| p["metadata"]["uid"].is_string());
+        let uid = p["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        cgroups.0.borrow_mut().push(uid);
+    }
+    n.wait_phase("burst", "Running");
+    // enforceNodeAllocatable=pods (the default) and the QoS tiers, the kubelet's values:
+    // kubepods at capacity (nothing reserved here), besteffort at the minimum 2 shares,
+    // burstable at MilliCPUToShares(300m) = 307.
+    let cap = nanolet::node::capacity();
+    let read =
+        |p: &str| fs::read_to_string(format!("/sys/fs/cgroup/{p}")).map(|s| s.trim().to_string());
+    assert_eq!(
+        read("cpu/kubepods/cpu.shares").ok(),
+        Some((cap.cpu_millis * 1024 / 1000).to_string())
+    );
+    let limit: i64 = read("memory/kubepods/memory.limit_in_bytes")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .expect("kubepods memory limit");
+    assert!(
+        limit <= cap.memory_bytes && limit > cap.memory_bytes - 4096,
+        "{limit} vs {}",
+        cap.memory_bytes
+    );
+    assert_eq!(
+        read("cpu/kubepods/besteffort/cpu.shares").ok().as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        read("cpu/kubepods/burstable/cpu.shares").ok().as_deref(),
+        Some("307")
+    );
+    let bomb = n.wait_phase("bomb", "Running");
+    let uid = bomb["metadata"]["uid"].as_str().expect("uid").to_string();
+    assert_eq!(
+        pids_file(&uid, "pids.max").as_deref(),
+        Some(PIDS_LIMIT.to_string().as_str()),
+        "pids.max of the pod cgroup"
+    );
+    // The bomb ran into the limit: its shell reports failed forks; the pod cgroup stays at it.
+    wait_for(WAIT, || {
+        let logs = n.pod_logs();
+        let found = walk_logs(&logs).iter().any(|l| l.contains("can't fork"));
+        found.then_some(())
+    })
+    .unwrap_or_else(|| panic!("the fork bomb never hit pids.max:\n{}", n.log_tail()));
+    let current: u64 = pids_file(&uid, "pids.current")
+        .and_then(|s| s.parse().ok())
+        .expect("pids.current");
+    assert!(current <= PIDS_LIMIT, "{current} processes in the pod");
+
+    // The hog: OOM-killed by its own limit and restarted (the kubelet's OOMKilled).
+    let hog = n.wait_pod("hog", "OOMKilled", |p| {
+        p["status"]["containerStatuses"][0]["lastState"]["terminated"]["reason"] == "OOMKilled"
+    });
+    assert!(hog["status"]["containerStatuses"][0]["restartCount"].as_u64() >= Some(1));
+
+    // Everything else works: the bystander stays ready and unrestarted, nanolet answers,
+    // containerd answers, a new pod starts.
+    let ready = |p: &Value| p["status"]["containerStatuses"][0]["ready"] == true;
+    let by = n.wait_pod("bystander", "ready", ready);
+    assert_eq!(by["status"]["containerStatuses"][0]["restartCount"], 0);
+    assert_eq!(n.get("/healthz").as_deref(), Some("ok"));
+    ctd.runtime().version().expect("containerd answers CRI");
+    n.write(
+        "late.yaml",
+        &pod(
+            "late",
+            "  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'exec sleep 600']\n",
+        ),
+    );
+    let late = n.wait_phase("late", "Running");
+    let late_uid = late["metadata"]["uid"].as_str().unwrap_or_default();
+    cgroups.0.borrow_mut().push(late_uid.to_string());
+    let by = n.pod("bystander").expect("bystander");
+    assert!(ready(&by), "{:#}", by["status"]);
+}
+
+/// The lines of every container log below `dir`.
+fn walk_logs(dir: &std::path::Path) -> Vec<String> {
+    let mut out = vec![];
+    let Ok(rd) = fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_logs(&p));
+        } else if let Ok(text) = fs::read_to_string(&p) {
+            out.extend(text.lines().map(str::to_string));
+        }
+    }
+    out
+}
