@@ -98,6 +98,21 @@ fn tick(ready: bool, watchdog: Option<Duration>) -> Duration {
     watchdog.map_or(t, |w| w.min(t))
 }
 
+/// Whether a due watchdog ping is sent: only while every health check passes (`Ok`), else
+/// the names of the failing checks (no ping: systemd's `WatchdogSec=` then restarts nanolet).
+fn watchdog_verdict(health: &[crate::status::HealthCheck]) -> Result<(), Vec<&str>> {
+    let failed: Vec<&str> = health
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| c.name.as_str())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed)
+    }
+}
+
 /// Starts the notifier thread when `$NOTIFY_SOCKET` is set.
 pub fn spawn(store: Arc<StatusStore>) {
     if std::env::var_os("NOTIFY_SOCKET").is_none() {
@@ -129,15 +144,13 @@ pub fn spawn(store: Arc<StatusStore>) {
                 }
                 if let Some(w) = watchdog {
                     if last_ping.elapsed() >= w {
-                        if health.iter().all(|c| c.ok) {
-                            notify("WATCHDOG=1");
-                        } else {
-                            let failed: Vec<&str> = health
-                                .iter()
-                                .filter(|c| !c.ok)
-                                .map(|c| c.name.as_str())
-                                .collect();
-                            tracing::warn!(checks = %failed.join(","), "health checks failing: not pinging the systemd watchdog");
+                        match watchdog_verdict(&health) {
+                            Ok(()) => {
+                                notify("WATCHDOG=1");
+                            }
+                            Err(failed) => {
+                                tracing::warn!(checks = %failed.join(","), "health checks failing: not pinging the systemd watchdog");
+                            }
                         }
                         last_ping = std::time::Instant::now();
                     }
@@ -172,6 +185,25 @@ mod tests {
             tick(false, Some(Duration::from_millis(500))),
             Duration::from_millis(500)
         );
+    }
+
+    /// docs/operating.md: "with `WatchdogSec=` nanolet pings the watchdog only while every
+    /// health check passes". Against the real health checks of a status store: no ping before
+    /// the first sync and relist, none while the runtime is down, a ping once all pass.
+    #[test]
+    fn the_watchdog_is_pinged_only_while_every_health_check_passes() {
+        let store = StatusStore::new(Duration::from_secs(300));
+        assert_eq!(
+            watchdog_verdict(&store.health()),
+            Err(vec!["syncloop", "runtime", "pleg"])
+        );
+        store.mark_sync();
+        store.mark_relist();
+        assert_eq!(watchdog_verdict(&store.health()), Ok(()));
+        store.mark_runtime_error(&"connection refused");
+        assert_eq!(watchdog_verdict(&store.health()), Err(vec!["runtime"]));
+        store.mark_relist();
+        assert_eq!(watchdog_verdict(&store.health()), Ok(()));
     }
 
     /// A receiver that stops reading (a wedged supervisor, or a test that reads the socket

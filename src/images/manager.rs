@@ -160,3 +160,67 @@ impl ImageManager {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::ErrorKind;
+    use crate::cri::fake::FakeRuntime;
+
+    fn pod_with(image: &str, policy: &str) -> Pod {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": image}]}
+        }))
+        .expect("pod");
+        p.spec.containers[0].image_pull_policy = policy.into();
+        p
+    }
+
+    fn ensure(rt: &FakeRuntime, pod: &Pod, events: &EventRecorder) -> Result<(), PullError> {
+        let sources = CredentialSources {
+            store: None,
+            registry_config: None,
+        };
+        ImageManager::default().ensure_image_exists(
+            rt,
+            events,
+            sources,
+            pod,
+            &pod.spec.containers[0],
+            Instant::now(),
+        )
+    }
+
+    /// docs/kubelet-differences.md: "With `imagePullPolicy: Always` and no registry reachable
+    /// (air-gapped boxes), a locally present image is used with a warning instead of failing
+    /// with `ErrImagePull`". The pull is tried (and fails), the local image is used, and no
+    /// `Failed` event is recorded; without a local copy the failure stands.
+    #[test]
+    fn always_with_no_registry_reachable_uses_the_local_image() {
+        let rt = FakeRuntime::new();
+        rt.add_image("busybox:1");
+        rt.inject_error("pull_image", ErrorKind::Unavailable);
+        let events = EventRecorder::new();
+        let pod = pod_with("busybox:1", "Always");
+        assert!(ensure(&rt, &pod, &events).is_ok());
+        assert!(
+            rt.calls().iter().any(|c| c == "pull_image busybox:1"),
+            "the pull was tried: {:?}",
+            rt.calls()
+        );
+        assert!(
+            !events.list().iter().any(|e| e.reason == "Failed"),
+            "{:?}",
+            events.list()
+        );
+
+        // Not present locally: ErrImagePull with the kubelet's Failed event.
+        let missing = pod_with("nginx:1", "Always");
+        assert!(matches!(
+            ensure(&rt, &missing, &events),
+            Err(PullError::Pull { .. })
+        ));
+        assert!(events.list().iter().any(|e| e.reason == "Failed"));
+    }
+}
