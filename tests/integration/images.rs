@@ -1215,14 +1215,21 @@ fn sandbox_image_absent_pods_are_pending_with_the_kubelets_event_until_its_archi
             .map(String::from)
             .collect()
     };
-    let line = wait_for(Duration::from_secs(30), || lines(&n).first().cloned())
-        .unwrap_or_else(|| panic!("no startup line about the sandbox image\n{}", n.log_tail()));
-    assert!(
-        line.contains("ERROR")
-            && line.contains("nanolet images import")
-            && line.contains(&format!("images directory {}", images.display())),
-        "{line}"
-    );
+    // containerd 2 does not report its sandbox image over CRI (Status has no image config;
+    // 1.6 and 1.7 name it in the verbose config): there the first pod's
+    // FailedCreatePodSandBox event is what names it.
+    if support::test_runtime().name != "2" {
+        let line = wait_for(Duration::from_secs(30), || lines(&n).first().cloned())
+            .unwrap_or_else(|| {
+                panic!("no startup line about the sandbox image\n{}", n.log_tail())
+            });
+        assert!(
+            line.contains("ERROR")
+                && line.contains("nanolet images import")
+                && line.contains(&format!("images directory {}", images.display())),
+            "{line}"
+        );
+    }
 
     n.write(
         "web.yaml",
@@ -1287,15 +1294,16 @@ fn sandbox_image_absent_pods_are_pending_with_the_kubelets_event_until_its_archi
     // healthz stays ok (the kubelet's does; the watchdog must not restart nanolet for it), and
     // says why pods cannot run.
     assert_eq!(n.get("/healthz").as_deref(), Some("ok"));
+    let named = support::test_runtime().name != "2";
     let verbose = n.get("/healthz?verbose").unwrap_or_default();
-    assert!(verbose.contains(&problem), "{verbose}");
+    assert_eq!(verbose.contains(&problem), named, "{verbose}");
 
     // The air-gapped fix: the pause archive into the images directory.
     let staged = ctd.tmp().join("pause-staged.tar");
     fs::copy(test_images().join("pause.tar"), &staged).expect("copy pause.tar");
     fs::rename(&staged, images.join("pause.tar")).expect("into the images directory");
     n.wait_phase("web", "Succeeded");
-    assert_eq!(lines(&n).len(), 1, "one line, not one per check");
+    assert_eq!(lines(&n).len(), usize::from(named), "one line, not one per check");
     let healed = wait_for(Duration::from_secs(30), || {
         let v = n.get("/healthz?verbose")?;
         (!v.contains(&problem)).then_some(())
