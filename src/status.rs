@@ -45,6 +45,9 @@ struct Inner {
     runtime_error: Option<String>,
     /// What the runtime status check found wrong with the runtime's configuration.
     runtime_problems: Vec<RuntimeProblem>,
+    /// Whether the runtime's default handler supports user namespaces, as the runtime status
+    /// check last read it (None: not read yet).
+    runtime_user_namespaces: Option<bool>,
     /// Node pressure conditions currently true (from the eviction manager), with since when.
     node_conditions: BTreeMap<&'static str, std::time::SystemTime>,
     /// The node shutdown manager is stopping pods for a shutdown.
@@ -155,6 +158,16 @@ impl StatusStore {
 
     pub fn runtime_problems(&self) -> Vec<RuntimeProblem> {
         self.lock().runtime_problems.clone()
+    }
+
+    /// The runtime status check publishes whether the runtime's default handler supports user
+    /// namespaces (CRI `Status` runtime handlers), read at every check.
+    pub fn set_runtime_user_namespaces(&self, supported: bool) {
+        self.lock().runtime_user_namespaces = Some(supported);
+    }
+
+    pub fn runtime_user_namespaces(&self) -> Option<bool> {
+        self.lock().runtime_user_namespaces
     }
 
     /// The eviction manager publishes the pressure conditions that are true now.

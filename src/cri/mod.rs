@@ -193,6 +193,13 @@ pub struct RuntimeStatus {
 }
 
 impl RuntimeStatus {
+    /// Whether the default runtime handler (named "") reports user namespace support.
+    pub fn supports_user_namespaces(&self) -> bool {
+        self.handlers
+            .iter()
+            .any(|h| h.name.is_empty() && h.user_namespaces)
+    }
+
     /// The condition of type `type_`, if the runtime reports it.
     pub fn condition(&self, type_: &str) -> Option<&RuntimeCondition> {
         self.conditions.iter().find(|c| c.type_ == type_)

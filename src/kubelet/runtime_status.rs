@@ -118,6 +118,8 @@ pub struct Checker {
     /// The images directory's first pass: the sandbox image is judged only after it (its
     /// archive may be there). `None`: no images directory.
     first_pass: Option<FirstPass>,
+    /// Whether the default handler supports user namespaces, from the last Status answered.
+    pub user_namespaces: Option<bool>,
 }
 
 impl Checker {
@@ -128,6 +130,7 @@ impl Checker {
             sandbox_image: None,
             pull_error: None,
             first_pass,
+            user_namespaces: None,
         }
     }
 
@@ -147,6 +150,7 @@ impl Checker {
         if self.sandbox_image.is_none() {
             self.sandbox_image = status.sandbox_image.clone();
         }
+        self.user_namespaces = Some(status.supports_user_namespaces());
         let mut problems = vec![];
         match status.condition(RUNTIME_READY) {
             Some(c) if c.status => {}
@@ -235,7 +239,11 @@ pub fn run(
 ) {
     let mut last: Vec<Problem> = vec![];
     loop {
-        if let Some(problems) = checker.check() {
+        let checked = checker.check();
+        if let Some(supported) = checker.user_namespaces {
+            store.set_runtime_user_namespaces(supported);
+        }
+        if let Some(problems) = checked {
             // A problem can only be judged fully once the runtime answered (a sandbox image
             // also after the images directory's first pass).
             report(&store, &last, &problems, images_dir.as_deref());
@@ -415,6 +423,31 @@ mod tests {
     /// ("unknown service runtime.v1.RuntimeService"): the check says so and what to change.
     /// A runtime that does not answer at all is no configuration problem (the relist's health
     /// check reports it).
+    /// The kubelet's HandlerSupportsUserNamespaces reads the runtime's latest handlers: each
+    /// check records whether the default handler ("") supports user namespaces, which
+    /// admission then reads from the store instead of asking the runtime on the sync loop.
+    #[test]
+    fn each_check_records_whether_the_default_handler_supports_user_namespaces() {
+        let rt = Arc::new(FakeRuntime::new());
+        let mut c = checker(&rt, None);
+        c.check().expect("answered");
+        assert_eq!(c.user_namespaces, Some(false), "no handlers reported (containerd 1.6)");
+        rt.set_runtime_handlers(vec![crate::cri::RuntimeHandler {
+            name: String::new(),
+            user_namespaces: true,
+            recursive_read_only_mounts: false,
+        }]);
+        c.check().expect("answered");
+        assert_eq!(c.user_namespaces, Some(true));
+        rt.set_runtime_handlers(vec![crate::cri::RuntimeHandler {
+            name: "kata".into(),
+            user_namespaces: true,
+            recursive_read_only_mounts: false,
+        }]);
+        c.check().expect("answered");
+        assert_eq!(c.user_namespaces, Some(false), "only the default handler counts");
+    }
+
     #[test]
     fn cri_plugin_disabled_is_named_with_what_to_do() {
         let rt = Arc::new(FakeRuntime::new());

@@ -88,16 +88,18 @@ pub struct SyncLoop {
 impl SyncLoop {
     /// The node's isolation features for admitting `pod`: what the kernel enforces, and, for a
     /// `hostUsers: false` pod only, whether the runtime's default handler supports user
-    /// namespaces (asked now, as the kubelet's HandlerSupportsUserNamespaces reads the
-    /// runtime's latest handlers; a runtime that cannot be asked supports none).
+    /// namespaces, as the runtime status check last read it (the kubelet's
+    /// HandlerSupportsUserNamespaces reads the runtime's latest handlers too); before its first
+    /// read the runtime is asked now (a runtime that cannot be asked supports none).
     fn host_security_for(&self, pod: &Pod) -> crate::api::security::HostSecurity {
         let mut host = self.ctx.settings.host_security;
         if crate::kuberuntime::userns::wants_user_namespace(pod) {
+            if let Some(supported) = self.ctx.store.runtime_user_namespaces() {
+                host.user_namespaces = supported;
+                return host;
+            }
             host.user_namespaces = match self.ctx.runtime.status(false) {
-                Ok(st) => st
-                    .handlers
-                    .iter()
-                    .any(|h| h.name.is_empty() && h.user_namespaces),
+                Ok(st) => st.supports_user_namespaces(),
                 Err(e) => {
                     warn!(pod = %format!("{}/{}", pod.metadata.namespace, pod.metadata.name), error = %e, "cannot ask the runtime whether it supports user namespaces");
                     false
