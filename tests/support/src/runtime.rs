@@ -194,6 +194,12 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
 [plugins]
   [plugins.'io.containerd.internal.v1.opt']
     path = '{t}/opt'
+  [plugins.'io.containerd.nri.v1.nri']
+    # NRI is on by default in 2.x with one host-wide socket (/var/run/nri/nri.sock): two
+    # test containerds starting together would race for it ("bind: address already in use").
+    socket_path = '{t}/nri.sock'
+    plugin_path = '{t}/nri/plugins'
+    plugin_config_path = '{t}/nri/conf.d'
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = 'overlayfs'
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
