@@ -12,8 +12,19 @@
 #
 # Needs only bash, coreutils, GNU tar, gzip and sha256sum.
 # Usage: scripts/build-images.sh OUTDIR
+#        scripts/build-images.sh --kube-proxy KUBE_PROXY OUTDIR
+#
+# --kube-proxy: OUTDIR/kube-proxy.tar -> localhost/kube-proxy:<its version> (the real-cluster
+# tests' kube-proxy DaemonSet, tests/integration/real_cluster.rs): the busybox layer plus one
+# with the kube-proxy binary scripts/upstream built, and this host's iptables (the nft backend,
+# as Debian's `iptables` is) with the shared libraries and xtables extensions it loads.
 set -euo pipefail
 
+kube_proxy=
+if [ "${1:-}" = --kube-proxy ]; then
+  kube_proxy=${2:?usage: $0 --kube-proxy KUBE_PROXY OUTDIR}
+  shift 2
+fi
 out=${1:?usage: $0 OUTDIR}
 busybox=${BUSYBOX:-/bin/busybox}
 [ -x "$busybox" ] || { echo "build-images: $busybox missing; run scripts/install-deps.sh" >&2; exit 1; }
@@ -69,20 +80,33 @@ gzip -n -9 -c "$work/layer.tar" >"$work/layer.tar.gz"
 layer_digest=$(sha "$work/layer.tar.gz")
 layer_size=$(size "$work/layer.tar.gz")
 
+# Layers beyond the busybox one (the kube-proxy image's): digest, diff id and size each.
+extra_layers=()
+
 # image NAME TAG CMD_JSON OUTFILE
 image() {
   local name=$1 tag=$2 cmd=$3 outfile=$4
-  local d="$work/$name" cfg mf idx
+  local d="$work/$name" cfg mf idx l diff_ids layers
   mkdir -p "$d/blobs/sha256"
   cp "$work/layer.tar.gz" "$d/blobs/sha256/$layer_digest"
+  diff_ids="\"sha256:$diff_id\""
+  layers="{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\",\"digest\":\"sha256:$layer_digest\",\"size\":$layer_size}"
+  for l in "${extra_layers[@]}"; do
+    set -- $l # digest diff_id size
+    cp "$work/extra-$1.tar.gz" "$d/blobs/sha256/$1"
+    diff_ids="$diff_ids,\"sha256:$2\""
+    layers="$layers,{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\",\"digest\":\"sha256:$1\",\"size\":$3}"
+  done
 
-  printf '{%s,"config":{"Env":["PATH=/bin:/usr/bin:/sbin:/usr/sbin"],"Cmd":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-    "$platform" "$cmd" "$diff_id" >"$d/config.json"
+  local path=/bin:/usr/bin:/sbin:/usr/sbin
+  [ ${#extra_layers[@]} -eq 0 ] || path=/usr/local/bin:$path
+  printf '{%s,"config":{"Env":["PATH=%s"],"Cmd":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":[%s]}}' \
+    "$platform" "$path" "$cmd" "$diff_ids" >"$d/config.json"
   cfg=$(sha "$d/config.json")
   mv "$d/config.json" "$d/blobs/sha256/$cfg"
 
-  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' \
-    "$cfg" "$(size "$d/blobs/sha256/$cfg")" "$layer_digest" "$layer_size" >"$d/manifest.json"
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[%s]}' \
+    "$cfg" "$(size "$d/blobs/sha256/$cfg")" "$layers" >"$d/manifest.json"
   mf=$(sha "$d/manifest.json")
   mv "$d/manifest.json" "$d/blobs/sha256/$mf"
 
@@ -95,6 +119,42 @@ image() {
   mv "$outfile.tmp" "$outfile"
   echo "built $name:$tag ($outfile, manifest sha256:$mf)"
 }
+
+if [ -n "$kube_proxy" ]; then
+  # kube-proxy's iptables mode runs iptables, iptables-save and iptables-restore (and the ip6
+  # ones); xtables-nft-multi answers to each name. Every shared library they (and the
+  # extensions they dlopen) need comes along, at its path.
+  [ -x "$kube_proxy" ] || { echo "build-images: $kube_proxy is not executable" >&2; exit 1; }
+  multi=$(command -v xtables-nft-multi || echo /usr/sbin/xtables-nft-multi)
+  [ -x "$multi" ] || { echo "build-images: xtables-nft-multi missing (apt install iptables)" >&2; exit 1; }
+  xt=$(dirname "$(ldd "$multi" | awk '/libxtables/ {print $3}')")/xtables
+  x="$work/extra"
+  mkdir -p "$x/usr/local/bin" "$x/usr/sbin" "$x/run" "$x/var/lib"
+  cp "$kube_proxy" "$x/usr/local/bin/kube-proxy"
+  cp "$multi" "$x/usr/sbin/xtables-nft-multi"
+  for n in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+    ln -s xtables-nft-multi "$x/usr/sbin/$n"
+  done
+  mkdir -p "$x$xt"
+  cp "$xt"/*.so "$x$xt/"
+  for f in "$multi" "$xt"/*.so; do
+    ldd "$f" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'
+  done | sort -u | while read -r lib; do
+    mkdir -p "$x$(dirname "$lib")"
+    cp -L "$lib" "$x$lib"
+  done
+  # Debian's /lib is a symlink to /usr/lib: the loader's and libraries' paths both resolve.
+  find "$x" -exec touch -h -d @0 {} +
+  dtar "$x" "$work/extra.tar"
+  xdiff=$(sha "$work/extra.tar")
+  gzip -n -9 -c "$work/extra.tar" >"$work/extra.tar.gz"
+  xdigest=$(sha "$work/extra.tar.gz")
+  mv "$work/extra.tar.gz" "$work/extra-$xdigest.tar.gz"
+  extra_layers+=("$xdigest $xdiff $(size "$work/extra-$xdigest.tar.gz")")
+  version=$("$kube_proxy" --version 2>/dev/null | awk '{print $2}')
+  image localhost/kube-proxy "${version:-latest}" '["/usr/local/bin/kube-proxy"]' "$out/kube-proxy.tar"
+  exit 0
+fi
 
 pause_cmd='["sh","-c","trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait; done"]'
 image localhost/busybox 1.36 '["sh"]' "$out/busybox.tar"

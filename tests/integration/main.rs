@@ -51,6 +51,8 @@ mod logging;
 mod nodeshutdown;
 /// Probes, lifecycle hooks, termination messages, init and sidecar containers.
 mod probes;
+/// nanolet as a node of a real control plane (scripts/cluster; issue 29).
+mod real_cluster;
 /// The kubelet server on --port: HTTPS, client certificates, the kubelet's endpoints.
 mod secure_port;
 /// The HTTP servers under floods and slow clients, request limits, admission hardening.

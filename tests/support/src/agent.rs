@@ -35,6 +35,8 @@ pub struct Nanolet {
     pub env: Vec<(String, String)>,
     /// The executable: cargo's `nanolet`, or another one (the upgrade test: an installed package).
     pub bin: PathBuf,
+    /// The network namespace it runs in: its containerd's (a node of `cluster::Cluster`).
+    pub netns: Option<PathBuf>,
 }
 
 impl Nanolet {
@@ -102,6 +104,7 @@ impl Nanolet {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             bin: bin.to_path_buf(),
+            netns: ctd.netns().map(PathBuf::from),
         };
         n.spawn();
         n
@@ -114,7 +117,18 @@ impl Nanolet {
             .append(true)
             .open(&self.log)
             .expect("log file");
-        let child = Command::new(&self.bin)
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                // nsenter execs nanolet: the child's pid is nanolet's.
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", ns.display()))
+                    .arg("--")
+                    .arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
+        let child = cmd
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
@@ -178,6 +192,9 @@ impl Nanolet {
     }
 
     pub fn get(&self, path: &str) -> Option<String> {
+        if let Some(ns) = &self.netns {
+            return crate::cluster::http_get_in_netns(ns, self.port, path, self.token.as_deref());
+        }
         let url = format!("http://127.0.0.1:{}{path}", self.port);
         let mut req = ureq::get(&url);
         if let Some(t) = &self.token {

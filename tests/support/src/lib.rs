@@ -32,6 +32,7 @@ use nanolet::cri::client::CriRuntime;
 
 pub mod agent;
 pub mod apiserver;
+pub mod cluster;
 pub mod dbus;
 pub mod front;
 pub mod gate;
@@ -122,13 +123,11 @@ fn check_deps() {
     } else {
         &["containerd", "ctr", "runc"]
     };
-    for bin in system_runtime.iter().copied().chain([
-        "ip",
-        "umount",
-        "tar",
-        "gzip",
-        "sha256sum",
-    ]) {
+    for bin in system_runtime
+        .iter()
+        .copied()
+        .chain(["ip", "umount", "tar", "gzip", "sha256sum"])
+    {
         let found = std::env::var_os("PATH")
             .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
             .unwrap_or(false)
@@ -282,6 +281,9 @@ pub struct Containerd {
     /// Registry hosts (`127.0.0.1:PORT`) the CRI plugin reaches over plain http (a mirror
     /// entry per host in the config); empty for every test but the fake-registry ones.
     plain_http_registries: Vec<String>,
+    /// The network namespace (`/run/netns/NAME`) containerd runs in, so that its pods' CNI
+    /// bridge and hostNetwork pods are there (a real cluster's node: `cluster::Cluster`).
+    netns: Option<PathBuf>,
     /// The shared gate while this containerd lives (`None` for a stale instance being reaped).
     _gate: Option<gate::Shared>,
 }
@@ -295,6 +297,17 @@ impl Containerd {
 
     /// As [`Containerd::start`], with CRI registry mirrors that reach `hosts` over plain http.
     pub fn start_with_plain_http_registries(hosts: &[String]) -> Containerd {
+        Self::start_full(hosts, None)
+    }
+
+    /// As [`Containerd::start`], running in the network namespace `netns` (`/run/netns/NAME`,
+    /// entered with `nsenter --net`: only the network namespace, so mounts and cgroups are
+    /// the host's as for a containerd on the node).
+    pub fn start_in_netns(netns: &Path) -> Containerd {
+        Self::start_full(&[], Some(netns.to_path_buf()))
+    }
+
+    fn start_full(hosts: &[String], netns: Option<PathBuf>) -> Containerd {
         // First: no containerd starts while a test that must run alone runs.
         let gate = gate::shared();
         check_deps();
@@ -315,6 +328,7 @@ impl Containerd {
             subnet: format!("10.{octet}.0.0/16"),
             net_lock,
             plain_http_registries: hosts.to_vec(),
+            netns,
             _gate: Some(gate),
         };
         ctd.write_config();
@@ -332,6 +346,11 @@ impl Containerd {
     /// `unix://<socket>`
     pub fn endpoint(&self) -> String {
         format!("unix://{}", self.socket.display())
+    }
+
+    /// The network namespace containerd runs in, if not this process's.
+    pub fn netns(&self) -> Option<&Path> {
+        self.netns.as_deref()
     }
 
     /// The instance's temp dir (put sandbox log directories, host paths etc. below it).
@@ -426,7 +445,18 @@ impl Containerd {
             .try_clone()
             .unwrap_or_else(|e| panic!("cloning log fd: {e}"));
         let rt = test_runtime();
-        let child = Command::new(rt.containerd())
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                // nsenter execs containerd: the child's pid is containerd's.
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", ns.display()))
+                    .arg("--")
+                    .arg(rt.containerd());
+                c
+            }
+            None => Command::new(rt.containerd()),
+        };
+        let child = cmd
             .env("PATH", rt.path_env())
             .arg("--config")
             .arg(&self.config)
@@ -610,8 +640,14 @@ impl Drop for Containerd {
         self.kill_leftover_processes();
         self.unmount_all();
         if !self.bridge.is_empty() {
-            let _ = Command::new("ip")
-                .args(["link", "del", &self.bridge])
+            // The bridge is where containerd ran its CNI plugins.
+            let mut ip = Command::new("nsenter");
+            match &self.netns {
+                Some(ns) => ip.arg(format!("--net={}", ns.display())),
+                None => ip.arg("--net=/proc/self/ns/net"),
+            };
+            let _ = ip
+                .args(["--", "ip", "link", "del", &self.bridge])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status();
@@ -667,6 +703,7 @@ fn reap_stale_instances() {
                 subnet: String::new(),
                 net_lock: PathBuf::new(),
                 plain_http_registries: Vec::new(),
+                netns: None,
                 _gate: None,
             });
         }

@@ -1,0 +1,466 @@
+//! nanolet as a node of a real control plane (issue 29): etcd, kube-apiserver,
+//! kube-controller-manager and kube-scheduler of the pinned Kubernetes (scripts/upstream.pins),
+//! set up by `scripts/cluster` as kubeadm sets one up (Node,RBAC authorization,
+//! NodeRestriction, bootstrap tokens and kubeadm's RBAC bindings, the CSR approver and signer,
+//! node lifecycle), each test with its own control plane in a network namespace and the node
+//! (containerd and nanolet) in another, so the node has a real, non-loopback address.
+//!
+//! What only the API-server double can do (fault injection: refusals, outages on demand, a
+//! watch that expires) stays in apiserver.rs and cluster_node.rs.
+
+use std::time::Duration;
+
+use nanolet_test_support as support;
+use serde_json::Value;
+
+use support::agent::Nanolet;
+use support::cluster::Cluster;
+use support::{Containerd, wait_for};
+
+const NODE: &str = "node1";
+const LONG: Duration = Duration::from_secs(180);
+
+/// nanolet joining `cluster` as kubeadm's `kubeadm join` makes a kubelet join: the bootstrap
+/// kubeconfig with the token, the kubelet port on 10250 of the node's address with
+/// webhook authentication and authorization against the API server.
+fn join(cluster: &Cluster, ctd: &Containerd, extra: &[&str]) -> Nanolet {
+    let dir = ctd.tmp().join("node");
+    std::fs::create_dir_all(&dir).expect("node dir");
+    // docs/apiserver-mode.md's join: the kubelet port on every address of the node (its
+    // namespace here); the read-only port then needs its bearer token.
+    let token = dir.join("read-only-token");
+    std::fs::write(&token, "read-only-t0ken\n").expect("token file");
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("token mode");
+    let mut flags = vec![
+        "--address=0.0.0.0".to_string(),
+        format!("--read-only-token-file={}", token.display()),
+        format!("--kubeconfig={}", dir.join("kubelet.conf").display()),
+        format!(
+            "--bootstrap-kubeconfig={}",
+            cluster.bootstrap_kubeconfig().display()
+        ),
+        format!("--cert-dir={}", dir.join("pki").display()),
+        "--port=10250".to_string(),
+        format!("--client-ca-file={}", cluster.ca_file().display()),
+        "--authentication-token-webhook".to_string(),
+        "--authorization-mode=Webhook".to_string(),
+    ];
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    Nanolet::start(ctd, &flags)
+}
+
+fn ready(obj: &Value) -> bool {
+    Cluster::condition(obj, "Ready").as_deref() == Some("True")
+}
+
+fn wait_node_ready(cluster: &Cluster, n: &Nanolet) -> Value {
+    wait_for(LONG, || cluster.get_json(&["node", NODE]).filter(ready)).unwrap_or_else(|| {
+        panic!(
+            "node {NODE} never Ready; now: {:#}\nnanolet log:\n{}\nkube-apiserver:\n{}",
+            cluster.get_json(&["node", NODE]).unwrap_or(Value::Null),
+            n.log_tail(),
+            cluster.log_tail("kube-apiserver", 20)
+        )
+    })
+}
+
+/// The pod of `selector` on this node once it is Running.
+fn wait_running(cluster: &Cluster, ns: &str, selector: &str, n: &Nanolet) -> Value {
+    wait_for(LONG, || {
+        cluster
+            .get_json(&["pods", "-n", ns, "-l", selector])
+            .and_then(|l| {
+                l["items"].as_array().and_then(|items| {
+                    items
+                        .iter()
+                        .find(|p| {
+                            p["spec"]["nodeName"] == NODE && p["status"]["phase"] == "Running"
+                        })
+                        .cloned()
+                })
+            })
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no Running pod {selector} on {NODE}; now: {:#}\nnanolet log:\n{}",
+            cluster
+                .get_json(&["pods", "-n", ns, "-l", selector])
+                .unwrap_or(Value::Null),
+            n.log_tail()
+        )
+    })
+}
+
+fn name(obj: &Value) -> String {
+    obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// kubeadm-style join: the bootstrap token's CSR is approved by the controller manager's
+/// csrapproving controller (kubeadm's `kubeadm:node-autoapprove-bootstrap` binding) and signed
+/// by csrsigning; the Node registers through NodeRestriction and the Node authorizer and
+/// becomes Ready. Then a DaemonSet (its pods made by the DaemonSet controller with node
+/// affinity for each node, bound by the real scheduler) runs on nanolet with the default `kube-api-access-*` projected volume (a bound token the Node
+/// authorizer lets this node request), a ConfigMap volume and a Secret in its environment;
+/// `kubectl logs` reaches the container through the API server's node proxy on 10250.
+#[test]
+fn joins_with_a_bootstrap_token_and_runs_a_daemonset_with_token_config_map_and_secret() {
+    let cluster = Cluster::up();
+    let ctd = Containerd::start_in_netns(&cluster.node_netns());
+    let n = join(&cluster, &ctd, &[]);
+    let node = wait_node_ready(&cluster, &n);
+    // The kubelet's address order: the InternalIP first, the node's real (non-loopback) one.
+    let addresses = node["status"]["addresses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        addresses
+            .first()
+            .map(|a| (a["type"].clone(), a["address"].clone())),
+        Some((Value::from("InternalIP"), Value::from(cluster.node_ip()))),
+        "addresses: {addresses:?}"
+    );
+    // The client CSR: from the bootstrap token's user, auto-approved and issued.
+    let csrs = cluster.get_json(&["csr"]).expect("kubectl get csr");
+    let client_csr = csrs["items"]
+        .as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .find(|c| c["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client-kubelet")
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("no client CSR: {csrs:#}"));
+    let bootstrap_user = format!(
+        "system:bootstrap:{}",
+        cluster
+            .var("BOOTSTRAP_TOKEN")
+            .split('.')
+            .next()
+            .unwrap_or_default()
+    );
+    assert_eq!(client_csr["spec"]["username"], bootstrap_user.as_str());
+    assert_eq!(
+        client_csr["status"]["conditions"][0]["reason"], "AutoApproved",
+        "{client_csr:#}"
+    );
+    assert!(
+        client_csr["status"]["certificate"].is_string(),
+        "not issued: {client_csr:#}"
+    );
+    // The node's credential is the issued certificate: system:node:node1 in system:nodes.
+    let kubeconfig =
+        std::fs::read_to_string(ctd.tmp().join("node/kubelet.conf")).expect("kubelet.conf");
+    assert!(kubeconfig.contains("client-certificate"), "{kubeconfig}");
+
+    cluster
+        .apply(
+            r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: greeting, namespace: default}
+data: {greeting: hello-from-configmap}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: creds, namespace: default}
+stringData: {password: s3cret-value}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: ds, namespace: default}
+spec:
+  selector: {matchLabels: {app: ds}}
+  template:
+    metadata: {labels: {app: ds}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: c
+        image: localhost/busybox:1.36
+        command: ["sh", "-c", "echo ns=$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace); echo secret=$PASSWORD; echo cm=$(cat /cfg/greeting); echo token-bytes=$(wc -c < /var/run/secrets/kubernetes.io/serviceaccount/token); echo ca=$(grep -c BEGIN /var/run/secrets/kubernetes.io/serviceaccount/ca.crt); exec sleep 3600"]
+        env:
+        - name: PASSWORD
+          valueFrom: {secretKeyRef: {name: creds, key: password}}
+        volumeMounts:
+        - {name: cfg, mountPath: /cfg}
+      volumes:
+      - name: cfg
+        configMap: {name: greeting}
+"#,
+        )
+        .expect("apply the DaemonSet");
+    let pod = wait_running(&cluster, "default", "app=ds", &n);
+    let pod_name = name(&pod);
+    let volumes = pod["spec"]["volumes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        volumes.iter().any(|v| v["name"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("kube-api-access-"))),
+        "the ServiceAccount admission plugin's projected volume: {volumes:?}"
+    );
+    let logs = wait_for(Duration::from_secs(60), || {
+        cluster
+            .kubectl(&["logs", "-n", "default", &pod_name])
+            .ok()
+            .filter(|l| l.contains("ca="))
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "kubectl logs never showed the pod's output: {:?}\nnanolet log:\n{}",
+            cluster.kubectl(&["logs", "-n", "default", &pod_name]),
+            n.log_tail()
+        )
+    });
+    assert!(logs.contains("ns=default"), "{logs}");
+    assert!(logs.contains("secret=s3cret-value"), "{logs}");
+    assert!(logs.contains("cm=hello-from-configmap"), "{logs}");
+    assert!(logs.contains("ca=1"), "{logs}");
+    let token_bytes: usize = logs
+        .lines()
+        .find_map(|l| l.strip_prefix("token-bytes="))
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(token_bytes > 200, "a bound ServiceAccount JWT: {logs}");
+    // Ready in the API, as nanolet reports it.
+    let pod = cluster
+        .get_json(&["pod", "-n", "default", &pod_name])
+        .expect("the pod");
+    assert!(ready(&pod), "{pod:#}");
+    assert_eq!(pod["status"]["hostIP"], cluster.node_ip());
+}
+
+/// A node's mirror pods pass the Priority admission plugin with a `globalDefault`
+/// PriorityClass present (it refuses a pod whose integer `spec.priority` differs from the
+/// class it resolves: the kubelet's mirror pods carry none) and the NodeRestriction plugin (a
+/// mirror pod must be bound to this node, carry the mirror annotation and reference no
+/// ServiceAccount, Secret or ConfigMap).
+#[test]
+fn a_static_pod_gets_its_mirror_pod_with_a_global_default_priority_class() {
+    let cluster = Cluster::up();
+    cluster
+        .apply(
+            r#"
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: everyday}
+value: 1000
+globalDefault: true
+"#,
+        )
+        .expect("PriorityClass");
+    let ctd = Containerd::start_in_netns(&cluster.node_netns());
+    let n = join(&cluster, &ctd, &[]);
+    n.write(
+        "web.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\nspec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
+    );
+    wait_node_ready(&cluster, &n);
+    let mirror = cluster.wait_object(
+        &["pod", "-n", "default", &format!("web-{NODE}")],
+        "the mirror pod Running",
+        LONG,
+        |p| p["status"]["phase"] == "Running",
+    );
+    assert!(
+        mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string(),
+        "{mirror:#}"
+    );
+    assert_eq!(
+        mirror["spec"]["priorityClassName"], "everyday",
+        "{mirror:#}"
+    );
+    assert_eq!(mirror["spec"]["priority"], 1000, "{mirror:#}");
+    assert_eq!(
+        mirror["metadata"]["ownerReferences"][0]["kind"], "Node",
+        "{mirror:#}"
+    );
+}
+
+/// The IDs of the containers of the pod named `pod_name` (a static pod's is `NAME-NODE`) on this node's containerd.
+fn container_ids(ctd: &Containerd, pod_name: &str) -> Vec<String> {
+    use nanolet::cri::Runtime;
+    let rt = ctd.runtime();
+    let sandboxes = rt.list_pod_sandboxes().unwrap_or_default();
+    let ids: Vec<String> = sandboxes
+        .iter()
+        .filter(|s| s.name == pod_name)
+        .map(|s| s.id.clone())
+        .collect();
+    let mut out: Vec<String> = rt
+        .list_containers()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| ids.contains(&c.sandbox_id))
+        .map(|c| c.id)
+        .collect();
+    out.sort();
+    out
+}
+
+/// A partition longer than the node-monitor grace period: the nodelifecycle controller sets
+/// the Node's conditions to Unknown ("Kubelet stopped posting node status.") and every pod on
+/// it Ready=False (`MarkPodsNotReady`); nanolet's containers keep running. When the link
+/// returns nanolet puts both right within seconds, as the kubelet does: its status manager
+/// compares with the API's copy (`needsReconcile`), its node status update reads the Node
+/// back (`tryUpdateNodeStatus`), so neither waits for a local change or the report
+/// frequency. No container restarts.
+#[test]
+fn a_partition_longer_than_the_grace_period_is_undone_within_seconds_when_the_link_returns() {
+    let cluster = Cluster::up_with(&[("NODE_MONITOR_GRACE_PERIOD", "20s")]);
+    let ctd = Containerd::start_in_netns(&cluster.node_netns());
+    let n = join(&cluster, &ctd, &[]);
+    n.write(
+        "web.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\nspec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
+    );
+    wait_node_ready(&cluster, &n);
+    let mirror = format!("web-{NODE}");
+    cluster.wait_object(
+        &["pod", "-n", "default", &mirror],
+        "the mirror pod Ready",
+        LONG,
+        ready,
+    );
+    let before = container_ids(&ctd, &mirror);
+    assert_eq!(before.len(), 1, "one container: {before:?}");
+
+    cluster.set_node_link(false);
+    let unknown = cluster.wait_object(&["node", NODE], "the Node's Ready Unknown", LONG, |n| {
+        Cluster::condition(n, "Ready").as_deref() == Some("Unknown")
+    });
+    let cond = unknown["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
+        .unwrap_or_default();
+    assert_eq!(cond["reason"], "NodeStatusUnknown", "{cond:#}");
+    cluster.wait_object(
+        &["pod", "-n", "default", &mirror],
+        "the pod Ready=False (MarkPodsNotReady)",
+        LONG,
+        |p| Cluster::condition(p, "Ready").as_deref() == Some("False"),
+    );
+
+    cluster.set_node_link(true);
+    let back = std::time::Instant::now();
+    // nodeStatusUpdateFrequency (10 s) plus a reconnect; well below nodeStatusReportFrequency.
+    let within = Duration::from_secs(45);
+    cluster.wait_object(&["node", NODE], "the Node Ready again", within, ready);
+    cluster.wait_object(
+        &["pod", "-n", "default", &mirror],
+        "the pod Ready again",
+        within,
+        ready,
+    );
+    eprintln!(
+        "node and pod Ready {:?} after the link returned",
+        back.elapsed()
+    );
+    assert_eq!(
+        container_ids(&ctd, &mirror),
+        before,
+        "no container restarted"
+    );
+    assert!(
+        n.pod("web").is_some(),
+        "the static pod is still listed locally"
+    );
+}
+
+/// `kubectl cordon` and `kubectl drain`: the node becomes unschedulable, drain evicts the API
+/// pods through the Eviction API (pods/eviction) and nanolet stops them, while the static pod
+/// (drain skips mirror pods) keeps running.
+#[test]
+fn cordon_and_drain_evict_api_pods_and_leave_static_pods() {
+    let cluster = Cluster::up();
+    let ctd = Containerd::start_in_netns(&cluster.node_netns());
+    let n = join(&cluster, &ctd, &[]);
+    n.write(
+        "web.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\nspec:\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [\"sleep\", \"3600\"]\n",
+    );
+    wait_node_ready(&cluster, &n);
+    cluster
+        .apply(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - {name: c, image: "localhost/busybox:1.36", command: ["sleep", "3600"]}
+"#,
+        )
+        .expect("Deployment");
+    let pod = wait_running(&cluster, "default", "app=app", &n);
+    let pod_name = name(&pod);
+    let cri_name = pod_name.clone();
+    assert_eq!(container_ids(&ctd, &cri_name).len(), 1);
+
+    cluster.kubectl(&["cordon", NODE]).expect("kubectl cordon");
+    let node = cluster.get_json(&["node", NODE]).expect("node");
+    assert_eq!(node["spec"]["unschedulable"], true, "{node:#}");
+    let out = cluster
+        .kubectl(&["drain", NODE, "--ignore-daemonsets", "--timeout=120s"])
+        .unwrap_or_else(|e| panic!("kubectl drain: {e}\nnanolet log:\n{}", n.log_tail()));
+    assert!(
+        out.contains(&format!("evicting pod default/{pod_name}")),
+        "{out}"
+    );
+    assert!(out.contains("drained"), "{out}");
+    // Gone from the API (nanolet confirmed the deletion) and from the runtime.
+    assert!(
+        wait_for(Duration::from_secs(60), || cluster
+            .get_json(&["pod", "-n", "default", &pod_name])
+            .is_none()
+            .then_some(()))
+        .is_some(),
+        "the evicted pod is still in the API"
+    );
+    assert!(
+        wait_for(Duration::from_secs(60), || container_ids(&ctd, &cri_name)
+            .is_empty()
+            .then_some(()))
+        .is_some(),
+        "the evicted pod's container still runs"
+    );
+    // The replacement cannot be scheduled on the cordoned node.
+    let pending = cluster.wait_object(
+        &["pods", "-n", "default", "-l", "app=app"],
+        "the replacement Pending",
+        LONG,
+        |l| {
+            l["items"].as_array().is_some_and(|items| {
+                items
+                    .iter()
+                    .any(|p| p["status"]["phase"] == "Pending" && p["spec"]["nodeName"].is_null())
+            })
+        },
+    );
+    assert!(pending["items"].is_array());
+    // The static pod and its mirror are untouched.
+    assert_eq!(
+        container_ids(&ctd, &format!("web-{NODE}")).len(),
+        1,
+        "the static pod runs on"
+    );
+    cluster.wait_object(
+        &["pod", "-n", "default", &format!("web-{NODE}")],
+        "the mirror pod",
+        LONG,
+        ready,
+    );
+}
