@@ -464,3 +464,265 @@ spec:
         ready,
     );
 }
+
+/// The certificate's (notBefore, notAfter) as Unix seconds, through `openssl x509`.
+fn cert_validity(pem_path: &std::path::Path) -> (i64, i64) {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "x509",
+            "-noout",
+            "-startdate",
+            "-enddate",
+            "-dateopt",
+            "iso_8601",
+            "-in",
+        ])
+        .arg(pem_path)
+        .output()
+        .expect("openssl x509");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let when = |key: &str| {
+        let v = text
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {text}"));
+        let out = std::process::Command::new("date")
+            .args(["-u", "+%s", "-d", v.trim()])
+            .output()
+            .expect("date");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<i64>()
+            .unwrap_or_else(|_| panic!("date of {v}"))
+    };
+    (when("notBefore="), when("notAfter="))
+}
+
+/// Through the real API server, which always speaks SPDY to the kubelet port (kubectl speaks
+/// WebSocket to it and it translates): `kubectl exec -i` (stdin, stdout and stderr apart, the
+/// exit code), `exec -it` on a pty with resize, `attach`, `port-forward` (bytes both ways) and
+/// `get --raw .../nodes/N/proxy/stats/summary`; the serving certificate comes from a
+/// kubelet-serving CSR that only `kubectl certificate approve` lets through (the controller
+/// manager never auto-approves that signer). With the real signer issuing short-lived client
+/// certificates, nanolet rotates before expiry and keeps its pods.
+#[test]
+fn streams_stats_serving_certificate_and_rotation_through_the_real_api_server() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let cluster = Cluster::up_with(&[("CLUSTER_SIGNING_DURATION", "90s")]);
+    let ctd = Containerd::start_in_netns(&cluster.node_netns());
+    let n = join(
+        &cluster,
+        &ctd,
+        &["--rotate-certificates", "--rotate-server-certificates"],
+    );
+    wait_node_ready(&cluster, &n);
+    // The serving CSR: from the node itself, pending until an administrator approves it.
+    let serving = wait_for(LONG, || {
+        cluster.get_json(&["csr"]).and_then(|l| {
+            l["items"]
+                .as_array()?
+                .iter()
+                .find(|c| c["spec"]["signerName"] == "kubernetes.io/kubelet-serving")
+                .cloned()
+        })
+    })
+    .unwrap_or_else(|| panic!("no kubelet-serving CSR\n{}", n.log_tail()));
+    assert_eq!(
+        serving["spec"]["username"],
+        format!("system:node:{NODE}").as_str()
+    );
+    assert!(
+        serving["status"]["conditions"].is_null(),
+        "the controller manager does not approve kubelet-serving CSRs: {serving:#}"
+    );
+    cluster
+        .kubectl(&["certificate", "approve", &name(&serving)])
+        .expect("kubectl certificate approve");
+    cluster
+        .apply(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: shell, namespace: default}
+spec:
+  nodeName: node1
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: localhost/busybox:1.36
+    stdin: true
+    tty: false
+    command: ["sh", "-c", "echo started-shell; nc -ll -p 8080 -e sh -c 'echo hello-from-pod; cat' & while read line; do echo attached:$line; done"]
+"#,
+        )
+        .expect("pod");
+    cluster.wait_object(&["pod", "shell"], "the pod Running", LONG, |p| {
+        p["status"]["phase"] == "Running"
+    });
+    let serving_cert = ctd.tmp().join("node/pki/kubelet-server-current.pem");
+    wait_for(Duration::from_secs(60), || {
+        serving_cert.exists().then_some(())
+    })
+    .unwrap_or_else(|| panic!("no serving certificate\n{}", n.log_tail()));
+
+    // exec -i: stdin in, stdout and stderr apart, the exit code.
+    let mut child = cluster
+        .kubectl_cmd()
+        .args([
+            "exec",
+            "-i",
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "read x; echo got:$x; echo err >&2; exit 7",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl exec");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"hi\n")
+        .expect("stdin");
+    let out = child.wait_with_output().expect("kubectl exec");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "got:hi\n",
+        "{out:?}\n{}",
+        n.log_tail()
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("err"),
+        "{out:?}"
+    );
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    // exec -it on a pty, with a resize.
+    let mut cmd = cluster.kubectl_cmd();
+    cmd.args([
+        "exec",
+        "-it",
+        "shell",
+        "--",
+        "sh",
+        "-c",
+        crate::streaming::TTY_SCRIPT,
+    ]);
+    crate::streaming::tty_session(&mut cmd, "kubectl exec -it (through kube-apiserver)");
+    // attach: a line into the container's stdin comes back on its stdout.
+    let mut attach = crate::streaming::KillOnDrop(
+        cluster
+            .kubectl_cmd()
+            .args(["attach", "-i", "shell", "-c", "c"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl attach"),
+    );
+    let mut stdin = attach.0.stdin.take().expect("stdin");
+    let mut lines = std::io::BufReader::new(attach.0.stdout.take().expect("stdout"));
+    let got = wait_for(Duration::from_secs(30), || {
+        stdin.write_all(b"ping\n").ok()?;
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut lines, &mut line).ok()?;
+        line.contains("attached:ping").then_some(line)
+    });
+    assert!(got.is_some(), "kubectl attach: no echo\n{}", n.log_tail());
+    drop(attach);
+    // port-forward: the pod's greeting and a 50 KB echo.
+    let mut cmd = cluster.kubectl_cmd();
+    cmd.args(["port-forward", "--address=127.0.0.1", "shell", ":8080"]);
+    crate::streaming::forward_and_echo(
+        &mut cmd,
+        "kubectl port-forward (through kube-apiserver)",
+        1,
+        50_000,
+        &|| n.log_tail(),
+    );
+    // stats/summary through the node proxy.
+    let summary = cluster
+        .kubectl(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{NODE}/proxy/stats/summary"),
+        ])
+        .unwrap_or_else(|e| panic!("stats/summary: {e}\n{}", n.log_tail()));
+    let summary: Value = serde_json::from_str(&summary).expect("summary JSON");
+    assert_eq!(summary["node"]["nodeName"], NODE, "{summary:#}");
+    assert!(
+        summary["pods"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["podRef"]["name"] == "shell")),
+        "{summary:#}"
+    );
+
+    // Rotation: the real signer's 90 s client certificate is replaced at 70-90 % of its life
+    // (client-go's nextRotationDeadline), through a self-renewal CSR auto-approved for
+    // system:nodes (kubeadm's `kubeadm:node-autoapprove-certificate-rotation`).
+    let current = ctd.tmp().join("node/pki/kubelet-client-current.pem");
+    let first = std::fs::read_link(&current).expect("client certificate symlink");
+    let (not_before, not_after) = cert_validity(&current);
+    eprintln!(
+        "client certificate valid {not_before}..{not_after} ({} s)",
+        not_after - not_before
+    );
+    let restarts = || {
+        cluster
+            .get_json(&["pod", "shell"])
+            .and_then(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64())
+    };
+    assert_eq!(restarts(), Some(0));
+    let wait = Duration::from_secs((not_after - not_before).max(0) as u64 + 30);
+    wait_for(wait, || {
+        (std::fs::read_link(&current).ok()? != first).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no rotation within {wait:?}\n{}", n.log_tail()));
+    let renewal = wait_for(Duration::from_secs(10), || {
+        cluster.get_json(&["csr"]).and_then(|l| {
+            l["items"]
+                .as_array()?
+                .iter()
+                .find(|c| {
+                    c["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client-kubelet"
+                        && c["spec"]["username"] == format!("system:node:{NODE}").as_str()
+                })
+                .cloned()
+        })
+    })
+    .unwrap_or_else(|| panic!("no self-renewal CSR"));
+    assert_eq!(
+        renewal["status"]["conditions"][0]["reason"], "AutoApproved",
+        "{renewal:#}"
+    );
+    // Past the first certificate's end the node still heartbeats with the new one.
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0)
+    };
+    while now() < not_after + 2 {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let renew_time = || {
+        cluster
+            .get_json(&["lease", "-n", "kube-node-lease", NODE])
+            .map(|l| l["spec"]["renewTime"].clone())
+    };
+    let before = renew_time();
+    wait_for(Duration::from_secs(40), || {
+        (renew_time() != before).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "Lease not renewed after the first certificate expired\n{}",
+            n.log_tail()
+        )
+    });
+    assert_eq!(restarts(), Some(0), "no pod restarted by the rotation");
+}
