@@ -127,7 +127,9 @@ if [ -n "$kube_proxy" ]; then
   [ -x "$kube_proxy" ] || { echo "build-images: $kube_proxy is not executable" >&2; exit 1; }
   multi=$(command -v xtables-nft-multi || echo /usr/sbin/xtables-nft-multi)
   [ -x "$multi" ] || { echo "build-images: xtables-nft-multi missing (apt install iptables)" >&2; exit 1; }
-  xt=$(dirname "$(ldd "$multi" | awk '/libxtables/ {print $3}')")/xtables
+  # The extensions' directory as iptables was built to look for it (Debian: /usr/lib/<triplet>/
+  # xtables; /lib is a symlink to usr/lib on the host, not in the image).
+  xt=$(readlink -f "$(dirname "$(ldd "$multi" | awk '/libxtables/ {print $3}')")/xtables")
   x="$work/extra"
   mkdir -p "$x/usr/local/bin" "$x/usr/sbin" "$x/run" "$x/var/lib"
   cp "$kube_proxy" "$x/usr/local/bin/kube-proxy"

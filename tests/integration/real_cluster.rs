@@ -726,3 +726,177 @@ spec:
     });
     assert_eq!(restarts(), Some(0), "no pod restarted by the rotation");
 }
+
+/// kubeadm's kube-proxy add-on, as a DaemonSet on nanolet: kube-proxy of the pinned
+/// Kubernetes in a locally built image (scripts/build-images.sh --kube-proxy: the binary
+/// scripts/upstream built and this host's iptables), hostNetwork, privileged, its
+/// ServiceAccount token (the `kubeadm:node-proxier` binding) and its ConfigMap. It programs the
+/// node's iptables from the Services and EndpointSlices of the real API server (the endpoint
+/// slice controller reads the Ready status nanolet reports), and a pod on nanolet reaches
+/// another through the ClusterIP. `masqueradeAll`: the node's pod bridge does not pass bridged
+/// traffic through iptables (no br_netfilter in a test namespace), so a reply between two pods
+/// of one bridge would skip the reverse NAT.
+#[test]
+fn kube_proxy_as_a_daemonset_makes_a_cluster_ip_reachable_from_a_pod() {
+    let cluster = Cluster::up();
+    let ctd = Containerd::start_in_netns(&cluster.node_netns());
+    let kube_proxy = support::runtime::upstream_path("kube-proxy").join("kube-proxy");
+    let images = ctd.tmp().join("kube-proxy-image");
+    let out = std::process::Command::new(support::repo_root().join("scripts/build-images.sh"))
+        .arg("--kube-proxy")
+        .arg(&kube_proxy)
+        .arg(&images)
+        .output()
+        .expect("scripts/build-images.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ctd.import_image(&images.join("kube-proxy.tar"));
+    let n = join(&cluster, &ctd, &[]);
+    wait_node_ready(&cluster, &n);
+    let apiserver = cluster.var("APISERVER");
+    cluster
+        .apply(&format!(
+            r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: kube-proxy, namespace: kube-system}}
+data:
+  config.conf: |
+    apiVersion: kubeproxy.config.k8s.io/v1alpha1
+    kind: KubeProxyConfiguration
+    clientConnection:
+      kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
+    mode: iptables
+    iptables:
+      masqueradeAll: true
+    conntrack:
+      maxPerCore: 0
+      tcpEstablishedTimeout: 0s
+      tcpCloseWaitTimeout: 0s
+  kubeconfig.conf: |
+    apiVersion: v1
+    kind: Config
+    clusters:
+    - name: default
+      cluster:
+        certificate-authority: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+        server: {apiserver}
+    contexts:
+    - name: default
+      context: {{cluster: default, namespace: default, user: default}}
+    current-context: default
+    users:
+    - name: default
+      user:
+        tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: kube-proxy, namespace: kube-system, labels: {{k8s-app: kube-proxy}}}}
+spec:
+  selector: {{matchLabels: {{k8s-app: kube-proxy}}}}
+  template:
+    metadata: {{labels: {{k8s-app: kube-proxy}}}}
+    spec:
+      priorityClassName: system-node-critical
+      serviceAccountName: kube-proxy
+      hostNetwork: true
+      tolerations: [{{operator: Exists}}]
+      containers:
+      - name: kube-proxy
+        image: localhost/kube-proxy:v1.36.3
+        imagePullPolicy: IfNotPresent
+        command: ["/usr/local/bin/kube-proxy", "--config=/var/lib/kube-proxy/config.conf", "--hostname-override=$(NODE_NAME)"]
+        env:
+        - name: NODE_NAME
+          valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}
+        securityContext: {{privileged: true}}
+        volumeMounts:
+        - {{name: kube-proxy, mountPath: /var/lib/kube-proxy}}
+        - {{name: xtables-lock, mountPath: /run/xtables.lock}}
+        - {{name: lib-modules, mountPath: /lib/modules, readOnly: true}}
+      volumes:
+      - name: kube-proxy
+        configMap: {{name: kube-proxy}}
+      - name: xtables-lock
+        hostPath: {{path: {lock}, type: FileOrCreate}}
+      - name: lib-modules
+        hostPath: {{path: /lib/modules}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: default}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: httpd
+        image: localhost/busybox:1.36
+        command: ["sh", "-c", "mkdir -p /www && echo hello-through-the-service > /www/index.html && exec httpd -f -p 8080 -h /www"]
+        readinessProbe:
+          tcpSocket: {{port: 8080}}
+          periodSeconds: 1
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: default}}
+spec:
+  selector: {{app: web}}
+  ports:
+  - {{port: 80, targetPort: 8080}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: client, namespace: default}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {{name: c, image: "localhost/busybox:1.36", command: ["sleep", "3600"]}}
+"#,
+            // The host's xtables lock is the host namespace's; the node's own (a file of the
+            // test) keeps kube-proxy from waiting on other tests' iptables.
+            lock = ctd.tmp().join("xtables.lock").display()
+        ))
+        .expect("kube-proxy, web and client");
+    wait_running(&cluster, "kube-system", "k8s-app=kube-proxy", &n);
+    wait_running(&cluster, "default", "app=web", &n);
+    cluster.wait_object(&["pod", "client"], "the client Running", LONG, |p| {
+        p["status"]["phase"] == "Running"
+    });
+    let svc = cluster.get_json(&["service", "web"]).expect("service");
+    let ip = svc["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(ip.starts_with("10."), "{svc:#}");
+    // busybox's nc (its static wget resolves even an address through glibc's NSS, which a
+    // static binary cannot load in this image).
+    let fetch = format!("printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} 80");
+    let body = wait_for(Duration::from_secs(120), || {
+        cluster
+            .kubectl(&["exec", "client", "--", "sh", "-c", &fetch])
+            .ok()
+            .filter(|b| b.contains("hello-through-the-service"))
+    });
+    assert!(
+        body.is_some(),
+        "the ClusterIP {ip} never answered: {:?}\nkube-proxy log: {:?}\nnanolet log:\n{}",
+        cluster.kubectl(&["exec", "client", "--", "sh", "-c", &fetch]),
+        cluster.kubectl(&[
+            "logs",
+            "-n",
+            "kube-system",
+            "-l",
+            "k8s-app=kube-proxy",
+            "--tail=30"
+        ]),
+        n.log_tail()
+    );
+}

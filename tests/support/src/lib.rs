@@ -58,7 +58,7 @@ const NET_LOCK_DIR: &str = "/tmp/nanolet-test-nets";
 static INSTANCE: AtomicUsize = AtomicUsize::new(0);
 
 /// The nanolet repository (this crate is `tests/support` in it).
-pub(crate) fn repo_root() -> PathBuf {
+pub fn repo_root() -> PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     here.parent()
         .and_then(Path::parent)
