@@ -110,18 +110,23 @@ fn shims(ctd: &Containerd) -> Vec<String> {
 /// gone (stopped and removed through CRI, no shim left), containerd starts empty, and the
 /// tmpfs volumes below nanolet's directory are gone (their directories stay on disk).
 fn reboot(node: &mut Node) {
-    node.n.kill9();
-    let rt = node.ctd.runtime();
+    reboot_node(&mut node.n, &mut node.ctd);
+}
+
+/// [`reboot`] of a nanolet and its containerd (also the real-cluster test's).
+pub(crate) fn reboot_node(n: &mut Nanolet, ctd: &mut Containerd) {
+    n.kill9();
+    let rt = ctd.runtime();
     for sb in rt.list_pod_sandboxes().unwrap_or_default() {
         rt.stop_pod_sandbox(&sb.id).expect("stop sandbox");
         rt.remove_pod_sandbox(&sb.id).expect("remove sandbox");
     }
-    node.ctd.stop_daemon();
+    ctd.stop_daemon();
     let left = wait_for(Duration::from_secs(20), || {
-        shims(&node.ctd).is_empty().then_some(())
+        shims(&ctd).is_empty().then_some(())
     });
-    assert!(left.is_some(), "shims survive: {:?}", shims(&node.ctd));
-    let prefix = format!("{}/", node.n.dir.display());
+    assert!(left.is_some(), "shims survive: {:?}", shims(&ctd));
+    let prefix = format!("{}/", n.dir.display());
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut points: Vec<&str> = info
         .lines()
@@ -132,8 +137,8 @@ fn reboot(node: &mut Node) {
     for p in points {
         let _ = nix::mount::umount2(p, nix::mount::MntFlags::MNT_DETACH);
     }
-    node.ctd.start_daemon();
-    let rt = node.ctd.runtime();
+    ctd.start_daemon();
+    let rt = ctd.runtime();
     assert!(rt.list_pod_sandboxes().unwrap_or_default().is_empty());
     assert!(rt.list_containers().unwrap_or_default().is_empty());
 }

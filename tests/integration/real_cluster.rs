@@ -900,3 +900,111 @@ spec:
         n.log_tail()
     );
 }
+
+/// Issue 20's offline reboot against the real server: an API pod (Secret env, ConfigMap
+/// volume, the bound token) is checkpointed; the node reboots while its link to the control
+/// plane is cut, and nanolet starts the pod again from the checkpoint; the ConfigMap changed
+/// during the outage reaches the pod's file once the link returns, with no restart, and the
+/// API shows the pod Ready again.
+#[test]
+fn an_api_pod_starts_again_after_a_reboot_without_the_control_plane_and_reconciles() {
+    use nanolet::cri::Runtime;
+    let cluster = Cluster::up();
+    let mut ctd = Containerd::start_in_netns(&cluster.node_netns());
+    let mut n = join(&cluster, &ctd, &["--sync-frequency=2s"]);
+    wait_node_ready(&cluster, &n);
+    cluster
+        .apply(
+            r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: agent-config, namespace: default}
+data: {agent.conf: "level=1"}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: agent-secret, namespace: default}
+stringData: {key: r3boot-s3cret}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: agent, namespace: default}
+spec:
+  nodeName: node1
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: localhost/busybox:1.36
+    command: ["sleep", "3600"]
+    env:
+    - name: AGENT_KEY
+      valueFrom: {secretKeyRef: {name: agent-secret, key: key}}
+    volumeMounts:
+    - {name: cfg, mountPath: /etc/agent}
+  volumes:
+  - name: cfg
+    configMap: {name: agent-config}
+"#,
+        )
+        .expect("agent pod");
+    cluster.wait_object(&["pod", "agent"], "the pod Ready", LONG, ready);
+    let checkpoint = n.dir.join("root/api-objects.json");
+    wait_for(Duration::from_secs(30), || {
+        let cp = std::fs::read_to_string(&checkpoint).ok()?;
+        (cp.contains("agent-config") && cp.contains("agent-secret") && cp.contains("\"tokens\""))
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("no checkpoint with the pod's objects\n{}", n.log_tail()));
+
+    cluster.set_node_link(false);
+    crate::api_reboot::reboot_node(&mut n, &mut ctd);
+    n.spawn();
+    let rt = ctd.runtime();
+    let running = || {
+        rt.list_containers().ok()?.into_iter().find(|c| {
+            c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some("agent")
+                && c.state == nanolet::cri::ContainerState::Running
+        })
+    };
+    let c = wait_for(Duration::from_secs(90), running)
+        .unwrap_or_else(|| panic!("the pod did not start again offline\n{}", n.log_tail()));
+    let env = crate::api_objects::exec(&rt, &c.id, &["sh", "-c", "echo $AGENT_KEY"]);
+    assert_eq!(env.trim(), "r3boot-s3cret");
+    // During the outage the ConfigMap changes (the host still reaches the control plane).
+    cluster
+        .kubectl(&[
+            "patch",
+            "configmap",
+            "agent-config",
+            "-p",
+            r#"{"data":{"agent.conf":"level=2"}}"#,
+        ])
+        .expect("patch the ConfigMap");
+
+    cluster.set_node_link(true);
+    let file = wait_for(Duration::from_secs(90), || {
+        let f = crate::api_objects::exec(&rt, &c.id, &["cat", "/etc/agent/agent.conf"]);
+        (f.trim() == "level=2").then_some(f)
+    });
+    assert!(
+        file.is_some(),
+        "the ConfigMap's new value never reached the file\n{}",
+        n.log_tail()
+    );
+    let pod = cluster.wait_object(
+        &["pod", "agent"],
+        "the pod Ready after the outage",
+        LONG,
+        ready,
+    );
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["containerID"],
+        format!("containerd://{}", c.id).as_str(),
+        "the API shows the container started offline: {pod:#}"
+    );
+    assert_eq!(
+        running().map(|r| r.id),
+        Some(c.id),
+        "no restart after the link returned"
+    );
+}
