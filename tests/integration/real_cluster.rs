@@ -1008,3 +1008,128 @@ spec:
         "no restart after the link returned"
     );
 }
+
+/// An API pod's life on the real server: the Service environment variables of its
+/// namespace (the `kubernetes` Service the API server keeps; a Service created before the
+/// pod), its events (Scheduled from the scheduler, Pulled/Created/Started from nanolet, with
+/// the node as source host), its deletion with a grace period (nanolet stops it, the final
+/// DELETE removes it), and the podCIDR node IPAM gives the Node reaching the runtime
+/// (UpdateRuntimeConfig).
+#[test]
+fn an_api_pod_gets_service_variables_events_graceful_deletion_and_the_pod_cidr() {
+    let cluster = Cluster::up();
+    let ctd = Containerd::start_in_netns(&cluster.node_netns());
+    let n = join(&cluster, &ctd, &[]);
+    let node = wait_node_ready(&cluster, &n);
+    // node IPAM (--allocate-node-cidrs, cluster CIDR 10.244.0.0/16) gives the Node a /24.
+    let cidr = wait_for(LONG, || {
+        cluster
+            .get_json(&["node", NODE])
+            .and_then(|n| n["spec"]["podCIDR"].as_str().map(String::from))
+    })
+    .unwrap_or_else(|| panic!("no podCIDR: {node:#}"));
+    assert!(cidr.starts_with("10.244."), "{cidr}");
+    wait_for(Duration::from_secs(60), || {
+        let m = n.get("/metrics")?;
+        m.lines()
+            .any(|l| {
+                l.starts_with(
+                    "kubelet_runtime_operations_total{operation_type=\"update_runtime_config\"}",
+                ) && !l.ends_with(" 0")
+            })
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the pod CIDR {cidr} never reached the runtime\n{}",
+            n.log_tail()
+        )
+    });
+    cluster
+        .apply(
+            r#"
+apiVersion: v1
+kind: Service
+metadata: {name: backend, namespace: default}
+spec:
+  selector: {app: none}
+  ports:
+  - {name: http, port: 8080}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: life, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 20
+  containers:
+  - name: c
+    image: localhost/busybox:1.36
+    command: ["sh", "-c", "echo KUBERNETES_SERVICE_HOST=$KUBERNETES_SERVICE_HOST; echo BACKEND_SERVICE_PORT=$BACKEND_SERVICE_PORT; trap 'echo got-term; sleep 1; exit 0' TERM; while :; do sleep 1; done"]
+"#,
+        )
+        .expect("Service and pod");
+    cluster.wait_object(&["pod", "life"], "the pod Ready", LONG, ready);
+    let svc = cluster
+        .get_json(&["service", "kubernetes"])
+        .expect("kubernetes Service");
+    let logs = wait_for(Duration::from_secs(30), || {
+        cluster
+            .kubectl(&["logs", "life"])
+            .ok()
+            .filter(|l| l.contains("BACKEND"))
+    })
+    .unwrap_or_default();
+    assert!(
+        logs.contains(&format!(
+            "KUBERNETES_SERVICE_HOST={}",
+            svc["spec"]["clusterIP"].as_str().unwrap_or("?")
+        )),
+        "{logs}"
+    );
+    assert!(logs.contains("BACKEND_SERVICE_PORT=8080"), "{logs}");
+    let events = wait_for(Duration::from_secs(60), || {
+        cluster
+            .get_json(&["events", "--field-selector", "involvedObject.name=life"])
+            .filter(|e| {
+                let reasons: Vec<&str> = e["items"]
+                    .as_array()
+                    .map(|i| i.iter().filter_map(|e| e["reason"].as_str()).collect())
+                    .unwrap_or_default();
+                ["Scheduled", "Pulled", "Created", "Started"]
+                    .iter()
+                    .all(|r| reasons.contains(r))
+            })
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "events: {:#}",
+            cluster
+                .get_json(&["events", "--field-selector", "involvedObject.name=life"])
+                .unwrap_or(Value::Null)
+        )
+    });
+    let started = events["items"]
+        .as_array()
+        .and_then(|i| i.iter().find(|e| e["reason"] == "Started").cloned())
+        .unwrap_or_default();
+    assert_eq!(started["source"]["host"], NODE, "{started:#}");
+    // Graceful deletion: nanolet sends SIGTERM, the container exits 0 within the grace, and
+    // nanolet's final DELETE (grace 0) removes the object.
+    let start = std::time::Instant::now();
+    cluster
+        .kubectl(&["delete", "pod", "life", "--wait=true", "--timeout=60s"])
+        .unwrap_or_else(|e| panic!("kubectl delete: {e}\n{}", n.log_tail()));
+    let took = start.elapsed();
+    assert!(
+        cluster.get_json(&["pod", "life"]).is_none(),
+        "still in the API"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "deleted after {took:?} (the container exits within ~1 s of SIGTERM)"
+    );
+    let gone = wait_for(Duration::from_secs(30), || {
+        container_ids(&ctd, "life").is_empty().then_some(())
+    });
+    assert!(gone.is_some(), "the container is still in the runtime");
+}
