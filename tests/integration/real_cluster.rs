@@ -1133,3 +1133,73 @@ spec:
     });
     assert!(gone.is_some(), "the container is still in the runtime");
 }
+
+/// Readiness gates on the real server: the pod stays Ready=False with the kubelet's reason and
+/// message until a controller (here `kubectl patch --subresource=status`, with the admin's
+/// rights) sets the gate's condition; nanolet's later status writes keep that condition (a
+/// status patch merges conditions by type).
+#[test]
+fn a_readiness_gate_set_by_a_controller_makes_the_pod_ready_and_stays() {
+    let cluster = Cluster::up();
+    let ctd = Containerd::start_in_netns(&cluster.node_netns());
+    let n = join(&cluster, &ctd, &[]);
+    wait_node_ready(&cluster, &n);
+    cluster
+        .apply(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: gated, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 1
+  readinessGates:
+  - conditionType: example.com/lb-ready
+  containers:
+  - {name: c, image: "localhost/busybox:1.36", command: ["sleep", "3600"]}
+"#,
+        )
+        .expect("pod");
+    let cond = |p: &Value, t: &str| {
+        p["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == t).cloned())
+            .unwrap_or_default()
+    };
+    let pod = cluster.wait_object(&["pod", "gated"], "ReadinessGatesNotReady", LONG, |p| {
+        cond(p, "Ready")["reason"] == "ReadinessGatesNotReady"
+    });
+    assert_eq!(cond(&pod, "Ready")["status"], "False");
+    assert_eq!(
+        cond(&pod, "Ready")["message"],
+        "corresponding condition of pod readiness gate \"example.com/lb-ready\" does not exist."
+    );
+    assert_eq!(cond(&pod, "ContainersReady")["status"], "True");
+    cluster
+        .kubectl(&[
+            "patch",
+            "pod",
+            "gated",
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"example.com/lb-ready","status":"True"}]}}"#,
+        ])
+        .expect("set the gate's condition");
+    cluster.wait_object(&["pod", "gated"], "Ready", LONG, ready);
+    // A restart makes nanolet write the status again; the gate's condition stays.
+    let id = container_ids(&ctd, "gated").pop().expect("container");
+    {
+        use nanolet::cri::Runtime;
+        ctd.runtime()
+            .stop_container(&id, Duration::ZERO)
+            .expect("stop the container");
+    }
+    let pod = cluster.wait_object(&["pod", "gated"], "restarted and Ready", LONG, |p| {
+        p["status"]["containerStatuses"][0]["restartCount"] == 1 && ready(p)
+    });
+    assert_eq!(
+        cond(&pod, "example.com/lb-ready")["status"],
+        "True",
+        "{pod:#}"
+    );
+}
