@@ -110,8 +110,22 @@ fn name(obj: &Value) -> String {
 fn joins_with_a_bootstrap_token_and_runs_a_daemonset_with_token_config_map_and_secret() {
     let cluster = Cluster::up();
     let ctd = Containerd::start_in_netns(&cluster.node_netns());
-    let n = join(&cluster, &ctd, &[]);
+    // NodeRestriction lets a node set labels outside kubernetes.io/k8s.io, and those under
+    // kubelet.kubernetes.io/ and node.kubernetes.io/ (k8s.io/kubelet's IsKubeletLabel).
+    let n = join(
+        &cluster,
+        &ctd,
+        &["--node-labels=example.com/site=lab,kubelet.kubernetes.io/edge-class=small"],
+    );
     let node = wait_node_ready(&cluster, &n);
+    assert_eq!(
+        node["metadata"]["labels"]["example.com/site"], "lab",
+        "{node:#}"
+    );
+    assert_eq!(
+        node["metadata"]["labels"]["kubelet.kubernetes.io/edge-class"],
+        "small"
+    );
     // The kubelet's address order: the InternalIP first, the node's real (non-loopback) one.
     let addresses = node["status"]["addresses"]
         .as_array()
