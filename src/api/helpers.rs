@@ -127,6 +127,53 @@ pub fn qos_class(pod: &Pod) -> String {
     }
 }
 
+/// The label keys a kubelet may set on its own Node (k8s.io/kubelet/pkg/apis
+/// well_known_labels.go `kubeletLabels`), sorted as `KubeletLabels()` lists them.
+pub const KUBELET_LABELS: &[&str] = &[
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "kubernetes.io/arch",
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+];
+
+/// The label key namespaces (and their subdomains) a kubelet may set on its own Node
+/// (`kubeletLabelNamespaces`, sorted).
+pub const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+/// The prefix of a label key (`""` without one).
+fn label_namespace(key: &str) -> &str {
+    key.split_once('/').map_or("", |(ns, _)| ns)
+}
+
+/// Whether a kubelet may set label `key` on its own Node (`IsKubeletLabel`): one of
+/// [`KUBELET_LABELS`], or in a namespace of [`KUBELET_LABEL_NAMESPACES`] or a subdomain of one.
+pub fn is_kubelet_label(key: &str) -> bool {
+    if KUBELET_LABELS.contains(&key) {
+        return true;
+    }
+    let ns = label_namespace(key);
+    KUBELET_LABEL_NAMESPACES
+        .iter()
+        .any(|allowed| ns == *allowed || ns.strip_suffix(allowed).is_some_and(|s| s.ends_with('.')))
+}
+
+/// Whether label `key` is in the `kubernetes.io` or `k8s.io` namespace or a subdomain of one
+/// (the kubelet's `isKubernetesLabel`): the NodeRestriction admission plugin refuses such
+/// labels on a Node unless [`is_kubelet_label`].
+pub fn is_kubernetes_label(key: &str) -> bool {
+    let ns = label_namespace(key);
+    ["kubernetes.io", "k8s.io"]
+        .iter()
+        .any(|d| ns == *d || ns.strip_suffix(d).is_some_and(|s| s.ends_with('.')))
+}
+
 /// The pod condition types the kubelet owns (upstream `PodConditionsByKubelet`); every other
 /// type (readiness gates' conditions, `DisruptionTarget` set by the API server, ...) belongs to
 /// someone else and is kept, never overwritten.

@@ -424,7 +424,7 @@ mod tests {
             &ctx,
             &store,
             &NodeSettings {
-                labels: vec![("node-role.kubernetes.io/edge".into(), "".into())],
+                labels: vec![("node.kubernetes.io/edge".into(), "".into())],
                 taints: crate::kubeletconfig::parse_taints(
                     "dedicated=edge:NoSchedule,gpu:NoExecute",
                 )
@@ -440,7 +440,7 @@ mod tests {
         );
         assert_eq!(n["metadata"]["labels"]["kubernetes.io/hostname"], "edge-1");
         assert_eq!(n["metadata"]["labels"]["kubernetes.io/os"], "linux");
-        assert_eq!(n["metadata"]["labels"]["node-role.kubernetes.io/edge"], "");
+        assert_eq!(n["metadata"]["labels"]["node.kubernetes.io/edge"], "");
         assert!(n["metadata"]["uid"].is_null());
         assert!(
             n["status"]["conditions"]

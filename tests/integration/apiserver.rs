@@ -40,7 +40,7 @@ fn joins_the_cluster_and_keeps_lease_and_status_fresh() {
         &ctd,
         &[
             format!("--kubeconfig={}", kc.display()),
-            "--node-labels=node-role.kubernetes.io/edge=,site=lab".into(),
+            "--node-labels=node.kubernetes.io/edge=,site=lab".into(),
             "--node-status-update-frequency=1s".into(),
             "--register-with-taints=dedicated=edge:NoSchedule,gpu:NoExecute".into(),
         ],
@@ -90,7 +90,7 @@ fn joins_the_cluster_and_keeps_lease_and_status_fresh() {
     assert_eq!(labels["kubernetes.io/hostname"], "node1");
     assert_eq!(labels["kubernetes.io/os"], "linux");
     assert!(labels["kubernetes.io/arch"].is_string());
-    assert_eq!(labels["node-role.kubernetes.io/edge"], "");
+    assert_eq!(labels["node.kubernetes.io/edge"], "");
     assert_eq!(labels["site"], "lab");
     // The kubelet's --register-with-taints: spec.taints of the registered Node.
     assert_eq!(
