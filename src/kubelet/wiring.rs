@@ -1046,6 +1046,19 @@ fn api_client(cfg: &Config) -> Result<Option<Arc<ApiClient>>, KubeletError> {
         crate::apiclient::kubeconfig::Kubeconfig::load(path).map_err(KubeletError::ApiServer)?;
     let client = ApiClient::new(&kc, Duration::from_secs(10)).map_err(KubeletError::ApiClient)?;
     info!(server = %kc.server, "API-server mode: joining the cluster");
+    if let Some(sa) = kc.service_account() {
+        warn!(
+            node = %cfg.node_name,
+            service_account = %sa,
+            "the kubeconfig authenticates as a ServiceAccount, not as a node (system:node:{} in \
+             group system:nodes): the API server's Node authorizer and NodeRestriction admission \
+             do not apply to it, so the system:node ClusterRole lets this box read every Secret \
+             and ConfigMap of the cluster and modify any Node; join with a bootstrap token \
+             (--bootstrap-kubeconfig) or a node client certificate instead \
+             (docs/apiserver-mode.md)",
+            cfg.node_name
+        );
+    }
     Ok(Some(Arc::new(client)))
 }
 
