@@ -252,7 +252,11 @@ fn connect_runtime(cfg: &Config, store: &StatusStore) -> Result<Arc<dyn Runtime>
 /// --node-ip, else the default route's interface address.
 fn node_ips(cfg: &Config) -> Vec<String> {
     if cfg.node_ips.is_empty() {
-        vec![crate::node::detect_host_ip().to_string()]
+        let ip = crate::node::detect_host_ip();
+        if cfg.kubeconfig.is_some() && !crate::node::is_node_ip(ip) {
+            warn!(node = %cfg.node_name, ip = %ip, "no global unicast address found for the node's InternalIP; the API server refuses loopback and link-local addresses for nodes/proxy (kubectl logs/exec); set --node-ip");
+        }
+        vec![ip.to_string()]
     } else {
         cfg.node_ips.iter().map(IpAddr::to_string).collect()
     }
