@@ -135,11 +135,12 @@ fn joins_the_cluster_and_keeps_lease_and_status_fresh() {
     })
     .expect("status patched every nodeStatusUpdateFrequency");
 
-    // Outage: pods are untouched; heartbeats resume afterwards.
+    // Outage: pods are untouched; heartbeats resume afterwards. Each status update starts by
+    // reading the Node back (tryUpdateNodeStatus), so the tries are GETs while it is down.
     api.set_down(true);
-    let patches = api.count("PATCH", STATUS_PATH);
+    let reads = api.count("GET", NODE_PATH);
     wait_for(Duration::from_secs(10), || {
-        (api.count("PATCH", STATUS_PATH) > patches + 2).then_some(())
+        (api.count("GET", NODE_PATH) > reads + 2).then_some(())
     })
     .expect("nanolet keeps trying during the outage");
     let during = n.pod("web").expect("web listed");
