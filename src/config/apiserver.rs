@@ -71,6 +71,9 @@ pub struct ApiView {
     pub terminating: BTreeMap<String, (String, String)>,
     /// Mirror pods in the API by `namespace/name`.
     pub mirrors: BTreeMap<String, MirrorPod>,
+    /// The API's copy of each pod's status (API pods and mirror pods), by UID: the status
+    /// writer reconciles against it (the kubelet's status manager `needsReconcile`).
+    pub statuses: BTreeMap<String, Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -265,7 +268,11 @@ impl PodSet {
     fn update_view(&self, view: &mut ApiView) {
         view.terminating.clear();
         view.mirrors.clear();
+        view.statuses.clear();
         for (uid, v) in &self.pods {
+            if let Some(st) = v.get("status").filter(|s| s.is_object()) {
+                view.statuses.insert(uid.clone(), st.clone());
+            }
             let meta = &v["metadata"];
             let ns = meta["namespace"].as_str().unwrap_or_default().to_string();
             let name = meta["name"].as_str().unwrap_or_default().to_string();

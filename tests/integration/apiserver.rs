@@ -807,3 +807,111 @@ fn pod_cidr_from_the_node_reaches_the_runtime() {
     .expect("status updates go on");
     assert_eq!(calls(&n), (1, 0), "one UpdateRuntimeConfig, answered");
 }
+
+fn condition(obj: &Value, type_: &str) -> Value {
+    obj["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// After a partition longer than `--node-monitor-grace-period` the node lifecycle controller
+/// sets the Node's conditions to Unknown and marks every pod on it Ready=False
+/// (pkg/controller/nodelifecycle, `MarkPodsNotReady`). The kubelet repairs both because it
+/// compares with the API's copy: `tryUpdateNodeStatus` reads the Node back and patches what
+/// differs (a strategic merge patch: conditions merged by type, so another agent's
+/// NetworkUnavailable stays), and the status manager's `needsReconcile` (every `syncPeriod`,
+/// 10 s) re-sends a pod status the API's copy contradicts. Before, nanolet compared with what
+/// it had last sent: the Node waited for nodeStatusReportFrequency (5 m here) and the pod for a
+/// local change that never came.
+#[test]
+fn node_and_pods_marked_by_the_controller_are_repaired_from_the_api_copy() {
+    let ctd = Containerd::start();
+    let api = FakeApiServer::start(TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    api.write_kubeconfig(&kc, TOKEN);
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--kubeconfig={}", kc.display()),
+            "--node-status-update-frequency=1s".into(),
+            "--node-status-report-frequency=5m".into(),
+        ],
+    );
+    api.create_pod("prod", api_pod("web"));
+    let pod_path = "/api/v1/namespaces/prod/pods/web";
+    wait_for(Duration::from_secs(60), || {
+        (condition(&api.get(pod_path)?, "Ready")["status"] == "True").then_some(())
+    })
+    .unwrap_or_else(|| panic!("web never Ready in the API\n{}", n.log_tail()));
+    let node = wait_for(Duration::from_secs(30), || {
+        api.get(NODE_PATH)
+            .filter(|n| condition(n, "Ready")["status"] == "True")
+    })
+    .unwrap_or_else(|| panic!("node never Ready\n{}", n.log_tail()));
+    let qos = api.get(pod_path).expect("pod")["status"]["qosClass"].clone();
+    assert_eq!(qos, "BestEffort", "the API server sets status.qosClass");
+
+    // The network plugin's condition, then the controller's verdict on a silent node.
+    api.modify(NODE_PATH, |n| {
+        if let Some(cs) = n["status"]["conditions"].as_array_mut() {
+            cs.push(
+                serde_json::json!({"type": "NetworkUnavailable", "status": "False",
+                "reason": "RouteCreated", "message": "RouteController created a route",
+                "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+            );
+            for c in cs.iter_mut().filter(|c| c["type"] != "NetworkUnavailable") {
+                c["status"] = "Unknown".into();
+                c["reason"] = "NodeStatusUnknown".into();
+                c["message"] = "Kubelet stopped posting node status.".into();
+            }
+        }
+    });
+    api.modify(pod_path, |p| {
+        for c in p["status"]["conditions"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            if c["type"] == "Ready" {
+                c["status"] = "False".into();
+            }
+        }
+    });
+
+    // The Node at the next update (1 s), not after nodeStatusReportFrequency (5 m).
+    let repaired = wait_for(Duration::from_secs(10), || {
+        api.get(NODE_PATH)
+            .filter(|n| condition(n, "Ready")["status"] == "True")
+    })
+    .unwrap_or_else(|| panic!("Node still Unknown\n{}", n.log_tail()));
+    let net = condition(&repaired, "NetworkUnavailable");
+    assert_eq!(
+        net["reason"], "RouteCreated",
+        "another agent's condition was deleted"
+    );
+    for t in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        assert_eq!(condition(&repaired, t)["status"], "False", "{t}");
+    }
+    // Unknown -> True is a transition: a new lastTransitionTime (the setters' rule).
+    assert_ne!(
+        condition(&repaired, "Ready")["lastTransitionTime"],
+        condition(&node, "Ready")["lastTransitionTime"]
+    );
+    let patch = api
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.method == "PATCH" && r.path == STATUS_PATH)
+        .expect("a node status patch");
+    assert_eq!(patch.content_type, "application/strategic-merge-patch+json");
+
+    // The pod within the status manager's syncPeriod (10 s), its qosClass untouched.
+    let pod = wait_for(Duration::from_secs(25), || {
+        api.get(pod_path)
+            .filter(|p| condition(p, "Ready")["status"] == "True")
+    })
+    .unwrap_or_else(|| panic!("pod still Ready=False in the API\n{}", n.log_tail()));
+    assert_eq!(pod["status"]["qosClass"], qos);
+}
