@@ -919,3 +919,54 @@ fn node_and_pods_marked_by_the_controller_are_repaired_from_the_api_copy() {
     .unwrap_or_else(|| panic!("pod still Ready=False in the API\n{}", n.log_tail()));
     assert_eq!(pod["status"]["qosClass"], qos);
 }
+
+/// The status manager (status_manager.go syncPod) logs a status update the API server refuses
+/// and tries again at its next syncBatch, not in a tight loop. nanolet: a 4xx on a pod status
+/// write (here an admission plugin's 403) is logged at warning with the API's
+/// `Status.message`, once per back-off step, and written again at the next reconciliation
+/// (10 s) or status change, not every second; once the server accepts it, it is written.
+#[test]
+fn a_refused_pod_status_is_warned_with_the_api_message_and_not_retried_every_second() {
+    let ctd = Containerd::start();
+    let api = FakeApiServer::start(TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    api.write_kubeconfig(&kc, TOKEN);
+    let status_path = "/api/v1/namespaces/prod/pods/web/status";
+    let message = "pods \"web\" is forbidden: example.com/admission says no";
+    api.refuse("PATCH", status_path, 403, "Forbidden", message);
+    let n = Nanolet::start(&ctd, &[format!("--kubeconfig={}", kc.display())]);
+    api.create_pod("prod", api_pod("web"));
+    let log = || std::fs::read_to_string(&n.log).unwrap_or_default();
+    wait_for(Duration::from_secs(60), || {
+        local_pod(&n, "web")
+            .filter(|p| p["status"]["phase"] == "Running")
+            .and_then(|_| {
+                log()
+                    .contains("example.com/admission says no")
+                    .then_some(())
+            })
+    })
+    .unwrap_or_else(|| panic!("no warning with the API's message\n{}", n.log_tail()));
+    let warning = log()
+        .lines()
+        .find(|l| l.contains("example.com/admission says no"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(warning.contains("WARN"), "{warning}");
+    // The local status is settled: over 8 s at most the one reconciliation's retry (the old
+    // writer retried every second).
+    let before = api.count("PATCH", status_path);
+    std::thread::sleep(Duration::from_secs(8));
+    let retries = api.count("PATCH", status_path) - before;
+    assert!(retries <= 1, "{retries} retries in 8 s\n{}", n.log_tail());
+    let warnings = log().matches("example.com/admission says no").count();
+    assert!(warnings <= 3, "{warnings} warnings\n{}", n.log_tail());
+
+    api.clear_refusals();
+    wait_for(Duration::from_secs(25), || {
+        (condition(&api.get("/api/v1/namespaces/prod/pods/web")?, "Ready")["status"] == "True")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("status never written once accepted\n{}", n.log_tail()));
+    assert!(log().contains("writing pod status works again"));
+}

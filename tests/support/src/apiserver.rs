@@ -47,7 +47,8 @@
 //!   patch metadata), server-side `Table`s (`Accept: ...;as=Table;g=meta.k8s.io;v=v1`) with the
 //!   apiserver printers' columns for pods, nodes, leases and namespaces, also on watches.
 //! - `Status` objects for errors (`reason`, `code`, `details`), 401 without credentials;
-//!   `set_down(true)` answers 503 to everything (an outage without closing the port).
+//!   `set_down(true)` answers 503 to everything (an outage without closing the port);
+//!   `refuse(method, path, code, ...)` answers one request with a refusal (fault injection).
 //! - Real TLS (`start_tls`, `front.rs`, certificates made by the openssl CLI in `pki.rs`) and
 //!   the union authenticator: client certificate (CN user, O groups; one from another CA is a
 //!   401, not a handshake failure), bearer tokens (`add_token`), bootstrap tokens
@@ -1140,6 +1141,9 @@ struct State {
     seq: u64,
     auth: csr::AuthState,
     tokens: objects::TokenState,
+    /// Fault injection: (method, path) answered with (code, reason, message), as an
+    /// admission plugin or validation of the real server refuses a request.
+    refusals: Vec<(String, String, u16, String, String)>,
 }
 
 impl State {
@@ -1155,6 +1159,7 @@ impl State {
             seq: 0,
             auth: csr::AuthState::new(),
             tokens: objects::TokenState::default(),
+            refusals: Vec::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             st.ensure_namespace(ns);
@@ -1601,6 +1606,13 @@ impl State {
     ) -> (u16, Value) {
         if let Some(v) = self.discovery(method, path) {
             return v;
+        }
+        if let Some((.., code, reason, message)) = self
+            .refusals
+            .iter()
+            .find(|(m, p, ..)| m == method && p == path)
+        {
+            return status(*code, reason, message);
         }
         let pb = ctype.starts_with("application/vnd.kubernetes.protobuf");
         let csr_pb =
@@ -2719,6 +2731,23 @@ impl FakeApiServer {
 
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Fault injection: answer `method path` with a `Status` of `code`, `reason` and `message`
+    /// (what an admission plugin's refusal looks like) until [`FakeApiServer::clear_refusals`].
+    pub fn refuse(&self, method: &str, path: &str, code: u16, reason: &str, message: &str) {
+        self.st().refusals.push((
+            method.into(),
+            path.into(),
+            code,
+            reason.into(),
+            message.into(),
+        ));
+    }
+
+    /// Ends every [`FakeApiServer::refuse`].
+    pub fn clear_refusals(&self) {
+        self.st().refusals.clear();
     }
 
     /// A kubeconfig for this server with `token`, written to `path`.
