@@ -134,10 +134,26 @@ pub fn node_status_has_changed(api: &Value, status: &Value) -> bool {
         c.sort_by(|a, b| a["type"].as_str().cmp(&b["type"].as_str()));
         c
     };
+    // Quantities compare by value (apiequality.Semantic): the API server stores them in
+    // canonical form (`1024Mi` comes back as `1Gi`).
     let rest = |s: &Value| {
         let mut s = s.clone();
         if let Some(o) = s.as_object_mut() {
             o.remove("conditions");
+        }
+        for list in ["capacity", "allocatable"] {
+            for v in s[list]
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|m| m.values_mut())
+            {
+                if let Some(q) = v
+                    .as_str()
+                    .and_then(|q| crate::api::quantity::parse_quantity_str(q).ok())
+                {
+                    *v = json!(q.milli_value());
+                }
+            }
         }
         s
     };
@@ -532,6 +548,14 @@ mod tests {
         // The next heartbeat: only lastHeartbeatTime moves, which is no change.
         let again = merge_node_status(&merged, &ours, "t10");
         assert!(!node_status_has_changed(&merged, &again));
+        // Quantities compare by value: the API server stores `4096Mi` as `4Gi`.
+        let mut stored = merged.clone();
+        stored["capacity"]["memory"] = json!("4Gi");
+        let mut sent = merged.clone();
+        sent["capacity"]["memory"] = json!("4096Mi");
+        assert!(!node_status_has_changed(&stored, &sent));
+        sent["capacity"]["memory"] = json!("4097Mi");
+        assert!(node_status_has_changed(&stored, &sent));
         assert_eq!(
             again["conditions"]
                 .as_array()

@@ -111,13 +111,24 @@ pub struct Resources {
     pub pods: i64,
 }
 
-/// Bytes as resource.Quantity prints a BinarySI value: `Ki` when it divides, else bytes.
+/// Bytes as resource.Quantity prints a BinarySI value (`CanonicalizeBytes` /
+/// `AsCanonicalBase1024Bytes`): the largest of `Ki`, `Mi`, `Gi`, `Ti`, `Pi`, `Ei` that divides
+/// it exactly, plain bytes below 1024 or when none does; what the API server stores and
+/// returns.
 fn bytes_quantity(v: i64) -> String {
-    if v != 0 && v % 1024 == 0 {
-        format!("{}Ki", v / 1024)
-    } else {
-        v.to_string()
+    const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    if v.unsigned_abs() < 1024 {
+        return v.to_string();
     }
+    let (mut n, mut suffix) = (v, "");
+    for s in SUFFIXES {
+        if n % 1024 != 0 {
+            break;
+        }
+        n /= 1024;
+        suffix = s;
+    }
+    format!("{n}{suffix}")
 }
 
 impl Resources {
@@ -557,8 +568,8 @@ mod tests {
         assert_eq!(a.pods, 110);
         assert_eq!(
             a.to_json(),
-            json!({"cpu": "3400m", "memory": "6713344Ki", "pods": "110",
-                   "ephemeral-storage": "91226112Ki"})
+            json!({"cpu": "3400m", "memory": "6556Mi", "pods": "110",
+                   "ephemeral-storage": "87Gi"})
         );
         // Never below zero.
         let tiny = Resources {
@@ -590,6 +601,19 @@ mod tests {
             .collect();
         assert_eq!(KUBELET_VERSION, format!("v1.33.0+nanolet.{plain}"));
         assert!(!KUBELET_VERSION.contains("-nanolet"));
+    }
+
+    /// resource.Quantity's canonical BinarySI form, which the API server stores: the
+    /// largest power-of-1024 suffix that divides exactly.
+    #[test]
+    fn byte_quantities_print_as_the_api_server_stores_them() {
+        assert_eq!(bytes_quantity(0), "0");
+        assert_eq!(bytes_quantity(1000), "1000");
+        assert_eq!(bytes_quantity(1536), "1536");
+        assert_eq!(bytes_quantity(2048), "2Ki");
+        assert_eq!(bytes_quantity(1 << 30), "1Gi");
+        assert_eq!(bytes_quantity(1536 << 20), "1536Mi");
+        assert_eq!(bytes_quantity(24_570_848 * 1024), "24570848Ki");
     }
 
     /// The condition setters: a condition's lastTransitionTime is when its status last
