@@ -86,45 +86,107 @@ pub fn pod_requests(pod: &Pod) -> (i64, i64) {
     (sum.0.max(init_max.0), sum.1.max(init_max.1))
 }
 
-/// QoS class from requests/limits (pkg/apis/core/v1/helper/qos): Guaranteed when every
-/// container has cpu and memory limits equal to requests, BestEffort when nobody sets any,
-/// Burstable otherwise.
+/// The pod's QoS class as the kubelet takes it (pkg/apis/core/helper/qos `GetPodQOS`): the
+/// API's `status.qosClass` when set (it is immutable in the API, and the kubelet uses the
+/// persisted value for cgroups and status alike), else [`compute_qos_class`].
 pub fn qos_class(pod: &Pod) -> String {
-    let all: Vec<_> = pod
-        .spec
-        .init_containers
-        .iter()
-        .chain(&pod.spec.containers)
-        .collect();
-    let any_set = all.iter().any(|c| {
-        c.resources
-            .requests
-            .keys()
-            .chain(c.resources.limits.keys())
-            .any(|k| k == "cpu" || k == "memory")
-    });
-    if !any_set {
+    match pod.status.as_ref().map(|s| s.qos_class.as_str()) {
+        Some(q) if !q.is_empty() => q.to_string(),
+        _ => compute_qos_class(pod),
+    }
+}
+
+/// `ComputePodQOS` over the containers and init containers: only cpu and memory count, and
+/// only quantities above zero (`cpu: "0"` is as good as unset); BestEffort when no container
+/// has any; Guaranteed when every container has cpu and memory limits above zero and, per
+/// resource, the summed requests equal the summed limits (a request left out counts as its
+/// limit, as API defaulting fills it in); Burstable otherwise.
+pub fn compute_qos_class(pod: &Pod) -> String {
+    use std::collections::BTreeMap;
+    let positive = |v: &serde_json::Value| {
+        parse_quantity(v)
+            .ok()
+            .map(|q| i128::from(q.milli_value()))
+            .filter(|m| *m > 0)
+    };
+    let mut requests: BTreeMap<&str, i128> = BTreeMap::new();
+    let mut limits: BTreeMap<&str, i128> = BTreeMap::new();
+    let mut guaranteed = true;
+    for c in pod.spec.containers.iter().chain(&pod.spec.init_containers) {
+        let mut limited = 0;
+        for r in ["cpu", "memory"] {
+            let limit = c.resources.limits.get(r).and_then(positive);
+            let request = match c.resources.requests.get(r) {
+                Some(v) => positive(v),
+                None => limit,
+            };
+            if let Some(q) = request {
+                *requests.entry(r).or_default() += q;
+            }
+            if let Some(q) = limit {
+                *limits.entry(r).or_default() += q;
+                limited += 1;
+            }
+        }
+        if limited < 2 {
+            guaranteed = false;
+        }
+    }
+    if requests.is_empty() && limits.is_empty() {
         return "BestEffort".into();
     }
-    let guaranteed = all.iter().all(|c| {
-        ["cpu", "memory"].iter().all(|r| {
-            let lim = c.resources.limits.get(*r);
-            let req = c.resources.requests.get(*r).or(lim);
-            match (lim, req) {
-                (Some(l), Some(q)) => {
-                    let pl = parse_quantity(l).map(|x| x.milli_value()).ok();
-                    let pq = parse_quantity(q).map(|x| x.milli_value()).ok();
-                    pl.is_some() && pl == pq
-                }
-                _ => false,
-            }
-        })
-    });
-    if guaranteed {
+    if guaranteed && requests == limits {
         "Guaranteed".into()
     } else {
         "Burstable".into()
     }
+}
+
+/// The label keys a kubelet may set on its own Node (k8s.io/kubelet/pkg/apis
+/// well_known_labels.go `kubeletLabels`), sorted as `KubeletLabels()` lists them.
+pub const KUBELET_LABELS: &[&str] = &[
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "kubernetes.io/arch",
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+];
+
+/// The label key namespaces (and their subdomains) a kubelet may set on its own Node
+/// (`kubeletLabelNamespaces`, sorted).
+pub const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+/// The prefix of a label key (`""` without one).
+fn label_namespace(key: &str) -> &str {
+    key.split_once('/').map_or("", |(ns, _)| ns)
+}
+
+/// Whether a kubelet may set label `key` on its own Node (`IsKubeletLabel`): one of
+/// [`KUBELET_LABELS`], or in a namespace of [`KUBELET_LABEL_NAMESPACES`] or a subdomain of one.
+pub fn is_kubelet_label(key: &str) -> bool {
+    if KUBELET_LABELS.contains(&key) {
+        return true;
+    }
+    let ns = label_namespace(key);
+    KUBELET_LABEL_NAMESPACES
+        .iter()
+        .any(|allowed| ns == *allowed || ns.strip_suffix(allowed).is_some_and(|s| s.ends_with('.')))
+}
+
+/// Whether label `key` is in the `kubernetes.io` or `k8s.io` namespace or a subdomain of one
+/// (the kubelet's `isKubernetesLabel`): the NodeRestriction admission plugin refuses such
+/// labels on a Node unless [`is_kubelet_label`].
+pub fn is_kubernetes_label(key: &str) -> bool {
+    let ns = label_namespace(key);
+    ["kubernetes.io", "k8s.io"]
+        .iter()
+        .any(|d| ns == *d || ns.strip_suffix(d).is_some_and(|s| s.ends_with('.')))
 }
 
 /// The pod condition types the kubelet owns (upstream `PodConditionsByKubelet`); every other
@@ -149,4 +211,56 @@ pub fn pod_log_dir_name(pod: &Pod) -> String {
         "{}_{}_{}",
         pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(containers: serde_json::Value, qos: Option<&str>) -> Pod {
+        let mut v =
+            serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": containers}});
+        if let Some(q) = qos {
+            v["status"] = serde_json::json!({"qosClass": q});
+        }
+        serde_json::from_value(v).expect("pod")
+    }
+
+    /// pkg/apis/core/helper/qos ComputePodQOS: only quantities above zero count (zero cpu and
+    /// memory are BestEffort, not Burstable); Guaranteed compares the summed requests with the
+    /// summed limits per resource, every container needing cpu and memory limits.
+    #[test]
+    fn qos_class_is_computed_as_upstream() {
+        use serde_json::json;
+        let zero = json!([{"name": "a", "image": "i",
+            "resources": {"requests": {"cpu": "0", "memory": "0"}, "limits": {"cpu": "0"}}}]);
+        assert_eq!(compute_qos_class(&pod(zero, None)), "BestEffort");
+        let g = json!([{"name": "a", "image": "i", "resources": {
+            "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1000m", "memory": "1Gi"}}}]);
+        assert_eq!(compute_qos_class(&pod(g, None)), "Guaranteed");
+        // Sums, not per container: 1+2 requested, 2+1 limited.
+        let sums = json!([
+            {"name": "a", "image": "i", "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
+                "limits": {"cpu": "2", "memory": "1Gi"}}},
+            {"name": "b", "image": "i", "resources": {"requests": {"cpu": "2", "memory": "1Gi"},
+                "limits": {"cpu": "1", "memory": "1Gi"}}}]);
+        assert_eq!(compute_qos_class(&pod(sums, None)), "Guaranteed");
+        // A container without a memory limit: Burstable; an extended resource does not count.
+        let b = json!([{"name": "a", "image": "i", "resources": {"limits": {"cpu": "1", "example.com/x": "1"}}}]);
+        assert_eq!(compute_qos_class(&pod(b, None)), "Burstable");
+        let only_ext =
+            json!([{"name": "a", "image": "i", "resources": {"limits": {"example.com/x": "1"}}}]);
+        assert_eq!(compute_qos_class(&pod(only_ext, None)), "BestEffort");
+    }
+
+    /// GetPodQOS: the API's status.qosClass (immutable there) wins over the computation.
+    #[test]
+    fn qos_class_keeps_the_api_value() {
+        let zero = serde_json::json!([{"name": "a", "image": "i", "resources": {"requests": {"cpu": "0"}}}]);
+        assert_eq!(
+            qos_class(&pod(zero.clone(), Some("Burstable"))),
+            "Burstable"
+        );
+        assert_eq!(qos_class(&pod(zero, None)), "BestEffort");
+    }
 }

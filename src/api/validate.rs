@@ -55,15 +55,10 @@ pub fn apply_api_defaults(pod: &mut Pod) {
     if spec.enable_service_links.is_none() {
         spec.enable_service_links = Some(true);
     }
-    // The API server's Priority admission: the built-in classes' values, else 0 (there are
-    // no PriorityClass objects without an API server).
-    if spec.priority.is_none() {
-        spec.priority = Some(match spec.priority_class_name.as_str() {
-            "system-node-critical" => 2_000_001_000,
-            "system-cluster-critical" => 2_000_000_000,
-            _ => 0,
-        });
-    }
+    // No `priority`: it is not an API default but the Priority admission plugin's, which
+    // refuses a pod whose integer priority differs from its class; the kubelet's static pods
+    // (and so their mirror pods) leave it unset. `helpers::priority` resolves the built-in
+    // classes for nanolet's own use.
     let host_network = spec.host_network;
     for c in spec
         .init_containers
@@ -1104,12 +1099,14 @@ mod tests {
         assert_eq!(p.spec.dns_policy, "ClusterFirst");
         assert_eq!(p.spec.scheduler_name, "default-scheduler");
         assert_eq!(p.spec.enable_service_links, Some(true));
-        assert_eq!(p.spec.priority, Some(0));
+        // The Priority admission plugin sets priority, not defaulting (and it refuses a pod
+        // whose integer priority differs from its class): static pods leave it unset.
+        assert_eq!(p.spec.priority, None);
         let mut crit = p.clone();
-        crit.spec.priority = None;
         crit.spec.priority_class_name = "system-node-critical".into();
         apply_defaults(&mut crit);
-        assert_eq!(crit.spec.priority, Some(2_000_001_000));
+        assert_eq!(crit.spec.priority, None);
+        assert_eq!(crate::api::helpers::priority(&crit), 2_000_001_000);
         let c = &p.spec.containers[0];
         assert_eq!(c.image_pull_policy, "IfNotPresent");
         assert_eq!(c.termination_message_path, "/dev/termination-log");

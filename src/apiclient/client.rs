@@ -43,6 +43,14 @@ impl ApiError {
             _ => None,
         }
     }
+
+    /// What the server said (its `Status.message`), else the whole error.
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::Status { message, .. } => message.clone(),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// The client. Cheap to share (`Arc`) across threads: every user holds the same one, so a

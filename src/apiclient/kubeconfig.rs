@@ -39,6 +39,24 @@ pub struct Kubeconfig {
     pub client_key_pem: Option<Vec<u8>>,
 }
 
+impl Kubeconfig {
+    /// The ServiceAccount a bearer token authenticates as (`namespace:name`), read from the
+    /// `sub` claim of a ServiceAccount JWT (`system:serviceaccount:<ns>:<name>`, what both
+    /// TokenRequest and legacy Secret tokens carry); `None` for any other credential. Only
+    /// the claims are read, nothing is verified: it names the identity, it grants nothing.
+    pub fn service_account(&self) -> Option<String> {
+        let token = self.token.as_deref()?;
+        let mut parts = token.split('.');
+        let (_header, claims, _sig) = (parts.next()?, parts.next()?, parts.next()?);
+        let claims: serde_json::Value =
+            serde_json::from_slice(&crate::util::base64::decode_raw_url(claims)?).ok()?;
+        claims["sub"]
+            .as_str()?
+            .strip_prefix("system:serviceaccount:")
+            .map(String::from)
+    }
+}
+
 impl fmt::Debug for Kubeconfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Kubeconfig")
@@ -283,6 +301,39 @@ users:
   user:
     token: s3cret-token
 ";
+
+    #[test]
+    fn a_service_account_token_is_recognised() {
+        let jwt = |claims: &str| {
+            format!(
+                "{}.{}.sig",
+                crate::util::base64::encode(br#"{"alg":"RS256"}"#).trim_end_matches('='),
+                crate::util::base64::encode(claims.as_bytes())
+                    .trim_end_matches('=')
+                    .replace('+', "-")
+                    .replace('/', "_")
+            )
+        };
+        let with = |token: &str| {
+            let mut k = Kubeconfig::parse(Path::new("kc"), KC).expect("parses");
+            k.token = Some(token.to_string());
+            k
+        };
+        let sa = jwt(
+            r#"{"iss":"https://kubernetes.default.svc","sub":"system:serviceaccount:kube-system:nanolet-edge1"}"#,
+        );
+        assert_eq!(
+            with(&sa).service_account().as_deref(),
+            Some("kube-system:nanolet-edge1")
+        );
+        // A bootstrap token, an opaque static token, another subject: not a ServiceAccount.
+        assert_eq!(with("abcdef.0123456789abcdef").service_account(), None);
+        assert_eq!(with("s3cret-token").service_account(), None);
+        assert_eq!(
+            with(&jwt(r#"{"sub":"system:node:n1"}"#)).service_account(),
+            None
+        );
+    }
 
     #[test]
     fn current_context_cluster_and_token() {

@@ -71,6 +71,9 @@ pub struct ApiView {
     pub terminating: BTreeMap<String, (String, String)>,
     /// Mirror pods in the API by `namespace/name`.
     pub mirrors: BTreeMap<String, MirrorPod>,
+    /// The API's copy of each pod's status (API pods and mirror pods), by UID: the status
+    /// writer reconciles against it (the kubelet's status manager `needsReconcile`).
+    pub statuses: BTreeMap<String, Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -87,13 +90,26 @@ pub fn is_mirror(v: &Value) -> bool {
 }
 
 /// Drops what changes without the pod changing (status writes bump resourceVersion); of the
-/// status only the conditions others own are kept (readiness gates).
+/// status only the conditions others own (readiness gates) and the immutable `qosClass` are
+/// kept.
 fn strip_volatile(v: &mut Value) {
     if let Some(m) = v.as_object_mut() {
         let foreign = foreign_conditions(m.get("status"));
+        let qos = m
+            .get("status")
+            .and_then(|s| s.get("qosClass"))
+            .filter(|q| q.as_str().is_some_and(|q| !q.is_empty()))
+            .cloned();
         m.remove("status");
+        let mut status = serde_json::Map::new();
         if !foreign.is_empty() {
-            m.insert("status".into(), serde_json::json!({"conditions": foreign}));
+            status.insert("conditions".into(), Value::Array(foreign));
+        }
+        if let Some(q) = qos {
+            status.insert("qosClass".into(), q);
+        }
+        if !status.is_empty() {
+            m.insert("status".into(), Value::Object(status));
         }
     }
     if let Some(m) = v["metadata"].as_object_mut() {
@@ -160,8 +176,9 @@ pub fn decode_pod(v: &Value, seen: &str) -> Result<Pod, ManifestError> {
             reason: "Required value".into(),
         });
     }
-    // Of the status, only a terminal phase (such a pod is never run again) and the conditions
-    // others own (readiness gates) are kept.
+    // Of the status, only a terminal phase (such a pod is never run again), the conditions
+    // others own (readiness gates) and `qosClass` (immutable in the API; the kubelet's
+    // `GetPodQOS` uses it, so nanolet's own computation never contradicts it) are kept.
     pod.status = pod.status.take().and_then(|s| {
         let terminal = matches!(s.phase.as_str(), "Succeeded" | "Failed");
         let conditions: Vec<_> = s
@@ -169,12 +186,15 @@ pub fn decode_pod(v: &Value, seen: &str) -> Result<Pod, ManifestError> {
             .into_iter()
             .filter(|c| !crate::api::helpers::is_kubelet_condition(&c.type_))
             .collect();
-        (terminal || !conditions.is_empty()).then(|| crate::api::PodStatus {
-            phase: if terminal { s.phase } else { String::new() },
-            reason: if terminal { s.reason } else { String::new() },
-            message: if terminal { s.message } else { String::new() },
-            conditions,
-            ..Default::default()
+        (terminal || !conditions.is_empty() || !s.qos_class.is_empty()).then(|| {
+            crate::api::PodStatus {
+                phase: if terminal { s.phase } else { String::new() },
+                reason: if terminal { s.reason } else { String::new() },
+                message: if terminal { s.message } else { String::new() },
+                conditions,
+                qos_class: s.qos_class,
+                ..Default::default()
+            }
         })
     });
     pod.metadata.extra.remove("resourceVersion");
@@ -248,7 +268,11 @@ impl PodSet {
     fn update_view(&self, view: &mut ApiView) {
         view.terminating.clear();
         view.mirrors.clear();
+        view.statuses.clear();
         for (uid, v) in &self.pods {
+            if let Some(st) = v.get("status").filter(|s| s.is_object()) {
+                view.statuses.insert(uid.clone(), st.clone());
+            }
             let meta = &v["metadata"];
             let ns = meta["namespace"].as_str().unwrap_or_default().to_string();
             let name = meta["name"].as_str().unwrap_or_default().to_string();
@@ -583,6 +607,16 @@ mod tests {
             gated["status"],
             json!({"conditions": [{"type": "example.com/gate", "status": "True"}]})
         );
+        // status.qosClass is immutable in the API and the kubelet keeps it (GetPodQOS): it
+        // stays in the decoded pod, where `helpers::qos_class` takes it, and in the checkpoint.
+        let mut zero = pod("z", "u8");
+        zero["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "0"}});
+        zero["status"]["qosClass"] = json!("Burstable");
+        let decoded = decode_pod(&zero, "t").expect("decodes");
+        assert_eq!(crate::api::helpers::qos_class(&decoded), "Burstable");
+        assert_eq!(decoded.status.as_ref().map(|s| s.phase.as_str()), Some(""));
+        strip_volatile(&mut zero);
+        assert_eq!(zero["status"], json!({"qosClass": "Burstable"}));
         let seen = p.metadata.annotations[CONFIG_SEEN_ANNOTATION].clone();
         // config.seen is stable across snapshots.
         assert_eq!(

@@ -316,6 +316,14 @@ pub fn static_pod_uid(
     // The kubelet hashes the internal object, whose type meta is empty.
     hashed.kind.clear();
     hashed.api_version.clear();
+    // Defaulting set `priority` (the built-in class's value, else 0) before nanolet stopped
+    // sending it in mirror pods (the Priority admission plugin refuses a pod whose integer
+    // priority differs from its class): hash it as then, so no static pod's UID (and so no
+    // running pod) changes across that upgrade.
+    if hashed.spec.priority.is_none() {
+        let p = crate::api::helpers::priority(&hashed);
+        hashed.spec.priority = i32::try_from(p).ok();
+    }
     let mut h = Md5::new();
     h.update(canonical_json(&hashed));
     match source {
@@ -487,6 +495,10 @@ mod tests {
             terminationGracePeriodSeconds: 30\n  dnsPolicy: ClusterFirst\n  enableServiceLinks: true\n  containers:\n  \
             - name: c\n    image: busybox:1.36\n    imagePullPolicy: IfNotPresent\n    terminationMessagePolicy: File\n";
         assert_eq!(a, make(explicit, "node1", "/m/web.yaml").metadata.uid);
+        // An explicit `priority: 0` hashes like an omitted one, as when defaulting set it:
+        // static pods keep their UIDs across the upgrade that stopped defaulting priority.
+        let with_priority = POD.replace("spec:\n", "spec:\n  priority: 0\n");
+        assert_eq!(a, make(&with_priority, "node1", "/m/web.yaml").metadata.uid);
         // JSON and YAML spellings of the same pod agree.
         let json = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web"},"spec":{"containers":[{"image":"busybox:1.36","name":"c"}]}}"#;
         assert_eq!(a, make(json, "node1", "/m/web.yaml").metadata.uid);

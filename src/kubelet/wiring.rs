@@ -252,7 +252,11 @@ fn connect_runtime(cfg: &Config, store: &StatusStore) -> Result<Arc<dyn Runtime>
 /// --node-ip, else the default route's interface address.
 fn node_ips(cfg: &Config) -> Vec<String> {
     if cfg.node_ips.is_empty() {
-        vec![crate::node::detect_host_ip().to_string()]
+        let ip = crate::node::detect_host_ip();
+        if cfg.kubeconfig.is_some() && !crate::node::is_node_ip(ip) {
+            warn!(node = %cfg.node_name, ip = %ip, "no global unicast address found for the node's InternalIP; the API server refuses loopback and link-local addresses for nodes/proxy (kubectl logs/exec); set --node-ip");
+        }
+        vec![ip.to_string()]
     } else {
         cfg.node_ips.iter().map(IpAddr::to_string).collect()
     }
@@ -1046,6 +1050,19 @@ fn api_client(cfg: &Config) -> Result<Option<Arc<ApiClient>>, KubeletError> {
         crate::apiclient::kubeconfig::Kubeconfig::load(path).map_err(KubeletError::ApiServer)?;
     let client = ApiClient::new(&kc, Duration::from_secs(10)).map_err(KubeletError::ApiClient)?;
     info!(server = %kc.server, "API-server mode: joining the cluster");
+    if let Some(sa) = kc.service_account() {
+        warn!(
+            node = %cfg.node_name,
+            service_account = %sa,
+            "the kubeconfig authenticates as a ServiceAccount, not as a node (system:node:{} in \
+             group system:nodes): the API server's Node authorizer and NodeRestriction admission \
+             do not apply to it, so the system:node ClusterRole lets this box read every Secret \
+             and ConfigMap of the cluster and modify any Node; join with a bootstrap token \
+             (--bootstrap-kubeconfig) or a node client certificate instead \
+             (docs/apiserver-mode.md)",
+            cfg.node_name
+        );
+    }
     Ok(Some(Arc::new(client)))
 }
 

@@ -106,6 +106,7 @@ fn finish(
     finish_eviction(&mut cfg)?;
     cfg.shutdown.validate().map_err(ConfigError::Shutdown)?;
     check_node_allocatable(&cfg)?;
+    check_node_labels(&cfg.node_labels)?;
     let raw_name = if cfg.node_name.trim().is_empty() {
         hostname()?
     } else {
@@ -245,6 +246,55 @@ fn check_manifest_url_tls(cfg: &Config) -> Result<(), ConfigError> {
         .is_some_and(|u| u.to_ascii_lowercase().starts_with("https://"));
     if tls_set && !https {
         return Err(flag("manifest-url-ca-file", ValueError::TlsWithoutHttps));
+    }
+    Ok(())
+}
+
+/// `--node-labels` as the kubelet's `ValidateKubeletFlags` checks them, with its messages: a
+/// `kubernetes.io` / `k8s.io` label (or one of their subdomains) outside the kubelet's set
+/// (`IsKubeletLabel`) is refused, because the API server's NodeRestriction admission plugin
+/// refuses a Node carrying it, so the node could never register; then every key must be a
+/// qualified name and every value a label value.
+pub(super) fn check_node_labels(labels: &[(String, String)]) -> Result<(), ConfigError> {
+    use crate::api::helpers::{
+        KUBELET_LABEL_NAMESPACES, KUBELET_LABELS, is_kubelet_label, is_kubernetes_label,
+    };
+    use crate::api::validate::{label_value_errors, qualified_name_errors};
+    let unknown: BTreeSet<&str> = labels
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| is_kubernetes_label(k) && !is_kubelet_label(k))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(ConfigError::NodeLabels(format!(
+            "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [{}]\n\
+             --node-labels in the 'kubernetes.io' namespace must begin with an allowed prefix \
+             ({}) or be in the specifically allowed set ({})",
+            unknown.into_iter().collect::<Vec<_>>().join(" "),
+            KUBELET_LABEL_NAMESPACES.join(", "),
+            KUBELET_LABELS.join(", "),
+        )));
+    }
+    let mut invalid: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for (k, v) in labels {
+        let key_errs = qualified_name_errors(k);
+        if !key_errs.is_empty() {
+            invalid.entry(k).or_default().extend(key_errs);
+        }
+        let value_errs = label_value_errors(v);
+        if !value_errs.is_empty() {
+            invalid.entry(v).or_default().extend(value_errs);
+        }
+    }
+    if !invalid.is_empty() {
+        let each: Vec<String> = invalid
+            .iter()
+            .map(|(k, errs)| format!("'{k}' - {}", errs.join(", ")))
+            .collect();
+        return Err(ConfigError::NodeLabels(format!(
+            "invalid node labels: {}",
+            each.join("; ")
+        )));
     }
     Ok(())
 }

@@ -102,6 +102,9 @@ pub enum ConfigError {
         "--address {0} is not a loopback address: the read-only port would be reachable from the network; set --read-only-token-file (config: readOnlyTokenFile) to require a bearer token, or --read-only-port=0 to disable it"
     )]
     ReadOnlyNeedsToken(IpAddr),
+    /// `--node-labels` the kubelet refuses (its `ValidateKubeletFlags` message, verbatim).
+    #[error("{0}")]
+    NodeLabels(String),
     /// Certificate settings that do not fit together, or need the `tls` feature.
     #[error("{flag}: {reason}")]
     Certificates { flag: &'static str, reason: String },

@@ -1078,7 +1078,7 @@ pub(super) const SETTINGS: &[Setting] = &[
         field: None,
         value_name: "mapStringString",
         default: "",
-        help: "Labels added to the registered Node, e.g. node-role.kubernetes.io/edge=,site=a (API-server mode)",
+        help: "Labels added to the registered Node, e.g. node.kubernetes.io/edge=,example.com/site=a (API-server mode); kubernetes.io and k8s.io labels only from the kubelet's set (kubelet.kubernetes.io/ and node.kubernetes.io/ prefixes, the well-known keys), as the API server's NodeRestriction admits",
         apply: |c, v| {
             set(
                 &mut c.node_labels,

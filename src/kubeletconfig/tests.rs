@@ -1210,3 +1210,45 @@ fn shutdown_grace_period_by_pod_priority_from_flag_and_file() {
     let f = parse(&[&format!("--config={}", path.display())]).unwrap();
     assert_eq!(f.shutdown.groups(), c.shutdown.groups());
 }
+
+/// cmd/kubelet/app/options ValidateKubeletFlags with k8s.io/kubelet/pkg/apis IsKubeletLabel:
+/// a `kubernetes.io`/`k8s.io` label (or a subdomain's) outside the kubelet's set is refused at
+/// start with the kubelet's message (the API server's NodeRestriction would refuse the Node
+/// for ever); the allowed prefixes, the well-known keys and other domains pass; then keys must be
+/// qualified names and values label values.
+#[test]
+fn node_labels_are_validated_as_the_kubelet_does() {
+    let err = parse(&["--node-labels=node-role.kubernetes.io/edge=,app.k8s.io/x=1,site=a"])
+        .expect_err("forbidden labels");
+    assert_eq!(
+        err.to_string(),
+        "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: \
+         [app.k8s.io/x node-role.kubernetes.io/edge]\n--node-labels in the 'kubernetes.io' \
+         namespace must begin with an allowed prefix (kubelet.kubernetes.io, node.kubernetes.io) \
+         or be in the specifically allowed set (beta.kubernetes.io/arch, \
+         beta.kubernetes.io/instance-type, beta.kubernetes.io/os, \
+         failure-domain.beta.kubernetes.io/region, failure-domain.beta.kubernetes.io/zone, \
+         kubernetes.io/arch, kubernetes.io/hostname, kubernetes.io/os, \
+         node.kubernetes.io/instance-type, topology.kubernetes.io/region, \
+         topology.kubernetes.io/zone)"
+    );
+    // NodeRestriction's own prefix is a kubernetes.io subdomain outside the set.
+    assert!(parse(&["--node-labels=node-restriction.kubernetes.io/a=b"]).is_err());
+    let ok = parse(&[
+        "--node-labels=node.kubernetes.io/edge=,x.kubelet.kubernetes.io/y=z,\
+         topology.kubernetes.io/zone=z1,node-role.example.com/edge=,k8s.io.example.com/a=b",
+    ])
+    .expect("allowed labels");
+    assert_eq!(ok.node_labels.len(), 5);
+    let err = parse(&["--node-labels=bad key=x"]).expect_err("invalid key");
+    assert!(
+        err.to_string()
+            .starts_with("invalid node labels: 'bad key' - "),
+        "{err}"
+    );
+    let err = parse(&["--node-labels=site=-x"]).expect_err("invalid value");
+    assert!(
+        err.to_string().starts_with("invalid node labels: '-x' - "),
+        "{err}"
+    );
+}

@@ -7,11 +7,14 @@
 //! - Lease `kube-node-lease/<node>`: holderIdentity = node, leaseDurationSeconds 40, renewTime
 //!   renewed every 10 s (a quarter of the duration), owner reference to the Node; a 409 on
 //!   renewal (someone else wrote it) re-reads and retries;
-//! - status: computed every nodeStatusUpdateFrequency (10 s), with capacity, allocatable,
-//!   conditions (Ready and the eviction manager's pressure conditions), addresses,
-//!   daemonEndpoints and nodeInfo (kubeletVersion honestly nanolet's); sent as a merge patch of
-//!   `status` only when it changed (conditions compared without `lastHeartbeatTime`) or
-//!   nodeStatusReportFrequency (5 m) passed since the last one (`tryUpdateNodeStatus`).
+//! - status: every nodeStatusUpdateFrequency (10 s) the Node is read back and nanolet's
+//!   capacity, allocatable, conditions (Ready and the eviction manager's pressure conditions),
+//!   addresses, daemonEndpoints and nodeInfo (kubeletVersion honestly nanolet's) are applied to
+//!   the API's copy (each condition keeping its lastTransitionTime while its status holds);
+//!   sent as a strategic merge patch (conditions merged by type, so other agents' conditions
+//!   stay) when that changed the API's copy (conditions compared without `lastHeartbeatTime`:
+//!   a controller's `Unknown` is repaired at the next update) or nodeStatusReportFrequency
+//!   (5 m) passed since the last one (`tryUpdateNodeStatus`).
 //!
 //! The API server being unreachable never touches pods: errors are logged, counted, and the
 //! loop retries.
@@ -46,46 +49,146 @@ pub struct NodeSettings {
     pub status_report_frequency: Duration,
 }
 
-/// Whether a computed node status is sent (`tryUpdateNodeStatus`: on a change, which
-/// `nodeStatusHasChanged` decides ignoring the conditions' `lastHeartbeatTime`, or when
-/// nodeStatusReportFrequency passed since the last report).
+/// When the node status was last reported (`tryUpdateNodeStatus` sends an unchanged status
+/// once nodeStatusReportFrequency has passed since the last report).
 #[derive(Debug, Default)]
 struct StatusReports {
-    /// The last status sent, heartbeat times removed, and when.
-    last: Option<(Value, Instant)>,
+    last: Option<Instant>,
 }
 
 impl StatusReports {
-    fn comparable(status: &Value) -> Value {
-        let mut s = status.clone();
-        if let Some(conds) = s.get_mut("conditions").and_then(Value::as_array_mut) {
-            for c in conds {
-                if let Some(o) = c.as_object_mut() {
-                    o.remove("lastHeartbeatTime");
-                }
-            }
-        }
-        s
+    fn due(&self, changed: bool, now: Instant, report_every: Duration) -> bool {
+        changed
+            || self
+                .last
+                .is_none_or(|at| now.saturating_duration_since(at) >= report_every)
     }
 
-    fn due(&self, status: &Value, now: Instant, report_every: Duration) -> bool {
-        match &self.last {
-            None => true,
-            Some((sent, at)) => {
-                now.saturating_duration_since(*at) >= report_every
-                    || *sent != Self::comparable(status)
-            }
-        }
-    }
-
-    fn sent(&mut self, status: &Value, now: Instant) {
-        self.last = Some((Self::comparable(status), now));
+    fn sent(&mut self, now: Instant) {
+        self.last = Some(now);
     }
 
     /// The next status must be sent (the Node was registered again).
     fn forget(&mut self) {
         self.last = None;
     }
+}
+
+/// The node's status as the kubelet's setters leave the Node it read back (`tryUpdateNodeStatus`
+/// runs `setNodeStatus` on a copy of the API's Node): nanolet's conditions replace those of the
+/// same type, each keeping the API's `lastTransitionTime` while its status is unchanged and
+/// taking `now` when it changed (the condition setters' rule), with `lastHeartbeatTime` `now`;
+/// conditions of other types (NetworkUnavailable, node-problem-detector's) stay; capacity,
+/// allocatable and nodeInfo keys nanolet sets are overwritten, others kept (MachineInfo never
+/// blindly overwrites capacity); addresses and daemonEndpoints are nanolet's.
+pub fn merge_node_status(api: &Value, ours: &Value, now: &str) -> Value {
+    let mut merged = if api.is_object() {
+        api.clone()
+    } else {
+        json!({})
+    };
+    let api_conds = api["conditions"].as_array().cloned().unwrap_or_default();
+    let mut conds = api_conds.clone();
+    for c in ours["conditions"].as_array().into_iter().flatten() {
+        let mut c = c.clone();
+        let old = api_conds.iter().find(|a| a["type"] == c["type"]);
+        c["lastTransitionTime"] = match old {
+            Some(a) if a["status"] == c["status"] && a["lastTransitionTime"].is_string() => {
+                a["lastTransitionTime"].clone()
+            }
+            _ => json!(now),
+        };
+        c["lastHeartbeatTime"] = json!(now);
+        match conds.iter_mut().find(|a| a["type"] == c["type"]) {
+            Some(slot) => *slot = c,
+            None => conds.push(c),
+        }
+    }
+    merged["conditions"] = Value::Array(conds);
+    for map in ["capacity", "allocatable", "nodeInfo"] {
+        if !merged[map].is_object() {
+            merged[map] = json!({});
+        }
+        for (k, v) in ours[map].as_object().into_iter().flatten() {
+            merged[map][k] = v.clone();
+        }
+    }
+    for whole in ["addresses", "daemonEndpoints"] {
+        if !ours[whole].is_null() {
+            merged[whole] = ours[whole].clone();
+        }
+    }
+    merged
+}
+
+/// `nodeStatusHasChanged`: the conditions compared by type without `lastHeartbeatTime`, the
+/// rest as it is.
+pub fn node_status_has_changed(api: &Value, status: &Value) -> bool {
+    let conditions = |s: &Value| {
+        let mut c: Vec<Value> = s["conditions"].as_array().cloned().unwrap_or_default();
+        for x in &mut c {
+            if let Some(o) = x.as_object_mut() {
+                o.remove("lastHeartbeatTime");
+            }
+        }
+        c.sort_by(|a, b| a["type"].as_str().cmp(&b["type"].as_str()));
+        c
+    };
+    // Quantities compare by value (apiequality.Semantic): the API server stores them in
+    // canonical form (`1024Mi` comes back as `1Gi`).
+    let rest = |s: &Value| {
+        let mut s = s.clone();
+        if let Some(o) = s.as_object_mut() {
+            o.remove("conditions");
+        }
+        for list in ["capacity", "allocatable"] {
+            for v in s[list]
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|m| m.values_mut())
+            {
+                if let Some(q) = v
+                    .as_str()
+                    .and_then(|q| crate::api::quantity::parse_quantity_str(q).ok())
+                {
+                    *v = json!(q.milli_value());
+                }
+            }
+        }
+        s
+    };
+    conditions(api) != conditions(status) || rest(api) != rest(status)
+}
+
+/// The strategic merge patch of `nodes/<node>/status` taking the API's status to `status`
+/// (`PatchNodeStatus`): nanolet's conditions by type (the list's patchMergeKey; other
+/// agents' conditions untouched), capacity, allocatable, daemonEndpoints and nodeInfo merged;
+/// `addresses`, whose merge key `type` would fold two InternalIPs into one, replaced whole
+/// with `$patch: replace` when they changed (upstream's `fixupPatchForNodeStatusAddresses`).
+pub fn node_status_patch(api: &Value, status: &Value, ours: &Value) -> Value {
+    let own: Vec<Value> = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| {
+            ours["conditions"]
+                .as_array()
+                .is_some_and(|o| o.iter().any(|x| x["type"] == c["type"]))
+        })
+        .cloned()
+        .collect();
+    let mut patch = json!({"conditions": own});
+    for key in ["capacity", "allocatable", "daemonEndpoints", "nodeInfo"] {
+        if api[key] != status[key] {
+            patch[key] = status[key].clone();
+        }
+    }
+    if api["addresses"] != status["addresses"] {
+        let mut list = status["addresses"].as_array().cloned().unwrap_or_default();
+        list.push(json!({"$patch": "replace"}));
+        patch["addresses"] = Value::Array(list);
+    }
+    json!({"status": patch})
 }
 
 /// `metav1.MicroTime`: RFC 3339 with microseconds.
@@ -149,19 +252,15 @@ impl NodeHeartbeat {
         self
     }
 
-    /// Reads the Node and applies a new `spec.podCIDR`.
-    fn sync_pod_cidr(&mut self) -> Result<(), ApiError> {
+    /// Applies the Node's `spec.podCIDR` when it appeared or changed.
+    fn apply_pod_cidr(&mut self, node: &Value) {
         let Some(sink) = &self.pod_cidr_sink else {
-            return Ok(());
+            return;
         };
-        let node = self
-            .client
-            .get(&format!("/api/v1/nodes/{}", self.ctx.node_name))?;
         let cidr = node["spec"]["podCIDR"].as_str().unwrap_or_default();
         if !cidr.is_empty() && cidr != self.pod_cidr && sink(cidr) {
             self.pod_cidr = cidr.to_string();
         }
-        Ok(())
     }
 
     pub fn new(
@@ -264,27 +363,42 @@ impl NodeHeartbeat {
         })
     }
 
-    /// Computes the node's status and patches it when it changed or is due for a report.
+    /// `tryUpdateNodeStatus`: reads the Node back, applies nanolet's status to the API's copy
+    /// ([`merge_node_status`]) and sends a strategic merge patch ([`node_status_patch`]) when
+    /// that changed it (a controller's `Unknown` is repaired at the next update) or
+    /// nodeStatusReportFrequency has passed since the last report.
     pub fn update_status(&mut self) -> Result<(), ApiError> {
-        if let Err(e) = self.sync_pod_cidr() {
-            debug!(node = %self.ctx.node_name, error = %e, "reading the Node for its pod CIDR");
-        }
+        let path = format!("/api/v1/nodes/{}", self.ctx.node_name);
+        let api_node = match self.client.get(&path) {
+            Ok(n) => n,
+            // The Node was deleted: register again.
+            Err(e) if e.status() == Some(404) => {
+                self.node_uid = None;
+                self.reports.forget();
+                return self.register();
+            }
+            Err(e) => return Err(e),
+        };
+        self.apply_pod_cidr(&api_node);
         let node = crate::nodestatus::node_object(&self.ctx, &self.store);
+        let now_text = crate::timeutil::rfc3339(SystemTime::now());
+        let status = merge_node_status(&api_node["status"], &node["status"], &now_text);
+        let changed = node_status_has_changed(&api_node["status"], &status);
         let now = Instant::now();
         if !self
             .reports
-            .due(&node["status"], now, self.settings.status_report_frequency)
+            .due(changed, now, self.settings.status_report_frequency)
         {
             return Ok(());
         }
-        let patch = json!({"status": node["status"]});
+        let patch = node_status_patch(&api_node["status"], &status, &node["status"]);
         match self.client.patch(
-            &format!("/api/v1/nodes/{}/status", self.ctx.node_name),
-            "application/merge-patch+json",
+            &format!("{path}/status"),
+            "application/strategic-merge-patch+json",
             &patch,
         ) {
             Ok(_) => {
-                self.reports.sent(&node["status"], now);
+                self.reports.sent(now);
                 // NodeReady / NodeNotReady on a posted change.
                 if let Some((reason, message)) = self.ctx.ready_event(&node) {
                     let node_ref = crate::events::PodRef::node(&self.ctx.node_name);
@@ -295,7 +409,6 @@ impl NodeHeartbeat {
                 }
                 Ok(())
             }
-            // The Node was deleted: register again.
             Err(e) if e.status() == Some(404) => {
                 self.node_uid = None;
                 self.reports.forget();
@@ -366,30 +479,113 @@ impl NodeHeartbeat {
 mod tests {
     use super::*;
 
-    /// kubelet_node_status.go tryUpdateNodeStatus: an unchanged status (only the conditions'
-    /// lastHeartbeatTime moved) is not sent before nodeStatusReportFrequency has passed; any
-    /// other change is sent at once.
+    /// kubelet_node_status.go tryUpdateNodeStatus: a status the API's copy already holds
+    /// (only the heartbeat moved) is not sent before nodeStatusReportFrequency has passed; a
+    /// change is sent at once.
     #[test]
     fn status_is_sent_on_change_or_every_report_frequency() {
         let every = Duration::from_secs(300);
-        let status = |ready: &str, beat: &str| {
-            json!({"conditions": [{"type": "Ready", "status": ready, "lastHeartbeatTime": beat,
-                                   "lastTransitionTime": "t0"}],
-                   "capacity": {"cpu": "2"}})
-        };
         let t0 = Instant::now();
         let mut r = StatusReports::default();
-        assert!(r.due(&status("True", "a"), t0, every));
-        r.sent(&status("True", "a"), t0);
+        assert!(r.due(false, t0, every));
+        r.sent(t0);
         let t1 = t0 + Duration::from_secs(10);
-        assert!(!r.due(&status("True", "b"), t1, every));
-        assert!(r.due(&status("False", "b"), t1, every));
-        let mut other = status("True", "b");
-        other["capacity"]["cpu"] = json!("4");
-        assert!(r.due(&other, t1, every));
-        assert!(r.due(&status("True", "c"), t0 + every, every));
+        assert!(!r.due(false, t1, every));
+        assert!(r.due(true, t1, every));
+        assert!(r.due(false, t0 + every, every));
         r.forget();
-        assert!(r.due(&status("True", "a"), t1, every));
+        assert!(r.due(false, t1, every));
+    }
+
+    /// The condition setters (pkg/kubelet/nodestatus/setters.go ReadyCondition,
+    /// MemoryPressureCondition, ...) work on the Node read back from the API: a condition
+    /// whose status is unchanged keeps the API's lastTransitionTime, a changed one (the node
+    /// lifecycle controller's Unknown -> True) takes now; lastHeartbeatTime is now; conditions
+    /// of other types (NetworkUnavailable, node-problem-detector's) are left alone.
+    /// nodeStatusHasChanged ignores only the heartbeat.
+    #[test]
+    fn node_status_is_merged_into_the_api_copy_as_the_setters_do() {
+        let api = json!({
+            "conditions": [
+                {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated",
+                 "lastHeartbeatTime": "t0", "lastTransitionTime": "t0"},
+                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
+                 "lastHeartbeatTime": "t1", "lastTransitionTime": "t1"},
+                {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                 "lastHeartbeatTime": "t1", "lastTransitionTime": "t2"},
+                {"type": "KernelDeadlock", "status": "False", "reason": "KernelHasNoDeadlock",
+                 "lastHeartbeatTime": "t1", "lastTransitionTime": "t0"}],
+            "capacity": {"cpu": "2", "example.com/dongle": "1"},
+            "addresses": [{"type": "InternalIP", "address": "192.0.2.5"}, {"type": "Hostname", "address": "n1"}],
+        });
+        let ours = json!({
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
+                 "lastHeartbeatTime": "x", "lastTransitionTime": "x"},
+                {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                 "lastHeartbeatTime": "x", "lastTransitionTime": "x"}],
+            "capacity": {"cpu": "4"},
+            "addresses": [{"type": "InternalIP", "address": "192.0.2.5"}, {"type": "Hostname", "address": "n1"}],
+        });
+        let merged = merge_node_status(&api, &ours, "t9");
+        let c = |t: &str| {
+            merged["conditions"]
+                .as_array()
+                .and_then(|a| a.iter().find(|c| c["type"] == t).cloned())
+                .unwrap_or(Value::Null)
+        };
+        assert_eq!(c("NetworkUnavailable"), api["conditions"][0]);
+        assert_eq!(c("KernelDeadlock"), api["conditions"][3]);
+        assert_eq!(c("MemoryPressure")["lastTransitionTime"], "t1");
+        assert_eq!(c("MemoryPressure")["lastHeartbeatTime"], "t9");
+        assert_eq!(c("Ready")["status"], "True");
+        assert_eq!(c("Ready")["lastTransitionTime"], "t9");
+        assert_eq!(
+            merged["capacity"],
+            json!({"cpu": "4", "example.com/dongle": "1"})
+        );
+        assert!(node_status_has_changed(&api, &merged));
+        // The next heartbeat: only lastHeartbeatTime moves, which is no change.
+        let again = merge_node_status(&merged, &ours, "t10");
+        assert!(!node_status_has_changed(&merged, &again));
+        // Quantities compare by value: the API server stores `4096Mi` as `4Gi`.
+        let mut stored = merged.clone();
+        stored["capacity"]["memory"] = json!("4Gi");
+        let mut sent = merged.clone();
+        sent["capacity"]["memory"] = json!("4096Mi");
+        assert!(!node_status_has_changed(&stored, &sent));
+        sent["capacity"]["memory"] = json!("4097Mi");
+        assert!(node_status_has_changed(&stored, &sent));
+        assert_eq!(
+            again["conditions"]
+                .as_array()
+                .and_then(|a| a.iter().find(|c| c["type"] == "Ready"))
+                .map(|c| c["lastTransitionTime"].clone()),
+            Some(json!("t9"))
+        );
+        // The patch (PatchNodeStatus, strategic merge): only nanolet's condition types, never
+        // another agent's; addresses only when they changed, replaced whole.
+        let patch = node_status_patch(&api, &merged, &ours);
+        let types: Vec<&str> = patch["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["type"].as_str())
+            .collect();
+        assert_eq!(types, ["MemoryPressure", "Ready"]);
+        assert!(patch["status"].get("addresses").is_none());
+        let mut moved = ours.clone();
+        moved["addresses"] = json!([{"type": "InternalIP", "address": "192.0.2.6"},
+                                    {"type": "InternalIP", "address": "2001:db8::6"},
+                                    {"type": "Hostname", "address": "n1"}]);
+        let merged = merge_node_status(&api, &moved, "t9");
+        let patch = node_status_patch(&api, &merged, &moved);
+        assert_eq!(
+            patch["status"]["addresses"],
+            json!([{"type": "InternalIP", "address": "192.0.2.6"},
+                   {"type": "InternalIP", "address": "2001:db8::6"},
+                   {"type": "Hostname", "address": "n1"}, {"$patch": "replace"}])
+        );
     }
 
     #[test]
@@ -424,7 +620,7 @@ mod tests {
             &ctx,
             &store,
             &NodeSettings {
-                labels: vec![("node-role.kubernetes.io/edge".into(), "".into())],
+                labels: vec![("node.kubernetes.io/edge".into(), "".into())],
                 taints: crate::kubeletconfig::parse_taints(
                     "dedicated=edge:NoSchedule,gpu:NoExecute",
                 )
@@ -440,7 +636,7 @@ mod tests {
         );
         assert_eq!(n["metadata"]["labels"]["kubernetes.io/hostname"], "edge-1");
         assert_eq!(n["metadata"]["labels"]["kubernetes.io/os"], "linux");
-        assert_eq!(n["metadata"]["labels"]["node-role.kubernetes.io/edge"], "");
+        assert_eq!(n["metadata"]["labels"]["node.kubernetes.io/edge"], "");
         assert!(n["metadata"]["uid"].is_null());
         assert!(
             n["status"]["conditions"]

@@ -467,6 +467,35 @@ mod tests {
         );
     }
 
+    /// pkg/kubelet/pod/mirror_client.go CreateMirrorPod sends the static pod as the kubelet
+    /// decoded it, and the kubelet's defaulting never sets `spec.priority`: the API server's
+    /// Priority admission plugin fills it from priorityClassName (or the globalDefault class)
+    /// and refuses a pod whose integer priority differs from its class. So a mirror pod made
+    /// from a static pod (the real path: decode, default, name) carries no `priority`, and
+    /// keeps its priorityClassName.
+    #[test]
+    fn mirror_pods_carry_no_priority() {
+        let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  \
+            priorityClassName: system-node-critical\n  containers:\n  - name: c\n    image: i\n";
+        let raw = match crate::config::naming::decode_manifest(yaml.as_bytes(), "/m/web.yaml") {
+            Ok(crate::config::naming::DecodedDoc::Pod(p)) => *p,
+            other => panic!("unexpected {other:?}"),
+        };
+        let p = crate::config::naming::make_static_pod(
+            raw,
+            "node1",
+            crate::config::SourceKind::File,
+            "/m/web.yaml",
+            "t",
+        )
+        .expect("valid");
+        let m = mirror_body(&p, "node1", "node-uid");
+        assert!(m["spec"].get("priority").is_none(), "{}", m["spec"]);
+        assert_eq!(m["spec"]["priorityClassName"], "system-node-critical");
+        // nanolet itself still ranks it as the class says (eviction, shutdown).
+        assert_eq!(crate::api::helpers::priority(&p), 2_000_001_000);
+    }
+
     /// podutil.HasAPIObjectReference: service accounts, secrets, config maps, claims and the
     /// projected sources that need the API; hostPath/emptyDir/downwardAPI do not.
     #[test]

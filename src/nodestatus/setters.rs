@@ -34,6 +34,9 @@ pub struct NodeContext {
     pub eviction: crate::eviction::EvictionConfig,
     /// the Ready status last posted (for NodeReady / NodeNotReady events).
     ready_posted: std::sync::Mutex<Option<bool>>,
+    /// Per condition type, its last status and since when (the local view's
+    /// lastTransitionTime; the API's copy keeps its own, see `heartbeat::merge_node_status`).
+    transitions: std::sync::Mutex<std::collections::BTreeMap<String, (String, String)>>,
     runtime_version: OnceLock<String>,
 }
 
@@ -50,6 +53,7 @@ impl NodeContext {
             kubelet_port: 0,
             eviction: crate::eviction::EvictionConfig::default(),
             ready_posted: std::sync::Mutex::new(None),
+            transitions: Default::default(),
             runtime_version: OnceLock::new(),
         }
     }
@@ -107,13 +111,24 @@ pub struct Resources {
     pub pods: i64,
 }
 
-/// Bytes as resource.Quantity prints a BinarySI value: `Ki` when it divides, else bytes.
+/// Bytes as resource.Quantity prints a BinarySI value (`CanonicalizeBytes` /
+/// `AsCanonicalBase1024Bytes`): the largest of `Ki`, `Mi`, `Gi`, `Ti`, `Pi`, `Ei` that divides
+/// it exactly, plain bytes below 1024 or when none does; what the API server stores and
+/// returns.
 fn bytes_quantity(v: i64) -> String {
-    if v != 0 && v % 1024 == 0 {
-        format!("{}Ki", v / 1024)
-    } else {
-        v.to_string()
+    const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    if v.unsigned_abs() < 1024 {
+        return v.to_string();
     }
+    let (mut n, mut suffix) = (v, "");
+    for s in SUFFIXES {
+        if n % 1024 != 0 {
+            break;
+        }
+        n /= 1024;
+        suffix = s;
+    }
+    format!("{n}{suffix}")
 }
 
 impl Resources {
@@ -223,6 +238,32 @@ pub fn pressure_events(
 }
 
 impl NodeContext {
+    /// Sets each condition's `lastTransitionTime` to when its status last changed: kept while
+    /// the status holds; at a change, the time the condition carries when it is not the
+    /// start time (a pressure condition's onset), else `now`.
+    fn stamp_transitions(&self, conditions: &mut [Value], now: &str, started: &str) {
+        let mut seen = self.transitions.lock().unwrap_or_else(|e| e.into_inner());
+        for c in conditions {
+            let (Some(t), Some(status)) = (c["type"].as_str(), c["status"].as_str()) else {
+                continue;
+            };
+            let since = match seen.get(t) {
+                Some((s, since)) if s == status => since.clone(),
+                previous => {
+                    let own = c["lastTransitionTime"].as_str().unwrap_or(started);
+                    let since = if previous.is_none() || own != started {
+                        own.to_string()
+                    } else {
+                        now.to_string()
+                    };
+                    seen.insert(t.to_string(), (status.to_string(), since.clone()));
+                    since
+                }
+            };
+            c["lastTransitionTime"] = json!(since);
+        }
+    }
+
     /// The Node event for the Ready condition of `node` (about to be posted), as upstream's
     /// ReadyCondition setter records it: `NodeReady` / `NodeNotReady` when the status changed
     /// since the last post (none for the first), with "Node <node> status is now: <reason>".
@@ -284,16 +325,10 @@ fn not_ready_reasons(store: &StatusStore) -> Vec<String> {
         .collect()
 }
 
-/// The Node object for this node (served on `/api/v1/nodes`, registered in API-server mode).
-pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
-    let machine = crate::node::capacity();
-    let capacity = Resources {
-        cpu_millis: machine.cpu_millis / 1000 * 1000,
-        memory_bytes: machine.memory_bytes,
-        ephemeral_bytes: fs_capacity(&ctx.root_dir),
-        pods: i64::from(ctx.max_pods),
-    };
-    let allocatable = allocatable(&capacity, &ctx.eviction);
+/// The node's conditions (the pressure setters and ReadyCondition): the eviction manager's
+/// pressure as it holds it (transition period included), Ready from the health checks and
+/// the runtime's problems; transition times as [`NodeContext::stamp_transitions`] keeps them.
+fn node_conditions(ctx: &NodeContext, store: &StatusStore) -> Vec<Value> {
     let started = rfc3339(ctx.started);
     let now = rfc3339(SystemTime::now());
     let mut failing = not_ready_reasons(store);
@@ -333,6 +368,70 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
             &format!("nanolet is not ready: {}", failing.join("; ")),
         )
     };
+    let mut conditions = vec![
+        match pressure.get("MemoryPressure") {
+            Some(t) => cond_at(
+                "MemoryPressure",
+                "True",
+                "KubeletHasInsufficientMemory",
+                "nanolet has insufficient memory available",
+                *t,
+            ),
+            None => cond(
+                "MemoryPressure",
+                "False",
+                "KubeletHasSufficientMemory",
+                "nanolet has sufficient memory available",
+            ),
+        },
+        match pressure.get("DiskPressure") {
+            Some(t) => cond_at(
+                "DiskPressure",
+                "True",
+                "KubeletHasDiskPressure",
+                "nanolet has disk pressure",
+                *t,
+            ),
+            None => cond(
+                "DiskPressure",
+                "False",
+                "KubeletHasNoDiskPressure",
+                "nanolet has no disk pressure",
+            ),
+        },
+        match pressure.get("PIDPressure") {
+            Some(t) => cond_at(
+                "PIDPressure",
+                "True",
+                "KubeletHasInsufficientPID",
+                "nanolet has insufficient PID available",
+                *t,
+            ),
+            None => cond(
+                "PIDPressure",
+                "False",
+                "KubeletHasSufficientPID",
+                "nanolet has sufficient PID available",
+            ),
+        },
+        ready,
+    ];
+    ctx.stamp_transitions(&mut conditions, &now, &started);
+    conditions
+}
+
+/// The Node object for this node (served on `/api/v1/nodes`, registered in API-server mode).
+pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
+    let machine = crate::node::capacity();
+    let capacity = Resources {
+        cpu_millis: machine.cpu_millis / 1000 * 1000,
+        memory_bytes: machine.memory_bytes,
+        ephemeral_bytes: fs_capacity(&ctx.root_dir),
+        pods: i64::from(ctx.max_pods),
+    };
+    let allocatable = allocatable(&capacity, &ctx.eviction);
+    let started = rfc3339(ctx.started);
+    let conditions = node_conditions(ctx, store);
     // kubelet nodestatus.NodeAddress with --node-ip: one InternalIP per node IP (primary
     // first), then the Hostname.
     let mut addresses: Vec<Value> = ctx
@@ -365,21 +464,7 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
         "status": {
             "capacity": capacity.to_json(),
             "allocatable": allocatable.to_json(),
-            "conditions": [
-                match pressure.get("MemoryPressure") {
-                    Some(t) => cond_at("MemoryPressure", "True", "KubeletHasInsufficientMemory", "nanolet has insufficient memory available", *t),
-                    None => cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "nanolet has sufficient memory available"),
-                },
-                match pressure.get("DiskPressure") {
-                    Some(t) => cond_at("DiskPressure", "True", "KubeletHasDiskPressure", "nanolet has disk pressure", *t),
-                    None => cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "nanolet has no disk pressure"),
-                },
-                match pressure.get("PIDPressure") {
-                    Some(t) => cond_at("PIDPressure", "True", "KubeletHasInsufficientPID", "nanolet has insufficient PID available", *t),
-                    None => cond("PIDPressure", "False", "KubeletHasSufficientPID", "nanolet has sufficient PID available"),
-                },
-                ready,
-            ],
+            "conditions": conditions,
             "addresses": addresses,
             "daemonEndpoints": {"kubeletEndpoint": {"Port": ctx.kubelet_port}},
             "nodeInfo": {
@@ -483,8 +568,8 @@ mod tests {
         assert_eq!(a.pods, 110);
         assert_eq!(
             a.to_json(),
-            json!({"cpu": "3400m", "memory": "6713344Ki", "pods": "110",
-                   "ephemeral-storage": "91226112Ki"})
+            json!({"cpu": "3400m", "memory": "6556Mi", "pods": "110",
+                   "ephemeral-storage": "87Gi"})
         );
         // Never below zero.
         let tiny = Resources {
@@ -516,6 +601,41 @@ mod tests {
             .collect();
         assert_eq!(KUBELET_VERSION, format!("v1.33.0+nanolet.{plain}"));
         assert!(!KUBELET_VERSION.contains("-nanolet"));
+    }
+
+    /// resource.Quantity's canonical BinarySI form, which the API server stores: the
+    /// largest power-of-1024 suffix that divides exactly.
+    #[test]
+    fn byte_quantities_print_as_the_api_server_stores_them() {
+        assert_eq!(bytes_quantity(0), "0");
+        assert_eq!(bytes_quantity(1000), "1000");
+        assert_eq!(bytes_quantity(1536), "1536");
+        assert_eq!(bytes_quantity(2048), "2Ki");
+        assert_eq!(bytes_quantity(1 << 30), "1Gi");
+        assert_eq!(bytes_quantity(1536 << 20), "1536Mi");
+        assert_eq!(bytes_quantity(24_570_848 * 1024), "24570848Ki");
+    }
+
+    /// The condition setters: a condition's lastTransitionTime is when its status last
+    /// changed, not the process start, and holds across heartbeats.
+    #[test]
+    fn condition_transition_times_follow_status_changes() {
+        let ctx = NodeContext::new("n1");
+        let cond =
+            |s: &str, t: &str| json!({"type": "Ready", "status": s, "lastTransitionTime": t});
+        let mut c = vec![cond("True", "start")];
+        ctx.stamp_transitions(&mut c, "t1", "start");
+        assert_eq!(c[0]["lastTransitionTime"], "start");
+        let mut c = vec![cond("False", "start")];
+        ctx.stamp_transitions(&mut c, "t2", "start");
+        assert_eq!(c[0]["lastTransitionTime"], "t2");
+        let mut c = vec![cond("False", "start")];
+        ctx.stamp_transitions(&mut c, "t3", "start");
+        assert_eq!(c[0]["lastTransitionTime"], "t2");
+        // A pressure condition's own onset is kept.
+        let mut c = vec![cond("True", "onset")];
+        ctx.stamp_transitions(&mut c, "t4", "start");
+        assert_eq!(c[0]["lastTransitionTime"], "onset");
     }
 
     /// `status.daemonEndpoints.kubeletEndpoint.Port` is the port the kubelet server serves on

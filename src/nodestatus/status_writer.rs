@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
@@ -25,10 +25,101 @@ pub struct StatusWriter {
     runtime: Arc<dyn crate::cri::Runtime>,
     view: Arc<Mutex<ApiView>>,
     mirrors: Option<super::mirror::MirrorManager>,
-    /// Status key (pod UID, plus the mirror UID for static pods) -> the body last sent.
+    /// Status key (pod UID, plus the mirror UID for static pods) -> the body last sent (or
+    /// refused: it waits for the next reconciliation, not the next second).
     sent: BTreeMap<String, String>,
     /// Terminating UIDs whose final DELETE went out.
     deleted: std::collections::BTreeSet<String>,
+    /// Per status key, the warning of a status write the API server refused (4xx), logged once
+    /// per back-off step.
+    refused: BTreeMap<String, crate::util::backoff::RepeatLimiter>,
+    /// When the statuses were last compared with the API's copies.
+    last_reconcile: Option<Instant>,
+}
+
+/// How often every status is compared with the API's copy (the status manager's
+/// `syncPeriod`, its `syncBatch(all)`).
+pub const RECONCILE_PERIOD: Duration = Duration::from_secs(10);
+
+/// `metav1.Time` to the second (`normalizeStatus`: the API server keeps RFC 3339 seconds).
+fn second(t: &str) -> &str {
+    match t.split_once('.') {
+        Some((s, _)) => s,
+        None => t.strip_suffix('Z').unwrap_or(t),
+    }
+}
+
+/// Whether `v` is what Go's `omitempty` leaves out (absent in the API's copy means this).
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
+/// Whether the API's value `api` holds everything of nanolet's `ours`: objects key by key (a
+/// key nanolet leaves out is not compared: the API server adds fields of its own), container
+/// statuses matched by name (`normalizeStatus` sorts them), timestamps to the second.
+fn covers(api: Option<&Value>, ours: &Value, key: &str) -> bool {
+    let Some(api) = api.filter(|a| !a.is_null()) else {
+        return is_empty(ours);
+    };
+    match (api, ours) {
+        (Value::Object(a), Value::Object(o)) => o.iter().all(|(k, v)| covers(a.get(k), v, k)),
+        (Value::Array(a), Value::Array(o))
+            if key == "containerStatuses" || key == "initContainerStatuses" =>
+        {
+            a.len() == o.len()
+                && o.iter().all(|c| {
+                    let twin = a.iter().find(|x| x.get("name") == c.get("name"));
+                    twin.is_some() && covers(twin, c, "")
+                })
+        }
+        (Value::Array(a), Value::Array(o)) => {
+            a.len() == o.len() && a.iter().zip(o).all(|(x, y)| covers(Some(x), y, ""))
+        }
+        (Value::String(a), Value::String(o)) if key.ends_with("At") || key.ends_with("Time") => {
+            second(a) == second(o)
+        }
+        (a, o) => a == o,
+    }
+}
+
+/// The status manager's `needsReconcile` / `isPodStatusByKubeletEqual`: whether the API's copy
+/// of a pod's status (`api`) still says what nanolet's (`ours`) says. Each condition the
+/// kubelet owns or shares must be there with the same status, reason and message (so a
+/// `Ready=False` written by the node lifecycle controller's `MarkPodsNotReady` is a
+/// difference); conditions others own are not compared; the rest as [`covers`] says.
+pub fn api_status_matches(api: &Value, ours: &Value) -> bool {
+    let none = Vec::new();
+    let api_conds = api["conditions"].as_array().unwrap_or(&none);
+    let conds_match = ours["conditions"]
+        .as_array()
+        .unwrap_or(&none)
+        .iter()
+        .all(|c| {
+            let t = c["type"].as_str().unwrap_or_default();
+            if !crate::api::helpers::is_kubelet_condition(t) && t != "DisruptionTarget" {
+                return true;
+            }
+            api_conds.iter().any(|a| {
+                a["type"] == c["type"]
+                    && ["status", "reason", "message"]
+                        .iter()
+                        .all(|f| covers(a.get(*f), &c[*f], f) && covers(c.get(*f), &a[*f], f))
+            })
+        });
+    let (mut a, mut o) = (api.clone(), ours.clone());
+    for v in [&mut a, &mut o] {
+        if let Some(m) = v.as_object_mut() {
+            m.remove("conditions");
+        }
+    }
+    conds_match && covers(Some(&a), &o, "")
 }
 
 /// The strategic-merge patch that takes the pod's status from `before` (what was last sent;
@@ -98,6 +189,8 @@ impl StatusWriter {
             mirrors,
             sent: BTreeMap::new(),
             deleted: Default::default(),
+            refused: BTreeMap::new(),
+            last_reconcile: None,
         }
     }
 
@@ -106,13 +199,25 @@ impl StatusWriter {
         if let Some(m) = &mut self.mirrors {
             m.pass();
         }
-        let (listed, mirrors, terminating) = {
+        let (listed, mirrors, terminating, api_statuses) = {
             let v = self.view.lock().unwrap_or_else(|e| e.into_inner());
-            (v.listed, v.mirrors.clone(), v.terminating.clone())
+            (
+                v.listed,
+                v.mirrors.clone(),
+                v.terminating.clone(),
+                v.statuses.clone(),
+            )
         };
         if !listed {
             // Offline start: nothing to write to until the API server answered.
             return 0;
+        }
+        let now_at = Instant::now();
+        let reconcile = self
+            .last_reconcile
+            .is_none_or(|at| now_at.saturating_duration_since(at) >= RECONCILE_PERIOD);
+        if reconcile {
+            self.last_reconcile = Some(now_at);
         }
         let mut written = 0;
         let pods = self.store.pods();
@@ -136,17 +241,36 @@ impl StatusWriter {
             };
             let Some(status) = &p.status else { continue };
             live.insert(key.clone());
-            let Ok(now) = serde_json::to_value(status) else {
+            let Ok(mut now) = serde_json::to_value(status) else {
                 continue;
             };
+            let api_status = api_statuses.get(&api_uid);
+            // status.qosClass is immutable in the API: keep its value (the kubelet's
+            // GetPodQOS), so a write is never refused for it.
+            if let Some(q) = api_status
+                .and_then(|a| a["qosClass"].as_str())
+                .filter(|q| !q.is_empty())
+            {
+                now["qosClass"] = json!(q);
+            }
             let text = now.to_string();
             if self.sent.get(&key) == Some(&text) {
-                continue;
+                // Unchanged since the last write: every RECONCILE_PERIOD, compare with the
+                // API's copy (someone else, e.g. the node lifecycle controller's
+                // MarkPodsNotReady, may have changed it) and write again when it differs.
+                let drifted = reconcile && api_status.is_some_and(|a| !api_status_matches(a, &now));
+                if !drifted {
+                    continue;
+                }
+                info!(pod = %full, "pod status in the API differs from the node's; writing it again");
             }
-            let before = self
-                .sent
-                .get(&key)
-                .and_then(|t| serde_json::from_str(t).ok());
+            // The patch goes from the API's copy (the status manager's PatchPodStatus diffs
+            // against the pod it read), else from what was last sent.
+            let before = api_status.cloned().or_else(|| {
+                self.sent
+                    .get(&key)
+                    .and_then(|t| serde_json::from_str(t).ok())
+            });
             let body = status_patch(&api_uid, before.as_ref(), &now);
             let path = format!(
                 "/api/v1/namespaces/{}/pods/{}/status",
@@ -157,11 +281,26 @@ impl StatusWriter {
                 .patch(&path, "application/strategic-merge-patch+json", &body)
             {
                 Ok(_) => {
+                    if self.refused.remove(&key).is_some_and(|mut l| l.clear()) {
+                        info!(pod = %full, "writing pod status works again");
+                    }
                     self.sent.insert(key, text);
                     written += 1;
                 }
                 // Gone, or another pod of the same name (UID precondition): not ours to write.
                 Err(e) if matches!(e.status(), Some(404 | 409)) => {
+                    self.sent.insert(key, text);
+                }
+                // Refused (403 from an admission plugin, 422 Invalid, ...): the same body would
+                // be refused again, so it waits for a change or the next reconciliation (as the
+                // status manager, which retries at its next syncBatch), and the API's message
+                // is logged at warning, once per back-off step.
+                Err(e) if e.status().is_some_and(|s| (400..500).contains(&s)) => {
+                    let message = e.message();
+                    let limiter = self.refused.entry(key.clone()).or_default();
+                    if let Some(suppressed) = limiter.check(&message, Instant::now()) {
+                        warn!(pod = %full, status = e.status().unwrap_or_default(), suppressed, message = %message, "the API server refused the pod status");
+                    }
                     self.sent.insert(key, text);
                 }
                 Err(e) => {
@@ -170,6 +309,7 @@ impl StatusWriter {
             }
         }
         self.sent.retain(|u, _| live.contains(u));
+        self.refused.retain(|u, _| live.contains(u));
         self.finish_deletions(&terminating);
         written
     }
@@ -228,6 +368,44 @@ impl StatusWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// status_manager.go needsReconcile / isPodStatusByKubeletEqual / normalizeStatus: the
+    /// node lifecycle controller's MarkPodsNotReady (Ready=False, reason/message of its own)
+    /// is a difference to write back; fields the API server adds, conditions others own,
+    /// sub-second timestamps and the order of container statuses are not.
+    #[test]
+    fn the_api_copy_is_compared_as_the_status_manager_does() {
+        let ours = json!({
+            "phase": "Running", "startTime": "2026-11-28T10:00:00Z",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-28T10:00:01Z"}],
+            "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": "2026-11-28T10:00:01.123Z"}}},
+                {"name": "b", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": "2026-11-28T10:00:01Z"}}}]});
+        let mut api = ours.clone();
+        api["qosClass"] = json!("BestEffort");
+        api["containerStatuses"] = json!([
+            {"name": "b", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": "2026-11-28T10:00:01Z"}}, "started": true},
+            {"name": "a", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": "2026-11-28T10:00:01Z"}}}]);
+        api["conditions"] = json!([
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-28T10:00:01Z"},
+            {"type": "example.com/gate", "status": "False"}]);
+        assert!(api_status_matches(&api, &ours));
+        // MarkPodsNotReady (pkg/controller/util/node): Ready=False, reason NodeNotReady.
+        let mut marked = api.clone();
+        marked["conditions"][0]["status"] = json!("False");
+        marked["conditions"][0]["reason"] = json!("NodeNotReady");
+        assert!(!api_status_matches(&marked, &ours));
+        // The same status with another reason is a difference too.
+        let mut reason = api.clone();
+        reason["conditions"][0]["reason"] = json!("NodeNotReady");
+        assert!(!api_status_matches(&reason, &ours));
+        let mut restarted = api.clone();
+        restarted["containerStatuses"][1]["restartCount"] = json!(1);
+        assert!(!api_status_matches(&restarted, &ours));
+        let mut gone = api.clone();
+        gone["conditions"] = json!([]);
+        assert!(!api_status_matches(&gone, &ours));
+    }
 
     /// status_manager.go PatchPodStatus / mergePodStatus: the UID is a precondition; only the
     /// kubelet's conditions are sent, merged by type (a readiness gate's condition, owned by a

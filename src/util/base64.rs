@@ -50,6 +50,14 @@ pub fn encode_raw_url(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
+/// Decode unpadded base64url (a JWT's segments); `None` when it is not.
+pub fn decode_raw_url(s: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s.trim_end_matches('='))
+        .ok()
+}
+
 /// Decode as Go's `base64.StdEncoding.DecodeString` (see the module documentation).
 pub fn decode(s: &str) -> Result<Vec<u8>, Base64Error> {
     let clean: Vec<u8> = s.bytes().filter(|b| !matches!(b, b'\r' | b'\n')).collect();

@@ -40,7 +40,7 @@ fn joins_the_cluster_and_keeps_lease_and_status_fresh() {
         &ctd,
         &[
             format!("--kubeconfig={}", kc.display()),
-            "--node-labels=node-role.kubernetes.io/edge=,site=lab".into(),
+            "--node-labels=node.kubernetes.io/edge=,site=lab".into(),
             "--node-status-update-frequency=1s".into(),
             "--register-with-taints=dedicated=edge:NoSchedule,gpu:NoExecute".into(),
         ],
@@ -90,7 +90,7 @@ fn joins_the_cluster_and_keeps_lease_and_status_fresh() {
     assert_eq!(labels["kubernetes.io/hostname"], "node1");
     assert_eq!(labels["kubernetes.io/os"], "linux");
     assert!(labels["kubernetes.io/arch"].is_string());
-    assert_eq!(labels["node-role.kubernetes.io/edge"], "");
+    assert_eq!(labels["node.kubernetes.io/edge"], "");
     assert_eq!(labels["site"], "lab");
     // The kubelet's --register-with-taints: spec.taints of the registered Node.
     assert_eq!(
@@ -135,11 +135,12 @@ fn joins_the_cluster_and_keeps_lease_and_status_fresh() {
     })
     .expect("status patched every nodeStatusUpdateFrequency");
 
-    // Outage: pods are untouched; heartbeats resume afterwards.
+    // Outage: pods are untouched; heartbeats resume afterwards. Each status update starts by
+    // reading the Node back (tryUpdateNodeStatus), so the tries are GETs while it is down.
     api.set_down(true);
-    let patches = api.count("PATCH", STATUS_PATH);
+    let reads = api.count("GET", NODE_PATH);
     wait_for(Duration::from_secs(10), || {
-        (api.count("PATCH", STATUS_PATH) > patches + 2).then_some(())
+        (api.count("GET", NODE_PATH) > reads + 2).then_some(())
     })
     .expect("nanolet keeps trying during the outage");
     let during = n.pod("web").expect("web listed");
@@ -359,7 +360,11 @@ fn offline_restart_runs_checkpointed_pods_and_reconciles_without_restarts() {
             "{uids:?}"
         );
     }
-    assert!(cp["pods"][0]["status"].is_null());
+    // Of the status only the immutable qosClass (the kubelet's GetPodQOS keeps it) is kept.
+    assert_eq!(
+        cp["pods"][0]["status"],
+        serde_json::json!({"qosClass": "BestEffort"})
+    );
 
     // Outage, then a restart of nanolet during it: the pods run from the checkpoint.
     api.set_down(true);
@@ -805,4 +810,163 @@ fn pod_cidr_from_the_node_reaches_the_runtime() {
     })
     .expect("status updates go on");
     assert_eq!(calls(&n), (1, 0), "one UpdateRuntimeConfig, answered");
+}
+
+fn condition(obj: &Value, type_: &str) -> Value {
+    obj["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// After a partition longer than `--node-monitor-grace-period` the node lifecycle controller
+/// sets the Node's conditions to Unknown and marks every pod on it Ready=False
+/// (pkg/controller/nodelifecycle, `MarkPodsNotReady`). The kubelet repairs both because it
+/// compares with the API's copy: `tryUpdateNodeStatus` reads the Node back and patches what
+/// differs (a strategic merge patch: conditions merged by type, so another agent's
+/// NetworkUnavailable stays), and the status manager's `needsReconcile` (every `syncPeriod`,
+/// 10 s) re-sends a pod status the API's copy contradicts. Before, nanolet compared with what
+/// it had last sent: the Node waited for nodeStatusReportFrequency (5 m here) and the pod for a
+/// local change that never came.
+#[test]
+fn node_and_pods_marked_by_the_controller_are_repaired_from_the_api_copy() {
+    let ctd = Containerd::start();
+    let api = FakeApiServer::start(TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    api.write_kubeconfig(&kc, TOKEN);
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--kubeconfig={}", kc.display()),
+            "--node-status-update-frequency=1s".into(),
+            "--node-status-report-frequency=5m".into(),
+        ],
+    );
+    api.create_pod("prod", api_pod("web"));
+    let pod_path = "/api/v1/namespaces/prod/pods/web";
+    wait_for(Duration::from_secs(60), || {
+        (condition(&api.get(pod_path)?, "Ready")["status"] == "True").then_some(())
+    })
+    .unwrap_or_else(|| panic!("web never Ready in the API\n{}", n.log_tail()));
+    let node = wait_for(Duration::from_secs(30), || {
+        api.get(NODE_PATH)
+            .filter(|n| condition(n, "Ready")["status"] == "True")
+    })
+    .unwrap_or_else(|| panic!("node never Ready\n{}", n.log_tail()));
+    let qos = api.get(pod_path).expect("pod")["status"]["qosClass"].clone();
+    assert_eq!(qos, "BestEffort", "the API server sets status.qosClass");
+
+    // The network plugin's condition, then the controller's verdict on a silent node.
+    api.modify(NODE_PATH, |n| {
+        if let Some(cs) = n["status"]["conditions"].as_array_mut() {
+            cs.push(
+                serde_json::json!({"type": "NetworkUnavailable", "status": "False",
+                "reason": "RouteCreated", "message": "RouteController created a route",
+                "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+            );
+            for c in cs.iter_mut().filter(|c| c["type"] != "NetworkUnavailable") {
+                c["status"] = "Unknown".into();
+                c["reason"] = "NodeStatusUnknown".into();
+                c["message"] = "Kubelet stopped posting node status.".into();
+            }
+        }
+    });
+    api.modify(pod_path, |p| {
+        for c in p["status"]["conditions"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            if c["type"] == "Ready" {
+                c["status"] = "False".into();
+            }
+        }
+    });
+
+    // The Node at the next update (1 s), not after nodeStatusReportFrequency (5 m).
+    let repaired = wait_for(Duration::from_secs(10), || {
+        api.get(NODE_PATH)
+            .filter(|n| condition(n, "Ready")["status"] == "True")
+    })
+    .unwrap_or_else(|| panic!("Node still Unknown\n{}", n.log_tail()));
+    let net = condition(&repaired, "NetworkUnavailable");
+    assert_eq!(
+        net["reason"], "RouteCreated",
+        "another agent's condition was deleted"
+    );
+    for t in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        assert_eq!(condition(&repaired, t)["status"], "False", "{t}");
+    }
+    // Unknown -> True is a transition: a new lastTransitionTime (the setters' rule).
+    assert_ne!(
+        condition(&repaired, "Ready")["lastTransitionTime"],
+        condition(&node, "Ready")["lastTransitionTime"]
+    );
+    let patch = api
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.method == "PATCH" && r.path == STATUS_PATH)
+        .expect("a node status patch");
+    assert_eq!(patch.content_type, "application/strategic-merge-patch+json");
+
+    // The pod within the status manager's syncPeriod (10 s), its qosClass untouched.
+    let pod = wait_for(Duration::from_secs(25), || {
+        api.get(pod_path)
+            .filter(|p| condition(p, "Ready")["status"] == "True")
+    })
+    .unwrap_or_else(|| panic!("pod still Ready=False in the API\n{}", n.log_tail()));
+    assert_eq!(pod["status"]["qosClass"], qos);
+}
+
+/// The status manager (status_manager.go syncPod) logs a status update the API server refuses
+/// and tries again at its next syncBatch, not in a tight loop. nanolet: a 4xx on a pod status
+/// write (here an admission plugin's 403) is logged at warning with the API's
+/// `Status.message`, once per back-off step, and written again at the next reconciliation
+/// (10 s) or status change, not every second; once the server accepts it, it is written.
+#[test]
+fn a_refused_pod_status_is_warned_with_the_api_message_and_not_retried_every_second() {
+    let ctd = Containerd::start();
+    let api = FakeApiServer::start(TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    api.write_kubeconfig(&kc, TOKEN);
+    let status_path = "/api/v1/namespaces/prod/pods/web/status";
+    let message = "pods \"web\" is forbidden: example.com/admission says no";
+    api.refuse("PATCH", status_path, 403, "Forbidden", message);
+    let n = Nanolet::start(&ctd, &[format!("--kubeconfig={}", kc.display())]);
+    api.create_pod("prod", api_pod("web"));
+    let log = || std::fs::read_to_string(&n.log).unwrap_or_default();
+    wait_for(Duration::from_secs(60), || {
+        local_pod(&n, "web")
+            .filter(|p| p["status"]["phase"] == "Running")
+            .and_then(|_| {
+                log()
+                    .contains("example.com/admission says no")
+                    .then_some(())
+            })
+    })
+    .unwrap_or_else(|| panic!("no warning with the API's message\n{}", n.log_tail()));
+    let warning = log()
+        .lines()
+        .find(|l| l.contains("example.com/admission says no"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(warning.contains("WARN"), "{warning}");
+    // The local status is settled: over 8 s at most the one reconciliation's retry (the old
+    // writer retried every second).
+    let before = api.count("PATCH", status_path);
+    std::thread::sleep(Duration::from_secs(8));
+    let retries = api.count("PATCH", status_path) - before;
+    assert!(retries <= 1, "{retries} retries in 8 s\n{}", n.log_tail());
+    let warnings = log().matches("example.com/admission says no").count();
+    assert!(warnings <= 3, "{warnings} warnings\n{}", n.log_tail());
+
+    api.clear_refusals();
+    wait_for(Duration::from_secs(25), || {
+        (condition(&api.get("/api/v1/namespaces/prod/pods/web")?, "Ready")["status"] == "True")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("status never written once accepted\n{}", n.log_tail()));
+    assert!(log().contains("writing pod status works again"));
 }

@@ -12,8 +12,9 @@
 //!   namespaced create in a missing namespace -> 404 (default, kube-system, kube-public and
 //!   kube-node-lease exist). Pods get the defaults the apiserver sets (restartPolicy,
 //!   terminationGracePeriodSeconds 30, dnsPolicy, schedulerName, imagePullPolicy,
-//!   terminationMessagePath/Policy, status.phase Pending) and a pod update may only change
-//!   `spec.containers[*].image` (and metadata): anything else is 422 Invalid.
+//!   terminationMessagePath/Policy, status.phase Pending, status.qosClass as `ComputePodQOS`)
+//!   and a pod update may only change `spec.containers[*].image` (and metadata): anything else
+//!   is 422 Invalid; a `/status` write changing `qosClass` is 422 (immutable).
 //! - Update (PUT) with a stale `metadata.resourceVersion` -> 409 Conflict (an empty one is an
 //!   unconditional update); the main resource ignores `status`, `/status` takes only `status`.
 //! - PATCH: `application/merge-patch+json` (RFC 7386) and `application/strategic-merge-patch+json`
@@ -46,7 +47,8 @@
 //!   patch metadata), server-side `Table`s (`Accept: ...;as=Table;g=meta.k8s.io;v=v1`) with the
 //!   apiserver printers' columns for pods, nodes, leases and namespaces, also on watches.
 //! - `Status` objects for errors (`reason`, `code`, `details`), 401 without credentials;
-//!   `set_down(true)` answers 503 to everything (an outage without closing the port).
+//!   `set_down(true)` answers 503 to everything (an outage without closing the port);
+//!   `refuse(method, path, code, ...)` answers one request with a refusal (fault injection).
 //! - Real TLS (`start_tls`, `front.rs`, certificates made by the openssl CLI in `pki.rs`) and
 //!   the union authenticator: client certificate (CN user, O groups; one from another CA is a
 //!   401, not a handshake failure), bearer tokens (`add_token`), bootstrap tokens
@@ -91,9 +93,9 @@ mod objects;
 mod proxy;
 mod services;
 
+pub use csr::{CLIENT_KUBELET, KUBELET_SERVING, UserInfo, base64_decode, base64_encode};
 pub use objects::DEFAULT_AUDIENCE;
 pub use services::KUBERNETES_SERVICE_IP;
-pub use csr::{CLIENT_KUBELET, KUBELET_SERVING, UserInfo, base64_decode, base64_encode};
 
 /// One request the double received.
 #[derive(Clone, Debug)]
@@ -1037,6 +1039,77 @@ fn default_pod(pod: &mut Value) {
     if pod["status"]["phase"].as_str().is_none() {
         pod["status"] = json!({"phase": "Pending"});
     }
+    // podStrategy.PrepareForCreate: status.qosClass = ComputePodQOS(pod).
+    if pod["status"]["qosClass"].as_str().is_none_or(str::is_empty) {
+        pod["status"]["qosClass"] = json!(compute_pod_qos(pod));
+    }
+}
+
+/// A quantity's value in thousandths (enough for the QoS rules: positive, and sums compared);
+/// `None` when it does not parse.
+fn milli(q: &Value) -> Option<i128> {
+    let s = match q {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => return None,
+    };
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+        .unwrap_or(s.len());
+    let (num, suffix) = s.split_at(split);
+    let scale: f64 = match suffix {
+        "" => 1.0,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "Ki" => 1024.0,
+        "Mi" => 1048576.0,
+        "Gi" => 1073741824.0,
+        "Ti" => 1099511627776.0,
+        _ => return None,
+    };
+    let v: f64 = num.parse().ok()?;
+    Some((v * scale * 1000.0).round() as i128)
+}
+
+/// pkg/apis/core/helper/qos ComputePodQOS (containers and init containers; cpu and memory
+/// quantities above zero only).
+fn compute_pod_qos(pod: &Value) -> &'static str {
+    let mut requests: BTreeMap<&str, i128> = BTreeMap::new();
+    let mut limits: BTreeMap<&str, i128> = BTreeMap::new();
+    let mut guaranteed = true;
+    let containers = ["containers", "initContainers"]
+        .into_iter()
+        .flat_map(|l| pod["spec"][l].as_array().cloned().unwrap_or_default());
+    for c in containers {
+        let mut limited = 0;
+        for r in ["cpu", "memory"] {
+            // SetDefaults_Pod: a request left out is the limit.
+            let request = match &c["resources"]["requests"][r] {
+                Value::Null => &c["resources"]["limits"][r],
+                q => q,
+            };
+            if let Some(q) = milli(request).filter(|q| *q > 0) {
+                *requests.entry(r).or_default() += q;
+            }
+            if let Some(q) = milli(&c["resources"]["limits"][r]).filter(|q| *q > 0) {
+                *limits.entry(r).or_default() += q;
+                limited += 1;
+            }
+        }
+        if limited < 2 {
+            guaranteed = false;
+        }
+    }
+    if requests.is_empty() && limits.is_empty() {
+        "BestEffort"
+    } else if guaranteed && requests == limits {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
 }
 
 /// ValidatePodUpdate: only `spec.containers[*].image` (and initContainers' images,
@@ -1068,6 +1141,9 @@ struct State {
     seq: u64,
     auth: csr::AuthState,
     tokens: objects::TokenState,
+    /// Fault injection: (method, path) answered with (code, reason, message), as an
+    /// admission plugin or validation of the real server refuses a request.
+    refusals: Vec<(String, String, u16, String, String)>,
 }
 
 impl State {
@@ -1083,6 +1159,7 @@ impl State {
             seq: 0,
             auth: csr::AuthState::new(),
             tokens: objects::TokenState::default(),
+            refusals: Vec::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             st.ensure_namespace(ns);
@@ -1223,7 +1300,10 @@ impl State {
                 return not_found("namespaces", ns);
             }
             // The registry's BeforeCreate: the namespace comes from the request path.
-            match obj["metadata"]["namespace"].as_str().filter(|n| !n.is_empty()) {
+            match obj["metadata"]["namespace"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+            {
                 Some(given) if given != ns => {
                     return status(
                         400,
@@ -1454,6 +1534,21 @@ impl State {
                 obj["status"] = st.take();
             }
             new = obj;
+            // ValidatePodStatusUpdate: status.qosClass is immutable.
+            let qos = |v: &Value| v["status"]["qosClass"].as_str().unwrap_or("").to_string();
+            if res.resource == "pods" && qos(&new) != qos(&cur) {
+                let (code, mut v) = status(
+                    422,
+                    "Invalid",
+                    &format!(
+                        "Pod \"{name}\" is invalid: status.qosClass: Invalid value: \"{}\": field is immutable",
+                        qos(&new)
+                    ),
+                );
+                v["details"] = json!({"name": name, "kind": "Pod", "causes": [
+                    {"reason": "FieldValueInvalid", "message": "Invalid value: \"".to_string() + &qos(&new) + "\": field is immutable", "field": "status.qosClass"}]});
+                return (code, v);
+            }
         } else {
             if cur.get("status").is_some() {
                 new["status"] = cur["status"].clone();
@@ -1512,15 +1607,21 @@ impl State {
         if let Some(v) = self.discovery(method, path) {
             return v;
         }
+        if let Some((.., code, reason, message)) = self
+            .refusals
+            .iter()
+            .find(|(m, p, ..)| m == method && p == path)
+        {
+            return status(*code, reason, message);
+        }
         let pb = ctype.starts_with("application/vnd.kubernetes.protobuf");
         let csr_pb =
             pb && path.starts_with("/apis/certificates.k8s.io/v1/certificatesigningrequests/");
         // A SelfSubjectReview has no spec: its body (protobuf from `kubectl auth whoami`)
         // says nothing.
         let whoami = pb && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews";
-        let objects_pb = pb
-            && method == "POST"
-            && objects::object_from_protobuf(path, raw).is_some();
+        let objects_pb =
+            pb && method == "POST" && objects::object_from_protobuf(path, raw).is_some();
         let decoded;
         let raw = match csr_pb
             .then(|| csr::csr_from_protobuf(raw))
@@ -2630,6 +2731,23 @@ impl FakeApiServer {
 
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Fault injection: answer `method path` with a `Status` of `code`, `reason` and `message`
+    /// (what an admission plugin's refusal looks like) until [`FakeApiServer::clear_refusals`].
+    pub fn refuse(&self, method: &str, path: &str, code: u16, reason: &str, message: &str) {
+        self.st().refusals.push((
+            method.into(),
+            path.into(),
+            code,
+            reason.into(),
+            message.into(),
+        ));
+    }
+
+    /// Ends every [`FakeApiServer::refuse`].
+    pub fn clear_refusals(&self) {
+        self.st().refusals.clear();
     }
 
     /// A kubeconfig for this server with `token`, written to `path`.
