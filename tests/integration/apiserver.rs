@@ -933,6 +933,16 @@ fn node_and_pods_marked_by_the_controller_are_repaired_from_the_api_copy() {
     })
     .unwrap_or_else(|| panic!("pod still Ready=False in the API\n{}", n.log_tail()));
     assert_eq!(pod["status"]["qosClass"], qos);
+    // Repaired, the API's copy matches: the next reconciliation (10 s) writes nothing (a
+    // comparison that never matched would patch every pod every 10 s).
+    let writes = api.count("PATCH", "/api/v1/namespaces/prod/pods/web/status");
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(
+        api.count("PATCH", "/api/v1/namespaces/prod/pods/web/status"),
+        writes,
+        "a settled pod status was written again\n{}",
+        n.log_tail()
+    );
 }
 
 /// The status manager (status_manager.go syncPod) logs a status update the API server refuses
