@@ -910,6 +910,21 @@ fn node_and_pods_marked_by_the_controller_are_repaired_from_the_api_copy() {
         .find(|r| r.method == "PATCH" && r.path == STATUS_PATH)
         .expect("a node status patch");
     assert_eq!(patch.content_type, "application/strategic-merge-patch+json");
+    // Settled: the Node is read back at every update (1 s) but not patched while nothing
+    // changed (nodeStatusReportFrequency is 5 m), though the API server stores quantities in
+    // canonical form (`6713344Ki` as `6556Mi`): they compare by value.
+    let patches = api.count("PATCH", STATUS_PATH);
+    let reads = api.count("GET", NODE_PATH);
+    wait_for(Duration::from_secs(15), || {
+        (api.count("GET", NODE_PATH) >= reads + 4).then_some(())
+    })
+    .expect("the Node read back at every update");
+    assert_eq!(
+        api.count("PATCH", STATUS_PATH),
+        patches,
+        "an unchanged node status was patched\n{}",
+        n.log_tail()
+    );
 
     // The pod within the status manager's syncPeriod (10 s), its qosClass untouched.
     let pod = wait_for(Duration::from_secs(25), || {
@@ -918,6 +933,16 @@ fn node_and_pods_marked_by_the_controller_are_repaired_from_the_api_copy() {
     })
     .unwrap_or_else(|| panic!("pod still Ready=False in the API\n{}", n.log_tail()));
     assert_eq!(pod["status"]["qosClass"], qos);
+    // Repaired, the API's copy matches: the next reconciliation (10 s) writes nothing (a
+    // comparison that never matched would patch every pod every 10 s).
+    let writes = api.count("PATCH", "/api/v1/namespaces/prod/pods/web/status");
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(
+        api.count("PATCH", "/api/v1/namespaces/prod/pods/web/status"),
+        writes,
+        "a settled pod status was written again\n{}",
+        n.log_tail()
+    );
 }
 
 /// The status manager (status_manager.go syncPod) logs a status update the API server refuses

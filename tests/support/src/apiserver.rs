@@ -49,6 +49,8 @@
 //! - `Status` objects for errors (`reason`, `code`, `details`), 401 without credentials;
 //!   `set_down(true)` answers 503 to everything (an outage without closing the port);
 //!   `refuse(method, path, code, ...)` answers one request with a refusal (fault injection).
+//! - Node `status.capacity`/`allocatable` quantities stored in canonical form (`4096Mi` comes
+//!   back as `4Gi`), as resource.Quantity serializes them.
 //! - Real TLS (`start_tls`, `front.rs`, certificates made by the openssl CLI in `pki.rs`) and
 //!   the union authenticator: client certificate (CN user, O groups; one from another CA is a
 //!   401, not a handshake failure), bearer tokens (`add_token`), bootstrap tokens
@@ -1045,6 +1047,60 @@ fn default_pod(pod: &mut Value) {
     }
 }
 
+/// A quantity in its canonical form, as resource.Quantity's `String()` writes it back (what
+/// the API server stores): a binary-suffixed value with the largest power-of-1024 suffix that
+/// divides it exactly (below 1024: plain), any other with the largest decimal suffix (`m`, ``,
+/// `k`, `M`, `G`, `T`, `P`, `E`) that keeps it an integer. `None` for what this cannot parse
+/// (left as sent).
+fn canonical_quantity(q: &str) -> Option<String> {
+    let binary = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
+        .iter()
+        .any(|s| q.ends_with(s));
+    let m = milli(&json!(q))?;
+    if m == 0 {
+        return Some("0".into());
+    }
+    if binary && m % 1000 == 0 && (m / 1000).abs() >= 1024 {
+        let (mut n, mut suffix) = (m / 1000, "");
+        for s in ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"] {
+            if n % 1024 != 0 {
+                break;
+            }
+            n /= 1024;
+            suffix = s;
+        }
+        return Some(format!("{n}{suffix}"));
+    }
+    let (mut n, mut suffix) = (m, "m");
+    for s in ["", "k", "M", "G", "T", "P", "E"] {
+        if n % 1000 != 0 {
+            break;
+        }
+        n /= 1000;
+        suffix = s;
+    }
+    Some(format!("{n}{suffix}"))
+}
+
+/// A Node's `status.capacity` and `status.allocatable` are stored canonical (a kubelet that
+/// compares what it reads back with what it sent must compare by value).
+fn canonical_node_quantities(resource: &str, obj: &mut Value) {
+    if resource != "nodes" {
+        return;
+    }
+    for list in ["capacity", "allocatable"] {
+        for v in obj["status"][list]
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|m| m.values_mut())
+        {
+            if let Some(c) = v.as_str().and_then(canonical_quantity) {
+                *v = json!(c);
+            }
+        }
+    }
+}
+
 /// A quantity's value in thousandths (enough for the QoS rules: positive, and sums compared);
 /// `None` when it does not parse.
 fn milli(q: &Value) -> Option<i128> {
@@ -1329,6 +1385,7 @@ impl State {
             default_pod(&mut obj);
         }
         objects::prepare_for_write(resource, &mut obj);
+        canonical_node_quantities(resource, &mut obj);
         if resource == "services" {
             if let Err(refused) = services::prepare_create(self, &mut obj) {
                 return refused;
@@ -1589,6 +1646,7 @@ impl State {
         }
         new["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"].clone();
         objects::prepare_for_write(&res.resource, &mut new);
+        canonical_node_quantities(&res.resource, &mut new);
         if new == cur {
             return (200, cur);
         }
