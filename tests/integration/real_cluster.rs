@@ -1005,16 +1005,14 @@ spec:
         "the ConfigMap's new value never reached the file\n{}",
         n.log_tail()
     );
-    let pod = cluster.wait_object(
+    // The API shows the container started offline, Ready (the status written when the link
+    // returned; until then it holds the one from before the reboot).
+    let want = format!("containerd://{}", c.id);
+    cluster.wait_object(
         &["pod", "agent"],
-        "the pod Ready after the outage",
+        "the pod Ready with the container started offline",
         LONG,
-        ready,
-    );
-    assert_eq!(
-        pod["status"]["containerStatuses"][0]["containerID"],
-        format!("containerd://{}", c.id).as_str(),
-        "the API shows the container started offline: {pod:#}"
+        |p| ready(p) && p["status"]["containerStatuses"][0]["containerID"] == want.as_str(),
     );
     assert_eq!(
         running().map(|r| r.id),
