@@ -53,7 +53,7 @@ pub fn is_sidecar(c: &Container) -> bool {
 
 /// A pod's effective requests (CPU millicores, memory bytes) as the scheduler and the kubelet's
 /// admission count them: max(sum of containers (+ sidecars), the largest init container), where
-/// a container's request defaults to its limit.
+/// a container's request defaults to its limit; plus the pod's overhead ([`pod_overhead`]).
 pub fn pod_requests(pod: &Pod) -> (i64, i64) {
     let one = |c: &Container| {
         let get = |k: &str| {
@@ -83,7 +83,23 @@ pub fn pod_requests(pod: &Pod) -> (i64, i64) {
             init_max = (init_max.0.max(r.0), init_max.1.max(r.1));
         }
     }
-    (sum.0.max(init_max.0), sum.1.max(init_max.1))
+    let (oc, om) = pod_overhead(pod);
+    (sum.0.max(init_max.0) + oc, sum.1.max(init_max.1) + om)
+}
+
+/// The pod's `spec.overhead` (CPU millicores, memory bytes): set from its RuntimeClass, added
+/// to its requests and, where it has limits, to its limits (the kubelet's `PodRequests` and
+/// `PodLimits`).
+pub fn pod_overhead(pod: &Pod) -> (i64, i64) {
+    let o = pod.spec.extra.get("overhead");
+    let get = |k: &str| {
+        o.and_then(|o| o.get(k))
+            .and_then(|v| parse_quantity(v).ok())
+    };
+    (
+        get("cpu").map(|q| q.milli_value()).unwrap_or(0),
+        get("memory").map(|q| q.value()).unwrap_or(0),
+    )
 }
 
 /// QoS class from requests/limits (pkg/apis/core/v1/helper/qos): Guaranteed when every

@@ -123,6 +123,12 @@ pub enum SyncError {
         #[source]
         source: crate::kuberuntime::userns::UsernsError,
     },
+    #[error("pod {pod}: {source}")]
+    RuntimeClass {
+        pod: String,
+        #[source]
+        source: crate::runtimeclass::RuntimeClassError,
+    },
 }
 
 impl SyncError {
@@ -133,6 +139,7 @@ impl SyncError {
             SandboxError::Dns(source) => SyncError::Dns { pod, source },
             SandboxError::Runtime(source) => SyncError::Runtime { pod, source },
             SandboxError::UserNamespace(source) => SyncError::UserNamespace { pod, source },
+            SandboxError::RuntimeClass(source) => SyncError::RuntimeClass { pod, source },
         }
     }
 }

@@ -167,6 +167,10 @@ impl Kubelet {
             kubelet_port: 0,
             on_api_client: Vec::new(),
             api_objects: None,
+            runtime_classes: crate::runtimeclass::RuntimeClasses::new(
+                Some(cfg.runtime_class_dir.clone()),
+                cfg.allow_insecure_manifest_dir,
+            ),
         };
         w.start_secure_server(deps.api_client.as_ref())?;
         w.start_servers(token)?;
@@ -279,6 +283,8 @@ struct Wiring<'a> {
     on_api_client: Vec<ApiClientHook>,
     /// API-server mode: the ConfigMaps, Secrets and tokens of API pods.
     api_objects: Option<Arc<crate::apiobjects::ApiObjects>>,
+    /// The node's RuntimeClasses: the local directory, and the API's once joined.
+    runtime_classes: Arc<crate::runtimeclass::RuntimeClasses>,
 }
 
 /// Run once the API client exists (see `Wiring::on_api_client`).
@@ -308,6 +314,11 @@ impl Wiring<'_> {
             .push(Box::new(move |client: &Arc<ApiClient>| {
                 o.attach_client(client);
                 o.services().start(client);
+            }));
+        let classes = self.runtime_classes.clone();
+        self.on_api_client
+            .push(Box::new(move |client: &Arc<ApiClient>| {
+                crate::runtimeclass::reflect::start(&classes, client);
             }));
         self.api_objects = Some(objects);
     }
@@ -726,6 +737,7 @@ impl Wiring<'_> {
                         servers: cfg.cluster_dns.iter().map(ToString::to_string).collect(),
                         domain: cfg.cluster_domain.clone(),
                     },
+                    runtime_classes: self.runtime_classes.clone(),
                 },
                 resync: cfg.sync_frequency,
                 worker_threads: crate::util::pool::PoolSize {

@@ -488,6 +488,15 @@ pub(super) const SETTINGS: &[Setting] = &[
         configz: Some(("configMapDir", |c| path_json(&c.config_map_dir))),
     },
     Setting {
+        flag: Flag::value("runtime-class-dir"),
+        field: None,
+        value_name: "path",
+        default: "/etc/nanolet/runtimeclasses",
+        help: "Directory of RuntimeClass manifests (node.k8s.io/v1) static pods may name in runtimeClassName; their handler goes to CRI, their overhead counts (nanolet extension; joined, the API's RuntimeClasses too, a local file wins)",
+        apply: |c, v| set(&mut c.runtime_class_dir, v.nonempty_path()),
+        configz: Some(("runtimeClassDir", |c| path_json(&c.runtime_class_dir))),
+    },
+    Setting {
         flag: Flag::value("config"),
         field: None,
         value_name: "file",
