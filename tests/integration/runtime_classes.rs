@@ -1,0 +1,176 @@
+//! RuntimeClasses on a real containerd (issue 32 part 1): a pod whose RuntimeClass names the
+//! test containerd's second handler (`support::runtime::ALT_HANDLER`: runc with its own state
+//! root) runs under that handler, its sandbox seen in that root; a pod naming an unknown class,
+//! and one whose class names a handler containerd does not have, never get a sandbox on the
+//! default handler: they stay Pending with the kubelet's `FailedCreatePodSandBox` event
+//! (`runtimeclass.node.k8s.io "x" not found`; containerd 2, which reports its handlers in CRI
+//! Status, refused by nanolet before RunPodSandbox; 1.6 and 1.7 refuse it themselves: `no
+//! runtime for "x" is configured`). The class's overhead reaches the pod cgroup (cgroup v1
+//! cpu.shares: the kubelet's ResourceConfigForPod counts spec.overhead).
+
+use nanolet_test_support as support;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::Containerd;
+use support::agent::Nanolet;
+use support::runtime::ALT_HANDLER;
+use support::wait_for;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn pod(name: &str, class: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  runtimeClassName: {class}\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '600']\n{extra}"
+    )
+}
+
+/// The messages of the pod's `FailedCreatePodSandBox` events on the local API.
+fn sandbox_failures(n: &Nanolet, pod: &str) -> Vec<String> {
+    let Some(body) = n.get("/api/v1/namespaces/default/events") else {
+        return vec![];
+    };
+    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["reason"] == "FailedCreatePodSandBox"
+                && e["involvedObject"]["name"].as_str() == Some(pod)
+        })
+        .filter_map(|e| e["message"].as_str().map(String::from))
+        .collect()
+}
+
+/// Removes the pod cgroups nanolet made for these pods once containerd is gone (declared
+/// before it, so dropped after it), also when the test fails.
+struct PodCgroups(std::cell::RefCell<Vec<String>>);
+
+impl Drop for PodCgroups {
+    fn drop(&mut self) {
+        let Ok(hiers) = fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        let hiers: Vec<_> = hiers.flatten().map(|e| e.path()).collect();
+        for uid in self.0.borrow().iter() {
+            for h in &hiers {
+                for qos in ["", "burstable/", "besteffort/"] {
+                    let _ = fs::remove_dir(h.join(format!("kubepods/{qos}pod{uid}")));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn runtime_class_handler_reaches_containerd_and_unknown_classes_never_run() {
+    let cgroups = PodCgroups(Default::default());
+    let ctd = Containerd::start();
+    let classes = ctd.tmp().join("runtimeclasses");
+    fs::create_dir_all(&classes).expect("mkdir");
+    // Explicit mode: a runtime class directory others can write is not read.
+    fs::set_permissions(&classes, fs::Permissions::from_mode(0o755)).expect("chmod");
+    fs::write(
+        classes.join("alt.yaml"),
+        format!(
+            "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: alt\nhandler: {ALT_HANDLER}\noverhead:\n  podFixed:\n    cpu: 250m\n"
+        ),
+    )
+    .expect("write");
+    fs::write(
+        classes.join("missing.yaml"),
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: missing\nhandler: no-such-handler\n",
+    )
+    .expect("write");
+    let n = Nanolet::start(
+        &ctd,
+        &[format!("--runtime-class-dir={}", classes.display())],
+    );
+    // Burstable: 100m requested + 250m overhead = 350m -> cpu.shares 358 on the pod cgroup.
+    n.write(
+        "alt.yaml",
+        &pod(
+            "alt",
+            "alt",
+            "    resources:\n      requests: {cpu: 100m}\n",
+        ),
+    );
+    n.write("ghost.yaml", &pod("ghost", "nonexistent", ""));
+    n.write("lacking.yaml", &pod("lacking", "missing", ""));
+
+    let alt = n.wait_phase("alt", "Running");
+    let uid = alt["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    cgroups.0.borrow_mut().push(uid.clone());
+    assert_eq!(
+        alt["spec"]["overhead"],
+        serde_json::json!({"cpu": "250m"}),
+        "the class's overhead is the pod's"
+    );
+    // The sandbox ran under the second handler: its runc state is in that handler's root.
+    let alt_root = ctd.tmp().join("runc-alt").join("k8s.io");
+    let in_alt_root = wait_for(WAIT, || {
+        let n = fs::read_dir(&alt_root).ok()?.count();
+        (n > 0).then_some(n)
+    });
+    assert!(
+        in_alt_root.is_some_and(|n| n >= 2),
+        "sandbox and container under {}: {in_alt_root:?}\n{}",
+        alt_root.display(),
+        n.log_tail()
+    );
+    if let Ok(shares) = fs::read_to_string(format!(
+        "/sys/fs/cgroup/cpu,cpuacct/kubepods/burstable/pod{uid}/cpu.shares"
+    )) {
+        assert_eq!(shares.trim(), "358", "(100m + 250m overhead) * 1024 / 1000");
+    }
+
+    let ghost = wait_for(WAIT, || {
+        sandbox_failures(&n, "ghost-node1").into_iter().next()
+    })
+    .unwrap_or_else(|| panic!("no FailedCreatePodSandBox for ghost\n{}", n.log_tail()));
+    assert_eq!(
+        ghost,
+        "Failed to create pod sandbox: runtimeclass.node.k8s.io \"nonexistent\" not found"
+    );
+    let lacking = wait_for(WAIT, || {
+        sandbox_failures(&n, "lacking-node1").into_iter().next()
+    })
+    .unwrap_or_else(|| panic!("no FailedCreatePodSandBox for lacking\n{}", n.log_tail()));
+    if support::test_runtime().name == "2" {
+        // containerd 2 reports its handlers: refused before RunPodSandbox.
+        assert!(
+            lacking.starts_with(
+                "Failed to create pod sandbox: RuntimeClass \"missing\": the runtime has no handler \"no-such-handler\" (CRI status reports: "
+            ) && lacking.contains(&format!("\"{ALT_HANDLER}\"")),
+            "{lacking}"
+        );
+    } else {
+        assert!(
+            lacking.starts_with("Failed to create pod sandbox: rpc error: code = Unknown desc = ")
+                && lacking.contains("no runtime for \"no-such-handler\" is configured"),
+            "{lacking}"
+        );
+    }
+    for name in ["ghost", "lacking"] {
+        let p = n.pod(name).expect(name);
+        assert_eq!(p["status"]["phase"], "Pending", "{name}: {p}");
+        assert_eq!(
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "ContainerCreating",
+            "{name}"
+        );
+    }
+    // Only alt's sandbox exists in containerd: none was made on the default handler.
+    let sandboxes = {
+        use nanolet::cri::Runtime;
+        ctd.runtime().list_pod_sandboxes().expect("list")
+    };
+    let names: Vec<&str> = sandboxes.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["alt-node1"], "{sandboxes:?}");
+}
