@@ -498,16 +498,56 @@ impl SyncLoop {
     /// kubelet rejects it (phase Failed, reason OutOfpods) and admitted later when room appears
     /// (nanolet goes further than the kubelet here: static pods have nowhere else to go).
     fn admit(&mut self, pod: &Pod) -> bool {
-        match self.admission_rejection(pod) {
-            None => {
-                self.warn_unenforced_isolation(pod);
-                true
+        if let Some((reason, message)) = self.admission_rejection(pod) {
+            self.reject(pod, reason, message);
+            return false;
+        }
+        if let Some((reason, message)) = self.extended_resource_rejection(pod) {
+            self.reject(pod, &reason, message);
+            return false;
+        }
+        self.warn_unenforced_isolation(pod);
+        true
+    }
+
+    /// The predicate's fit check for extended resources (`OutOf<name>`, "Node didn't have
+    /// enough resource: <name>, requested: N, used: N, capacity: N"), after pods, cpu and
+    /// memory. Unlike the kubelet, a resource the node does not have at all counts as capacity
+    /// 0: the kubelet drops such requests (removeMissingExtendedResources, its documented
+    /// caveat for static pods) and would run the pod without the device.
+    fn extended_resource_rejection(&self, pod: &Pod) -> Option<(String, String)> {
+        let want = crate::api::helpers::pod_extended_requests(pod);
+        if want.values().all(|v| *v <= 0) {
+            return None;
+        }
+        let mut used: BTreeMap<String, i64> = BTreeMap::new();
+        for w in self.workers.values().filter(|w| !w.terminating) {
+            let terminal = self
+                .ctx
+                .store
+                .get(&w.pod.metadata.uid)
+                .and_then(|x| x.status)
+                .is_some_and(|s| s.phase == "Succeeded" || s.phase == "Failed");
+            if terminal {
+                continue;
             }
-            Some((reason, message)) => {
-                self.reject(pod, reason, message);
-                false
+            for (k, v) in crate::api::helpers::pod_extended_requests(&w.pod) {
+                *used.entry(k).or_default() += v;
             }
         }
+        let allocatable = &self.ctx.settings.extended_allocatable;
+        want.iter().filter(|(_, v)| **v > 0).find_map(|(name, n)| {
+            let cap = allocatable.get(name).copied().unwrap_or(0);
+            let u = used.get(name).copied().unwrap_or(0);
+            (u + n > cap).then(|| {
+                (
+                    format!("OutOf{name}"),
+                    format!(
+                        "Node didn't have enough resource: {name}, requested: {n}, used: {u}, capacity: {cap}"
+                    ),
+                )
+            })
+        })
     }
 
     /// Why admission refuses `pod` (reason, message), or `None` when it is admitted: security
@@ -635,7 +675,7 @@ impl SyncLoop {
 
     /// Marks `pod` rejected (phase Failed with `reason`), with a warning and an event when the
     /// reason is new.
-    fn reject(&mut self, pod: &Pod, reason: &'static str, message: String) {
+    fn reject(&mut self, pod: &Pod, reason: &str, message: String) {
         let mut rejected = pod.clone();
         rejected.status = Some(crate::api::PodStatus {
             phase: "Failed".into(),
@@ -922,6 +962,7 @@ mod tests {
                 max_pods,
                 allocatable_cpu_millis: 4000,
                 allocatable_memory_bytes: 8 << 30,
+                extended_allocatable: [("example.com/dongle".to_string(), 2)].into(),
                 eviction_transition: Duration::from_secs(300),
                 security: crate::kubelet::policy::SecurityPolicy::default(),
                 host_security: Default::default(),
@@ -2046,6 +2087,52 @@ mod tests {
             "no sandbox is ever created for them: {:?}",
             rt.calls()
         );
+    }
+
+    /// Extended resources at admission (the predicate's fit check, noderesources Fits):
+    /// `OutOf<name>` with "Node didn't have enough resource: <name>, requested, used,
+    /// capacity"; a resource the node does not have counts as capacity 0 (the kubelet would
+    /// drop the request, removeMissingExtendedResources, and run the pod without the device);
+    /// the refused pod is admitted once the holder is gone.
+    #[test]
+    fn pods_asking_for_more_extended_resources_than_the_node_has_are_refused() {
+        // The harness node has example.com/dongle: 2.
+        let h = Harness::start(fake());
+        let with = |uid: &str, name: &str, res: &str, n: i64| {
+            let mut p = pod(uid, name, "Always", &["c"]);
+            p.spec.containers[0]
+                .resources
+                .limits
+                .insert(res.into(), serde_json::json!(n));
+            p
+        };
+        let one = with("u1", "one", "example.com/dongle", 1);
+        let two = with("u2", "two", "example.com/dongle", 2);
+        let serial = with("u3", "serial", "squat.ai/serial", 1);
+        h.desire(&[one.clone(), two.clone(), serial.clone()], true);
+        h.wait("one Running", |h| phase(h, "u1") == "Running");
+        h.wait("two refused", |h| {
+            h.status("u2")
+                .is_some_and(|s| s.reason == "OutOfexample.com/dongle")
+        });
+        let st = h.status("u2").expect("u2");
+        assert_eq!(st.phase, "Failed");
+        assert_eq!(
+            st.message,
+            "Node didn't have enough resource: example.com/dongle, requested: 2, used: 1, capacity: 2"
+        );
+        h.wait("serial refused", |h| {
+            h.status("u3")
+                .is_some_and(|s| s.reason == "OutOfsquat.ai/serial")
+        });
+        assert_eq!(
+            h.status("u3").expect("u3").message,
+            "Node didn't have enough resource: squat.ai/serial, requested: 1, used: 0, capacity: 0"
+        );
+        // The holder goes: the refused pod gets both devices.
+        h.desire(&[two, serial], true);
+        h.wait("two Running", |h| phase(h, "u2") == "Running");
+        assert_eq!(h.rt.running("c").len(), 1, "{:?}", h.rt.calls());
     }
 
     #[test]

@@ -333,6 +333,7 @@ impl Wiring<'_> {
         n.runtime = Some(self.runtime.clone());
         n.kubelet_port = self.kubelet_port;
         n.eviction = self.cfg.eviction.clone();
+        n.extended = self.cfg.extended_resources.clone();
         n
     }
 
@@ -751,6 +752,7 @@ impl Wiring<'_> {
                 // Allocatable = capacity - systemReserved - kubeReserved - the hard
                 // memory.available threshold.
                 allocatable_cpu_millis,
+                extended_allocatable: cfg.extended_resources.clone(),
                 allocatable_memory_bytes,
                 eviction_transition: cfg.eviction.pressure_transition_period,
                 security: cfg.security.clone(),

@@ -140,29 +140,25 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       snapshotter = "overlayfs"
 "#
     );
-    if let Some(runc) = &rt.runc {
-        c.push_str(&format!(
-            r#"      default_runtime_name = "runc"
+    // runc is named explicitly: a config naming any runtime replaces containerd's default
+    // runtimes map (1.6 then has no `runc`). A second handler (RuntimeClass tests): runc with
+    // its own state root, so a sandbox created through it is seen under
+    // `<tmp>/runc-alt/k8s.io/<id>`.
+    let binary = rt
+        .runc
+        .as_ref()
+        .map(|r| format!("          BinaryName = \"{}\"\n", r.display()))
+        .unwrap_or_default();
+    c.push_str(&format!(
+        r#"      default_runtime_name = "runc"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
         runtime_type = "io.containerd.runc.v2"
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-          BinaryName = "{}"
-"#,
-            runc.display()
-        ));
-    }
-    // A second handler (RuntimeClass tests): runc with its own state root, so a sandbox
-    // created through it is seen under `<tmp>/runc-alt/k8s.io/<id>`.
-    c.push_str(&format!(
-        r#"      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{ALT_HANDLER}]
+{binary}      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{ALT_HANDLER}]
         runtime_type = "io.containerd.runc.v2"
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{ALT_HANDLER}.options]
           Root = "{t}/runc-alt"
-{}"#,
-        rt.runc
-            .as_ref()
-            .map(|r| format!("          BinaryName = \"{}\"\n", r.display()))
-            .unwrap_or_default()
+{binary}"#
     ));
     c.push_str(&format!(
         r#"    [plugins."io.containerd.grpc.v1.cri".cni]
