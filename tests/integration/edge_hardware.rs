@@ -1,4 +1,4 @@
-//! RuntimeClasses on a real containerd (issue 32 part 1): a pod whose RuntimeClass names the
+//! Edge hardware on a real containerd (issue 32). RuntimeClasses: a pod whose RuntimeClass names the
 //! test containerd's second handler (`support::runtime::ALT_HANDLER`: runc with its own state
 //! root) runs under that handler, its sandbox seen in that root; a pod naming an unknown class,
 //! and one whose class names a handler containerd does not have, never get a sandbox on the
@@ -7,6 +7,10 @@
 //! Status, refused by nanolet before RunPodSandbox; 1.6 and 1.7 refuse it themselves: `no
 //! runtime for "x" is configured`). The class's overhead reaches the pod cgroup (cgroup v1
 //! cpu.shares: the kubelet's ResourceConfigForPod counts spec.overhead).
+//!
+//! Extended resources: the node's (`--extended-resources`) are in its capacity and allocatable;
+//! a pod asking for more than is left is refused with the kubelet's `OutOf<name>` and message,
+//! one asking for a resource the node lacks too (the kubelet would run it without the device).
 
 use nanolet_test_support as support;
 
@@ -125,11 +129,12 @@ fn runtime_class_handler_reaches_containerd_and_unknown_classes_never_run() {
         alt_root.display(),
         n.log_tail()
     );
-    if let Ok(shares) = fs::read_to_string(format!(
-        "/sys/fs/cgroup/cpu,cpuacct/kubepods/burstable/pod{uid}/cpu.shares"
-    )) {
-        assert_eq!(shares.trim(), "358", "(100m + 250m overhead) * 1024 / 1000");
-    }
+    // This machine's cgroup v1 cpu hierarchy (the v2 weight has unit tests in `cm`).
+    let shares = fs::read_to_string(format!(
+        "/sys/fs/cgroup/cpu/kubepods/burstable/pod{uid}/cpu.shares"
+    ))
+    .expect("the pod cgroup's cpu.shares");
+    assert_eq!(shares.trim(), "358", "(100m + 250m overhead) * 1024 / 1000");
 
     let ghost = wait_for(WAIT, || {
         sandbox_failures(&n, "ghost-node1").into_iter().next()
@@ -173,4 +178,50 @@ fn runtime_class_handler_reaches_containerd_and_unknown_classes_never_run() {
     };
     let names: Vec<&str> = sandboxes.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["alt-node1"], "{sandboxes:?}");
+}
+
+#[test]
+fn extended_resources_are_in_node_capacity_and_refuse_pods_asking_for_more() {
+    let cgroups = PodCgroups(Default::default());
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &["--extended-resources=example.com/dongle=1".into()]);
+    let with = |name: &str, res: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sleep, '600']\n    resources:\n      limits: {{{res}: 1}}\n"
+        )
+    };
+    n.write("first.yaml", &with("first", "example.com/dongle"));
+    let first = n.wait_phase("first", "Running");
+    let uid = |p: &Value| {
+        p["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    cgroups.0.borrow_mut().push(uid(&first));
+    n.write("second.yaml", &with("second", "example.com/dongle"));
+    n.write("serial.yaml", &with("serial", "squat.ai/serial"));
+    let second = n.wait_pod("second", "OutOfexample.com/dongle", |p| {
+        p["status"]["reason"] == "OutOfexample.com/dongle"
+    });
+    assert_eq!(second["status"]["phase"], "Failed");
+    assert_eq!(
+        second["status"]["message"],
+        "Node didn't have enough resource: example.com/dongle, requested: 1, used: 1, capacity: 1"
+    );
+    let serial = n.wait_pod("serial", "OutOfsquat.ai/serial", |p| {
+        p["status"]["reason"] == "OutOfsquat.ai/serial"
+    });
+    assert_eq!(
+        serial["status"]["message"],
+        "Node didn't have enough resource: squat.ai/serial, requested: 1, used: 0, capacity: 0"
+    );
+    let nodes: Value = serde_json::from_str(&n.get("/api/v1/nodes").expect("nodes")).expect("json");
+    let status = &nodes["items"][0]["status"];
+    assert_eq!(status["capacity"]["example.com/dongle"], "1", "{status}");
+    assert_eq!(status["allocatable"]["example.com/dongle"], "1", "{status}");
+    // The holder goes: the refused pod is admitted and gets the dongle.
+    n.remove("first.yaml");
+    let second = n.wait_phase("second", "Running");
+    cgroups.0.borrow_mut().push(uid(&second));
 }
