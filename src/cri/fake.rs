@@ -350,7 +350,7 @@ impl Runtime for FakeRuntime {
                 "run_pod_sandbox",
                 &config.name,
                 ErrorKind::Other,
-                &format!("failed to get sandbox runtime: no runtime for \"{h}\" is configured"),
+                format!("failed to get sandbox runtime: no runtime for \"{h}\" is configured"),
             )
             .with_code(GrpcCode::Unknown));
         }

@@ -355,7 +355,7 @@ impl SyncLoop {
             };
             let admitted = w.pod.spec.extra.get("overhead");
             if crate::runtimeclass::runtime_class_name(pod).is_some()
-                && pod.spec.extra.get("overhead").is_none()
+                && !pod.spec.extra.contains_key("overhead")
                 && admitted.is_some()
             {
                 let admitted = admitted.cloned().unwrap_or_default();
