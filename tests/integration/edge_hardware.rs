@@ -225,3 +225,94 @@ fn extended_resources_are_in_node_capacity_and_refuse_pods_asking_for_more() {
     let second = n.wait_phase("second", "Running");
     cgroups.0.borrow_mut().push(uid(&second));
 }
+
+/// Joined (API-server mode), RuntimeClasses come from the API as the kubelet's informer reads
+/// them: a class created after nanolet started (a watch event) is the handler of an API pod
+/// bound to the node; a class the API does not have fails the sandbox with the kubelet's
+/// event, posted to the API server.
+#[test]
+fn joined_runtime_classes_come_from_the_api_watch() {
+    use support::apiserver::FakeApiServer;
+    const TOKEN: &str = "t0ken-for-the-runtime-class-test";
+    let cgroups = PodCgroups(Default::default());
+    let ctd = Containerd::start();
+    let api = FakeApiServer::start(TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    api.write_kubeconfig(&kc, TOKEN);
+    let empty = ctd.tmp().join("no-local-classes");
+    fs::create_dir_all(&empty).expect("mkdir");
+    fs::set_permissions(&empty, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--kubeconfig={}", kc.display()),
+            format!("--runtime-class-dir={}", empty.display()),
+        ],
+    );
+    // The node registered: the watch is running; the class arrives by a watch event.
+    wait_for(WAIT, || api.get("/api/v1/nodes/node1"))
+        .unwrap_or_else(|| panic!("node not registered\n{}", n.log_tail()));
+    api.create_object(
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        serde_json::json!({"metadata": {"name": "alt"}, "handler": ALT_HANDLER}),
+    );
+    let api_pod = |name: &str, class: &str| {
+        serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": "node1", "automountServiceAccountToken": false,
+                     "hostNetwork": true, "terminationGracePeriodSeconds": 1,
+                     "runtimeClassName": class,
+                     "containers": [{"name": "c", "image": "localhost/busybox:1.36",
+                                     "imagePullPolicy": "IfNotPresent",
+                                     "command": ["sleep", "600"]}]}
+        })
+    };
+    // The pod may reach nanolet before the class's watch event does: its first sandbox then
+    // fails (NotFound) and the retry runs it, as with the kubelet.
+    api.create_pod("default", api_pod("alt", "alt"));
+    api.create_pod("default", api_pod("ghost", "ghost"));
+    let running = wait_for(Duration::from_secs(120), || {
+        let p = api.get("/api/v1/namespaces/default/pods/alt")?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    })
+    .unwrap_or_else(|| panic!("alt not Running\n{}", n.log_tail()));
+    cgroups.0.borrow_mut().push(
+        running["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    );
+    let alt_root = ctd.tmp().join("runc-alt").join("k8s.io");
+    let in_alt_root = fs::read_dir(&alt_root).map(|d| d.count()).unwrap_or(0);
+    assert!(
+        in_alt_root >= 2,
+        "sandbox and container under {}",
+        alt_root.display()
+    );
+    let ghost_event = wait_for(WAIT, || {
+        let events = api.get("/api/v1/namespaces/default/events")?;
+        events["items"].as_array()?.iter().find_map(|e| {
+            (e["reason"] == "FailedCreatePodSandBox" && e["involvedObject"]["name"] == "ghost")
+                .then(|| e["message"].as_str().unwrap_or_default().to_string())
+        })
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no FailedCreatePodSandBox event for ghost\n{}",
+            n.log_tail()
+        )
+    });
+    assert_eq!(
+        ghost_event,
+        "Failed to create pod sandbox: runtimeclass.node.k8s.io \"ghost\" not found"
+    );
+    if let Some(p) = api.get("/api/v1/namespaces/default/pods/ghost") {
+        cgroups.0.borrow_mut().push(
+            p["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+        assert_ne!(p["status"]["phase"], "Running");
+    }
+}
