@@ -289,10 +289,14 @@ fn joined_runtime_classes_come_from_the_api_watch() {
         "sandbox and container under {}",
         alt_root.display()
     );
+    // The events nanolet POSTed to the API server (client-go's recorder).
     let ghost_event = wait_for(WAIT, || {
-        let events = api.get("/api/v1/namespaces/default/events")?;
-        events["items"].as_array()?.iter().find_map(|e| {
-            (e["reason"] == "FailedCreatePodSandBox" && e["involvedObject"]["name"] == "ghost")
+        api.requests().iter().find_map(|r| {
+            let e: Value = serde_json::from_str(&r.body).ok()?;
+            (r.method == "POST"
+                && r.path == "/api/v1/namespaces/default/events"
+                && e["reason"] == "FailedCreatePodSandBox"
+                && e["involvedObject"]["name"] == "ghost")
                 .then(|| e["message"].as_str().unwrap_or_default().to_string())
         })
     })
