@@ -470,10 +470,15 @@ impl SyncLoop {
     /// `scheduling.nodeSelector` (`NodeAffinity`, as the merged nodeSelector would be). A class
     /// not found here is the sandbox's failure, as in the kubelet (the pod is admitted and its
     /// sandbox fails with `runtimeclass.node.k8s.io "x" not found` until the class appears).
+    /// API pods went through the real plugin and the scheduler: their `spec.overhead` and
+    /// placement stand as the API server left them (the kubelet never re-checks them).
     fn with_runtime_class(&self, pod: &Arc<Pod>) -> Result<Arc<Pod>, (&'static str, String)> {
         let Some(name) = crate::runtimeclass::runtime_class_name(pod) else {
             return Ok(pod.clone());
         };
+        if crate::kubelet::admission::is_api_pod(pod) {
+            return Ok(pod.clone());
+        }
         let rc = match self.ctx.settings.runtime.runtime_classes.get(name) {
             Ok(rc) => rc,
             Err(e) => {
@@ -2045,11 +2050,22 @@ mod tests {
         let unknown = with_class("u4", "unknown", "nope", "10m");
         let lacking = with_class("u5", "lacking", "fc", "10m");
         let elsewhere = with_class("u6", "elsewhere", "elsewhere", "10m");
+        // An API pod whose overhead the API server set before the class changed: kept as is,
+        // neither refused nor re-set (the kubelet never re-checks it).
+        let mut api = with_class("u7", "api", "kata", "10m");
+        api.metadata.annotations.insert(
+            crate::config::naming::CONFIG_SOURCE_ANNOTATION.into(),
+            "api".into(),
+        );
+        api.spec
+            .extra
+            .insert("overhead".into(), serde_json::json!({"cpu": "1m"}));
         rt.clear_calls();
-        h.desire(&[kata, small, unknown, lacking, elsewhere], true);
+        h.desire(&[kata, small, unknown, lacking, elsewhere, api], true);
         h.wait("elsewhere refused", |h| {
             h.status("u6").is_some_and(|s| s.reason == "NodeAffinity")
         });
+        h.wait("the API pod Running", |h| phase(h, "u7") == "Running");
         let failed = |h: &Harness, name: &str| {
             h.store
                 .events()
@@ -2083,7 +2099,10 @@ mod tests {
             assert_eq!(w.reason, "ContainerCreating");
         }
         assert!(
-            !rt.calls().iter().any(|c| c.starts_with("run_pod_sandbox")),
+            !rt.calls()
+                .iter()
+                .any(|c| c == "run_pod_sandbox unknown-node1"
+                    || c == "run_pod_sandbox lacking-node1"),
             "no sandbox is ever created for them: {:?}",
             rt.calls()
         );
