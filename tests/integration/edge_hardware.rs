@@ -320,3 +320,57 @@ fn joined_runtime_classes_come_from_the_api_watch() {
         assert_ne!(p["status"]["phase"], "Running");
     }
 }
+
+/// The serial-device recipe of docs/edge-hardware.md until the device plugin API exists: a
+/// device node made by the test (mknod, /dev/zero's numbers, in the test's directory) reaches
+/// the container through a `hostPath` volume of type `CharDevice`; the extended resource
+/// counting the device (`--extended-resources=squat.ai/serial=1`) refuses a second pod asking
+/// for it with the kubelet's `OutOfsquat.ai/serial`.
+#[test]
+fn a_device_node_reaches_the_container_and_a_second_claim_is_refused() {
+    let cgroups = PodCgroups(Default::default());
+    let ctd = Containerd::start();
+    let dev = ctd.tmp().join("dev");
+    fs::create_dir_all(&dev).expect("mkdir");
+    let node = dev.join("ttyNANO0");
+    nix::sys::stat::mknod(
+        &node,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 5),
+    )
+    .expect("mknod");
+    let n = Nanolet::start(&ctd, &["--extended-resources=squat.ai/serial=1".into()]);
+    let modem = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'head -c 3 /dev/ttyUSB0 | od -An -tx1; sleep 600']\n    resources:\n      limits: {{squat.ai/serial: 1}}\n    securityContext: {{privileged: true}}\n    volumeMounts: [{{name: tty, mountPath: /dev/ttyUSB0}}]\n  volumes:\n  - name: tty\n    hostPath: {{path: {}, type: CharDevice}}\n",
+            node.display()
+        )
+    };
+    n.write("modem.yaml", &modem("modem"));
+    let p = n.wait_phase("modem", "Running");
+    let uid = p["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    cgroups.0.borrow_mut().push(uid.clone());
+    let log_dir = n.pod_logs().join(format!("default_modem-node1_{uid}/c"));
+    let read = wait_for(WAIT, || {
+        let text = fs::read_to_string(log_dir.join("0.log")).ok()?;
+        text.contains("00 00 00").then_some(text)
+    });
+    assert!(
+        read.is_some(),
+        "the device's bytes in the container's log under {}\n{}",
+        log_dir.display(),
+        n.log_tail()
+    );
+    n.write("modem2.yaml", &modem("modem2"));
+    let second = n.wait_pod("modem2", "OutOfsquat.ai/serial", |p| {
+        p["status"]["reason"] == "OutOfsquat.ai/serial"
+    });
+    assert_eq!(
+        second["status"]["message"],
+        "Node didn't have enough resource: squat.ai/serial, requested: 1, used: 1, capacity: 1"
+    );
+}
