@@ -247,11 +247,17 @@ fn joined_runtime_classes_come_from_the_api_watch() {
         &[
             format!("--kubeconfig={}", kc.display()),
             format!("--runtime-class-dir={}", empty.display()),
+            "--extended-resources=example.com/dongle=3".into(),
         ],
     );
-    // The node registered: the watch is running; the class arrives by a watch event.
-    wait_for(WAIT, || api.get("/api/v1/nodes/node1"))
-        .unwrap_or_else(|| panic!("node not registered\n{}", n.log_tail()));
+    // The node registered (with its extended resources in capacity and allocatable): the
+    // watch is running; the class arrives by a watch event.
+    let node = wait_for(WAIT, || {
+        api.get("/api/v1/nodes/node1")
+            .filter(|n| n["status"]["allocatable"]["example.com/dongle"] == "3")
+    })
+    .unwrap_or_else(|| panic!("node not registered with its dongles\n{}", n.log_tail()));
+    assert_eq!(node["status"]["capacity"]["example.com/dongle"], "3");
     api.create_object(
         "/apis/node.k8s.io/v1/runtimeclasses",
         serde_json::json!({"metadata": {"name": "alt"}, "handler": ALT_HANDLER}),
