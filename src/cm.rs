@@ -100,7 +100,7 @@ fn shares(milli: i64) -> u64 {
     ((milli * 1024) / 1000).max(2) as u64
 }
 
-/// The kubelet's `ResourceConfigForPod` (without pod overhead): requests default to limits;
+/// The kubelet's `ResourceConfigForPod` (with `spec.overhead`): requests default to limits;
 /// init containers count with the largest one (max(sum of regular, largest init)).
 pub fn pod_resources(pod: &Pod) -> PodCgroupResources {
     const PERIOD: u64 = 100_000;
@@ -141,6 +141,11 @@ pub fn pod_resources(pod: &Pod) -> PodCgroupResources {
             mem_lim = mem_lim.max(v);
         }
     }
+    // The pod's overhead (its RuntimeClass's) joins the requests and the limits it has.
+    let (oh_cpu, oh_mem) = crate::api::helpers::pod_overhead(pod);
+    cpu_req += oh_cpu;
+    cpu_lim += oh_cpu;
+    mem_lim += oh_mem;
     let qos = crate::api::helpers::qos_class(pod);
     if qos == "BestEffort" {
         return PodCgroupResources {

@@ -35,6 +35,7 @@ pub(crate) mod nodeshutdown;
 pub(crate) mod nodestatus;
 pub mod pleg;
 pub(crate) mod prober;
+pub(crate) mod runtimeclass;
 pub(crate) mod sdnotify;
 pub mod server;
 pub(crate) mod statefile;

@@ -394,7 +394,7 @@ fn list(client: &ApiClient, kind: Kind, ns: &str, name: &str) -> Result<(Known, 
 }
 
 /// How a watch ended.
-pub(super) enum End {
+pub(crate) enum End {
     Resume(String),
     Relist,
     Stop,
@@ -443,7 +443,7 @@ fn watch(
 /// resourceVersion; an `ERROR` event (410 Gone or another) or an undecodable line ends it with
 /// [`End::Relist`], the server closing the stream with [`End::Resume`] from the last
 /// resourceVersion seen, `stopped()` with [`End::Stop`]. Shared by every reflector here.
-pub(super) fn follow(
+pub(crate) fn follow(
     client: &ApiClient,
     path: &str,
     rv: &str,

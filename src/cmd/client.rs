@@ -56,6 +56,8 @@ struct Opts {
     tty: bool,
     /// port-forward --address.
     address: Option<String>,
+    /// validate --runtime-class-dir.
+    runtime_class_dir: Option<String>,
     positional: Vec<String>,
     /// After `--`.
     command: Vec<String>,
@@ -80,6 +82,7 @@ const FLAGS: &[Flag] = &[
     Flag::bool("stdin").short('i'),
     Flag::bool("tty").short('t'),
     Flag::value("address"),
+    Flag::value("runtime-class-dir"),
 ];
 
 /// Lexes the arguments (`util::flags`, Go's pflag conventions); everything after `--` is the
@@ -122,6 +125,7 @@ fn parse_opts(args: &[String]) -> anyhow::Result<Opts> {
             "stdin" => o.stdin = value == "true",
             "tty" => o.tty = value == "true",
             "address" => o.address = Some(value),
+            "runtime-class-dir" => o.runtime_class_dir = Some(value),
             other => bail!("unknown flag: --{other}"),
         }
     }
@@ -181,6 +185,8 @@ Offline: read, decode, default and validate manifests exactly as `nanolet run` d
 files of at most 10 MiB; YAML 1.1 as the kubelet reads it). Prints `FILE: valid` or
 `FILE: field: reason` for each problem; exit 1 when any file is invalid.
       --hostname-override NAME  the node name for the static pods' names (default: hostname)
+      --runtime-class-dir DIR   RuntimeClasses pods may name (default /etc/nanolet/runtimeclasses);
+                                a RuntimeClass manifest given as FILE is validated too
 ",
         _ => return None,
     })
@@ -961,6 +967,47 @@ fn validate_bytes_report(
     (errors, notes)
 }
 
+/// A RuntimeClass manifest's problems (file, field path, reason), or `None` when `path` does
+/// not hold a RuntimeClass.
+fn runtime_class_file(path: &Path) -> Option<Vec<(String, String)>> {
+    let bytes = crate::config::file::read_manifest(path).ok()?;
+    let doc = crate::yaml::to_json(std::str::from_utf8(&bytes).ok()?).ok()?;
+    if doc.value["kind"].as_str() != Some("RuntimeClass") {
+        return None;
+    }
+    Some(
+        match crate::runtimeclass::parse(&doc.value, &path.to_string_lossy()) {
+            Ok(_) => vec![],
+            Err(crate::runtimeclass::RuntimeClassError::Invalid { field, reason, .. }) => {
+                vec![(field, reason)]
+            }
+            Err(e) => vec![(String::new(), e.to_string())],
+        },
+    )
+}
+
+/// How the pod's `runtimeClassName` would fail on this node: the kubelet's sandbox failure
+/// when the class is not in `classes` (the local directory; `validate` has no API).
+fn runtime_class_refusal(
+    path: &Path,
+    node: &str,
+    classes: &crate::runtimeclass::RuntimeClasses,
+) -> Option<(String, String)> {
+    let origin = path.to_string_lossy().into_owned();
+    let bytes = crate::config::file::read_manifest(path).ok()?;
+    let Ok((DecodedDoc::Pod(pod), _)) = decode_manifest_with_notes(&bytes, &origin) else {
+        return None;
+    };
+    let pod = make_static_pod(*pod, node, SourceKind::File, &origin, "").ok()?;
+    let err = classes.lookup_handler(&pod).err()?;
+    Some((
+        "spec.runtimeClassName".into(),
+        format!(
+            "the pod would stay Pending: FailedCreatePodSandBox: Failed to create pod sandbox: {err}"
+        ),
+    ))
+}
+
 fn validate(o: &Opts) -> anyhow::Result<()> {
     if o.positional.is_empty() {
         bail!("usage: nanolet validate FILE...");
@@ -973,9 +1020,24 @@ fn validate(o: &Opts) -> anyhow::Result<()> {
             .map(|h| h.to_lowercase())
             .unwrap_or_else(|| "localhost".into()),
     };
+    let classes = crate::runtimeclass::RuntimeClasses::new(
+        Some(
+            o.runtime_class_dir
+                .clone()
+                .unwrap_or_else(|| "/etc/nanolet/runtimeclasses".into())
+                .into(),
+        ),
+        false,
+    );
     let mut failed = 0;
     for f in &o.positional {
-        let (errs, notes) = validate_file_report(Path::new(f), &node);
+        let (mut errs, notes) = match runtime_class_file(Path::new(f)) {
+            Some(r) => (r, vec![]),
+            None => validate_file_report(Path::new(f), &node),
+        };
+        if errs.is_empty() {
+            errs.extend(runtime_class_refusal(Path::new(f), &node, &classes));
+        }
         // File names and manifest text may hold control characters: shown escaped, as `run`
         // logs them.
         let esc = crate::config::escape_text;
@@ -1139,6 +1201,50 @@ mod tests {
         std::fs::write(&p, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: c\n    image: busybox\n").unwrap();
         assert_eq!(validate_file(&p, "node1"), vec![]);
         assert_eq!(validate_file(&dir.path().join("nope.yaml"), "n").len(), 1);
+    }
+
+    /// Issue 32: `validate` shows how a pod naming a RuntimeClass the node lacks would fail
+    /// (the kubelet's FailedCreatePodSandBox with the API's NotFound text), and validates
+    /// RuntimeClass manifests (ValidateRuntimeClass's field paths).
+    #[test]
+    fn validate_shows_the_runtime_class_refusal_and_checks_runtime_classes() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let classes_dir = dir.path().join("rc");
+        std::fs::create_dir_all(&classes_dir).expect("mkdir");
+        let rc = classes_dir.join("kata.yaml");
+        std::fs::write(
+            &rc,
+            "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: kata\nhandler: kata\n",
+        )
+        .expect("write");
+        let classes = crate::runtimeclass::RuntimeClasses::new(Some(classes_dir.clone()), true);
+        let p = dir.path().join("p.yaml");
+        let pod = |class: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  runtimeClassName: {class}\n  containers:\n  - name: c\n    image: busybox\n"
+            )
+        };
+        std::fs::write(&p, pod("kata")).expect("write");
+        assert_eq!(runtime_class_refusal(&p, "n", &classes), None);
+        std::fs::write(&p, pod("gvisor")).expect("write");
+        assert_eq!(
+            runtime_class_refusal(&p, "n", &classes),
+            Some((
+                "spec.runtimeClassName".into(),
+                "the pod would stay Pending: FailedCreatePodSandBox: Failed to create pod sandbox: runtimeclass.node.k8s.io \"gvisor\" not found".into()
+            ))
+        );
+        assert_eq!(runtime_class_file(&rc), Some(vec![]));
+        assert_eq!(runtime_class_file(&p), None, "a pod is not a RuntimeClass");
+        std::fs::write(
+            &rc,
+            "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: kata\n",
+        )
+        .expect("write");
+        assert_eq!(
+            runtime_class_file(&rc),
+            Some(vec![("handler".into(), "Required value".into())])
+        );
     }
 
     /// Issue 34: shapes the kubelet refuses, each called valid before. ValidatePodSpec's

@@ -838,7 +838,7 @@ impl Runtime for CriRuntime {
         let req = with_deadline(
             pb::RunPodSandboxRequest {
                 config: Some(sandbox_config_pb(config)),
-                runtime_handler: String::new(),
+                runtime_handler: config.runtime_handler.clone(),
             },
             self.default_timeout,
         );

@@ -343,6 +343,17 @@ impl Runtime for FakeRuntime {
     fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<String> {
         let id = self.id("sb");
         let mut g = self.enter("run_pod_sandbox", &config.name)?;
+        // As containerd: a handler it has no runtime for fails the sandbox (never the default).
+        let h = &config.runtime_handler;
+        if !h.is_empty() && !g.handlers.iter().any(|x| &x.name == h) {
+            return Err(RuntimeError::new(
+                "run_pod_sandbox",
+                &config.name,
+                ErrorKind::Other,
+                format!("failed to get sandbox runtime: no runtime for \"{h}\" is configured"),
+            )
+            .with_code(GrpcCode::Unknown));
+        }
         let ip = if config.host_network {
             String::new()
         } else {

@@ -281,6 +281,9 @@ pub struct PodSandboxConfig {
     /// `hostUsers: false`: the pod's own user namespace, this one range for UIDs and GIDs
     /// (CRI `userns_options` mode POD, on the sandbox and each container); None: the host's.
     pub user_namespace: Option<IdMapping>,
+    /// CRI `RunPodSandboxRequest.runtime_handler`: the pod's RuntimeClass handler; empty for the
+    /// runtime's default (a pod without `runtimeClassName` only).
+    pub runtime_handler: String,
 }
 
 /// CRI `IDMapping`: `length` IDs from `container_id` inside map to `host_id` on the host.

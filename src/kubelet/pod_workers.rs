@@ -44,6 +44,8 @@ pub struct SyncSettings {
     /// Node allocatable for admission (OutOfcpu / OutOfmemory).
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory_bytes: i64,
+    /// Node allocatable extended resources (name -> count) for admission (`OutOf<name>`).
+    pub extended_allocatable: std::collections::BTreeMap<String, i64>,
     /// evictionPressureTransitionPeriod: how long a local-storage eviction keeps a pod out.
     pub eviction_transition: Duration,
     /// The operator's hardening options, checked at admission.
@@ -123,6 +125,12 @@ pub enum SyncError {
         #[source]
         source: crate::kuberuntime::userns::UsernsError,
     },
+    #[error("pod {pod}: {source}")]
+    RuntimeClass {
+        pod: String,
+        #[source]
+        source: crate::runtimeclass::RuntimeClassError,
+    },
 }
 
 impl SyncError {
@@ -133,6 +141,7 @@ impl SyncError {
             SandboxError::Dns(source) => SyncError::Dns { pod, source },
             SandboxError::Runtime(source) => SyncError::Runtime { pod, source },
             SandboxError::UserNamespace(source) => SyncError::UserNamespace { pod, source },
+            SandboxError::RuntimeClass(source) => SyncError::RuntimeClass { pod, source },
         }
     }
 }

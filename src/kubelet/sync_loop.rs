@@ -347,6 +347,24 @@ impl SyncLoop {
             }
         }
         self.desired = d.pods;
+        // A pod's overhead is fixed when it is admitted (the API server fixes it at creation):
+        // a running pod keeps the RuntimeClass overhead it was admitted with.
+        for (uid, pod) in self.desired.iter_mut() {
+            let Some(w) = self.workers.get(uid) else {
+                continue;
+            };
+            let admitted = w.pod.spec.extra.get("overhead");
+            if crate::runtimeclass::runtime_class_name(pod).is_some()
+                && !pod.spec.extra.contains_key("overhead")
+                && admitted.is_some()
+            {
+                let admitted = admitted.cloned().unwrap_or_default();
+                Arc::make_mut(pod)
+                    .spec
+                    .extra
+                    .insert("overhead".into(), admitted);
+            }
+        }
         // Pods no source has any more: terminate.
         let gone: Vec<String> = self
             .workers
@@ -431,10 +449,53 @@ impl SyncLoop {
             ) {
                 continue;
             }
+            let pod = match self.with_runtime_class(&pod) {
+                Ok(p) => p,
+                Err((reason, message)) => {
+                    self.reject(&pod, reason, message);
+                    continue;
+                }
+            };
             if !self.admit(&pod) {
                 continue;
             }
+            self.desired.insert(uid.clone(), pod.clone());
             self.spawn(uid, pod, false);
+        }
+    }
+
+    /// The pod as the RuntimeClass admission plugin would have let it in: its class's
+    /// `overhead.podFixed` as `spec.overhead` (counted by admission and the pod cgroup), or a
+    /// refusal when its own overhead differs, or when the node does not match the class's
+    /// `scheduling.nodeSelector` (`NodeAffinity`, as the merged nodeSelector would be). A class
+    /// not found here is the sandbox's failure, as in the kubelet (the pod is admitted and its
+    /// sandbox fails with `runtimeclass.node.k8s.io "x" not found` until the class appears).
+    /// API pods went through the real plugin and the scheduler: their `spec.overhead` and
+    /// placement stand as the API server left them (the kubelet never re-checks them).
+    fn with_runtime_class(&self, pod: &Arc<Pod>) -> Result<Arc<Pod>, (&'static str, String)> {
+        let Some(name) = crate::runtimeclass::runtime_class_name(pod) else {
+            return Ok(pod.clone());
+        };
+        if crate::kubelet::admission::is_api_pod(pod) {
+            return Ok(pod.clone());
+        }
+        let rc = match self.ctx.settings.runtime.runtime_classes.get(name) {
+            Ok(rc) => rc,
+            Err(e) => {
+                warn!(pod = %format!("{}/{}", pod.metadata.namespace, pod.metadata.name), error = %e, "RuntimeClass not available at admission; its sandbox will fail until it is");
+                return Ok(pod.clone());
+            }
+        };
+        if !crate::runtimeclass::node_selector_matches(&rc, &self.ctx.settings.node_labels) {
+            return Err((
+                crate::kubelet::admission::NODE_AFFINITY.0,
+                crate::kubelet::admission::NODE_AFFINITY.1.to_string(),
+            ));
+        }
+        match crate::runtimeclass::with_overhead(pod, &rc) {
+            Ok(Some(p)) => Ok(Arc::new(p)),
+            Ok(None) => Ok(pod.clone()),
+            Err(message) => Err((crate::runtimeclass::OVERHEAD_MISMATCH_REASON, message)),
         }
     }
 
@@ -442,16 +503,56 @@ impl SyncLoop {
     /// kubelet rejects it (phase Failed, reason OutOfpods) and admitted later when room appears
     /// (nanolet goes further than the kubelet here: static pods have nowhere else to go).
     fn admit(&mut self, pod: &Pod) -> bool {
-        match self.admission_rejection(pod) {
-            None => {
-                self.warn_unenforced_isolation(pod);
-                true
+        if let Some((reason, message)) = self.admission_rejection(pod) {
+            self.reject(pod, reason, message);
+            return false;
+        }
+        if let Some((reason, message)) = self.extended_resource_rejection(pod) {
+            self.reject(pod, &reason, message);
+            return false;
+        }
+        self.warn_unenforced_isolation(pod);
+        true
+    }
+
+    /// The predicate's fit check for extended resources (`OutOf<name>`, "Node didn't have
+    /// enough resource: <name>, requested: N, used: N, capacity: N"), after pods, cpu and
+    /// memory. Unlike the kubelet, a resource the node does not have at all counts as capacity
+    /// 0: the kubelet drops such requests (removeMissingExtendedResources, its documented
+    /// caveat for static pods) and would run the pod without the device.
+    fn extended_resource_rejection(&self, pod: &Pod) -> Option<(String, String)> {
+        let want = crate::api::helpers::pod_extended_requests(pod);
+        if want.values().all(|v| *v <= 0) {
+            return None;
+        }
+        let mut used: BTreeMap<String, i64> = BTreeMap::new();
+        for w in self.workers.values().filter(|w| !w.terminating) {
+            let terminal = self
+                .ctx
+                .store
+                .get(&w.pod.metadata.uid)
+                .and_then(|x| x.status)
+                .is_some_and(|s| s.phase == "Succeeded" || s.phase == "Failed");
+            if terminal {
+                continue;
             }
-            Some((reason, message)) => {
-                self.reject(pod, reason, message);
-                false
+            for (k, v) in crate::api::helpers::pod_extended_requests(&w.pod) {
+                *used.entry(k).or_default() += v;
             }
         }
+        let allocatable = &self.ctx.settings.extended_allocatable;
+        want.iter().filter(|(_, v)| **v > 0).find_map(|(name, n)| {
+            let cap = allocatable.get(name).copied().unwrap_or(0);
+            let u = used.get(name).copied().unwrap_or(0);
+            (u + n > cap).then(|| {
+                (
+                    format!("OutOf{name}"),
+                    format!(
+                        "Node didn't have enough resource: {name}, requested: {n}, used: {u}, capacity: {cap}"
+                    ),
+                )
+            })
+        })
     }
 
     /// Why admission refuses `pod` (reason, message), or `None` when it is admitted: security
@@ -579,7 +680,7 @@ impl SyncLoop {
 
     /// Marks `pod` rejected (phase Failed with `reason`), with a warning and an event when the
     /// reason is new.
-    fn reject(&mut self, pod: &Pod, reason: &'static str, message: String) {
+    fn reject(&mut self, pod: &Pod, reason: &str, message: String) {
         let mut rejected = pod.clone();
         rejected.status = Some(crate::api::PodStatus {
             phase: "Failed".into(),
@@ -727,13 +828,22 @@ mod tests {
             max_pods: u32,
             threads: crate::util::pool::PoolSize,
         ) -> Harness {
+            Self::start_tweaked(rt, max_pods, |c| c.settings.worker_threads = threads)
+        }
+
+        /// The harness with its workers' context changed by `tweak` first.
+        fn start_tweaked(
+            rt: Arc<FakeRuntime>,
+            max_pods: u32,
+            tweak: impl FnOnce(&mut WorkerContext),
+        ) -> Harness {
             let logs = tempfile::tempdir().expect("tempdir");
             let store = Arc::new(StatusStore::new(Duration::from_secs(300)));
             let (tx, rx) = channel();
             let cache = Arc::new(crate::kuberuntime::cache::PodCache::new());
             let mut ctx = context(&rt, &cache, &store, logs.path(), max_pods, Some(tx.clone()));
             if let Some(c) = Arc::get_mut(&mut ctx) {
-                c.settings.worker_threads = threads;
+                tweak(c);
             }
             let sl = SyncLoop::new(ctx, tx.clone());
             let join = std::thread::spawn(move || sl.run(rx));
@@ -850,12 +960,14 @@ mod tests {
                         std::path::PathBuf::new(),
                     )),
                     cluster_dns: Default::default(),
+                    runtime_classes: crate::runtimeclass::RuntimeClasses::none(),
                 },
                 resync: Duration::from_secs(60),
                 worker_threads: crate::util::pool::PoolSize { min: 2, max: 16 },
                 max_pods,
                 allocatable_cpu_millis: 4000,
                 allocatable_memory_bytes: 8 << 30,
+                extended_allocatable: [("example.com/dongle".to_string(), 2)].into(),
                 eviction_transition: Duration::from_secs(300),
                 security: crate::kubelet::policy::SecurityPolicy::default(),
                 host_security: Default::default(),
@@ -1846,6 +1958,200 @@ mod tests {
             h.status("u3").is_some_and(|s| s.reason == "NodePorts")
         });
         assert_eq!(rt.count_calls("run_pod_sandbox"), 1, "{:?}", rt.calls());
+    }
+
+    /// RuntimeClass as the kubelet resolves it (runtimeclass_manager LookupRuntimeHandler,
+    /// kuberuntime_sandbox createPodSandbox) plus what the RuntimeClass admission plugin does
+    /// for pods no API server saw: the handler reaches CRI RunPodSandbox; overhead.podFixed
+    /// counts in admission (OutOfcpu counts it); scheduling.nodeSelector refuses with
+    /// NodeAffinity; an unknown class fails the sandbox with the API's NotFound text and a
+    /// handler the runtime does not report fails it before any RunPodSandbox: never the
+    /// default handler.
+    #[test]
+    fn runtime_classes_choose_the_handler_count_overhead_and_never_fall_back() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let rc = |name: &str, handler: &str, extra: &str| {
+            std::fs::write(
+                dir.path().join(format!("{name}.yaml")),
+                format!("apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: {name}\nhandler: {handler}\n{extra}"),
+            )
+            .expect("write");
+        };
+        rc(
+            "kata",
+            "kata",
+            "overhead:\n  podFixed:\n    cpu: 1500m\n    memory: 64Mi\n",
+        );
+        rc("fc", "firecracker", "");
+        rc(
+            "elsewhere",
+            "kata",
+            "scheduling:\n  nodeSelector:\n    site: other\n",
+        );
+        let rt = fake();
+        rt.set_runtime_handlers(vec![
+            crate::cri::RuntimeHandler {
+                name: String::new(),
+                ..Default::default()
+            },
+            crate::cri::RuntimeHandler {
+                name: "kata".into(),
+                ..Default::default()
+            },
+        ]);
+        let classes = crate::runtimeclass::RuntimeClasses::new(Some(dir.path().into()), true);
+        let h = Harness::start_tweaked(rt.clone(), 110, |c| {
+            c.settings.runtime.runtime_classes = classes;
+        });
+        let with_class = |uid: &str, name: &str, class: &str, cpu: &str| {
+            let mut p = pod(uid, name, "Always", &["c"]);
+            p.spec
+                .extra
+                .insert("runtimeClassName".into(), serde_json::json!(class));
+            p.spec.containers[0]
+                .resources
+                .requests
+                .insert("cpu".into(), serde_json::json!(cpu));
+            p
+        };
+        // 2000m + 1500m overhead fits 4000m; a second 400m pod would fit without the overhead.
+        let kata = with_class("u1", "vm", "kata", "2");
+        let small = pod("u2", "small", "Always", &["c"]);
+        let mut second = with_class("u3", "vm2", "kata", "100m");
+        second.spec.extra.remove("runtimeClassName");
+        second.spec.containers[0]
+            .resources
+            .requests
+            .insert("cpu".into(), serde_json::json!("600m"));
+        h.desire(&[kata.clone(), small.clone(), second.clone()], true);
+        h.wait("vm Running", |h| phase(h, "u1") == "Running");
+        h.wait("600m refused: the overhead is counted", |h| {
+            h.status("u3").is_some_and(|s| s.reason == "OutOfcpu")
+        });
+        assert_eq!(
+            h.status("u3").expect("u3").message,
+            "Node didn't have enough resource: cpu, requested: 600, used: 3500, capacity: 4000"
+        );
+        let handlers: BTreeMap<String, String> = rt
+            .sandbox_configs()
+            .into_iter()
+            .map(|c| (c.name, c.runtime_handler))
+            .collect();
+        assert_eq!(handlers.get("vm-node1").map(String::as_str), Some("kata"));
+        h.wait("small Running", |h| phase(h, "u2") == "Running");
+        let handlers: BTreeMap<String, String> = rt
+            .sandbox_configs()
+            .into_iter()
+            .map(|c| (c.name, c.runtime_handler))
+            .collect();
+        assert_eq!(handlers.get("small-node1").map(String::as_str), Some(""));
+
+        // An unknown class, a handler the runtime lacks, a node the class excludes.
+        let unknown = with_class("u4", "unknown", "nope", "10m");
+        let lacking = with_class("u5", "lacking", "fc", "10m");
+        let elsewhere = with_class("u6", "elsewhere", "elsewhere", "10m");
+        // An API pod whose overhead the API server set before the class changed: kept as is,
+        // neither refused nor re-set (the kubelet never re-checks it).
+        let mut api = with_class("u7", "api", "kata", "10m");
+        api.metadata.annotations.insert(
+            crate::config::naming::CONFIG_SOURCE_ANNOTATION.into(),
+            "api".into(),
+        );
+        api.spec
+            .extra
+            .insert("overhead".into(), serde_json::json!({"cpu": "1m"}));
+        rt.clear_calls();
+        h.desire(&[kata, small, unknown, lacking, elsewhere, api], true);
+        h.wait("elsewhere refused", |h| {
+            h.status("u6").is_some_and(|s| s.reason == "NodeAffinity")
+        });
+        h.wait("the API pod Running", |h| phase(h, "u7") == "Running");
+        let failed = |h: &Harness, name: &str| {
+            h.store
+                .events()
+                .list()
+                .into_iter()
+                .filter(|e| e.reason == "FailedCreatePodSandBox" && e.object.name == name)
+                .map(|e| e.message)
+                .next()
+        };
+        h.wait("sandbox failures", |h| {
+            failed(h, "unknown-node1").is_some() && failed(h, "lacking-node1").is_some()
+        });
+        assert_eq!(
+            failed(&h, "unknown-node1").as_deref(),
+            Some("Failed to create pod sandbox: runtimeclass.node.k8s.io \"nope\" not found")
+        );
+        assert_eq!(
+            failed(&h, "lacking-node1").as_deref(),
+            Some(
+                "Failed to create pod sandbox: RuntimeClass \"fc\": the runtime has no handler \"firecracker\" (CRI status reports: \"\", \"kata\")"
+            )
+        );
+        for uid in ["u4", "u5"] {
+            let st = h.status(uid).expect("status");
+            assert_eq!(st.phase, "Pending", "{uid}");
+            let w = st.container_statuses[0]
+                .state
+                .waiting
+                .as_ref()
+                .expect("waiting");
+            assert_eq!(w.reason, "ContainerCreating");
+        }
+        assert!(
+            !rt.calls()
+                .iter()
+                .any(|c| c == "run_pod_sandbox unknown-node1"
+                    || c == "run_pod_sandbox lacking-node1"),
+            "no sandbox is ever created for them: {:?}",
+            rt.calls()
+        );
+    }
+
+    /// Extended resources at admission (the predicate's fit check, noderesources Fits):
+    /// `OutOf<name>` with "Node didn't have enough resource: <name>, requested, used,
+    /// capacity"; a resource the node does not have counts as capacity 0 (the kubelet would
+    /// drop the request, removeMissingExtendedResources, and run the pod without the device);
+    /// the refused pod is admitted once the holder is gone.
+    #[test]
+    fn pods_asking_for_more_extended_resources_than_the_node_has_are_refused() {
+        // The harness node has example.com/dongle: 2.
+        let h = Harness::start(fake());
+        let with = |uid: &str, name: &str, res: &str, n: i64| {
+            let mut p = pod(uid, name, "Always", &["c"]);
+            p.spec.containers[0]
+                .resources
+                .limits
+                .insert(res.into(), serde_json::json!(n));
+            p
+        };
+        let one = with("u1", "one", "example.com/dongle", 1);
+        let two = with("u2", "two", "example.com/dongle", 2);
+        let serial = with("u3", "serial", "squat.ai/serial", 1);
+        h.desire(&[one.clone(), two.clone(), serial.clone()], true);
+        h.wait("one Running", |h| phase(h, "u1") == "Running");
+        h.wait("two refused", |h| {
+            h.status("u2")
+                .is_some_and(|s| s.reason == "OutOfexample.com/dongle")
+        });
+        let st = h.status("u2").expect("u2");
+        assert_eq!(st.phase, "Failed");
+        assert_eq!(
+            st.message,
+            "Node didn't have enough resource: example.com/dongle, requested: 2, used: 1, capacity: 2"
+        );
+        h.wait("serial refused", |h| {
+            h.status("u3")
+                .is_some_and(|s| s.reason == "OutOfsquat.ai/serial")
+        });
+        assert_eq!(
+            h.status("u3").expect("u3").message,
+            "Node didn't have enough resource: squat.ai/serial, requested: 1, used: 0, capacity: 0"
+        );
+        // The holder goes: the refused pod gets both devices.
+        h.desire(&[two, serial], true);
+        h.wait("two Running", |h| phase(h, "u2") == "Running");
+        assert_eq!(h.rt.running("c").len(), 1, "{:?}", h.rt.calls());
     }
 
     #[test]

@@ -167,6 +167,10 @@ impl Kubelet {
             kubelet_port: 0,
             on_api_client: Vec::new(),
             api_objects: None,
+            runtime_classes: crate::runtimeclass::RuntimeClasses::new(
+                Some(cfg.runtime_class_dir.clone()),
+                cfg.allow_insecure_manifest_dir,
+            ),
         };
         w.start_secure_server(deps.api_client.as_ref())?;
         w.start_servers(token)?;
@@ -283,6 +287,8 @@ struct Wiring<'a> {
     on_api_client: Vec<ApiClientHook>,
     /// API-server mode: the ConfigMaps, Secrets and tokens of API pods.
     api_objects: Option<Arc<crate::apiobjects::ApiObjects>>,
+    /// The node's RuntimeClasses: the local directory, and the API's once joined.
+    runtime_classes: Arc<crate::runtimeclass::RuntimeClasses>,
 }
 
 /// Run once the API client exists (see `Wiring::on_api_client`).
@@ -313,6 +319,11 @@ impl Wiring<'_> {
                 o.attach_client(client);
                 o.services().start(client);
             }));
+        let classes = self.runtime_classes.clone();
+        self.on_api_client
+            .push(Box::new(move |client: &Arc<ApiClient>| {
+                crate::runtimeclass::reflect::start(&classes, client);
+            }));
         self.api_objects = Some(objects);
     }
 
@@ -326,6 +337,7 @@ impl Wiring<'_> {
         n.runtime = Some(self.runtime.clone());
         n.kubelet_port = self.kubelet_port;
         n.eviction = self.cfg.eviction.clone();
+        n.extended = self.cfg.extended_resources.clone();
         n
     }
 
@@ -730,6 +742,7 @@ impl Wiring<'_> {
                         servers: cfg.cluster_dns.iter().map(ToString::to_string).collect(),
                         domain: cfg.cluster_domain.clone(),
                     },
+                    runtime_classes: self.runtime_classes.clone(),
                 },
                 resync: cfg.sync_frequency,
                 worker_threads: crate::util::pool::PoolSize {
@@ -743,6 +756,7 @@ impl Wiring<'_> {
                 // Allocatable = capacity - systemReserved - kubeReserved - the hard
                 // memory.available threshold.
                 allocatable_cpu_millis,
+                extended_allocatable: cfg.extended_resources.clone(),
                 allocatable_memory_bytes,
                 eviction_transition: cfg.eviction.pressure_transition_period,
                 security: cfg.security.clone(),

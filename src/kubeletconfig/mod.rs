@@ -163,6 +163,12 @@ pub struct Config {
     pub config_map_dir: PathBuf,
     /// Directory of Secret manifests that static pods may reference (nanolet extension).
     pub secret_dir: PathBuf,
+    /// Directory of RuntimeClass manifests (`node.k8s.io/v1`) static pods may name in
+    /// `runtimeClassName` (nanolet extension; joined, the API's classes count too).
+    pub runtime_class_dir: PathBuf,
+    /// `--extended-resources`: extended resources this node has (name -> count), in its
+    /// capacity and allocatable and checked at admission (nanolet extension).
+    pub extended_resources: std::collections::BTreeMap<String, i64>,
     /// Bind address of the read-only port.
     pub address: IpAddr,
     /// 0 disables the read-only server.
@@ -373,6 +379,8 @@ impl Config {
             pod_logs_dir: PathBuf::from("/var/log/pods"),
             config_map_dir: PathBuf::from("/etc/nanolet/configmaps"),
             secret_dir: PathBuf::from("/etc/nanolet/secrets"),
+            runtime_class_dir: PathBuf::from("/etc/nanolet/runtimeclasses"),
+            extended_resources: Default::default(),
             address: IpAddr::from([127, 0, 0, 1]),
             read_only_port: 10255,
             // HTTPS only: a build without TLS has no kubelet server unless --port asks for
@@ -503,6 +511,8 @@ impl fmt::Debug for Config {
             .field("pod_logs_dir", &self.pod_logs_dir)
             .field("config_map_dir", &self.config_map_dir)
             .field("secret_dir", &self.secret_dir)
+            .field("runtime_class_dir", &self.runtime_class_dir)
+            .field("extended_resources", &self.extended_resources)
             .field("address", &self.address)
             .field("read_only_port", &self.read_only_port)
             .field("port", &self.port)

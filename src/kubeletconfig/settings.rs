@@ -240,6 +240,39 @@ fn then<T, U>(
 }
 
 /// Stores a present value.
+/// `--extended-resources` pairs as counts: extended resource names, whole numbers >= 0.
+fn extended_resources(
+    pairs: Result<Option<BTreeMap<String, String>>, Invalid>,
+) -> Result<Option<BTreeMap<String, i64>>, Invalid> {
+    let Some(pairs) = pairs? else {
+        return Ok(None);
+    };
+    let mut out = BTreeMap::new();
+    for (k, v) in pairs {
+        if !crate::api::helpers::is_extended_resource_name(&k) {
+            return Err(ValueError::ExtendedResource(
+                k,
+                "must be a domain-prefixed name outside kubernetes.io (e.g. example.com/dongle)",
+            )
+            .into());
+        }
+        let q = crate::api::quantity::parse_quantity_str(&v).ok();
+        match q.filter(|q| q.milli_value() >= 0 && q.milli_value() % 1000 == 0) {
+            Some(q) => {
+                out.insert(k, q.value());
+            }
+            None => {
+                return Err(ValueError::ExtendedResource(
+                    format!("{k}={v}"),
+                    "the count must be a whole number >= 0",
+                )
+                .into());
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
 fn set<T>(slot: &mut T, value: Result<Option<T>, Invalid>) -> Result<(), Invalid> {
     if let Some(v) = value? {
         *slot = v;
@@ -486,6 +519,24 @@ pub(super) const SETTINGS: &[Setting] = &[
         help: "Directory of ConfigMap manifests static pods may reference in volumes and env (nanolet extension; the kubelet refuses them)",
         apply: |c, v| set(&mut c.config_map_dir, v.nonempty_path()),
         configz: Some(("configMapDir", |c| path_json(&c.config_map_dir))),
+    },
+    Setting {
+        flag: Flag::value("runtime-class-dir"),
+        field: None,
+        value_name: "path",
+        default: "/etc/nanolet/runtimeclasses",
+        help: "Directory of RuntimeClass manifests (node.k8s.io/v1) static pods may name in runtimeClassName; their handler goes to CRI, their overhead counts (nanolet extension; joined, the API's RuntimeClasses too, a local file wins)",
+        apply: |c, v| set(&mut c.runtime_class_dir, v.nonempty_path()),
+        configz: Some(("runtimeClassDir", |c| path_json(&c.runtime_class_dir))),
+    },
+    Setting {
+        flag: Flag::value("extended-resources"),
+        field: None,
+        value_name: "mapStringString",
+        default: "",
+        help: "Extended resources this node has, e.g. example.com/dongle=2 (what a cluster administrator PATCHes into a node's capacity): in the node's capacity and allocatable, and pods requesting more are refused with OutOf<name> (nanolet extension)",
+        apply: |c, v| set(&mut c.extended_resources, extended_resources(v.pairs())),
+        configz: Some(("extendedResources", |c| json!(c.extended_resources))),
     },
     Setting {
         flag: Flag::value("config"),

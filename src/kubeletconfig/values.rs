@@ -19,6 +19,10 @@ pub enum ValueError {
     Type(#[from] serde_json::Error),
     #[error("invalid boolean {0:?}: use true or false")]
     Bool(String),
+    /// `--extended-resources`: a name outside the extended resource names, or a count that is
+    /// not a whole number >= 0.
+    #[error("invalid extended resource {0:?}: {1}")]
+    ExtendedResource(String, &'static str),
     #[error("invalid duration {text:?}: {reason}")]
     Duration {
         text: String,

@@ -543,6 +543,7 @@ mod tests {
             )),
             cluster_dns: Default::default(),
             pod_pids_limit: -1,
+            runtime_classes: crate::runtimeclass::RuntimeClasses::none(),
         };
         let events = crate::events::EventRecorder::new();
         let mut state = super::super::RuntimeManagerState::default();

@@ -52,6 +52,9 @@ pub struct RuntimeSettings {
     pub host_dns: Arc<crate::api::dns::HostResolvConf>,
     /// `--cluster-dns` / `--cluster-domain`: the DNS of ClusterFirst pods, pods' FQDNs.
     pub cluster_dns: crate::api::dns::ClusterDns,
+    /// The node's RuntimeClasses (local directory and, joined, the API's): a pod's
+    /// `runtimeClassName` resolves to its CRI handler at every sandbox creation.
+    pub runtime_classes: Arc<crate::runtimeclass::RuntimeClasses>,
 }
 
 impl RuntimeSettings {

@@ -28,6 +28,9 @@ pub enum SandboxError {
     /// hostUsers: false and no user namespace range could be recorded.
     #[error("user namespace: {0}")]
     UserNamespace(#[from] super::userns::UsernsError),
+    /// The pod's RuntimeClass is unknown, or its handler is one the runtime does not report.
+    #[error(transparent)]
+    RuntimeClass(#[from] crate::runtimeclass::RuntimeClassError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 }
@@ -90,6 +93,21 @@ fn port_mappings(p: &Pod) -> Vec<PortMapping> {
 }
 
 impl RuntimeManager<'_> {
+    /// The CRI handler of the pod's RuntimeClass (the kubelet's `LookupRuntimeHandler`): an
+    /// unknown class fails the sandbox with the API's NotFound text; where the runtime reports
+    /// its handlers (containerd 2) one it does not report fails it too, before any RunPodSandbox
+    /// (containerd 1.6 and 1.7 refuse it themselves). Never the default handler for a class.
+    fn runtime_handler(&self) -> Result<String, SandboxError> {
+        let Some(class) = crate::runtimeclass::runtime_class_name(self.pod) else {
+            return Ok(String::new());
+        };
+        let handler = self.settings.runtime_classes.lookup_handler(self.pod)?;
+        let reported = self.runtime.status(false)?.handlers;
+        crate::runtimeclass::check_handler(class, &handler, &reported)?;
+        info!(pod = %self.full_name, runtime_class = class, runtime_handler = %handler, "running pod with runtime handler");
+        Ok(handler)
+    }
+
     /// Remember the newest sandbox's IP while it is ready.
     pub fn observe_pod_ip(&mut self, state: &PodRuntimeState) {
         if state.newest_sandbox().is_some_and(|s| s.ready) {
@@ -131,6 +149,8 @@ impl RuntimeManager<'_> {
             } else {
                 None
             },
+            // Set in `create_sandbox` (looked up at each creation, as the kubelet does).
+            runtime_handler: String::new(),
         }
     }
 
@@ -159,6 +179,7 @@ impl RuntimeManager<'_> {
     /// a new sandbox needs it), the pod's log directory, the pod cgroup (cgroupfs driver), then
     /// RunPodSandbox. Remembers the pod IP.
     fn run_sandbox(&mut self, cfg: &mut PodSandboxConfig) -> Result<String, SandboxError> {
+        cfg.runtime_handler = self.runtime_handler()?;
         let host = self.settings.host_dns.read()?;
         cfg.dns = Some(crate::api::dns::pod_dns(
             self.pod,

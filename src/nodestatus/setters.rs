@@ -32,6 +32,8 @@ pub struct NodeContext {
     pub kubelet_port: u16,
     /// Reservations and hard eviction thresholds, subtracted from capacity for allocatable.
     pub eviction: crate::eviction::EvictionConfig,
+    /// Extended resources (name -> count), in capacity and allocatable alike.
+    pub extended: std::collections::BTreeMap<String, i64>,
     /// the Ready status last posted (for NodeReady / NodeNotReady events).
     ready_posted: std::sync::Mutex<Option<bool>>,
     /// Per condition type, its last status and since when (the local view's
@@ -52,6 +54,7 @@ impl NodeContext {
             started: SystemTime::now(),
             kubelet_port: 0,
             eviction: crate::eviction::EvictionConfig::default(),
+            extended: Default::default(),
             ready_posted: std::sync::Mutex::new(None),
             transitions: Default::default(),
             runtime_version: OnceLock::new(),
@@ -99,6 +102,14 @@ fn os_image() -> String {
             })
         })
         .unwrap_or_else(|| "Unknown".into())
+}
+
+/// A resource list with the node's extended resources added (as counts).
+fn with_extended(mut v: Value, extended: &std::collections::BTreeMap<String, i64>) -> Value {
+    for (k, n) in extended {
+        v[k.as_str()] = json!(n.to_string());
+    }
+    v
 }
 
 /// A node's capacity or allocatable (upstream nodestatus.MachineInfo).
@@ -462,8 +473,8 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
         },
         "spec": {},
         "status": {
-            "capacity": capacity.to_json(),
-            "allocatable": allocatable.to_json(),
+            "capacity": with_extended(capacity.to_json(), &ctx.extended),
+            "allocatable": with_extended(allocatable.to_json(), &ctx.extended),
             "conditions": conditions,
             "addresses": addresses,
             "daemonEndpoints": {"kubeletEndpoint": {"Port": ctx.kubelet_port}},

@@ -61,6 +61,9 @@ mod security;
 mod soak;
 /// A fork bomb (podPidsLimit) and a memory hog beside other pods.
 mod resources;
+/// Edge hardware (issue 32): RuntimeClasses (the handler reaches containerd, unknown classes
+/// and handlers never run) and extended resources at admission.
+mod edge_hardware;
 /// CRI streaming on real containerd: `nanolet exec -i/-t`, `nanolet port-forward`, the proxy.
 mod streaming;
 /// The .deb upgrade leaves running pods untouched.

@@ -49,7 +49,8 @@ impl TestRuntime {
 
     /// PATH for containerd: its own directory first, so it starts the shim of its version.
     pub fn path_env(&self) -> std::ffi::OsString {
-        let system = std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into());
+        let system =
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into());
         match &self.bin_dir {
             Some(d) => {
                 let mut dirs = vec![d.clone()];
@@ -114,6 +115,10 @@ pub fn test_runtime() -> &'static TestRuntime {
     })
 }
 
+/// The second runtime handler every test containerd has (runc with its own state root,
+/// `<tmp>/runc-alt`): what a RuntimeClass names in the runtime class tests.
+pub const ALT_HANDLER: &str = "nanolet-alt";
+
 /// A version 2 configuration (containerd 1.6 and 1.7): the CRI plugin is one plugin,
 /// `io.containerd.grpc.v1.cri`.
 pub(crate) fn containerd_config_v2(t: &str, rt: &TestRuntime, registries: &[String]) -> String {
@@ -135,17 +140,26 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       snapshotter = "overlayfs"
 "#
     );
-    if let Some(runc) = &rt.runc {
-        c.push_str(&format!(
-            r#"      default_runtime_name = "runc"
+    // runc is named explicitly: a config naming any runtime replaces containerd's default
+    // runtimes map (1.6 then has no `runc`). A second handler (RuntimeClass tests): runc with
+    // its own state root, so a sandbox created through it is seen under
+    // `<tmp>/runc-alt/k8s.io/<id>`.
+    let binary = rt
+        .runc
+        .as_ref()
+        .map(|r| format!("          BinaryName = \"{}\"\n", r.display()))
+        .unwrap_or_default();
+    c.push_str(&format!(
+        r#"      default_runtime_name = "runc"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
         runtime_type = "io.containerd.runc.v2"
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-          BinaryName = "{}"
-"#,
-            runc.display()
-        ));
-    }
+{binary}      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{ALT_HANDLER}]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{ALT_HANDLER}.options]
+          Root = "{t}/runc-alt"
+{binary}"#
+    ));
     c.push_str(&format!(
         r#"    [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
@@ -215,6 +229,10 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
         runtime_type = 'io.containerd.runc.v2'
         [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+{runc}      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{ALT_HANDLER}]
+        runtime_type = 'io.containerd.runc.v2'
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{ALT_HANDLER}.options]
+          Root = '{t}/runc-alt'
 {runc}    [plugins.'io.containerd.cri.v1.runtime'.cni]
       bin_dirs = ['/usr/lib/cni']
       conf_dir = '{t}/cni'

@@ -40,6 +40,10 @@ pub(super) fn resource_info(prefix: &str, resource: &str) -> Option<(&'static st
         ("/api/v1", "configmaps") => Some(("ConfigMap", "v1", true)),
         ("/api/v1", "secrets") => Some(("Secret", "v1", true)),
         ("/api/v1", "serviceaccounts") => Some(("ServiceAccount", "v1", true)),
+        // Stored and watched like the others (list, watch, create, delete); no discovery entry.
+        ("/apis/node.k8s.io/v1", "runtimeclasses") => {
+            Some(("RuntimeClass", "node.k8s.io/v1", false))
+        }
         _ => None,
     }
 }
