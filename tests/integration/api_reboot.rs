@@ -123,9 +123,9 @@ pub(crate) fn reboot_node(n: &mut Nanolet, ctd: &mut Containerd) {
     }
     ctd.stop_daemon();
     let left = wait_for(Duration::from_secs(20), || {
-        shims(&ctd).is_empty().then_some(())
+        shims(ctd).is_empty().then_some(())
     });
-    assert!(left.is_some(), "shims survive: {:?}", shims(&ctd));
+    assert!(left.is_some(), "shims survive: {:?}", shims(ctd));
     let prefix = format!("{}/", n.dir.display());
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut points: Vec<&str> = info
