@@ -915,17 +915,17 @@ spec:
     );
 }
 
-/// Issue 20's offline reboot against the real server: an API pod (Secret env, ConfigMap
-/// volume, the bound token) is checkpointed; the node reboots while its link to the control
-/// plane is cut, and nanolet starts the pod again from the checkpoint; the ConfigMap changed
-/// during the outage reaches the pod's file once the link returns, with no restart, and the
-/// API shows the pod Ready again.
-#[test]
-fn an_api_pod_starts_again_after_a_reboot_without_the_control_plane_and_reconciles() {
-    use nanolet::cri::Runtime;
+/// The node with the agent pod (Secret env, ConfigMap volume, bound token) Ready, its
+/// objects in nanolet's offline checkpoint as `checkpointed` wants them.
+fn agent_node(
+    extra: &[&str],
+    checkpointed: impl Fn(&str) -> bool,
+) -> (Cluster, Containerd, Nanolet) {
     let cluster = Cluster::up();
-    let mut ctd = Containerd::start_in_netns(&cluster.node_netns());
-    let mut n = join(&cluster, &ctd, &["--sync-frequency=2s"]);
+    let ctd = Containerd::start_in_netns(&cluster.node_netns());
+    let mut args = vec!["--sync-frequency=2s"];
+    args.extend_from_slice(extra);
+    let n = join(&cluster, &ctd, &args);
     wait_node_ready(&cluster, &n);
     cluster
         .apply(
@@ -965,11 +965,24 @@ spec:
     let checkpoint = n.dir.join("root/api-objects.json");
     wait_for(Duration::from_secs(30), || {
         let cp = std::fs::read_to_string(&checkpoint).ok()?;
-        (cp.contains("agent-config") && cp.contains("agent-secret") && cp.contains("\"tokens\""))
-            .then_some(())
+        checkpointed(&cp).then_some(())
     })
     .unwrap_or_else(|| panic!("no checkpoint with the pod's objects\n{}", n.log_tail()));
 
+    (cluster, ctd, n)
+}
+
+/// Issue 20's offline reboot against the real server: an API pod (Secret env, ConfigMap
+/// volume, the bound token) is checkpointed; the node reboots while its link to the control
+/// plane is cut, and nanolet starts the pod again from the checkpoint; the ConfigMap changed
+/// during the outage reaches the pod's file once the link returns, with no restart, and the
+/// API shows the pod Ready again.
+#[test]
+fn an_api_pod_starts_again_after_a_reboot_without_the_control_plane_and_reconciles() {
+    use nanolet::cri::Runtime;
+    let (cluster, mut ctd, mut n) = agent_node(&[], |cp| {
+        cp.contains("agent-config") && cp.contains("agent-secret") && cp.contains("\"tokens\"")
+    });
     cluster.set_node_link(false);
     crate::api_reboot::reboot_node(&mut n, &mut ctd);
     n.spawn();
@@ -1214,4 +1227,47 @@ spec:
         "True",
         "{pod:#}"
     );
+}
+
+/// `--checkpoint-secrets=false` against the real server: the checkpoint holds no Secret and no
+/// token; after a reboot without the control plane the pod waits in CreateContainerConfigError
+/// naming its Secret, and starts once the link returns.
+#[test]
+fn without_checkpointed_secrets_the_pod_waits_for_the_control_plane_after_a_reboot() {
+    use nanolet::cri::Runtime;
+    let (cluster, mut ctd, mut n) = agent_node(&["--checkpoint-secrets=false"], |cp| {
+        cp.contains("agent-config") && !cp.contains("agent-secret")
+    });
+    let raw = std::fs::read_to_string(n.dir.join("root/api-objects.json")).unwrap_or_default();
+    assert!(
+        !raw.contains("r3boot-s3cret") && !raw.contains("cjNib290LXMzY3JldA=="),
+        "{raw}"
+    );
+    cluster.set_node_link(false);
+    crate::api_reboot::reboot_node(&mut n, &mut ctd);
+    n.spawn();
+    let rt = ctd.runtime();
+    let agent_running = || {
+        rt.list_containers().ok()?.into_iter().find(|c| {
+            c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some("agent")
+                && c.state == nanolet::cri::ContainerState::Running
+        })
+    };
+    let message = wait_for(Duration::from_secs(60), || {
+        let p = n
+            .pods()
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == "agent")?;
+        let w = &p["status"]["containerStatuses"][0]["state"]["waiting"];
+        (w["reason"] == "CreateContainerConfigError")
+            .then(|| w["message"].as_str().unwrap_or_default().to_string())
+    })
+    .unwrap_or_else(|| panic!("the pod does not wait for its Secret\n{}", n.log_tail()));
+    assert!(message.contains("agent-secret"), "{message}");
+    assert!(agent_running().is_none(), "ran without its Secret");
+    cluster.set_node_link(true);
+    let c = wait_for(Duration::from_secs(120), agent_running)
+        .unwrap_or_else(|| panic!("never started once the link returned\n{}", n.log_tail()));
+    let env = crate::api_objects::exec(&rt, &c.id, &["sh", "-c", "echo $AGENT_KEY"]);
+    assert_eq!(env.trim(), "r3boot-s3cret");
 }
