@@ -367,16 +367,16 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
             "allocatable": allocatable.to_json(),
             "conditions": [
                 match pressure.get("MemoryPressure") {
-                    Some(t) => cond_at("MemoryPressure", "True", "KubeletHasInsufficientMemory", "nanolet has insufficient memory available", *t),
-                    None => cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "nanolet has sufficient memory available"),
+                    Some(t) => cond_at("MemoryPressure", "True", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available", *t),
+                    None => cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
                 },
                 match pressure.get("DiskPressure") {
-                    Some(t) => cond_at("DiskPressure", "True", "KubeletHasDiskPressure", "nanolet has disk pressure", *t),
-                    None => cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "nanolet has no disk pressure"),
+                    Some(t) => cond_at("DiskPressure", "True", "KubeletHasDiskPressure", "kubelet has disk pressure", *t),
+                    None => cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
                 },
                 match pressure.get("PIDPressure") {
-                    Some(t) => cond_at("PIDPressure", "True", "KubeletHasInsufficientPID", "nanolet has insufficient PID available", *t),
-                    None => cond("PIDPressure", "False", "KubeletHasSufficientPID", "nanolet has sufficient PID available"),
+                    Some(t) => cond_at("PIDPressure", "True", "KubeletHasInsufficientPID", "kubelet has insufficient PID available", *t),
+                    None => cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
                 },
                 ready,
             ],
