@@ -737,6 +737,9 @@ impl Wiring<'_> {
                     container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
                     cgroup_driver: cfg.cgroup_driver,
                     pod_pids_limit: cfg.pod_pids_limit,
+                    swap: crate::kuberuntime::container_linux::SwapHost::detect(
+                        cfg.memory_swap_behavior,
+                    ),
                     host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                         cfg.resolv_conf.clone(),
                         // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.
@@ -771,6 +774,16 @@ impl Wiring<'_> {
                 ),
                 qos_cgroup_root: (cfg.cgroup_driver == crate::cm::CgroupDriver::Cgroupfs)
                     .then(|| PathBuf::from(CGROUP_ROOT)),
+                // Allocatable as the kubelet's GetNodeAllocatableAbsolute: capacity minus the
+                // reservations (the eviction threshold is not taken off).
+                qos_memory_reserve: cfg.qos_reserved_memory_percent.map(|percent| {
+                    crate::cm::QosMemoryReserve {
+                        allocatable: (crate::node::capacity().memory_bytes
+                            - cfg.eviction.reserved_memory)
+                            .max(0),
+                        percent,
+                    }
+                }),
             },
         })
     }
