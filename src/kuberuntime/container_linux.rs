@@ -331,7 +331,7 @@ mod swap_tests {
         let none_v1 = r(&host(SwapBehavior::LimitedSwap, false));
         assert_eq!(none_v1.memory_swap_limit_in_bytes, 2 * GIB);
         assert!(none_v1.unified.is_empty());
-        // No swap controller (this machine: no memory.memsw.limit_in_bytes): nothing at all.
+        // No swap controller (no memory.memsw.limit_in_bytes, or no memory.swap.max): nothing.
         let nothing = r(&SwapHost {
             controller: false,
             ..host(SwapBehavior::LimitedSwap, true)
