@@ -2,7 +2,8 @@
 //! on the pod cgroup, the kubelet's `ResourceConfigForPod` PidsLimit) and a memory hog held by
 //! its memory limit (OOMKilled, restarted), while nanolet, containerd and another pod keep
 //! working; the node allocatable and QoS tier cgroups hold the kubelet's values; a container's
-//! memory+swap limit is the kubelet's NoSwap on cgroup v1. On this machine's cgroup v1
+//! memory+swap limit is the kubelet's NoSwap on cgroup v1, the tiers' memory limits its
+//! qosReserved. On this machine's cgroup v1
 //! hierarchy (the v2 layout has unit tests in `cm` and `kuberuntime::container_linux`).
 
 use nanolet_test_support as support;
@@ -35,7 +36,8 @@ fn pids_file(uid: &str, file: &str) -> Option<String> {
 }
 
 /// Removes the (empty) pod cgroups nanolet created for these pods, after containerd is gone
-/// (declared before it, so dropped after it), also when the test fails.
+/// (declared before it, so dropped after it), also when the test fails, and lifts the tiers'
+/// qosReserved memory limits.
 struct PodCgroups(std::cell::RefCell<Vec<String>>);
 
 impl Drop for PodCgroups {
@@ -50,6 +52,13 @@ impl Drop for PodCgroups {
                     let _ = fs::remove_dir(h.join(format!("kubepods/{qos}pod{uid}")));
                 }
             }
+        }
+        // The tiers are shared: their qosReserved memory limits go back to unlimited.
+        for qos in ["burstable", "besteffort"] {
+            let _ = fs::write(
+                format!("/sys/fs/cgroup/memory/kubepods/{qos}/memory.limit_in_bytes"),
+                "-1",
+            );
         }
     }
 }
@@ -68,6 +77,7 @@ fn fork_bomb_and_memory_hog_leave_nanolet_containerd_and_other_pods_working() {
         &[
             format!("--pod-max-pids={PIDS_LIMIT}"),
             "--memory-swap-behavior=LimitedSwap".into(),
+            "--qos-reserved=memory=50%".into(),
         ],
     );
     // Bounded at 1000 processes, so that without the limit it fails the test, not the machine.
@@ -137,6 +147,24 @@ fn fork_bomb_and_memory_hog_leave_nanolet_containerd_and_other_pods_working() {
         read("cpu/kubepods/burstable/cpu.shares").ok().as_deref(),
         Some("307")
     );
+    // qosReserved memory=50% (setMemoryReserve): burstable = allocatable - 50% of the
+    // Guaranteed requests (the hog: 32Mi), besteffort = that - 50% of the Burstable requests
+    // (burst: its 64Mi limit as request); the kernel rounds limits down to whole pages.
+    let tier = |qos: &str| -> i64 {
+        read(&format!("memory/kubepods/{qos}/memory.limit_in_bytes"))
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no memory limit on kubepods/{qos}"))
+    };
+    let burstable = cap.memory_bytes - (16 << 20);
+    let besteffort = burstable - (32 << 20);
+    for (qos, want) in [("burstable", burstable), ("besteffort", besteffort)] {
+        let got = tier(qos);
+        assert!(
+            got <= want && got > want - 4096,
+            "kubepods/{qos} memory limit {got}, want {want}"
+        );
+    }
     // NodeSwap, NoSwap on cgroup v1 (configureContainerSwapResources with a swap controller:
     // memory.memsw.limit_in_bytes exists here): CRI's memory_swap_limit_in_bytes = the memory
     // limit, which runc writes as the container's memory+swap limit.
