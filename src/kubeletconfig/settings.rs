@@ -339,28 +339,6 @@ fn apply_shutdown_by_priority(c: &mut Config, v: &Input<'_>) -> Result<(), Inval
     Ok(())
 }
 
-/// `--memory-swap-behavior=LimitedSwap` and `memorySwap: {swapBehavior: LimitedSwap}`.
-fn apply_memory_swap(c: &mut Config, v: &Input<'_>) -> Result<(), Invalid> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase", deny_unknown_fields)]
-    struct MemorySwap {
-        #[serde(default)]
-        swap_behavior: String,
-    }
-    let text = match v {
-        Input::Flag { text, .. } => text.to_string(),
-        Input::File { value, .. } => match decode::<MemorySwap>(value)? {
-            Some(m) => m.swap_behavior,
-            None => return Ok(()),
-        },
-    };
-    c.memory_swap_behavior = parse_swap_behavior(&text).map_err(|e| match v {
-        Input::File { .. } => Invalid::from(e).below(".swapBehavior"),
-        Input::Flag { .. } => Invalid::from(e),
-    })?;
-    Ok(())
-}
-
 /// `--manifest-url-header` (repeatable: the flags replace the file's headers, then add up) and
 /// `staticPodURLHeader: {Name: [value, ...]}`. Errors never show a value.
 fn apply_headers(c: &mut Config, v: &Input<'_>) -> Result<(), Invalid> {
@@ -1067,15 +1045,14 @@ pub(super) const SETTINGS: &[Setting] = &[
     },
     Setting {
         flag: Flag::value("memory-swap-behavior"),
-        field: Some("memorySwap"),
+        field: Some("memorySwap.swapBehavior"),
         value_name: "string",
         default: "NoSwap",
         help: "NoSwap or LimitedSwap: LimitedSwap gives Burstable pods' containers swap in proportion to their memory request, on cgroup v2 with swap on (config: memorySwap.swapBehavior; the kubelet has no flag)",
-        apply: apply_memory_swap,
-        configz: Some((
-            "memorySwap",
-            |c| json!({"swapBehavior": c.memory_swap_behavior.as_str()}),
-        )),
+        apply: |c, v| set(&mut c.memory_swap_behavior, v.parse(parse_swap_behavior)),
+        configz: Some(("memorySwap.swapBehavior", |c| {
+            c.memory_swap_behavior.as_str().into()
+        })),
     },
     Setting {
         flag: Flag::value("pod-max-pids"),
