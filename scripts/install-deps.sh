@@ -4,7 +4,7 @@
 # busybox-static (test images are built from it), iproute2, iptables (bridge/portmap),
 # mount (umount for tear-down), tar/gzip/coreutils (image build), prometheus (only for
 # promtool: tests/integration/api.rs checks /metrics with `promtool check metrics`), and the
-# packaging tools (binutils, systemd for systemd-analyze, lintian, init-system-helpers),
+# packaging tools (binutils, systemd for systemd-analyze and systemd-logind, lintian, init-system-helpers),
 # gnuplot-nox (the benchmark's PNG charts), dbus-daemon, dbus-bin, python3-dbus and
 # python3-gi (the graceful node shutdown test's private bus and stand-in logind), and kubectl
 # (tests/integration/api.rs and kubectl.rs); and the C toolchain the build needs (gcc, libc6-dev: see below).
@@ -91,6 +91,9 @@ if [ "$demo_only" -eq 0 ]; then
   need dbus-bin have dbus-send
   need python3-dbus /usr/bin/python3 -c 'import dbus'
   need python3-gi /usr/bin/python3 -c 'from gi.repository import GLib'
+  # The same test with the real logind: Debian's systemd package ships
+  # /lib/systemd/systemd-logind (a systemd stand-in, tests/support/systemd_standin.py, plays PID 1).
+  need systemd test -x /lib/systemd/systemd-logind
   # tests/integration/images.rs (archives that real tools write): skopeo writes oci-archive
   # (gzip and zstd layers) and docker-archive tarballs, podman builds and saves images
   # (`podman save`, both formats); the `ctr images export` archives need only containerd's

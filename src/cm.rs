@@ -67,18 +67,42 @@ fn qos_level(pod: &Pod) -> &'static str {
     }
 }
 
-/// The pod's cgroup parent as CRI takes it.
-pub fn pod_cgroup_parent(pod: &Pod, driver: CgroupDriver) -> String {
-    let uid = &pod.metadata.uid;
-    let level = qos_level(pod);
+/// A cgroup named by its parts (the kubelet's `CgroupName`, e.g. `[kubepods, burstable,
+/// pod<uid>]`) in the driver's form, as the kubelet's cgroup manager `Name` gives it: cgroupfs
+/// `/kubepods/burstable/pod<uid>`; systemd (`ToSystemd`: each part's `-` escaped to `_`,
+/// joined with `-`, `.slice`, expanded to its parent slices)
+/// `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice`.
+pub fn cgroup_name(parts: &[&str], driver: CgroupDriver) -> String {
     match driver {
-        CgroupDriver::Cgroupfs if level.is_empty() => format!("/kubepods/pod{uid}"),
-        CgroupDriver::Cgroupfs => format!("/kubepods/{level}/pod{uid}"),
-        // systemd escapes '-' in unit names; the kubelet turns the UID's dashes into '_'.
-        CgroupDriver::Systemd if level.is_empty() => {
-            format!("kubepods-pod{}.slice", uid.replace('-', "_"))
+        CgroupDriver::Cgroupfs => format!("/{}", parts.join("/")),
+        CgroupDriver::Systemd if parts.is_empty() => "/".into(),
+        CgroupDriver::Systemd => {
+            let escaped: Vec<String> = parts.iter().map(|p| p.replace('-', "_")).collect();
+            let slice = format!("{}.slice", escaped.join("-"));
+            format!("/{}", systemd_slice_path(&slice).display())
         }
-        CgroupDriver::Systemd => format!("kubepods-{level}-pod{}.slice", uid.replace('-', "_")),
+    }
+}
+
+/// The QoS tier's cgroup (the kubelet's QOSContainersInfo): `kubepods` for Guaranteed,
+/// `kubepods/burstable`, `kubepods/besteffort`, in the driver's form.
+pub fn qos_cgroup_name(qos_class: &str, driver: CgroupDriver) -> String {
+    match qos_class {
+        "Burstable" => cgroup_name(&["kubepods", "burstable"], driver),
+        "BestEffort" => cgroup_name(&["kubepods", "besteffort"], driver),
+        _ => cgroup_name(&["kubepods"], driver),
+    }
+}
+
+/// The pod's cgroup parent as CRI takes it (`LinuxPodSandboxConfig.cgroup_parent`, the
+/// kubelet's `GetPodCgroupParent`): its QoS tier's cgroup, then `pod<uid>`
+/// ([`cgroup_name`]). containerd's systemd cgroup mode uses the last slice and adds its
+/// `cri-containerd:<id>` scope.
+pub fn pod_cgroup_parent(pod: &Pod, driver: CgroupDriver) -> String {
+    let pod_part = format!("pod{}", pod.metadata.uid);
+    match qos_level(pod) {
+        "" => cgroup_name(&["kubepods", &pod_part], driver),
+        level => cgroup_name(&["kubepods", level, &pod_part], driver),
     }
 }
 
@@ -329,26 +353,65 @@ fn enforce(root: &Path, cgroup: &str, cpu_millis: i64, memory: Option<i64>) -> V
     )
 }
 
+/// `qosReserved: {memory: N%}` (the kubelet's QOSReserved): node allocatable memory (capacity
+/// minus the reservations) and the percentage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QosMemoryReserve {
+    pub allocatable: i64,
+    pub percent: i64,
+}
+
+/// The tiers' memory limits under `qosReserved` (qos_container_manager `setMemoryReserve`):
+/// burstable = allocatable - guaranteed requests x percent / 100, besteffort = burstable -
+/// burstable requests x percent / 100. `(burstable, besteffort)`; `None` without allocatable
+/// memory (the kubelet then sets none).
+pub fn qos_memory_limits(
+    reserve: QosMemoryReserve,
+    guaranteed_requests: i64,
+    burstable_requests: i64,
+) -> Option<(i64, i64)> {
+    if reserve.allocatable == 0 {
+        return None;
+    }
+    let burstable = reserve.allocatable - guaranteed_requests * reserve.percent / 100;
+    let best_effort = burstable - burstable_requests * reserve.percent / 100;
+    Some((burstable, best_effort))
+}
+
 /// The QoS tier cgroups (the kubelet's qos_container_manager `setCPUCgroupConfig`):
 /// `kubepods/besteffort` gets the minimum 2 shares, `kubepods/burstable` the shares of the sum
-/// of its pods' CPU requests. Called whenever the set of pods changes.
-pub fn update_qos_cgroups<'a>(root: &Path, pods: impl Iterator<Item = &'a Pod>) -> Vec<PathBuf> {
-    let burstable_millis: i64 = pods
-        .filter(|p| qos_level(p) == "burstable")
-        .map(|p| crate::api::helpers::pod_requests(p).0)
-        .sum();
+/// of its pods' CPU requests; with `qosReserved` memory also their memory limits
+/// ([`qos_memory_limits`]). Called whenever the set of pods changes.
+pub fn update_qos_cgroups<'a>(
+    root: &Path,
+    pods: impl Iterator<Item = &'a Pod>,
+    memory_reserve: Option<QosMemoryReserve>,
+) -> Vec<PathBuf> {
+    let (mut burstable_millis, mut burstable_mem, mut guaranteed_mem) = (0i64, 0i64, 0i64);
+    for p in pods {
+        let (cpu, mem) = crate::api::helpers::pod_requests(p);
+        match qos_level(p) {
+            "burstable" => {
+                burstable_millis += cpu;
+                burstable_mem += mem;
+            }
+            "" => guaranteed_mem += mem,
+            _ => {}
+        }
+    }
     let v2 = root.join("cgroup.controllers").exists();
     let value = |sh: u64| if v2 { shares_to_weight(sh) } else { sh }.to_string();
-    let mut done = write_cgroup(
-        root,
-        "kubepods/besteffort",
-        &[("cpu.shares", "cpu.weight", value(2))],
-    );
-    done.extend(write_cgroup(
-        root,
-        "kubepods/burstable",
-        &[("cpu.shares", "cpu.weight", value(shares(burstable_millis)))],
-    ));
+    let limits = memory_reserve.and_then(|r| qos_memory_limits(r, guaranteed_mem, burstable_mem));
+    let memory = |limit: Option<i64>| {
+        limit.map(|m| ("memory.limit_in_bytes", "memory.max", m.max(0).to_string()))
+    };
+    let mut best_effort = vec![("cpu.shares", "cpu.weight", value(2))];
+    best_effort.extend(memory(limits.map(|l| l.1)));
+    let mut burstable = vec![("cpu.shares", "cpu.weight", value(shares(burstable_millis)))];
+    burstable.extend(memory(limits.map(|l| l.0)));
+    let tier = |class| qos_cgroup_name(class, CgroupDriver::Cgroupfs);
+    let mut done = write_cgroup(root, &tier("BestEffort"), &best_effort);
+    done.extend(write_cgroup(root, &tier("Burstable"), &burstable));
     done
 }
 
@@ -375,7 +438,8 @@ pub fn systemd_slice_path(slice: &str) -> PathBuf {
 pub fn pod_pids(root: &Path, pod: &Pod) -> Option<i64> {
     let fs_path =
         PathBuf::from(pod_cgroup_parent(pod, CgroupDriver::Cgroupfs).trim_start_matches('/'));
-    let slice = systemd_slice_path(&pod_cgroup_parent(pod, CgroupDriver::Systemd));
+    let slice =
+        PathBuf::from(pod_cgroup_parent(pod, CgroupDriver::Systemd).trim_start_matches('/'));
     for hier in ["pids", "unified", ""] {
         for rel in [&fs_path, &slice] {
             let file = root.join(hier).join(rel).join("pids.current");
@@ -470,9 +534,10 @@ mod tests {
             pod_cgroup_parent(&be, CgroupDriver::Cgroupfs),
             "/kubepods/besteffort/pod0123-abcd"
         );
+        // The kubelet's ToSystemd: the expanded slice path (containerd uses its last part).
         assert_eq!(
             pod_cgroup_parent(&be, CgroupDriver::Systemd),
-            "kubepods-besteffort-pod0123_abcd.slice"
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0123_abcd.slice"
         );
         let gu = pod(
             json!([{"name": "a", "image": "i", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]),
@@ -484,8 +549,38 @@ mod tests {
         );
         assert_eq!(
             pod_cgroup_parent(&gu, CgroupDriver::Systemd),
-            "kubepods-pod0123_abcd.slice"
+            "/kubepods.slice/kubepods-pod0123_abcd.slice"
         );
+        let bu = pod(
+            json!([{"name": "a", "image": "i", "resources": {"requests": {"cpu": "1"}}}]),
+            json!([]),
+        );
+        assert_eq!(
+            pod_cgroup_parent(&bu, CgroupDriver::Systemd),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0123_abcd.slice"
+        );
+        assert_eq!(
+            pod_cgroup_parent(&bu, CgroupDriver::Cgroupfs),
+            "/kubepods/burstable/pod0123-abcd"
+        );
+        // The QoS tiers (QOSContainersInfo) in both forms.
+        for (class, fs, sd) in [
+            ("Guaranteed", "/kubepods", "/kubepods.slice"),
+            (
+                "Burstable",
+                "/kubepods/burstable",
+                "/kubepods.slice/kubepods-burstable.slice",
+            ),
+            (
+                "BestEffort",
+                "/kubepods/besteffort",
+                "/kubepods.slice/kubepods-besteffort.slice",
+            ),
+        ] {
+            assert_eq!(qos_cgroup_name(class, CgroupDriver::Cgroupfs), fs);
+            assert_eq!(qos_cgroup_name(class, CgroupDriver::Systemd), sd);
+        }
+        assert_eq!(cgroup_name(&[], CgroupDriver::Systemd), "/");
         assert_eq!(CgroupDriver::parse("systemd"), Ok(CgroupDriver::Systemd));
         assert!(CgroupDriver::parse("cgroupfs2").is_err());
     }
@@ -667,6 +762,89 @@ mod oom_tests {
         assert_eq!(pod_pids(root.path(), &pod), Some(11));
     }
 
+    /// qosReserved memory (qos_container_manager setMemoryReserve): burstable = allocatable -
+    /// guaranteed requests x percent, besteffort = burstable - burstable requests x percent;
+    /// written as the tiers' memory limits on v1 and v2; none without allocatable memory.
+    #[test]
+    fn qos_reserved_memory_limits_the_lower_tiers() {
+        let gib = 1i64 << 30;
+        let r = |percent| QosMemoryReserve {
+            allocatable: 8 * gib,
+            percent,
+        };
+        assert_eq!(
+            qos_memory_limits(r(50), 2 * gib, 2 * gib),
+            Some((7 * gib, 6 * gib))
+        );
+        assert_eq!(
+            qos_memory_limits(r(100), 2 * gib, gib),
+            Some((6 * gib, 5 * gib))
+        );
+        assert_eq!(
+            qos_memory_limits(r(0), 2 * gib, gib),
+            Some((8 * gib, 8 * gib))
+        );
+        assert_eq!(
+            qos_memory_limits(
+                QosMemoryReserve {
+                    allocatable: 0,
+                    percent: 50
+                },
+                1,
+                1
+            ),
+            None
+        );
+        let pod = |uid: &str, resources: serde_json::Value| {
+            let mut p = Pod::default();
+            p.metadata.uid = uid.into();
+            p.spec.containers = vec![
+                serde_json::from_value(
+                    serde_json::json!({"name": "a", "image": "i", "resources": resources}),
+                )
+                .unwrap(),
+            ];
+            p
+        };
+        let gu = pod(
+            "g",
+            serde_json::json!({"limits": {"cpu": "1", "memory": "2Gi"}}),
+        );
+        let bu = pod("b", serde_json::json!({"requests": {"memory": "1Gi"}}));
+        let be = pod("e", serde_json::json!({}));
+        let read = |root: &Path, p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        let v1 = tempfile::tempdir().unwrap();
+        for c in ["cpu", "memory"] {
+            std::fs::create_dir_all(v1.path().join(c)).unwrap();
+        }
+        update_qos_cgroups(v1.path(), [&gu, &bu, &be].into_iter(), Some(r(50)));
+        assert_eq!(
+            read(v1.path(), "memory/kubepods/burstable/memory.limit_in_bytes"),
+            (7 * gib).to_string()
+        );
+        assert_eq!(
+            read(
+                v1.path(),
+                "memory/kubepods/besteffort/memory.limit_in_bytes"
+            ),
+            (7 * gib - gib / 2).to_string()
+        );
+        let v2 = tempfile::tempdir().unwrap();
+        std::fs::write(v2.path().join("cgroup.controllers"), "cpu memory pids").unwrap();
+        update_qos_cgroups(v2.path(), [&gu, &bu, &be].into_iter(), Some(r(50)));
+        assert_eq!(
+            read(v2.path(), "kubepods/burstable/memory.max"),
+            (7 * gib).to_string()
+        );
+        // Without qosReserved no memory limit is written.
+        let off = tempfile::tempdir().unwrap();
+        for c in ["cpu", "memory"] {
+            std::fs::create_dir_all(off.path().join(c)).unwrap();
+        }
+        update_qos_cgroups(off.path(), [&gu, &bu, &be].into_iter(), None);
+        assert!(!off.path().join("memory/kubepods/burstable").exists());
+    }
+
     #[test]
     fn systemd_slice_paths_nest_at_each_dash() {
         assert_eq!(
@@ -710,7 +888,7 @@ mod oom_tests {
         let mut be = Pod::default();
         be.spec.containers =
             vec![serde_json::from_value(serde_json::json!({"name": "a", "image": "i"})).unwrap()];
-        update_qos_cgroups(v1.path(), [&burst, &burst2, &be].into_iter());
+        update_qos_cgroups(v1.path(), [&burst, &burst2, &be].into_iter(), None);
         assert_eq!(read(v1.path(), "cpu/kubepods/burstable/cpu.shares"), "512");
         assert_eq!(read(v1.path(), "cpu/kubepods/besteffort/cpu.shares"), "2");
         enforce_reserved(v1.path(), "/system.slice", 500, Some(256 << 20));
@@ -728,7 +906,7 @@ mod oom_tests {
             shares_to_weight(2048).to_string()
         );
         assert_eq!(read(v2.path(), "kubepods/memory.max"), "1073741824");
-        update_qos_cgroups(v2.path(), [&burst, &be].into_iter());
+        update_qos_cgroups(v2.path(), [&burst, &be].into_iter(), None);
         assert_eq!(read(v2.path(), "kubepods/besteffort/cpu.weight"), "1");
         assert_eq!(
             read(v2.path(), "kubepods/burstable/cpu.weight"),

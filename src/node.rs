@@ -13,8 +13,14 @@ pub struct Capacity {
 
 /// MemTotal in KiB from the text of /proc/meminfo.
 pub fn parse_mem_total_kib(meminfo: &str) -> Option<u64> {
+    parse_meminfo_kib(meminfo, "MemTotal")
+}
+
+/// The value of `key` (`MemTotal`, `SwapTotal`) in KiB from the text of /proc/meminfo.
+pub fn parse_meminfo_kib(meminfo: &str, key: &str) -> Option<u64> {
     meminfo.lines().find_map(|l| {
-        l.strip_prefix("MemTotal:")?
+        l.strip_prefix(key)?
+            .strip_prefix(':')?
             .trim()
             .trim_end_matches("kB")
             .trim()

@@ -630,6 +630,8 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
                 cpu_shares: r.cpu_shares,
                 memory_limit_in_bytes: r.memory_limit_in_bytes,
                 oom_score_adj: r.oom_score_adj,
+                memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
+                unified: r.unified.clone().into_iter().collect(),
                 ..Default::default()
             }),
             security_context: Some(pb::LinuxContainerSecurityContext {

@@ -328,6 +328,10 @@ pub struct LinuxResources {
     pub cpu_shares: i64,
     pub memory_limit_in_bytes: i64,
     pub oom_score_adj: i64,
+    /// cgroup v1 memory+swap limit (`memory.memsw.limit_in_bytes`; 0 = unset).
+    pub memory_swap_limit_in_bytes: i64,
+    /// cgroup v2 files to write as they are (`memory.swap.max`).
+    pub unified: std::collections::BTreeMap<String, String>,
 }
 
 /// CRI ContainerConfig, reduced to what nanolet sets.

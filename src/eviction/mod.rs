@@ -228,6 +228,23 @@ pub fn local_storage_violation(pod: &Pod, usage: &observe::PodUsage) -> Option<S
     None
 }
 
+/// What a signal ranks pods by (the kubelet's `buildSignalToRankFunc`). Disk and inode
+/// signals: with an image filesystem of its own (`dedicated_imagefs`), nodefs counts the pod's
+/// logs and local volumes and imagefs its containers' writable layers (`fsStatsRoot`); on one
+/// filesystem both count everything.
+pub fn ranking_usage(signal: Signal, u: &observe::PodUsage, dedicated_imagefs: bool) -> i64 {
+    match (signal, dedicated_imagefs) {
+        (Signal::MemoryAvailable, _) => u.memory,
+        (Signal::PidAvailable, _) => u.pids,
+        (Signal::NodeFsAvailable, true) => u.disk - u.rootfs,
+        (Signal::NodeFsInodesFree, true) => u.inodes - u.rootfs_inodes,
+        (Signal::ImageFsAvailable, true) => u.rootfs,
+        (Signal::ImageFsInodesFree, true) => u.rootfs_inodes,
+        (Signal::NodeFsAvailable | Signal::ImageFsAvailable, false) => u.disk,
+        (Signal::NodeFsInodesFree | Signal::ImageFsInodesFree, false) => u.inodes,
+    }
+}
+
 /// The kubelet's eviction message for a threshold: the node figure and, for memory and
 /// ephemeral storage, the containers' usage against their requests.
 pub fn eviction_message(
@@ -731,6 +748,8 @@ impl Manager {
         obs: &Observations,
     ) {
         let resource = t.signal.resource();
+        let dedicated_imagefs = matches!(t.signal.condition(), NodeCondition::DiskPressure)
+            && !observe::images_share_nodefs(self.runtime.as_ref(), &self.paths.root_dir);
         let candidates: Vec<rank::Candidate> = pods
             .iter()
             .map(|p| {
@@ -738,12 +757,7 @@ impl Manager {
                 rank::Candidate {
                     uid: p.metadata.uid.clone(),
                     priority: crate::api::helpers::priority(p),
-                    usage: match resource {
-                        Resource::Memory => u.memory,
-                        Resource::EphemeralStorage => u.disk,
-                        Resource::Inodes => u.inodes,
-                        Resource::Pids => u.pids,
-                    },
+                    usage: ranking_usage(t.signal, &u, dedicated_imagefs),
                     request: pod_request(p, resource),
                 }
             })
@@ -832,6 +846,31 @@ mod tests {
         );
         u.disk = 19 << 20;
         assert_eq!(local_storage_violation(&pod, &u), None);
+    }
+
+    /// buildSignalToRankFunc(withImageFs): with a dedicated imagefs, imagefs pressure ranks
+    /// by the writable layers only and nodefs pressure by logs and local volumes only; on one
+    /// filesystem by everything. A pod with a big emptyDir is not the imagefs victim.
+    #[test]
+    fn disk_signals_rank_by_the_filesystem_they_measure() {
+        let u = observe::PodUsage {
+            disk: 100,
+            rootfs: 30,
+            inodes: 50,
+            rootfs_inodes: 5,
+            memory: 7,
+            pids: 9,
+            ..Default::default()
+        };
+        let r = |s, d| ranking_usage(s, &u, d);
+        assert_eq!(r(Signal::ImageFsAvailable, true), 30);
+        assert_eq!(r(Signal::NodeFsAvailable, true), 70);
+        assert_eq!(r(Signal::ImageFsInodesFree, true), 5);
+        assert_eq!(r(Signal::NodeFsInodesFree, true), 45);
+        assert_eq!(r(Signal::ImageFsAvailable, false), 100);
+        assert_eq!(r(Signal::NodeFsInodesFree, false), 50);
+        assert_eq!(r(Signal::MemoryAvailable, true), 7);
+        assert_eq!(r(Signal::PidAvailable, false), 9);
     }
 
     #[test]

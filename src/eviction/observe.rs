@@ -257,6 +257,10 @@ pub struct PodUsage {
     /// Writable layers + logs + disk emptyDirs.
     pub disk: i64,
     pub inodes: i64,
+    /// The containers' writable layers alone (bytes, inodes): what an image filesystem of its
+    /// own holds of the pod (the kubelet's `fsStatsRoot`).
+    pub rootfs: i64,
+    pub rootfs_inodes: i64,
     pub pids: i64,
     /// Per container: writable layer + its logs (bytes).
     pub containers: BTreeMap<String, i64>,
@@ -309,7 +313,10 @@ pub fn pod_usage(paths: &PodPaths<'_>, stats: &[ContainerStats]) -> PodUsage {
         let (logs, log_inodes) = dir_usage(&paths.log_dir.join(&s.name));
         u.containers.insert(s.name.clone(), layer + logs);
         u.disk += layer + logs;
-        u.inodes += s.fs_inodes_used.unwrap_or(0) as i64 + log_inodes;
+        let layer_inodes = s.fs_inodes_used.unwrap_or(0) as i64;
+        u.inodes += layer_inodes + log_inodes;
+        u.rootfs += layer;
+        u.rootfs_inodes += layer_inodes;
     }
     let ed_root = paths
         .pod_dir

@@ -57,6 +57,8 @@ pub struct SyncSettings {
     /// Where the QoS tier cgroups are kept up to date (`/sys/fs/cgroup` with the cgroupfs
     /// driver); `None`: not at all (the systemd driver, tests).
     pub qos_cgroup_root: Option<std::path::PathBuf>,
+    /// `qosReserved` memory: (node allocatable memory, percent) for the tiers' memory limits.
+    pub qos_memory_reserve: Option<crate::cm::QosMemoryReserve>,
 }
 
 pub struct WorkerContext {

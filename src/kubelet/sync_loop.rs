@@ -774,7 +774,7 @@ impl SyncLoop {
                 .values()
                 .filter(|w| !w.terminating)
                 .map(|w| w.pod.as_ref());
-            crate::cm::update_qos_cgroups(root, pods);
+            crate::cm::update_qos_cgroups(root, pods, self.ctx.settings.qos_memory_reserve);
         }
     }
 
@@ -955,6 +955,7 @@ mod tests {
                     container_logs_dir: logs.join("containers"),
                     cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
                     pod_pids_limit: -1,
+                    swap: Default::default(),
                     host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                         None,
                         std::path::PathBuf::new(),
@@ -976,6 +977,7 @@ mod tests {
                     &[("site".into(), "test".into())],
                 ),
                 qos_cgroup_root: None,
+                qos_memory_reserve: None,
             },
         })
     }

@@ -171,6 +171,10 @@ impl Kubelet {
                 Some(cfg.runtime_class_dir.clone()),
                 cfg.allow_insecure_manifest_dir,
             ),
+            node_status_wake: {
+                let (tx, rx) = mpsc::channel();
+                (tx, Some(rx))
+            },
         };
         w.start_secure_server(deps.api_client.as_ref())?;
         w.start_servers(token)?;
@@ -289,6 +293,12 @@ struct Wiring<'a> {
     api_objects: Option<Arc<crate::apiobjects::ApiObjects>>,
     /// The node's RuntimeClasses: the local directory, and the API's once joined.
     runtime_classes: Arc<crate::runtimeclass::RuntimeClasses>,
+    /// Wakes the node status loop (API-server mode): the node shutdown manager asks for an
+    /// immediate status, the one `Shutdown` stops it.
+    node_status_wake: (
+        Sender<crate::nodestatus::heartbeat::Wake>,
+        Option<mpsc::Receiver<crate::nodestatus::heartbeat::Wake>>,
+    ),
 }
 
 /// Run once the API client exists (see `Wiring::on_api_client`).
@@ -540,6 +550,16 @@ impl Wiring<'_> {
         snap_tx: Sender<Snapshot>,
         static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>>,
     ) -> ApiMode {
+        // API-server mode starts once: the receiver is there (a second call's loop would stop
+        // at once on a channel of its own without senders).
+        let status_wake = self
+            .node_status_wake
+            .1
+            .take()
+            .unwrap_or_else(|| mpsc::channel().1);
+        self.shutdown.hold(crate::nodestatus::heartbeat::StopOnDrop(
+            self.node_status_wake.0.clone(),
+        ));
         ApiMode {
             cfg: self.cfg.clone(),
             store: self.store.clone(),
@@ -549,7 +569,7 @@ impl Wiring<'_> {
             static_pods,
             stop_pods: self.shutdown.receiver(),
             stop_status: self.shutdown.receiver(),
-            stop_heartbeat: self.shutdown.receiver(),
+            status_wake,
             stop_events: self.shutdown.receiver(),
             stop_rotation: self.shutdown.receiver(),
             stop_bootstrap: self.shutdown.receiver(),
@@ -691,6 +711,8 @@ impl Wiring<'_> {
             store: self.store.clone(),
             runtime: self.runtime.clone(),
             tx: self.loop_tx.clone(),
+            node: crate::events::PodRef::node(&self.cfg.node_name),
+            node_status: self.node_status_wake.0.clone(),
         });
         let stop = self.shutdown.receiver();
         crate::nodeshutdown::Manager::start(config, terminator, stop);
@@ -731,6 +753,9 @@ impl Wiring<'_> {
                     container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
                     cgroup_driver: cfg.cgroup_driver,
                     pod_pids_limit: cfg.pod_pids_limit,
+                    swap: crate::kuberuntime::container_linux::SwapHost::detect(
+                        cfg.memory_swap_behavior,
+                    ),
                     host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                         cfg.resolv_conf.clone(),
                         // Test seam (ARCHITECTURE "Seams"): where systemd-resolved's own file is.
@@ -767,6 +792,16 @@ impl Wiring<'_> {
                 ),
                 qos_cgroup_root: (cfg.cgroup_driver == crate::cm::CgroupDriver::Cgroupfs)
                     .then(|| PathBuf::from(CGROUP_ROOT)),
+                // Allocatable as the kubelet's GetNodeAllocatableAbsolute: capacity minus the
+                // reservations (the eviction threshold is not taken off).
+                qos_memory_reserve: cfg.qos_reserved_memory_percent.map(|percent| {
+                    crate::cm::QosMemoryReserve {
+                        allocatable: (crate::node::capacity().memory_bytes
+                            - cfg.eviction.reserved_memory)
+                            .max(0),
+                        percent,
+                    }
+                }),
             },
         })
     }
@@ -784,7 +819,7 @@ struct ApiMode {
     static_pods: Arc<std::sync::Mutex<crate::nodestatus::mirror::StaticPods>>,
     stop_pods: mpsc::Receiver<()>,
     stop_status: mpsc::Receiver<()>,
-    stop_heartbeat: mpsc::Receiver<()>,
+    status_wake: mpsc::Receiver<crate::nodestatus::heartbeat::Wake>,
     stop_events: mpsc::Receiver<()>,
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     stop_rotation: mpsc::Receiver<()>,
@@ -816,7 +851,7 @@ impl ApiMode {
             static_pods,
             stop_pods,
             stop_status,
-            stop_heartbeat,
+            status_wake,
             stop_events,
             stop_rotation,
             stop_bootstrap: _,
@@ -836,7 +871,7 @@ impl ApiMode {
             stop_status,
         };
         Self::start_api_pods(&cfg, parts, &client)?;
-        let heartbeat = (node, store, stop_heartbeat, pod_cidr_runtime);
+        let heartbeat = (node, store, status_wake, pod_cidr_runtime);
         Self::start_node_heartbeat(&cfg, heartbeat, &client)?;
         for hook in on_client {
             hook(&client);
@@ -960,10 +995,10 @@ impl ApiMode {
     /// or changes, as the kubelet's `updatePodCIDR`.
     fn start_node_heartbeat(
         cfg: &Config,
-        (node, store, stop, runtime): (
+        (node, store, wake, runtime): (
             NodeContext,
             Arc<StatusStore>,
-            mpsc::Receiver<()>,
+            mpsc::Receiver<crate::nodestatus::heartbeat::Wake>,
             Arc<dyn Runtime>,
         ),
         client: &Arc<ApiClient>,
@@ -994,7 +1029,7 @@ impl ApiMode {
         std::thread::Builder::new()
             .name("node-status".into())
             .stack_size(1024 * 1024)
-            .spawn(move || heartbeat.run(stop))
+            .spawn(move || heartbeat.run(wake))
             .map_err(start_error("node status"))?;
         Ok(())
     }
@@ -1150,6 +1185,11 @@ struct ShutdownTerminator {
     store: Arc<StatusStore>,
     runtime: Arc<dyn Runtime>,
     tx: Sender<LoopMsg>,
+    /// The Node, for the NodeShutdown events.
+    node: crate::events::PodRef,
+    /// Asks the node status loop for an immediate status (API-server mode; nobody listens
+    /// otherwise).
+    node_status: Sender<crate::nodestatus::heartbeat::Wake>,
 }
 
 impl crate::nodeshutdown::PodTerminator for ShutdownTerminator {
@@ -1166,9 +1206,26 @@ impl crate::nodeshutdown::PodTerminator for ShutdownTerminator {
             .collect()
     }
 
+    /// As the kubelet's shutdown manager: a Normal `NodeShutdown` event on the Node, the flag
+    /// (admission, Ready), and on a shutdown the node status sent at once (`syncNodeStatus`).
     fn set_shutting_down(&self, shutting_down: bool) {
+        let message = if shutting_down {
+            crate::nodeshutdown::DETECTED_MESSAGE
+        } else {
+            crate::nodeshutdown::CANCELLED_MESSAGE
+        };
+        self.store.events().record(
+            &self.node,
+            crate::events::EventType::Normal,
+            crate::nodeshutdown::EVENT_REASON,
+            message,
+        );
         self.store.set_shutting_down(shutting_down);
-        if !shutting_down {
+        if shutting_down {
+            let _ = self
+                .node_status
+                .send(crate::nodestatus::heartbeat::Wake::StatusNow);
+        } else {
             self.send(LoopMsg::ShutdownCancelled);
         }
     }

@@ -263,6 +263,11 @@ pub struct Config {
     pub cgroup_driver: crate::cm::CgroupDriver,
     /// `podPidsLimit` (`--pod-max-pids`): pids.max of each pod cgroup; <= 0: no limit.
     pub pod_pids_limit: i64,
+    /// `qosReserved` (`--qos-reserved=memory=N%`): the percentage of the higher QoS tiers'
+    /// memory requests kept from the lower tiers' cgroups; `None`: off.
+    pub qos_reserved_memory_percent: Option<i64>,
+    /// `memorySwap.swapBehavior` (`--memory-swap-behavior`): NoSwap (default) or LimitedSwap.
+    pub memory_swap_behavior: crate::kuberuntime::container_linux::SwapBehavior,
     /// `enforceNodeAllocatable`: `pods`, `system-reserved`, `kube-reserved` (or `none`).
     pub enforce_node_allocatable: Vec<String>,
     /// `systemReservedCgroup`, `kubeReservedCgroup`: the cgroups those limits go on.
@@ -412,6 +417,8 @@ impl Config {
             container_log_monitor_interval: Duration::from_secs(10),
             cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
             pod_pids_limit: -1,
+            qos_reserved_memory_percent: None,
+            memory_swap_behavior: Default::default(),
             enforce_node_allocatable: vec!["pods".into()],
             system_reserved_cgroup: String::new(),
             kube_reserved_cgroup: String::new(),
@@ -546,6 +553,11 @@ impl fmt::Debug for Config {
             )
             .field("cgroup_driver", &self.cgroup_driver)
             .field("pod_pids_limit", &self.pod_pids_limit)
+            .field(
+                "qos_reserved_memory_percent",
+                &self.qos_reserved_memory_percent,
+            )
+            .field("memory_swap_behavior", &self.memory_swap_behavior)
             .field("enforce_node_allocatable", &self.enforce_node_allocatable)
             .field("system_reserved_cgroup", &self.system_reserved_cgroup)
             .field("kube_reserved_cgroup", &self.kube_reserved_cgroup)

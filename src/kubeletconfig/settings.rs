@@ -1078,6 +1078,34 @@ pub(super) const SETTINGS: &[Setting] = &[
         })),
     },
     Setting {
+        flag: Flag::value("qos-reserved"),
+        field: Some("qosReserved"),
+        value_name: "memory=percent",
+        default: "",
+        help: "Keep this percentage of the higher QoS tiers' memory requests out of the lower tiers' cgroups, e.g. memory=50% (kubepods/burstable and kubepods/besteffort memory limits, cgroupfs driver; the kubelet's QOSReserved, alpha there; config: qosReserved)",
+        apply: |c, v| {
+            set(
+                &mut c.qos_reserved_memory_percent,
+                then(v.pairs(), |m| parse_qos_reserved(&m)),
+            )
+        },
+        configz: Some(("qosReserved", |c| match c.qos_reserved_memory_percent {
+            Some(p) => json!({"memory": format!("{p}%")}),
+            None => json!({}),
+        })),
+    },
+    Setting {
+        flag: Flag::value("memory-swap-behavior"),
+        field: Some("memorySwap.swapBehavior"),
+        value_name: "string",
+        default: "NoSwap",
+        help: "NoSwap or LimitedSwap: LimitedSwap gives Burstable pods' containers swap in proportion to their memory request, on cgroup v2 with swap on (config: memorySwap.swapBehavior; the kubelet has no flag)",
+        apply: |c, v| set(&mut c.memory_swap_behavior, v.parse(parse_swap_behavior)),
+        configz: Some(("memorySwap.swapBehavior", |c| {
+            c.memory_swap_behavior.as_str().into()
+        })),
+    },
+    Setting {
         flag: Flag::value("pod-max-pids"),
         field: Some("podPidsLimit"),
         value_name: "int",

@@ -1252,3 +1252,45 @@ fn node_labels_are_validated_as_the_kubelet_does() {
         "{err}"
     );
 }
+
+/// qosReserved as the kubelet's ParseQOSReserved (memory only, a percentage 0-100 with its %),
+/// and memorySwap.swapBehavior (NoSwap, LimitedSwap; "" is NoSwap), from flags and the file.
+#[test]
+fn qos_reserved_and_memory_swap_from_flag_and_file() {
+    use crate::kuberuntime::container_linux::SwapBehavior;
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.qos_reserved_memory_percent, None);
+    assert_eq!(c.memory_swap_behavior, SwapBehavior::NoSwap);
+    let c = parse(&[
+        "--qos-reserved=memory=50%",
+        "--memory-swap-behavior=LimitedSwap",
+    ])
+    .unwrap();
+    assert_eq!(c.qos_reserved_memory_percent, Some(50));
+    assert_eq!(c.memory_swap_behavior, SwapBehavior::LimitedSwap);
+    let err = |a: &[&str]| parse(a).unwrap_err().to_string();
+    assert!(err(&["--qos-reserved=cpu=50%"]).contains("cannot reserve \"cpu\" resource"));
+    assert!(err(&["--qos-reserved=memory=50"]).contains("percentage expected, got '50'"));
+    assert!(err(&["--qos-reserved=memory=101%"]).contains("between 0 and 100"));
+    assert!(err(&["--memory-swap-behavior=UnlimitedSwap"]).contains("NoSwap or LimitedSwap"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "c.yaml",
+        &format!("{HEAD}qosReserved: {{memory: 30%}}\nmemorySwap: {{swapBehavior: LimitedSwap}}\n"),
+    );
+    let f = parse(&[&format!("--config={path}")]).unwrap();
+    assert_eq!(f.qos_reserved_memory_percent, Some(30));
+    assert_eq!(f.memory_swap_behavior, SwapBehavior::LimitedSwap);
+    let bad = write(
+        &dir,
+        "b.yaml",
+        &format!("{HEAD}memorySwap: {{swapBehavior: Sometimes}}\n"),
+    );
+    assert!(
+        parse(&[&format!("--config={bad}")])
+            .unwrap_err()
+            .to_string()
+            .contains("memorySwap.swapBehavior")
+    );
+}

@@ -119,6 +119,14 @@ pub enum ValueError {
     /// `--cgroup-driver` (the cgroup manager's reason).
     #[error("{0}")]
     CgroupDriver(crate::cm::UnknownDriver),
+    /// `--memory-swap-behavior` / `memorySwap.swapBehavior`.
+    #[error("{0}")]
+    SwapBehavior(crate::kuberuntime::container_linux::UnknownSwapBehavior),
+    /// `--qos-reserved` / `qosReserved` (the kubelet's ParseQOSReserved).
+    #[error("cannot reserve {0:?} resource")]
+    QosReservedResource(String),
+    #[error("failed to parse percentage {value:?} for \"memory\" resource: {reason}")]
+    QosReservedPercent { value: String, reason: String },
     /// Eviction thresholds, grace periods, reservations and labels in the flag form.
     #[error(transparent)]
     Threshold(Box<ThresholdError>),
@@ -346,6 +354,38 @@ pub(super) fn parse_endpoint(s: &str) -> Result<String, ValueError> {
 
 pub(super) fn parse_cgroup_driver(s: &str) -> Result<crate::cm::CgroupDriver, ValueError> {
     crate::cm::CgroupDriver::parse(s).map_err(ValueError::CgroupDriver)
+}
+
+pub(super) fn parse_swap_behavior(
+    s: &str,
+) -> Result<crate::kuberuntime::container_linux::SwapBehavior, ValueError> {
+    crate::kuberuntime::container_linux::SwapBehavior::parse(s).map_err(ValueError::SwapBehavior)
+}
+
+/// `qosReserved` as the kubelet's ParseQOSReserved: only `memory`, a percentage 0-100 with
+/// its `%`; `None` when the map is empty.
+pub(super) fn parse_qos_reserved(m: &BTreeMap<String, String>) -> Result<Option<i64>, ValueError> {
+    let mut memory = None;
+    for (k, v) in m {
+        if k != "memory" {
+            return Err(ValueError::QosReservedResource(k.clone()));
+        }
+        let bad = |reason: &str| ValueError::QosReservedPercent {
+            value: v.clone(),
+            reason: reason.into(),
+        };
+        let digits = v
+            .strip_suffix('%')
+            .ok_or_else(|| bad(&format!("percentage expected, got '{v}'")))?;
+        let p: i64 = digits
+            .parse()
+            .map_err(|_| bad(&format!("invalid number in percentage '{v}'")))?;
+        if !(0..=100).contains(&p) {
+            return Err(bad("percentage must be between 0 and 100"));
+        }
+        memory = Some(p);
+    }
+    Ok(memory)
 }
 
 /// `--allowed-host-paths` / `allowedHostPaths`: absolute, without `..`.

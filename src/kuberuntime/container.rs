@@ -301,7 +301,7 @@ impl RuntimeManager<'_> {
             stdin: c.stdin,
             stdin_once: c.stdin_once,
             tty: c.tty,
-            resources: Some(container_resources(p, c)),
+            resources: Some(container_resources(p, c, &self.settings.swap)),
             security,
         })
     }
@@ -544,6 +544,7 @@ mod tests {
             cluster_dns: Default::default(),
             pod_pids_limit: -1,
             runtime_classes: crate::runtimeclass::RuntimeClasses::none(),
+            swap: Default::default(),
         };
         let events = crate::events::EventRecorder::new();
         let mut state = super::super::RuntimeManagerState::default();

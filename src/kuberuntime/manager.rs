@@ -48,6 +48,8 @@ pub struct RuntimeSettings {
     pub cgroup_driver: crate::cm::CgroupDriver,
     /// `podPidsLimit`: pids.max of the pod cgroup (cgroupfs driver); <= 0: none.
     pub pod_pids_limit: i64,
+    /// `memorySwap.swapBehavior` and the host's swap (NodeSwap).
+    pub swap: super::container_linux::SwapHost,
     /// The node's resolv.conf (`--resolv-conf`), read at every sandbox creation.
     pub host_dns: Arc<crate::api::dns::HostResolvConf>,
     /// `--cluster-dns` / `--cluster-domain`: the DNS of ClusterFirst pods, pods' FQDNs.

@@ -38,6 +38,12 @@ pub const MESSAGE: &str = "Pod was terminated in response to imminent node shutd
 pub const NOT_ADMITTED_REASON: &str = "NodeShutdown";
 /// Its message (`nodeShutdownNotAdmittedMessage`).
 pub const NOT_ADMITTED_MESSAGE: &str = "Pod was rejected as the node is shutting down.";
+/// The Node event's reason when a shutdown is announced or cancelled (`events.NodeShutdown`).
+pub const EVENT_REASON: &str = "NodeShutdown";
+/// Its message on a shutdown.
+pub const DETECTED_MESSAGE: &str = "Shutdown manager detected shutdown event";
+/// Its message on a cancellation.
+pub const CANCELLED_MESSAGE: &str = "Shutdown manager detected shutdown cancellation";
 /// What the Ready condition says meanwhile (the kubelet's `ShutdownStatus` error).
 pub const NOT_READY_MESSAGE: &str = "node is shutting down";
 /// The kubelet's `scheduling.SystemCriticalPriority`.

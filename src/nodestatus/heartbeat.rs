@@ -20,7 +20,7 @@
 //! loop retries.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
@@ -29,6 +29,26 @@ use tracing::{debug, info, warn};
 use crate::apiclient::client::{ApiClient, ApiError};
 use crate::nodestatus::NodeContext;
 use crate::status::StatusStore;
+
+/// What wakes the node status loop besides its timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// nanolet stops.
+    Stop,
+    /// Compute and send the node's status now: the node shutdown manager's `syncNodeStatus`
+    /// when logind announces a shutdown, so the cluster sees Ready=False at once rather than
+    /// up to nodeStatusUpdateFrequency later.
+    StatusNow,
+}
+
+/// Sends [`Wake::Stop`] when dropped (held by the one `Shutdown` of `nanolet run`).
+pub struct StopOnDrop(pub Sender<Wake>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(Wake::Stop);
+    }
+}
 
 /// The kubelet's node lease duration (`nodeLeaseDurationSeconds`).
 pub const LEASE_DURATION_SECONDS: i64 = 40;
@@ -419,8 +439,9 @@ impl NodeHeartbeat {
     }
 
     /// The loop: register (with backoff), then renew the lease every 10 s and patch the status
-    /// every nodeStatusUpdateFrequency, until `stop` fires or is dropped.
-    pub fn run(mut self, stop: Receiver<()>) {
+    /// every nodeStatusUpdateFrequency, and at once on [`Wake::StatusNow`], until
+    /// [`Wake::Stop`] arrives or every sender is gone.
+    pub fn run(mut self, wake: Receiver<Wake>) {
         let mut backoff = Duration::from_millis(100);
         let mut registered = false;
         let mut next_lease = Instant::now();
@@ -467,9 +488,13 @@ impl NodeHeartbeat {
                     .saturating_duration_since(Instant::now())
                     .max(Duration::from_millis(10));
             }
-            match stop.recv_timeout(wait) {
+            match wake.recv_timeout(wait) {
                 Err(RecvTimeoutError::Timeout) => {}
-                _ => return,
+                Ok(Wake::StatusNow) => {
+                    debug!(node = %self.ctx.node_name, "node status requested now");
+                    next_status = Instant::now();
+                }
+                Ok(Wake::Stop) | Err(RecvTimeoutError::Disconnected) => return,
             }
         }
     }

@@ -510,7 +510,12 @@ fn image_gc_removes_unused_unpinned_images_only() {
     // the kubelet's, never removes a pinned image; 1.6's CRI ignores the label (then
     // nanolet's own pin record decides). Unpin "unused" in containerd, as an image pulled by
     // someone else would be.
-    let pinned = |img: &str| rt.image_status(img).ok().flatten().is_some_and(|i| i.pinned);
+    let pinned = |img: &str| {
+        rt.image_status(img)
+            .ok()
+            .flatten()
+            .is_some_and(|i| i.pinned)
+    };
     assert_eq!(
         pinned("localhost/unused:1"),
         support::test_runtime().name != "1.6",
@@ -523,7 +528,11 @@ fn image_gc_removes_unused_unpinned_images_only() {
         .arg("io.cri-containerd.pinned=")
         .output()
         .expect("ctr images label");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_for(TIMEOUT, || (!pinned("localhost/unused:1")).then_some(()))
         .expect("CRI reports the unlabelled image unpinned");
     let n = Nanolet::start(
@@ -545,4 +554,335 @@ fn image_gc_removes_unused_unpinned_images_only() {
     ] {
         assert!(present(img), "{img} was removed");
     }
+}
+
+/// This node's Node object condition of `type_` from the read-only API (`/api/v1/nodes`).
+fn node_condition(n: &Nanolet, type_: &str) -> Option<Value> {
+    let nodes: Value = serde_json::from_str(&n.get("/api/v1/nodes")?).ok()?;
+    nodes["items"].as_array()?.first()?["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
+/// Waits for the node condition `type_` to be True and checks the kubelet's reason and
+/// message (pkg/kubelet/nodestatus/setters.go, the pressure condition setters).
+fn wait_condition_true(n: &Nanolet, type_: &str, reason: &str, message: &str) {
+    let c = wait_for(TIMEOUT * 2, || {
+        node_condition(n, type_).filter(|c| c["status"] == "True")
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{type_} never True: {:?}\n{}\n{}",
+            node_condition(n, type_),
+            healthz(n),
+            n.log_tail()
+        )
+    });
+    assert_eq!(
+        (&c["reason"], &c["message"]),
+        (&json!(reason), &json!(message))
+    );
+    assert!(
+        healthz(n).contains(&format!("{type_}=True")),
+        "{}",
+        healthz(n)
+    );
+}
+
+/// The pods nanolet evicted, in the order it evicted them (its "evicting pod" log lines).
+fn eviction_order(n: &Nanolet) -> Vec<String> {
+    let log = fs::read_to_string(&n.log).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("evicting pod"))
+        .filter_map(|l| {
+            let name = l.split("pod=default/").nth(1)?.split([' ', '"']).next()?;
+            Some(
+                name.trim_end_matches(&format!("-{}", NODE.to_lowercase()))
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A pod running `script` in busybox with a hostPath `/marker` (so a re-admitted pod does not
+/// do its work again) and a disk emptyDir at `/scratch`; `spec_extra` goes into the spec.
+fn worker_pod(name: &str, spec_extra: &str, script: &str, marker: &Path) -> String {
+    pod_yaml(
+        name,
+        &format!(
+            "spec:\n{spec_extra}  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'if [ -e /marker/{name} ]; then exec sleep 3600; fi; touch /marker/{name}; {script}; touch /tmp/done; exec sleep 3600']\n    readinessProbe:\n      exec: {{command: [cat, /tmp/done]}}\n      periodSeconds: 1\n    volumeMounts:\n    - {{name: scratch, mountPath: /scratch}}\n    - {{name: marker, mountPath: /marker}}\n  volumes:\n  - name: scratch\n    emptyDir: {{}}\n  - name: marker\n    hostPath: {{path: {}, type: DirectoryOrCreate}}\n",
+            marker.display()
+        ),
+    )
+}
+
+const CRITICAL: &str = "  priorityClassName: system-node-critical\n";
+
+/// PID pressure under real processes (pid.available = min(pid_max, threads-max) - the node's
+/// tasks): a pod forking 600 processes pushes the node under a threshold set 300 below what
+/// was available. The kubelet's rankPIDPressure (pkg/kubelet/eviction/helpers.go): priority,
+/// then the pod's process count, read from its cgroup's pids.current; so the forker is
+/// evicted, not the idle pod of the same priority, and never the critical pod. PIDPressure
+/// shows with the kubelet's reason and message, and clears once the processes are gone.
+/// On this machine (cgroup v1 + hybrid: `unified/` has no pids controller) the count comes
+/// from the v1 hierarchy, `/sys/fs/cgroup/pids/kubepods/besteffort/pod<uid>/pids.current`.
+#[test]
+fn pid_pressure_evicts_the_pod_with_the_most_processes() {
+    let _serial = serial();
+    let ctd = Containerd::start();
+    let marker = ctd.tmp().join("markers");
+    let mut n = Nanolet::start(&ctd, &["--eviction-monitoring-period=1s".into()]);
+    n.write("crit.yaml", &worker_pod("crit", CRITICAL, "true", &marker));
+    n.write("idle.yaml", &worker_pod("idle", "", "true", &marker));
+    let crit = n.wait_pod("crit", "Ready", ready);
+    let idle = n.wait_pod("idle", "Ready", ready);
+    // Everything but the forker runs: the threshold goes 300 below what is available now.
+    let (max, current) = nanolet::eviction::observe::pid_figures().expect("pid figures");
+    let threshold = max - current - 300;
+    n.stop();
+    n.args.extend([
+        format!("--eviction-hard=pid.available<{threshold}"),
+        "--eviction-pressure-transition-period=5s".into(),
+    ]);
+    n.spawn();
+    wait_passes(&n, 2);
+    assert!(healthz(&n).contains("PIDPressure=False"), "{}", healthz(&n));
+    n.write(
+        "forker.yaml",
+        &worker_pod(
+            "forker",
+            "",
+            "i=0; while [ $i -lt 600 ]; do sleep 3600 & i=$((i+1)); done",
+            &marker,
+        ),
+    );
+    wait_condition_true(
+        &n,
+        "PIDPressure",
+        "KubeletHasInsufficientPID",
+        "kubelet has insufficient PID available",
+    );
+    let p = n.wait_pod("forker", "Failed/Evicted", is_evicted);
+    let uid = p["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let msg = p["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with(&format!(
+            "The node was low on resource: pids. Threshold quantity: {threshold}, available: "
+        )),
+        "{msg}"
+    );
+    assert_eq!(eviction_order(&n), ["forker"], "{}", n.log_tail());
+    // Where this machine keeps the pod's count (the path eviction read).
+    let v1 = format!("/sys/fs/cgroup/pids/kubepods/besteffort/pod{uid}");
+    let unified_pids = fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers")
+        .is_ok_and(|c| c.split_whitespace().any(|c| c == "pids"));
+    eprintln!(
+        "pid test: cgroup layout: v1 pids hierarchy {}, unified pids controller {unified_pids}",
+        Path::new("/sys/fs/cgroup/pids").is_dir()
+    );
+    // The processes are gone with the pod, the pressure clears.
+    wait_for(TIMEOUT, || {
+        healthz(&n).contains("PIDPressure=False").then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "PIDPressure never cleared: {}\n{}",
+            healthz(&n),
+            n.log_tail()
+        )
+    });
+    assert!(
+        fs::read_to_string(format!("{v1}/pids.current")).map_or(true, |c| c.trim() == "0"),
+        "processes left in {v1}"
+    );
+    for (name, before) in [("crit", crit), ("idle", idle)] {
+        let now = n.pod(name).expect("pod");
+        assert_eq!(now["status"]["phase"], "Running", "{name}: {now:#}");
+        assert_eq!(running_id(&now), running_id(&before), "{name} untouched");
+    }
+}
+
+/// Inode pressure (nodefs.inodesFree) on a root dir that is a tmpfs with 2000 inodes: a pod
+/// creating 1200 files in its emptyDir crosses `nodefs.inodesFree<50%`. The kubelet ranks inode
+/// pressure (rankDiskPressureFunc with resourceInodes) by usage above requests (none are
+/// requested), then priority, then inodes used: the small pod of priority 0 goes first, then,
+/// the pressure still there, the priority-10 hoarder; the critical pod stays. DiskPressure
+/// shows with the kubelet's reason and message.
+#[test]
+fn inode_pressure_evicts_by_priority_then_inodes_used() {
+    let _serial = serial();
+    let ctd = Containerd::start();
+    let small = Tmpfs::mount_with(
+        &ctd.tmp().join("few-inodes"),
+        "size=64m,nr_inodes=2000,mode=755",
+    );
+    let marker = ctd.tmp().join("markers");
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--root-dir={}", small.0.display()),
+            format!("--pod-logs-dir={}", small.0.join("log/pods").display()),
+            "--eviction-hard=nodefs.inodesFree<50%".into(),
+            "--eviction-monitoring-period=1s".into(),
+            "--eviction-pressure-transition-period=5s".into(),
+        ],
+    );
+    n.write("crit.yaml", &worker_pod("crit", CRITICAL, "true", &marker));
+    n.write(
+        "low.yaml",
+        &worker_pod(
+            "low",
+            "  priority: 0\n",
+            "cd /scratch && seq 1 20 | xargs touch",
+            &marker,
+        ),
+    );
+    let crit = n.wait_pod("crit", "Ready", ready);
+    n.wait_pod("low", "Ready", ready);
+    assert!(
+        healthz(&n).contains("DiskPressure=False"),
+        "{}",
+        healthz(&n)
+    );
+    n.write(
+        "hoarder.yaml",
+        &worker_pod(
+            "hoarder",
+            "  priority: 10\n",
+            "cd /scratch && seq 1 1200 | xargs touch",
+            &marker,
+        ),
+    );
+    wait_condition_true(
+        &n,
+        "DiskPressure",
+        "KubeletHasDiskPressure",
+        "kubelet has disk pressure",
+    );
+    let low = n.wait_pod("low", "Failed/Evicted", is_evicted);
+    let msg = low["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with(
+            "The node was low on resource: inodes. Threshold quantity: 1000, available: "
+        ),
+        "{msg}"
+    );
+    n.wait_pod("hoarder", "Failed/Evicted", is_evicted);
+    assert_eq!(eviction_order(&n), ["low", "hoarder"], "{}", n.log_tail());
+    wait_for(TIMEOUT, || {
+        healthz(&n).contains("DiskPressure=False").then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "DiskPressure never cleared: {}\n{}",
+            healthz(&n),
+            n.log_tail()
+        )
+    });
+    let now = n.pod("crit").expect("crit");
+    assert_eq!(now["status"]["phase"], "Running", "{now:#}");
+    assert_eq!(running_id(&now), running_id(&crit), "crit untouched");
+}
+
+/// Image filesystem pressure: containerd's root (its image filesystem, which also holds the
+/// containers' writable layers) is a 200 MiB tmpfs the test mounts before containerd starts,
+/// nanolet's root dir stays on the host disk, so the imagefs is a filesystem of its own. A pod
+/// writing 120 MB into its container's root filesystem crosses `imagefs.available<50%`. With a
+/// dedicated imagefs the kubelet ranks imagefs pressure by the writable layers only
+/// (buildSignalToRankFunc: fsStatsRoot), so the writer is evicted first, not the pod that
+/// wrote more (150 MB) into an emptyDir on the node filesystem; the critical pod stays.
+/// DiskPressure shows with the kubelet's reason and message, and clears once the writer's
+/// layer is gone.
+///
+/// The writer writes 60 MB (no pressure yet), waits 12 s, then 60 MB more: containerd
+/// refreshes writable-layer usage in CRI stats every `stats_collect_period` (10 s), and the
+/// kubelet ranks on the same figures, so a victim chosen before they show any write would be
+/// chosen on zeros. containerd removes an evicted container's layer in its garbage collector,
+/// which may run after the eviction manager's next pass: the volume pod may then be evicted
+/// second, which the test allows (never first).
+#[test]
+fn imagefs_pressure_evicts_the_writable_layer_writer() {
+    let _serial = serial();
+    let mut imagefs = None;
+    let ctd = Containerd::start_prepared(|tmp| {
+        imagefs = Some(Tmpfs::mount(&tmp.join("root"), "200m"));
+    });
+    let marker = ctd.tmp().join("markers");
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            "--eviction-hard=imagefs.available<50%".into(),
+            "--eviction-monitoring-period=1s".into(),
+            "--eviction-pressure-transition-period=5s".into(),
+        ],
+    );
+    n.write("crit.yaml", &worker_pod("crit", CRITICAL, "true", &marker));
+    n.write(
+        "volume.yaml",
+        &worker_pod(
+            "volume",
+            "",
+            "dd if=/dev/zero of=/scratch/fill bs=1M count=150",
+            &marker,
+        ),
+    );
+    let crit = n.wait_pod("crit", "Ready", ready);
+    n.wait_pod("volume", "Ready", ready);
+    assert!(
+        healthz(&n).contains("DiskPressure=False"),
+        "{}",
+        healthz(&n)
+    );
+    n.write(
+        "writer.yaml",
+        &worker_pod(
+            "writer",
+            "",
+            "dd if=/dev/zero of=/fill bs=1M count=60; sleep 12; dd if=/dev/zero of=/fill2 bs=1M count=60",
+            &marker,
+        ),
+    );
+    wait_condition_true(
+        &n,
+        "DiskPressure",
+        "KubeletHasDiskPressure",
+        "kubelet has disk pressure",
+    );
+    let p = n.wait_pod("writer", "Failed/Evicted", is_evicted);
+    let msg = p["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with(
+            "The node was low on resource: ephemeral-storage. Threshold quantity: 100Mi, available: "
+        ) && msg.contains("Container c was using "),
+        "{msg}"
+    );
+    wait_for(TIMEOUT * 2, || {
+        healthz(&n).contains("DiskPressure=False").then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "DiskPressure never cleared: {}\n{}",
+            healthz(&n),
+            n.log_tail()
+        )
+    });
+    let order = eviction_order(&n);
+    assert_eq!(
+        order.first().map(String::as_str),
+        Some("writer"),
+        "{order:?}"
+    );
+    assert!(!order.iter().any(|p| p == "crit"), "{order:?}");
+    eprintln!("imagefs test: evicted in order {order:?}");
+    let now = n.pod("crit").expect("crit");
+    assert_eq!(now["status"]["phase"], "Running", "{now:#}");
+    assert_eq!(running_id(&now), running_id(&crit), "crit untouched");
+    drop(n);
+    drop(ctd);
+    drop(imagefs);
 }

@@ -1,8 +1,10 @@
 //! Pods that misbehave with resources (issue 33): a fork bomb held by `podPidsLimit` (pids.max
 //! on the pod cgroup, the kubelet's `ResourceConfigForPod` PidsLimit) and a memory hog held by
 //! its memory limit (OOMKilled, restarted), while nanolet, containerd and another pod keep
-//! working; the node allocatable and QoS tier cgroups hold the kubelet's values. On this
-//! machine's cgroup v1 hierarchy (the v2 layout has unit tests in `cm`).
+//! working; the node allocatable and QoS tier cgroups hold the kubelet's values; a container's
+//! memory+swap limit is the kubelet's NoSwap on cgroup v1, the tiers' memory limits its
+//! qosReserved. On this machine's cgroup v1
+//! hierarchy (the v2 layout has unit tests in `cm` and `kuberuntime::container_linux`).
 
 use nanolet_test_support as support;
 
@@ -34,7 +36,8 @@ fn pids_file(uid: &str, file: &str) -> Option<String> {
 }
 
 /// Removes the (empty) pod cgroups nanolet created for these pods, after containerd is gone
-/// (declared before it, so dropped after it), also when the test fails.
+/// (declared before it, so dropped after it), also when the test fails, and lifts the tiers'
+/// qosReserved memory limits.
 struct PodCgroups(std::cell::RefCell<Vec<String>>);
 
 impl Drop for PodCgroups {
@@ -50,6 +53,13 @@ impl Drop for PodCgroups {
                 }
             }
         }
+        // The tiers are shared: their qosReserved memory limits go back to unlimited.
+        for qos in ["burstable", "besteffort"] {
+            let _ = fs::write(
+                format!("/sys/fs/cgroup/memory/kubepods/{qos}/memory.limit_in_bytes"),
+                "-1",
+            );
+        }
     }
 }
 
@@ -60,7 +70,16 @@ fn fork_bomb_and_memory_hog_leave_nanolet_containerd_and_other_pods_working() {
     let _alone = support::exclusive();
     let cgroups = PodCgroups(Default::default());
     let ctd = Containerd::start();
-    let n = Nanolet::start(&ctd, &[format!("--pod-max-pids={PIDS_LIMIT}")]);
+    // LimitedSwap on this cgroup v1 host: the kubelet gives swap only on cgroup v2, so every
+    // container gets NoSwap, which on v1 is memory+swap = its memory limit.
+    let n = Nanolet::start(
+        &ctd,
+        &[
+            format!("--pod-max-pids={PIDS_LIMIT}"),
+            "--memory-swap-behavior=LimitedSwap".into(),
+            "--qos-reserved=memory=50%".into(),
+        ],
+    );
     // Bounded at 1000 processes, so that without the limit it fails the test, not the machine.
     n.write(
         "bomb.yaml",
@@ -89,7 +108,7 @@ fn fork_bomb_and_memory_hog_leave_nanolet_containerd_and_other_pods_working() {
         "burst.yaml",
         &pod(
             "burst",
-            "  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'exec sleep 600']\n    resources:\n      requests: {cpu: 300m}\n",
+            "  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'exec sleep 600']\n    resources:\n      requests: {cpu: 300m}\n      limits: {memory: 64Mi}\n",
         ),
     );
     for name in ["bomb", "hog", "bystander", "burst"] {
@@ -127,6 +146,34 @@ fn fork_bomb_and_memory_hog_leave_nanolet_containerd_and_other_pods_working() {
     assert_eq!(
         read("cpu/kubepods/burstable/cpu.shares").ok().as_deref(),
         Some("307")
+    );
+    // qosReserved memory=50% (setMemoryReserve): burstable = allocatable - 50% of the
+    // Guaranteed requests (the hog: 32Mi), besteffort = that - 50% of the Burstable requests
+    // (burst: its 64Mi limit as request); the kernel rounds limits down to whole pages.
+    let tier = |qos: &str| -> i64 {
+        read(&format!("memory/kubepods/{qos}/memory.limit_in_bytes"))
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no memory limit on kubepods/{qos}"))
+    };
+    let burstable = cap.memory_bytes - (16 << 20);
+    let besteffort = burstable - (32 << 20);
+    for (qos, want) in [("burstable", burstable), ("besteffort", besteffort)] {
+        let got = tier(qos);
+        assert!(
+            got <= want && got > want - 4096,
+            "kubepods/{qos} memory limit {got}, want {want}"
+        );
+    }
+    // NodeSwap, NoSwap on cgroup v1 (configureContainerSwapResources with a swap controller:
+    // memory.memsw.limit_in_bytes exists here): CRI's memory_swap_limit_in_bytes = the memory
+    // limit, which runc writes as the container's memory+swap limit.
+    let burst = n.wait_phase("burst", "Running");
+    let memsw = container_memory_file(&burst, "memory.memsw.limit_in_bytes");
+    assert_eq!(
+        memsw.as_deref(),
+        Some("67108864"),
+        "burst's memory+swap limit"
     );
     let bomb = n.wait_phase("bomb", "Running");
     let uid = bomb["metadata"]["uid"].as_str().expect("uid").to_string();
@@ -172,6 +219,41 @@ fn fork_bomb_and_memory_hog_leave_nanolet_containerd_and_other_pods_working() {
     cgroups.0.borrow_mut().push(late_uid.to_string());
     let by = n.pod("bystander").expect("bystander");
     assert!(ready(&by), "{:#}", by["status"]);
+}
+
+/// A file of the running container's cgroup in the v1 memory hierarchy (cgroupfs driver:
+/// `kubepods[/<qos>]/pod<uid>/<container id>`), found below `kubepods` by the container's ID.
+fn container_memory_file(pod: &Value, file: &str) -> Option<String> {
+    let id = pod["status"]["containerStatuses"][0]["containerID"]
+        .as_str()?
+        .rsplit("://")
+        .next()?
+        .to_string();
+    fn find(dir: &std::path::Path, id: &str, depth: u32) -> Option<std::path::PathBuf> {
+        for e in fs::read_dir(dir).ok()?.flatten() {
+            let p = e.path();
+            if !p.is_dir() {
+                continue;
+            }
+            if e.file_name().to_str() == Some(id) {
+                return Some(p);
+            }
+            if depth < 3 {
+                if let Some(found) = find(&p, id, depth + 1) {
+                    return Some(found);
+                }
+            }
+        }
+        None
+    }
+    let dir = find(
+        std::path::Path::new("/sys/fs/cgroup/memory/kubepods"),
+        &id,
+        0,
+    )?;
+    fs::read_to_string(dir.join(file))
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// The lines of every container log below `dir`.

@@ -98,6 +98,23 @@ impl PrivateBus {
     }
 }
 
+impl PrivateBus {
+    /// Whether a client owns `name` on the bus (`NameHasOwner`, asked with dbus-send).
+    pub fn has_owner(&self, name: &str) -> bool {
+        Command::new("dbus-send")
+            .arg(format!("--bus={}", self.address()))
+            .args([
+                "--print-reply",
+                "--dest=org.freedesktop.DBus",
+                "/org/freedesktop/DBus",
+            ])
+            .arg("org.freedesktop.DBus.NameHasOwner")
+            .arg(format!("string:{name}"))
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("boolean true"))
+    }
+}
+
 impl Drop for PrivateBus {
     fn drop(&mut self) {
         stop(&mut self.child);
@@ -176,5 +193,122 @@ impl LogindStandIn {
 impl Drop for LogindStandIn {
     fn drop(&mut self) {
         stop(&mut self.child);
+    }
+}
+
+/// A stand-in for systemd's manager (`tests/support/systemd_standin.py`): what the real
+/// systemd-logind asks of PID 1 (Subscribe, a target's LoadState, StartUnit for the
+/// shutdown itself, which is only recorded). Killed by PID on drop.
+pub struct SystemdStandIn {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl SystemdStandIn {
+    pub fn start(bus: &PrivateBus, dir: &Path) -> SystemdStandIn {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd_standin.py");
+        let log = dir.join("systemd-standin.log");
+        let err = fs::File::create(dir.join("systemd-standin.stderr")).expect("stand-in stderr");
+        let mut child = Command::new("/usr/bin/python3")
+            .arg(&script)
+            .arg(bus.address())
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("start the systemd stand-in");
+        let ready = wait_for(START_TIMEOUT, || {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(Err(status));
+            }
+            fs::read_to_string(&log)
+                .is_ok_and(|l| l.contains(" ready"))
+                .then_some(Ok(()))
+        });
+        if !matches!(ready, Some(Ok(()))) {
+            stop(&mut child);
+            panic!(
+                "the systemd stand-in did not start ({ready:?}): {}",
+                fs::read_to_string(dir.join("systemd-standin.stderr")).unwrap_or_default()
+            );
+        }
+        SystemdStandIn { child, log }
+    }
+
+    /// The time of the first event starting with `prefix` (seconds since boot).
+    pub fn event_at(&self, prefix: &str) -> Option<f64> {
+        fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .find(|(_, e)| e.starts_with(prefix))
+            .and_then(|(t, _)| t.parse().ok())
+    }
+}
+
+impl Drop for SystemdStandIn {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
+/// The real `systemd-logind` (Debian's, /lib/systemd/systemd-logind) on a [`PrivateBus`]
+/// (`DBUS_SYSTEM_BUS_ADDRESS`), debug log to `<dir>/logind.log`. It keeps its state in
+/// /run/systemd (seats, inhibitors, as it always does). Killed by PID on drop.
+pub struct RealLogind {
+    child: Child,
+    pub log: PathBuf,
+    /// logind's seat file, removed on drop when this logind made it.
+    seat_file: Option<PathBuf>,
+}
+
+const SEAT_FILE: &str = "/run/systemd/seats/seat0";
+
+impl RealLogind {
+    pub fn start(bus: &PrivateBus, dir: &Path) -> RealLogind {
+        let log = dir.join("logind.log");
+        let out = fs::File::create(&log).expect("logind log");
+        let seat_file = (!Path::new(SEAT_FILE).exists()).then(|| PathBuf::from(SEAT_FILE));
+        let mut child = Command::new("/lib/systemd/systemd-logind")
+            .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
+            .env("SYSTEMD_LOG_LEVEL", "debug")
+            .env("SYSTEMD_LOG_TARGET", "console")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("start systemd-logind (Debian's systemd package)");
+        let ready = wait_for(START_TIMEOUT, || {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(Err(status));
+            }
+            bus.has_owner("org.freedesktop.login1").then_some(Ok(()))
+        });
+        if !matches!(ready, Some(Ok(()))) {
+            stop(&mut child);
+            panic!(
+                "systemd-logind did not take org.freedesktop.login1 ({ready:?}): {}",
+                fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        RealLogind {
+            child,
+            log,
+            seat_file,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for RealLogind {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+        if let Some(seat) = &self.seat_file {
+            let _ = fs::remove_file(seat);
+        }
     }
 }

@@ -297,17 +297,28 @@ impl Containerd {
 
     /// As [`Containerd::start`], with CRI registry mirrors that reach `hosts` over plain http.
     pub fn start_with_plain_http_registries(hosts: &[String]) -> Containerd {
-        Self::start_full(hosts, None)
+        Self::start_inner(hosts, None, |_| {})
     }
 
     /// As [`Containerd::start`], running in the network namespace `netns` (`/run/netns/NAME`,
     /// entered with `nsenter --net`: only the network namespace, so mounts and cgroups are
     /// the host's as for a containerd on the node).
     pub fn start_in_netns(netns: &Path) -> Containerd {
-        Self::start_full(&[], Some(netns.to_path_buf()))
+        Self::start_inner(&[], Some(netns.to_path_buf()), |_| {})
     }
 
-    fn start_full(hosts: &[String], netns: Option<PathBuf>) -> Containerd {
+    /// As [`Containerd::start`], with `prepare(tmp)` run before containerd starts (e.g. to mount
+    /// a small filesystem on `<tmp>/root`, containerd's root: the image filesystem). Mounts
+    /// below the temp dir are unmounted on drop.
+    pub fn start_prepared(prepare: impl FnOnce(&Path)) -> Containerd {
+        Self::start_inner(&[], None, prepare)
+    }
+
+    fn start_inner(
+        hosts: &[String],
+        netns: Option<PathBuf>,
+        prepare: impl FnOnce(&Path),
+    ) -> Containerd {
         // First: no containerd starts while a test that must run alone runs.
         let gate = gate::shared();
         check_deps();
@@ -332,6 +343,7 @@ impl Containerd {
             _gate: Some(gate),
         };
         ctd.write_config();
+        prepare(&ctd.tmp);
         ctd.start_daemon();
         for tar in ["pause.tar", "busybox.tar"] {
             ctd.import_image(&images.join(tar));
@@ -742,13 +754,18 @@ pub struct Tmpfs(pub PathBuf);
 
 impl Tmpfs {
     pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        Self::mount_with(dir, &format!("size={size}"))
+    }
+
+    /// With tmpfs options, e.g. `size=64m,nr_inodes=2000` (a filesystem with few inodes).
+    pub fn mount_with(dir: &Path, options: &str) -> Tmpfs {
         fs::create_dir_all(dir).expect("tmpfs dir");
         nix::mount::mount(
             Some("tmpfs"),
             dir,
             Some("tmpfs"),
             nix::mount::MsFlags::empty(),
-            Some(format!("size={size}").as_str()),
+            Some(options),
         )
         .expect("mount tmpfs");
         Tmpfs(dir.to_path_buf())
