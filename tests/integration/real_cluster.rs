@@ -513,7 +513,7 @@ fn cert_validity(pem_path: &std::path::Path) -> (i64, i64) {
 }
 
 /// Through the real API server, which always speaks SPDY to the kubelet port (kubectl speaks
-/// WebSocket to it and it translates): `kubectl exec -i` (stdin, stdout and stderr apart, the
+/// WebSocket to it and it translates): `kubectl logs -f`, `kubectl exec -i` (stdin, stdout and stderr apart, the
 /// exit code), `exec -it` on a pty with resize, `attach`, `port-forward` (bytes both ways) and
 /// `get --raw .../nodes/N/proxy/stats/summary`; the serving certificate comes from a
 /// kubelet-serving CSR that only `kubectl certificate approve` lets through (the controller
@@ -580,6 +580,36 @@ spec:
     })
     .unwrap_or_else(|| panic!("no serving certificate\n{}", n.log_tail()));
 
+    // logs -f: the first line, then one written later (to PID 1's stdout, through exec).
+    {
+        use std::io::BufRead;
+        let mut follow = crate::streaming::KillOnDrop(
+            cluster
+                .kubectl_cmd()
+                .args(["logs", "-f", "shell"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("kubectl logs -f"),
+        );
+        let mut lines = std::io::BufReader::new(follow.0.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        lines.read_line(&mut first).expect("first line");
+        assert_eq!(first, "started-shell\n");
+        cluster
+            .kubectl(&[
+                "exec",
+                "shell",
+                "--",
+                "sh",
+                "-c",
+                "echo followed-line > /proc/1/fd/1",
+            ])
+            .expect("exec");
+        let mut next = String::new();
+        lines.read_line(&mut next).expect("followed line");
+        assert_eq!(next, "followed-line\n");
+    }
     // exec -i: stdin in, stdout and stderr apart, the exit code.
     let mut child = cluster
         .kubectl_cmd()
