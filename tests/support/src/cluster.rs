@@ -21,6 +21,9 @@ use super::{repo_root, tail, wait_for};
 pub struct Cluster {
     dir: PathBuf,
     env: BTreeMap<String, String>,
+    /// A control plane loads the machine like a containerd: held while it runs, so tests that
+    /// must run alone (they measure the node's memory and disk) do not run beside it.
+    _gate: super::gate::Shared,
 }
 
 impl Cluster {
@@ -32,6 +35,7 @@ impl Cluster {
     /// As [`Cluster::up`] with `scripts/cluster`'s settings (`NODE_MONITOR_GRACE_PERIOD`,
     /// `CLUSTER_SIGNING_DURATION`).
     pub fn up_with(settings: &[(&str, &str)]) -> Cluster {
+        let gate = super::gate::shared();
         let dir = std::env::temp_dir().join(format!(
             "nanolet-cluster-{}-{}",
             std::process::id(),
@@ -49,6 +53,7 @@ impl Cluster {
         let mut cluster = Cluster {
             dir: dir.clone(),
             env: BTreeMap::new(),
+            _gate: gate,
         };
         if !out.status.success() {
             panic!(

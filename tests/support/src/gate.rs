@@ -5,9 +5,9 @@
 //! libtest runs tests of every area together (two at a time on a 2-core machine), so the tests
 //! that measure the node or load it for minutes say so here:
 //!
-//! - [`shared`]: taken by the harness for every [`Containerd`](crate::Containerd) and
-//!   [`FakeApiServer`](crate::apiserver::FakeApiServer) a test starts, and held until it is
-//!   dropped. Any number of tests hold it at once.
+//! - [`shared`]: taken by the harness for every [`Containerd`](crate::Containerd),
+//!   [`FakeApiServer`](crate::apiserver::FakeApiServer) and real control plane
+//!   ([`Cluster`](crate::cluster::Cluster)) a test starts, and held until it is dropped. Any number of tests hold it at once.
 //! - [`exclusive`]: taken by a test (or one step of it) that must run alone: no shared holder
 //!   runs meanwhile and new ones wait. It waits for the running shared holders to finish, and
 //!   waiting exclusive tests go first (so a steady stream of short tests cannot starve one).
