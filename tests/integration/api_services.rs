@@ -186,10 +186,19 @@ fn api_pods_get_service_variables_and_the_cluster_dns() {
         "enableServiceLinks false: {out}"
     );
 
-    // The reflector: it listed all Services, then watches with bookmarks.
-    assert!(api.requests().iter().any(|r| r.path == "/api/v1/services"
-        && r.query.contains("watch=1")
-        && r.query.contains("allowWatchBookmarks=true")));
+    // The reflector: it listed all Services, then watches with bookmarks (the watch follows
+    // the list: on a loaded machine it may not be open yet when the pods ran).
+    let watching = wait_for(Duration::from_secs(30), || {
+        api.requests()
+            .iter()
+            .any(|r| {
+                r.path == "/api/v1/services"
+                    && r.query.contains("watch=1")
+                    && r.query.contains("allowWatchBookmarks=true")
+            })
+            .then_some(())
+    });
+    assert!(watching.is_some(), "no Service watch with bookmarks");
     api.send_bookmarks();
     // A Service created now reaches a pod started later through the watch. The pod's
     // container exits until it sees the variable (the kubelet's race between a pod and a new
