@@ -289,18 +289,12 @@ fn kubectl_logs_follow(admin: &Kubectl) {
     assert_eq!(next, "followed-line\n");
 }
 
-/// `kubectl exec -i` (stdin in, stdout and stderr apart, the exit code) and `-it` on a pty.
-fn kubectl_exec(admin: &Kubectl) {
-    let mut child = admin
-        .cmd(&[
-            "exec",
-            "-i",
-            "shell",
-            "--",
-            "sh",
-            "-c",
-            "read x; echo got:$x; echo err >&2; exit 7",
-        ])
+/// `kubectl exec -i` into the pod `shell` through `kubectl` (a kubectl command with its
+/// kubeconfig, no arguments yet): stdin in, stdout and stderr apart, the exit code.
+pub(crate) fn exec_i_round_trip(mut kubectl: Command, context: &str) {
+    let mut child = kubectl
+        .args(["exec", "-i", "shell", "--", "sh", "-c"])
+        .arg("read x; echo got:$x; echo err >&2; exit 7")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -313,12 +307,21 @@ fn kubectl_exec(admin: &Kubectl) {
         .write_all(b"hi\n")
         .expect("stdin");
     let out = child.wait_with_output().expect("kubectl exec");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "got:hi\n", "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "got:hi\n",
+        "{out:?}\n{context}"
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("err"),
         "{out:?}"
     );
     assert_eq!(out.status.code(), Some(7), "{out:?}");
+}
+
+/// `kubectl exec -i` (stdin in, stdout and stderr apart, the exit code) and `-it` on a pty.
+fn kubectl_exec(admin: &Kubectl) {
+    exec_i_round_trip(admin.cmd(&[]), "");
     let mut cmd = admin.cmd(&["exec", "-it", "shell", "--", "sh", "-c", TTY_SCRIPT]);
     tty_session(&mut cmd, "kubectl exec -it (through the API server)");
 }

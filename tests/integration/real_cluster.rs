@@ -611,40 +611,7 @@ spec:
         assert_eq!(next, "followed-line\n");
     }
     // exec -i: stdin in, stdout and stderr apart, the exit code.
-    let mut child = cluster
-        .kubectl_cmd()
-        .args([
-            "exec",
-            "-i",
-            "shell",
-            "--",
-            "sh",
-            "-c",
-            "read x; echo got:$x; echo err >&2; exit 7",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl exec");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"hi\n")
-        .expect("stdin");
-    let out = child.wait_with_output().expect("kubectl exec");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "got:hi\n",
-        "{out:?}\n{}",
-        n.log_tail()
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("err"),
-        "{out:?}"
-    );
-    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    crate::cluster_node::exec_i_round_trip(cluster.kubectl_cmd(), &n.log_tail());
     // exec -it on a pty, with a resize.
     let mut cmd = cluster.kubectl_cmd();
     cmd.args([
@@ -945,6 +912,14 @@ spec:
     );
 }
 
+/// The agent pod's running container in the runtime, if any.
+fn running_agent(rt: &impl nanolet::cri::Runtime) -> Option<nanolet::cri::ContainerInfo> {
+    rt.list_containers().ok()?.into_iter().find(|c| {
+        c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some("agent")
+            && c.state == nanolet::cri::ContainerState::Running
+    })
+}
+
 /// The node with the agent pod (Secret env, ConfigMap volume, bound token) Ready, its
 /// objects in nanolet's offline checkpoint as `checkpointed` wants them.
 fn agent_node(
@@ -1009,7 +984,6 @@ spec:
 /// API shows the pod Ready again.
 #[test]
 fn an_api_pod_starts_again_after_a_reboot_without_the_control_plane_and_reconciles() {
-    use nanolet::cri::Runtime;
     let (cluster, mut ctd, mut n) = agent_node(&[], |cp| {
         cp.contains("agent-config") && cp.contains("agent-secret") && cp.contains("\"tokens\"")
     });
@@ -1017,12 +991,7 @@ fn an_api_pod_starts_again_after_a_reboot_without_the_control_plane_and_reconcil
     crate::api_reboot::reboot_node(&mut n, &mut ctd);
     n.spawn();
     let rt = ctd.runtime();
-    let running = || {
-        rt.list_containers().ok()?.into_iter().find(|c| {
-            c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some("agent")
-                && c.state == nanolet::cri::ContainerState::Running
-        })
-    };
+    let running = || running_agent(&rt);
     let c = wait_for(Duration::from_secs(90), running)
         .unwrap_or_else(|| panic!("the pod did not start again offline\n{}", n.log_tail()));
     let env = crate::api_objects::exec(&rt, &c.id, &["sh", "-c", "echo $AGENT_KEY"]);
@@ -1264,7 +1233,6 @@ spec:
 /// naming its Secret, and starts once the link returns.
 #[test]
 fn without_checkpointed_secrets_the_pod_waits_for_the_control_plane_after_a_reboot() {
-    use nanolet::cri::Runtime;
     let (cluster, mut ctd, mut n) = agent_node(&["--checkpoint-secrets=false"], |cp| {
         cp.contains("agent-config") && !cp.contains("agent-secret")
     });
@@ -1277,12 +1245,7 @@ fn without_checkpointed_secrets_the_pod_waits_for_the_control_plane_after_a_rebo
     crate::api_reboot::reboot_node(&mut n, &mut ctd);
     n.spawn();
     let rt = ctd.runtime();
-    let agent_running = || {
-        rt.list_containers().ok()?.into_iter().find(|c| {
-            c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some("agent")
-                && c.state == nanolet::cri::ContainerState::Running
-        })
-    };
+    let agent_running = || running_agent(&rt);
     let message = wait_for(Duration::from_secs(60), || {
         let p = n
             .pods()
