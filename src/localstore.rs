@@ -109,23 +109,9 @@ impl LocalStore {
         if !self.allow_insecure {
             crate::config::file::check_dir_chain(dir, what, STORE_RISK)?;
         }
-        let Ok(rd) = std::fs::read_dir(dir) else {
+        let Some(files) = crate::localstore::manifest_files(dir) else {
             return Ok(None);
         };
-        let mut files: Vec<PathBuf> = rd
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                let n = p
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                !n.starts_with('.')
-                    && (n.ends_with(".yaml") || n.ends_with(".yml") || n.ends_with(".json"))
-                    && p.is_file()
-            })
-            .collect();
-        files.sort();
         for f in files {
             if !self.allow_insecure {
                 let checked = std::fs::metadata(&f)
@@ -369,4 +355,25 @@ mod tests {
             Err(StoreError::NotFound { .. })
         ));
     }
+}
+
+/// The manifest files of `dir` (`*.yaml`, `*.yml`, `*.json`, not hidden), sorted; None when
+/// the directory cannot be read. Shared by the local store and the RuntimeClass directory.
+pub(crate) fn manifest_files(dir: &std::path::Path) -> Option<Vec<std::path::PathBuf>> {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            !n.starts_with('.')
+                && (n.ends_with(".yaml") || n.ends_with(".yml") || n.ends_with(".json"))
+                && p.is_file()
+        })
+        .collect();
+    files.sort();
+    Some(files)
 }

@@ -274,23 +274,9 @@ impl RuntimeClasses {
             crate::config::file::check_dir_chain(dir, "runtime class directory", DIR_RISK)
                 .map_err(|e| RuntimeClassError::Insecure(e.to_string()))?;
         }
-        let Ok(rd) = std::fs::read_dir(dir) else {
+        let Some(files) = crate::localstore::manifest_files(dir) else {
             return Ok(None);
         };
-        let mut files: Vec<PathBuf> = rd
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                let n = p
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                !n.starts_with('.')
-                    && (n.ends_with(".yaml") || n.ends_with(".yml") || n.ends_with(".json"))
-                    && p.is_file()
-            })
-            .collect();
-        files.sort();
         for f in files {
             if !self.allow_insecure {
                 let checked = std::fs::metadata(&f)
