@@ -8,6 +8,9 @@
 //! installed on the host but Rust (docs/decisions/own-containerd-proto.md: why not the
 //! containerd-client crate).
 
+const DEVICE_PLUGIN_PROTO: &str = "proto/deviceplugin/v1beta1.proto";
+const POD_RESOURCES_PROTO: &str = "proto/podresources/v1.proto";
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     const PROTOS: [&str; 12] = [
         "proto/runtime.proto",
@@ -44,6 +47,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // CRI labels and annotations land in our BTreeMap-based domain types without conversion.
         .btree_map(".runtime.v1")
         .compile_with_config(config, &PROTOS, &includes)?;
+
+    // The device plugin API and the pod-resources API (src/devicemanager): clients only (the
+    // plugins' DevicePlugin service; pod-resources for the tests). The services nanolet
+    // serves (Registration, PodResourcesLister) are answered by src/devicemanager/grpc.rs on
+    // the messages generated here.
+    println!("cargo:rerun-if-changed={DEVICE_PLUGIN_PROTO}");
+    println!("cargo:rerun-if-changed={POD_RESOURCES_PROTO}");
+    let mut config = tonic_prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(false)
+        .btree_map(".v1beta1")
+        .compile_with_config(config, &[DEVICE_PLUGIN_PROTO, POD_RESOURCES_PROTO], &includes)?;
     Ok(())
 }
 

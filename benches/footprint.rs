@@ -295,6 +295,8 @@ impl NanoletProc {
             .arg(format!("--container-runtime-endpoint={}", ctd.endpoint()))
             .arg(format!("--hostname-override={NODE}"))
             .arg(format!("--root-dir={}", dir.join("root").display()))
+            .arg("--device-plugin-dir=")
+            .arg("--pod-resources-dir=")
             .arg(format!("--pod-logs-dir={}", dir.join("log/pods").display()))
             .arg(format!("--read-only-port={port}"))
             .arg(format!("--healthz-port={}", support::agent::free_port()))

@@ -15,6 +15,8 @@ pub(crate) mod cm;
 pub mod cmd;
 pub mod config;
 pub mod cri;
+/// The device plugin API (the device manager) and the pod-resources API.
+pub mod devicemanager;
 pub(crate) mod events;
 pub mod eviction;
 #[cfg(test)]

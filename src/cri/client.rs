@@ -617,6 +617,20 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
                 ..Default::default()
             })
             .collect(),
+        devices: c
+            .devices
+            .iter()
+            .map(|d| pb::Device {
+                container_path: d.container_path.clone(),
+                host_path: d.host_path.clone(),
+                permissions: d.permissions.clone(),
+            })
+            .collect(),
+        cdi_devices: c
+            .cdi_devices
+            .iter()
+            .map(|name| pb::CdiDevice { name: name.clone() })
+            .collect(),
         labels: c.labels.clone(),
         annotations: c.annotations.clone(),
         log_path: c.log_path.clone(),

@@ -320,6 +320,15 @@ pub struct Mount {
     pub propagation: MountPropagation,
 }
 
+/// CRI Device: a host device node in the container (from a device plugin's Allocate).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceSpec {
+    pub container_path: String,
+    pub host_path: String,
+    /// cgroup permissions: `r`, `w`, `m` combined.
+    pub permissions: String,
+}
+
 /// CRI LinuxContainerResources (0 = unset).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LinuxResources {
@@ -345,6 +354,10 @@ pub struct ContainerConfig {
     pub working_dir: String,
     pub envs: Vec<(String, String)>,
     pub mounts: Vec<Mount>,
+    /// Host devices (device plugins' Allocate responses).
+    pub devices: Vec<DeviceSpec>,
+    /// Fully qualified CDI device names (device plugins' Allocate responses).
+    pub cdi_devices: Vec<String>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     /// Relative to the sandbox's log_directory: `<container>/<restartCount>.log`.

@@ -18,6 +18,10 @@ use crate::kubelet::pod_workers::{WorkerContext, WorkerMsg, WorkerReport};
 use crate::kubelet::worker_pool::PodWorkers;
 use crate::pleg::RuntimePodRef;
 
+/// The kubelet's reason when its resource allocator fails at admission (lifecycle
+/// UnexpectedAdmissionError, cm/admission ErrorReasonUnexpected).
+const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
+
 /// The merged desired set, as the sync loop consumes it.
 #[derive(Debug, Clone, Default)]
 pub struct DesiredPods {
@@ -507,12 +511,48 @@ impl SyncLoop {
             self.reject(pod, reason, message);
             return false;
         }
+        if let Some(message) = self.device_allocation_failure(pod) {
+            self.reject(pod, UNEXPECTED_ADMISSION_ERROR, message);
+            return false;
+        }
         if let Some((reason, message)) = self.extended_resource_rejection(pod) {
             self.reject(pod, &reason, message);
             return false;
         }
         self.warn_unenforced_isolation(pod);
         true
+    }
+
+    /// The device manager's admission (the kubelet's resource allocator, before the
+    /// predicate): devices of device plugin resources are allocated for every container, the
+    /// allocations of pods no longer active released first. Its failure is the kubelet's
+    /// `UnexpectedAdmissionError` "Allocate failed due to <error>, which is unexpected"
+    /// (cm/admission/errors.go), e.g. "requested number of devices unavailable for <resource>.
+    /// Requested: N, Available: M".
+    fn device_allocation_failure(&self, pod: &Pod) -> Option<String> {
+        let dm = self.ctx.settings.runtime.devices.as_ref()?;
+        // Released only once every source has given its pods (UpdateAllocatedDevices waits
+        // for sourcesReady): after a restart, pods not yet re-admitted keep their devices.
+        if self.all_sources_ready {
+            let mut active: std::collections::BTreeSet<String> = self
+                .desired
+                .keys()
+                .filter(|uid| {
+                    !self
+                        .ctx
+                        .store
+                        .get(uid)
+                        .and_then(|x| x.status)
+                        .is_some_and(|s| s.phase == "Succeeded" || s.phase == "Failed")
+                })
+                .cloned()
+                .collect();
+            active.insert(pod.metadata.uid.clone());
+            dm.retain_pods(&active);
+        }
+        dm.allocate(pod)
+            .err()
+            .map(|e| format!("Allocate failed due to {e}, which is unexpected"))
     }
 
     /// The predicate's fit check for extended resources (`OutOf<name>`, "Node didn't have
@@ -540,8 +580,17 @@ impl SyncLoop {
                 *used.entry(k).or_default() += v;
             }
         }
-        let allocatable = &self.ctx.settings.extended_allocatable;
-        want.iter().filter(|(_, v)| **v > 0).find_map(|(name, n)| {
+        let mut allocatable = self.ctx.settings.extended_allocatable.clone();
+        let dm = self.ctx.settings.runtime.devices.as_ref();
+        if let Some(dm) = dm {
+            allocatable.extend(dm.capacity().1);
+        }
+        // A pod re-admitted after a restart holding its devices (the checkpoint) is not
+        // refused while its plugin has yet to re-register (its allocatable is 0 until then).
+        let restored = |name: &str| dm.is_some_and(|d| d.holds_restored(&pod.metadata.uid, name));
+        want.iter()
+            .filter(|(name, v)| **v > 0 && !restored(name))
+            .find_map(|(name, n)| {
             let cap = allocatable.get(name).copied().unwrap_or(0);
             let u = used.get(name).copied().unwrap_or(0);
             (u + n > cap).then(|| {
@@ -962,6 +1011,7 @@ mod tests {
                     )),
                     cluster_dns: Default::default(),
                     runtime_classes: crate::runtimeclass::RuntimeClasses::none(),
+                    devices: None,
                 },
                 resync: Duration::from_secs(60),
                 worker_threads: crate::util::pool::PoolSize { min: 2, max: 16 },

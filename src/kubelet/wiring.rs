@@ -53,6 +53,8 @@ pub enum KubeletError {
     },
     #[error("blocking signals: {0}")]
     Signals(nix::Error),
+    #[error("device manager: {0}")]
+    DeviceManager(crate::devicemanager::DeviceError),
     #[error("{0}")]
     ApiServer(crate::apiclient::kubeconfig::KubeconfigError),
     #[error("API server client: {0}")]
@@ -171,11 +173,14 @@ impl Kubelet {
                 Some(cfg.runtime_class_dir.clone()),
                 cfg.allow_insecure_manifest_dir,
             ),
+            devices: None,
             node_status_wake: {
                 let (tx, rx) = mpsc::channel();
                 (tx, Some(rx))
             },
         };
+        w.start_device_manager()?;
+        w.start_pod_resources()?;
         w.start_secure_server(deps.api_client.as_ref())?;
         w.start_servers(token)?;
         #[cfg(feature = "tls")]
@@ -293,6 +298,8 @@ struct Wiring<'a> {
     api_objects: Option<Arc<crate::apiobjects::ApiObjects>>,
     /// The node's RuntimeClasses: the local directory, and the API's once joined.
     runtime_classes: Arc<crate::runtimeclass::RuntimeClasses>,
+    /// The device manager (device plugins' registration socket), unless disabled.
+    devices: Option<Arc<crate::devicemanager::DeviceManager>>,
     /// Wakes the node status loop (API-server mode): the node shutdown manager asks for an
     /// immediate status, the one `Shutdown` stops it.
     node_status_wake: (
@@ -337,6 +344,32 @@ impl Wiring<'_> {
         self.api_objects = Some(objects);
     }
 
+    /// The device plugin registration server on `<device-plugin-dir>/kubelet.sock` (the
+    /// kubelet fails to start without it too). A change of devices wakes the node status.
+    fn start_device_manager(&mut self) -> Result<(), KubeletError> {
+        let Some(dir) = &self.cfg.device_plugin_dir else {
+            return Ok(());
+        };
+        let dm = crate::devicemanager::DeviceManager::start(dir, &self.cfg.root_dir)
+            .map_err(KubeletError::DeviceManager)?;
+        let wake = std::sync::Mutex::new(self.node_status_wake.0.clone());
+        dm.on_change(Box::new(move || {
+            let tx = wake.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = tx.send(crate::nodestatus::heartbeat::Wake::StatusNow);
+        }));
+        self.devices = Some(dm);
+        Ok(())
+    }
+
+    /// The pod-resources API on `<pod-resources-dir>/kubelet.sock`, unless disabled.
+    fn start_pod_resources(&mut self) -> Result<(), KubeletError> {
+        let Some(dir) = &self.cfg.pod_resources_dir else {
+            return Ok(());
+        };
+        crate::devicemanager::podresources::start(dir, self.store.clone(), self.devices.clone())
+            .map_err(KubeletError::DeviceManager)
+    }
+
     /// This node as the HTTP API and the Node object describe it.
     fn node_context(&self) -> NodeContext {
         let mut n = NodeContext::new(&self.cfg.node_name);
@@ -348,6 +381,7 @@ impl Wiring<'_> {
         n.kubelet_port = self.kubelet_port;
         n.eviction = self.cfg.eviction.clone();
         n.extended = self.cfg.extended_resources.clone();
+        n.devices = self.devices.clone();
         n
     }
 
@@ -768,6 +802,7 @@ impl Wiring<'_> {
                         domain: cfg.cluster_domain.clone(),
                     },
                     runtime_classes: self.runtime_classes.clone(),
+                    devices: self.devices.clone(),
                 },
                 resync: cfg.sync_frequency,
                 worker_threads: crate::util::pool::PoolSize {

@@ -166,6 +166,12 @@ pub struct Config {
     /// Directory of RuntimeClass manifests (`node.k8s.io/v1`) static pods may name in
     /// `runtimeClassName` (nanolet extension; joined, the API's classes count too).
     pub runtime_class_dir: PathBuf,
+    /// `--device-plugin-dir`: where the device plugin registration socket (`kubelet.sock`) is
+    /// served and plugins put theirs; `None` (an empty value): no device plugins.
+    pub device_plugin_dir: Option<PathBuf>,
+    /// `--pod-resources-dir`: where the pod-resources API socket (`kubelet.sock`) is served;
+    /// `None` (an empty value): not served.
+    pub pod_resources_dir: Option<PathBuf>,
     /// `--extended-resources`: extended resources this node has (name -> count), in its
     /// capacity and allocatable and checked at admission (nanolet extension).
     pub extended_resources: std::collections::BTreeMap<String, i64>,
@@ -385,6 +391,8 @@ impl Config {
             config_map_dir: PathBuf::from("/etc/nanolet/configmaps"),
             secret_dir: PathBuf::from("/etc/nanolet/secrets"),
             runtime_class_dir: PathBuf::from("/etc/nanolet/runtimeclasses"),
+            device_plugin_dir: Some(PathBuf::from("/var/lib/kubelet/device-plugins")),
+            pod_resources_dir: Some(PathBuf::from("/var/lib/kubelet/pod-resources")),
             extended_resources: Default::default(),
             address: IpAddr::from([127, 0, 0, 1]),
             read_only_port: 10255,
@@ -519,6 +527,8 @@ impl fmt::Debug for Config {
             .field("config_map_dir", &self.config_map_dir)
             .field("secret_dir", &self.secret_dir)
             .field("runtime_class_dir", &self.runtime_class_dir)
+            .field("device_plugin_dir", &self.device_plugin_dir)
+            .field("pod_resources_dir", &self.pod_resources_dir)
             .field("extended_resources", &self.extended_resources)
             .field("address", &self.address)
             .field("read_only_port", &self.read_only_port)

@@ -530,6 +530,28 @@ pub(super) const SETTINGS: &[Setting] = &[
         configz: Some(("runtimeClassDir", |c| path_json(&c.runtime_class_dir))),
     },
     Setting {
+        flag: Flag::value("device-plugin-dir"),
+        field: None,
+        value_name: "path",
+        default: "/var/lib/kubelet/device-plugins",
+        help: "Directory of the device plugin API v1beta1: nanolet serves the registration socket kubelet.sock there and dials the plugins' sockets in it (the kubelet's path, so unmodified plugins find it); their devices are extended resources in the node's capacity, allocated at admission (empty: no device plugins)",
+        apply: |c, v| set(&mut c.device_plugin_dir, v.optional_path()),
+        configz: Some(("devicePluginDir", |c| {
+            optional_path_json(&c.device_plugin_dir)
+        })),
+    },
+    Setting {
+        flag: Flag::value("pod-resources-dir"),
+        field: None,
+        value_name: "path",
+        default: "/var/lib/kubelet/pod-resources",
+        help: "Directory of the pod-resources API v1 socket kubelet.sock (List, Get, GetAllocatableResources: the devices pods hold), the kubelet's path by default (empty: not served)",
+        apply: |c, v| set(&mut c.pod_resources_dir, v.optional_path()),
+        configz: Some(("podResourcesDir", |c| {
+            optional_path_json(&c.pod_resources_dir)
+        })),
+    },
+    Setting {
         flag: Flag::value("extended-resources"),
         field: None,
         value_name: "mapStringString",

@@ -35,6 +35,12 @@ pub enum ConfigError {
     /// runAsNonRoot and the effective user is root or unknown (the kubelet's message).
     #[error(transparent)]
     RunAsNonRoot(crate::api::security::NonRootError),
+    /// The container's device plugin options (PreStartContainer failed, the plugin is gone).
+    #[error("container {container}: {source}")]
+    Devices {
+        container: String,
+        source: crate::devicemanager::DeviceError,
+    },
 }
 
 /// `spec.containers{c}.<field>: <reason>`, or the kubelet's own message alone (API objects).
@@ -51,7 +57,9 @@ impl ConfigError {
     pub fn reason(&self) -> &'static str {
         match self {
             ConfigError::Volumes(_) => "ContainerCreating",
-            ConfigError::Env { .. } | ConfigError::RunAsNonRoot(_) => "CreateContainerConfigError",
+            ConfigError::Env { .. }
+            | ConfigError::RunAsNonRoot(_)
+            | ConfigError::Devices { .. } => "CreateContainerConfigError",
         }
     }
 }
@@ -286,6 +294,23 @@ impl RuntimeManager<'_> {
         }
         let mut mounts = volumes;
         self.add_runtime_mounts(c, restart_count, &mut mounts);
+        // Device plugin allocations (GetDeviceRunContainerOptions, PreStartContainer first):
+        // their envs after the container's own, their mounts, devices, annotations, CDI names.
+        let mut envs = envs;
+        let mut annotations =
+            container_annotations(c, kind, restart_count, self.grace_seconds(None));
+        let mut dev = crate::devicemanager::RunContainerOptions::default();
+        if let Some(dm) = &self.settings.devices {
+            dev = dm
+                .container_options(&p.metadata.uid, &c.name)
+                .map_err(|source| ConfigError::Devices {
+                    container: c.name.clone(),
+                    source,
+                })?;
+            envs.extend(dev.envs.drain(..));
+            mounts.extend(dev.mounts.drain(..));
+            annotations.extend(std::mem::take(&mut dev.annotations));
+        }
         Ok(ContainerConfig {
             name: c.name.clone(),
             attempt: restart_count,
@@ -295,8 +320,10 @@ impl RuntimeManager<'_> {
             working_dir: c.working_dir.clone(),
             envs,
             mounts,
+            devices: dev.devices,
+            cdi_devices: dev.cdi_devices,
             labels: container_labels(p, c),
-            annotations: container_annotations(c, kind, restart_count, self.grace_seconds(None)),
+            annotations,
             log_path,
             stdin: c.stdin,
             stdin_once: c.stdin_once,
@@ -544,6 +571,7 @@ mod tests {
             cluster_dns: Default::default(),
             pod_pids_limit: -1,
             runtime_classes: crate::runtimeclass::RuntimeClasses::none(),
+            devices: None,
             swap: Default::default(),
         };
         let events = crate::events::EventRecorder::new();

@@ -57,6 +57,9 @@ pub struct RuntimeSettings {
     /// The node's RuntimeClasses (local directory and, joined, the API's): a pod's
     /// `runtimeClassName` resolves to its CRI handler at every sandbox creation.
     pub runtime_classes: Arc<crate::runtimeclass::RuntimeClasses>,
+    /// The device manager (device plugins): what a container's allocated devices add to its
+    /// config. `None` when disabled (`--device-plugin-dir=""`) or in tests.
+    pub devices: Option<Arc<crate::devicemanager::DeviceManager>>,
 }
 
 impl RuntimeSettings {

@@ -34,6 +34,8 @@ pub struct NodeContext {
     pub eviction: crate::eviction::EvictionConfig,
     /// Extended resources (name -> count), in capacity and allocatable alike.
     pub extended: std::collections::BTreeMap<String, i64>,
+    /// Device plugins' resources: every device in capacity, the healthy ones in allocatable.
+    pub devices: Option<Arc<crate::devicemanager::DeviceManager>>,
     /// the Ready status last posted (for NodeReady / NodeNotReady events).
     ready_posted: std::sync::Mutex<Option<bool>>,
     /// Per condition type, its last status and since when (the local view's
@@ -55,6 +57,7 @@ impl NodeContext {
             kubelet_port: 0,
             eviction: crate::eviction::EvictionConfig::default(),
             extended: Default::default(),
+            devices: None,
             ready_posted: std::sync::Mutex::new(None),
             transitions: Default::default(),
             runtime_version: OnceLock::new(),
@@ -441,6 +444,15 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
         pods: i64::from(ctx.max_pods),
     };
     let allocatable = allocatable(&capacity, &ctx.eviction);
+    // `--extended-resources`, then the device plugins' (kubelet setters.MachineInfo: the device
+    // manager's capacity and allocatable).
+    let mut ext_capacity = ctx.extended.clone();
+    let mut ext_allocatable = ctx.extended.clone();
+    if let Some(dm) = &ctx.devices {
+        let (c, a) = dm.capacity();
+        ext_capacity.extend(c);
+        ext_allocatable.extend(a);
+    }
     let started = rfc3339(ctx.started);
     let conditions = node_conditions(ctx, store);
     // kubelet nodestatus.NodeAddress with --node-ip: one InternalIP per node IP (primary
@@ -473,8 +485,8 @@ pub fn node_object(ctx: &NodeContext, store: &StatusStore) -> Value {
         },
         "spec": {},
         "status": {
-            "capacity": with_extended(capacity.to_json(), &ctx.extended),
-            "allocatable": with_extended(allocatable.to_json(), &ctx.extended),
+            "capacity": with_extended(capacity.to_json(), &ext_capacity),
+            "allocatable": with_extended(allocatable.to_json(), &ext_allocatable),
             "conditions": conditions,
             "addresses": addresses,
             "daemonEndpoints": {"kubeletEndpoint": {"Port": ctx.kubelet_port}},

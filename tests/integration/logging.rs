@@ -23,6 +23,8 @@ fn run_to_exit(dir: &Path, log: &Path, env: &[(&str, String)]) -> String {
         "run".to_string(),
         format!("--config={}", cfg.display()),
         format!("--root-dir={}", dir.join("root").display()),
+        "--device-plugin-dir=".into(),
+        "--pod-resources-dir=".into(),
         format!("--pod-manifest-path={}", dir.join("manifests").display()),
         format!(
             "--read-only-token-file={}",
@@ -133,6 +135,8 @@ fn with_containerd_down_warnings_back_off_instead_of_repeating_every_second() {
             "run".to_string(),
             format!("--pod-manifest-path={}", manifests.display()),
             format!("--root-dir={}", dir.path().join("root").display()),
+            "--device-plugin-dir=".into(),
+            "--pod-resources-dir=".into(),
             format!("--pod-logs-dir={}", dir.path().join("logs/pods").display()),
             format!(
                 "--container-runtime-endpoint=unix://{}",

@@ -29,6 +29,8 @@ mod apiserver;
 mod cluster_node;
 /// The CRI client against a real containerd.
 mod cri_runtime;
+/// The device plugin API v1beta1 with Kubernetes' sample device plugin (issue 32).
+mod device_plugins;
 /// The device's local administrator: `nanolet admin-kubeconfig` and the real kubectl on the
 /// kubelet server (get, exec, port-forward).
 mod device_admin;

@@ -310,6 +310,8 @@ fn insecure_manifest_dirs_and_files_are_refused() {
             "--read-only-port=0".into(),
             "--healthz-port=0".into(),
             format!("--root-dir={}", ctd.tmp().join("root-open").display()),
+            "--device-plugin-dir=".into(),
+            "--pod-resources-dir=".into(),
         ])
         .output()
         .expect("run nanolet");
@@ -624,6 +626,8 @@ fn run_without_containerd(
             tmp.join("no-containerd.sock").display()
         ),
         format!("--root-dir={}", tmp.join("root").display()),
+        "--device-plugin-dir=".into(),
+        "--pod-resources-dir=".into(),
         format!("--pod-logs-dir={}", tmp.join("log/pods").display()),
         format!("--read-only-port={port}"),
         "--healthz-port=0".into(),

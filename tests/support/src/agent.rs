@@ -70,6 +70,10 @@ impl Nanolet {
             format!("--hostname-override={NODE}"),
             format!("--root-dir={}", dir.join("root").display()),
             format!("--pod-logs-dir={}", dir.join("log/pods").display()),
+            // The device plugin registration socket in the test's directory, not the
+            // kubelet's shared /var/lib/kubelet/device-plugins (agents run side by side).
+            format!("--device-plugin-dir={}", dir.join("device-plugins").display()),
+            format!("--pod-resources-dir={}", dir.join("pod-resources").display()),
             format!("--read-only-port={port}"),
             format!("--healthz-port={healthz_port}"),
             // No kubelet server (HTTPS, default 10250) unless a test asks for one on a free

@@ -1,0 +1,240 @@
+//! The device plugin API v1beta1 (issue 32) against device plugins nobody here wrote, built
+//! from their Go modules by `scripts/upstream`, on a real containerd.
+//!
+//! Kubernetes' own e2e plugin (test/images/sample-device-plugin, k8s.io/kubernetes v1.36.3:
+//! resource `example.com/resource`, devices Dev-1 and Dev-2; its Allocate answers a mount of
+//! /tmp/<id> per device) registers on nanolet's kubelet.sock. It dials the kubelet's fixed path
+//! /var/lib/kubelet/device-plugins/kubelet.sock, so it runs in a mount namespace of its own
+//! where the test's directory is bind-mounted over /var/lib: nanolet serves
+//! `<test>/varlib/kubelet/device-plugins/kubelet.sock`, the plugin sees it at the kubelet's path.
+
+use nanolet_test_support as support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::Containerd;
+use support::agent::Nanolet;
+use support::wait_for;
+
+const WAIT: Duration = Duration::from_secs(90);
+const RESOURCE: &str = "example.com/resource";
+
+/// The sample device plugin in its own mount namespace (the test's directory over /var/lib),
+/// stopped (SIGTERM, then SIGKILL) by its PID when dropped. The files its Allocate makes
+/// (/tmp/Dev-1, /tmp/Dev-2: host paths containerd mounts) are removed too.
+struct SamplePlugin {
+    child: Option<Child>,
+    varlib: PathBuf,
+    log: PathBuf,
+}
+
+impl SamplePlugin {
+    fn start(varlib: &Path, log: &Path) -> SamplePlugin {
+        let mut p = SamplePlugin {
+            child: None,
+            varlib: varlib.to_path_buf(),
+            log: log.to_path_buf(),
+        };
+        p.spawn();
+        p
+    }
+
+    fn spawn(&mut self) {
+        let bin =
+            support::runtime::upstream_path("sample-device-plugin").join("sample-device-plugin");
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("plugin log");
+        // unshare execs sh, sh execs the plugin: the child's PID is the plugin's.
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg("mount --bind \"$1\" /var/lib && exec \"$2\"")
+            .arg("sh")
+            .arg(&self.varlib)
+            .arg(&bin)
+            .env("PLUGIN_SOCK_DIR", "/var/lib/kubelet/device-plugins")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("starting the sample device plugin");
+        self.child = Some(child);
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            if wait_for(Duration::from_secs(10), || c.try_wait().ok().flatten()).is_none() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for SamplePlugin {
+    fn drop(&mut self) {
+        self.stop();
+        for id in ["Dev-1", "Dev-2"] {
+            let _ = fs::remove_file(Path::new("/tmp").join(id));
+        }
+    }
+}
+
+/// The node's (capacity, allocatable) of `resource` on the local API, "" when absent.
+fn node_counts(n: &Nanolet, resource: &str) -> (String, String) {
+    let Some(body) = n.get("/api/v1/nodes") else {
+        return (String::new(), String::new());
+    };
+    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+    let s = &v["items"][0]["status"];
+    let get = |k: &str| s[k][resource].as_str().unwrap_or_default().to_string();
+    (get("capacity"), get("allocatable"))
+}
+
+fn wait_counts(n: &Nanolet, p: &SamplePlugin, cap: &str, alloc: &str) {
+    let ok = wait_for(WAIT, || {
+        (node_counts(n, RESOURCE) == (cap.to_string(), alloc.to_string())).then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "node capacity/allocatable of {RESOURCE}: want {cap}/{alloc}, have {:?}\nnanolet:\n{}\nplugin:\n{}",
+        node_counts(n, RESOURCE),
+        n.log_tail(),
+        p.log()
+    );
+}
+
+fn pod(name: &str, count: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'ls /tmp/Dev-*; sleep 600']\n    resources:\n      limits: {{{RESOURCE}: {count}}}\n"
+    )
+}
+
+fn log_mentions(log: &Path, id: &str) -> bool {
+    fs::read_to_string(log).is_ok_and(|t| t.contains(&format!("/tmp/{id}")))
+}
+
+fn container_id(p: &Value) -> String {
+    p["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Registration, ListAndWatch into the node's capacity and allocatable, Allocate's mounts in
+/// the container, the kubelet's `UnexpectedAdmissionError` for a pod asking for more devices
+/// than are free (devicemanager devicesToAllocate, cm/admission errors.go), the plugin's
+/// restart (its stream ends: devices unhealthy, allocatable 0, capacity kept; it registers
+/// again) and nanolet's restart (kubelet.sock made anew, the plugin re-registers; the
+/// allocation comes back from the checkpoint): the running pod keeps its container and its
+/// device throughout, and its device stays taken.
+#[test]
+fn sample_device_plugin_registers_allocates_and_survives_restarts() {
+    let ctd = Containerd::start();
+    let varlib = ctd.tmp().join("varlib");
+    let dp = varlib.join("kubelet/device-plugins");
+    fs::create_dir_all(&dp).expect("mkdir");
+    let mut n = Nanolet::start(&ctd, &[format!("--device-plugin-dir={}", dp.display())]);
+    assert!(
+        dp.join("kubelet.sock").exists(),
+        "kubelet.sock in {}",
+        dp.display()
+    );
+    let mut plugin = SamplePlugin::start(&varlib, &ctd.tmp().join("sample-device-plugin.log"));
+    wait_counts(&n, &plugin, "2", "2");
+
+    n.write("one.yaml", &pod("one", 1));
+    let one = n.wait_phase("one", "Running");
+    let uid = one["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let log = n
+        .pod_logs()
+        .join(format!("default_one-node1_{uid}/c/0.log"));
+    let listed = wait_for(WAIT, || {
+        let t = fs::read_to_string(&log).ok()?;
+        t.contains("/tmp/Dev-").then_some(t)
+    });
+    let listed = listed.unwrap_or_else(|| {
+        panic!(
+            "the allocated device's mount in the container ({})\n{}\n{}",
+            log.display(),
+            n.log_tail(),
+            plugin.log()
+        )
+    });
+    // One device, not both.
+    assert_eq!(listed.matches("/tmp/Dev-").count(), 1, "{listed}");
+    let cid = container_id(&one);
+    // pod-resources List (server_v1.go): the pod's container and its one device.
+    let sock = n
+        .manifests()
+        .parent()
+        .expect("agent dir")
+        .join("pod-resources/kubelet.sock");
+    let listed = nanolet::devicemanager::podresources::list_for_tests(&sock)
+        .unwrap_or_else(|e| panic!("pod-resources List on {}: {e}", sock.display()));
+    let held: Vec<_> = listed
+        .iter()
+        .filter(|(ns, pod, c, r, _)| {
+            ns == "default" && pod == "one-node1" && c == "c" && r == RESOURCE
+        })
+        .collect();
+    assert_eq!(held.len(), 1, "{listed:?}");
+    assert_eq!(held[0].4.len(), 1, "{listed:?}");
+    assert!(
+        listed
+            .iter()
+            .any(|(_, _, _, _, ids)| ids.iter().any(|id| log_mentions(&log, id))),
+        "{listed:?}"
+    );
+
+    // Two more than the one left: the kubelet's reason and message, word for word.
+    let refused = |n: &Nanolet, name: &str| {
+        n.write(&format!("{name}.yaml"), &pod(name, 2));
+        let p = n.wait_pod(name, "UnexpectedAdmissionError", |p| {
+            p["status"]["reason"] == "UnexpectedAdmissionError"
+        });
+        assert_eq!(
+            p["status"]["message"],
+            format!(
+                "Allocate failed due to requested number of devices unavailable for {RESOURCE}. Requested: 2, Available: 1, which is unexpected"
+            )
+        );
+        assert_eq!(p["status"]["phase"], "Failed");
+        n.remove(&format!("{name}.yaml"));
+    };
+    refused(&n, "two");
+
+    // The plugin stops: its devices turn unhealthy (allocatable 0, capacity 2 within the
+    // grace period); it starts again and registers: 2 allocatable.
+    plugin.stop();
+    wait_counts(&n, &plugin, "2", "0");
+    plugin.spawn();
+    wait_counts(&n, &plugin, "2", "2");
+
+    // nanolet restarts: its kubelet.sock is new, the plugin registers again, the allocation
+    // is the checkpoint's.
+    n.stop();
+    n.spawn();
+    wait_counts(&n, &plugin, "2", "2");
+    let one = n.wait_phase("one", "Running");
+    assert_eq!(container_id(&one), cid, "the pod kept its container");
+    assert_eq!(one["status"]["containerStatuses"][0]["restartCount"], 0);
+    refused(&n, "three");
+}
