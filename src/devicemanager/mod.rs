@@ -14,7 +14,7 @@
 //!   envs, annotations and CDI devices (`container_options`), and calls `PreStartContainer`
 //!   when the plugin asked for it.
 //! - Allocations are checkpointed in nanolet's root directory (`device-manager-checkpoint.json`,
-//!   the kubelet checkpoint's fields: see docs/decisions/device-plugin-checkpoint.md), so a
+//!   the kubelet checkpoint's fields: see docs/decisions/device-plugin-api.md), so a
 //!   restarted nanolet keeps them and running containers keep their devices.
 //!
 //! gRPC runs on a current-thread tokio runtime of its own; the sync loop and pod workers call
