@@ -123,10 +123,10 @@ async fn connection(mut io: UnixStream, handler: Handler) -> Result<(), ConnErro
             Frame::Headers(h) => {
                 let id = h.stream_id();
                 let end = h.is_end_stream();
-                if !streams.contains_key(&id) {
+                if let std::collections::hash_map::Entry::Vacant(e) = streams.entry(id) {
                     let (pseudo, _) = h.into_parts();
                     let path = pseudo.path.map(|p| p.to_string()).unwrap_or_default();
-                    streams.insert(id, (path, BytesMut::new()));
+                    e.insert((path, BytesMut::new()));
                 }
                 end.then_some(id)
             }

@@ -382,11 +382,11 @@ impl DeviceManager {
     fn update_devices(&self, resource: &str, generation: u64, devices: &[pb::Device]) {
         {
             let mut st = lock(&self.state);
-            if !st
+            let current = st
                 .endpoints
                 .get(resource)
-                .is_some_and(|e| e.generation == generation)
-            {
+                .is_some_and(|e| e.generation == generation);
+            if !current {
                 return;
             }
             let devs: BTreeMap<String, bool> = devices

@@ -196,12 +196,14 @@ pub fn start(
     Ok(())
 }
 
+/// (namespace, pod, container, resource, device IDs).
+#[cfg(feature = "testing")]
+pub type ListedDevices = (String, String, String, String, Vec<String>);
+
 /// A pod-resources client for the tests: `List` on `socket`, flattened to (namespace, pod,
 /// container, resource, device IDs).
 #[cfg(feature = "testing")]
-pub fn list_for_tests(
-    socket: &Path,
-) -> Result<Vec<(String, String, String, String, Vec<String>)>, String> {
+pub fn list_for_tests(socket: &Path) -> Result<Vec<ListedDevices>, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -307,8 +307,8 @@ impl RuntimeManager<'_> {
                     container: c.name.clone(),
                     source,
                 })?;
-            envs.extend(dev.envs.drain(..));
-            mounts.extend(dev.mounts.drain(..));
+            envs.append(&mut dev.envs);
+            mounts.append(&mut dev.mounts);
             annotations.extend(std::mem::take(&mut dev.annotations));
         }
         Ok(ContainerConfig {
