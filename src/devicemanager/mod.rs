@@ -820,3 +820,118 @@ fn cleanup_sockets(dir: &Path) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, count: u32) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": uid},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "resources": {"limits": {"example.com/resource": count.to_string()}}}]}
+        }))
+        .expect("pod")
+    }
+
+    /// devicemanager devicesToAllocate: too few free healthy devices is its error, word for
+    /// word (the sync loop wraps it in UnexpectedAdmissionError); an unhealthy device is
+    /// capacity but not allocatable.
+    #[test]
+    fn too_few_healthy_devices_is_the_kubelets_error() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let dm = DeviceManager::start(&dir.path().join("dp"), dir.path()).expect("start");
+        assert!(dir.path().join("dp").join(KUBELET_SOCKET).exists());
+        {
+            let mut st = lock(&dm.state);
+            st.endpoints.insert(
+                "example.com/resource".into(),
+                Endpoint {
+                    options: pb::DevicePluginOptions::default(),
+                    stopped: None,
+                    generation: 1,
+                    channel: None,
+                },
+            );
+        }
+        let dev = |id: &str, health: &str| pb::Device {
+            id: id.into(),
+            health: health.into(),
+            topology: None,
+        };
+        dm.update_devices(
+            "example.com/resource",
+            1,
+            &[dev("a", HEALTHY), dev("b", "Unhealthy")],
+        );
+        let (cap, alloc) = dm.capacity();
+        assert_eq!(cap.get("example.com/resource"), Some(&2));
+        assert_eq!(alloc.get("example.com/resource"), Some(&1));
+        let err = dm.allocate(&pod("u1", 2)).expect_err("2 of 1");
+        assert_eq!(
+            err.to_string(),
+            "requested number of devices unavailable for example.com/resource. Requested: 2, Available: 1"
+        );
+        // A stream of an older registration does not touch the current one.
+        dm.update_devices("example.com/resource", 0, &[]);
+        assert_eq!(dm.capacity().0.get("example.com/resource"), Some(&2));
+    }
+
+    /// The checkpoint brings allocations back after a restart (the response's mounts, envs
+    /// and devices for the container) and the resource back as a stopped endpoint without
+    /// devices; allocations of pods no longer active are dropped (UpdateAllocatedDevices).
+    #[test]
+    fn checkpointed_allocations_survive_a_restart() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let dm = DeviceManager::start(&dir.path().join("dp"), dir.path()).expect("start");
+        let resp = pb::ContainerAllocateResponse {
+            envs: [("DEV".to_string(), "a".to_string())].into(),
+            mounts: vec![pb::Mount {
+                container_path: "/dev/x".into(),
+                host_path: "/tmp/x".into(),
+                read_only: true,
+            }],
+            devices: vec![pb::DeviceSpec {
+                container_path: "/dev/ttyX".into(),
+                host_path: "/dev/ttyUSB0".into(),
+                permissions: "rw".into(),
+            }],
+            annotations: Default::default(),
+            cdi_devices: vec![pb::CdiDevice {
+                name: "example.com/resource=a".into(),
+            }],
+        };
+        {
+            let mut st = lock(&dm.state);
+            st.devices.insert(
+                "example.com/resource".into(),
+                [("a".to_string(), true)].into(),
+            );
+            st.allocations.push(Allocation {
+                pod_uid: "u1".into(),
+                container: "c".into(),
+                resource: "example.com/resource".into(),
+                ids: vec!["a".into()],
+                resp,
+                restored: false,
+            });
+        }
+        dm.write_checkpoint();
+        drop(dm);
+        let dir2 = dir.path().join("dp2");
+        let again = DeviceManager::start(&dir2, dir.path()).expect("restart");
+        assert!(again.holds_restored("u1", "example.com/resource"));
+        assert!(again.is_device_plugin_resource("example.com/resource"));
+        assert_eq!(again.capacity().1.get("example.com/resource"), Some(&0));
+        // Re-admission reuses the allocation: no plugin is needed.
+        again.allocate(&pod("u1", 1)).expect("reused");
+        let o = again.container_options("u1", "c").expect("options");
+        assert_eq!(o.envs, vec![("DEV".to_string(), "a".to_string())]);
+        assert_eq!(o.mounts[0].container_path, "/dev/x");
+        assert!(o.mounts[0].readonly);
+        assert_eq!(o.devices[0].host_path, "/dev/ttyUSB0");
+        assert_eq!(o.cdi_devices, vec!["example.com/resource=a".to_string()]);
+        again.retain_pods(&BTreeSet::new());
+        assert!(again.allocations().is_empty());
+    }
+}
