@@ -30,6 +30,9 @@ struct SamplePlugin {
     child: Option<Child>,
     varlib: PathBuf,
     log: PathBuf,
+    /// With CDI: the directory put over /run in the plugin's namespace (its `cdi` links to
+    /// the test containerd's CDI spec directory), where it writes /var/run/cdi/example.com.json.
+    cdi_run: Option<PathBuf>,
 }
 
 impl SamplePlugin {
@@ -38,6 +41,7 @@ impl SamplePlugin {
             child: None,
             varlib: varlib.to_path_buf(),
             log: log.to_path_buf(),
+            cdi_run: None,
         };
         p.spawn();
         p
@@ -52,12 +56,21 @@ impl SamplePlugin {
             .open(&self.log)
             .expect("plugin log");
         // unshare execs sh, sh execs the plugin: the child's PID is the plugin's.
-        let child = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
-            .arg("mount --bind \"$1\" /var/lib && exec \"$2\"")
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg("mount --bind \"$1\" /var/lib && { [ -z \"$3\" ] || mount --bind \"$3\" /run; } && exec \"$2\"")
             .arg("sh")
             .arg(&self.varlib)
-            .arg(&bin)
+            .arg(&bin);
+        match &self.cdi_run {
+            Some(run) => {
+                cmd.arg(run).env("CDI_ENABLED", "1");
+            }
+            None => {
+                cmd.arg("");
+            }
+        }
+        let child = cmd
             .env("PLUGIN_SOCK_DIR", "/var/lib/kubelet/device-plugins")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
@@ -237,4 +250,57 @@ fn sample_device_plugin_registers_allocates_and_survives_restarts() {
     assert_eq!(container_id(&one), cid, "the pod kept its container");
     assert_eq!(one["status"]["containerStatuses"][0]["restartCount"], 0);
     refused(&n, "three");
+}
+
+/// CDI (the sample plugin with CDI_ENABLED): its Allocate answers the CDI name
+/// `example.com/resource=CDI-Dev-N` and it writes the CDI spec, whose edits set CDI_DEVICE in
+/// the container. nanolet sends the name in CRI `CDI_devices`; containerd 2 (CDI on, the
+/// test containerd's spec directory) applies the edits. containerd 1.6 and 1.7 as the harness
+/// configures them have no CDI: the name is ignored there, as it is behind a kubelet.
+#[test]
+fn cdi_device_names_reach_the_runtime() {
+    let ctd = Containerd::start();
+    let varlib = ctd.tmp().join("varlib");
+    let dp = varlib.join("kubelet/device-plugins");
+    fs::create_dir_all(&dp).expect("mkdir");
+    let run = ctd.tmp().join("plugin-run");
+    fs::create_dir_all(ctd.tmp().join("cdi")).expect("mkdir cdi");
+    fs::create_dir_all(&run).expect("mkdir run");
+    std::os::unix::fs::symlink(ctd.tmp().join("cdi"), run.join("cdi")).expect("symlink");
+    let n = Nanolet::start(&ctd, &[format!("--device-plugin-dir={}", dp.display())]);
+    let mut plugin = SamplePlugin {
+        child: None,
+        varlib: varlib.clone(),
+        log: ctd.tmp().join("sample-device-plugin.log"),
+        cdi_run: Some(run),
+    };
+    plugin.spawn();
+    wait_counts(&n, &plugin, "2", "2");
+    assert!(
+        ctd.tmp().join("cdi/example.com.json").exists(),
+        "{}",
+        plugin.log()
+    );
+    n.write(
+        "cdi.yaml",
+        &pod("cdi", 1).replace("ls /tmp/Dev-*;", "echo CDI_DEVICE=$CDI_DEVICE;"),
+    );
+    let p = n.wait_phase("cdi", "Running");
+    let uid = p["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let log = n
+        .pod_logs()
+        .join(format!("default_cdi-node1_{uid}/c/0.log"));
+    let text = wait_for(WAIT, || {
+        let t = fs::read_to_string(&log).ok()?;
+        t.contains("CDI_DEVICE=").then_some(t)
+    })
+    .unwrap_or_else(|| panic!("container log {}\n{}", log.display(), n.log_tail()));
+    if support::runtime::test_runtime().name == "2" {
+        assert!(text.contains("CDI_DEVICE=CDI-Dev-"), "{text}");
+    } else {
+        assert!(!text.contains("CDI_DEVICE=CDI-Dev-"), "{text}");
+    }
 }
