@@ -543,6 +543,7 @@ mod tests {
             )),
             cluster_dns: Default::default(),
             pod_pids_limit: -1,
+            systemd_cgroups: None,
             runtime_classes: crate::runtimeclass::RuntimeClasses::none(),
             swap: Default::default(),
         };
