@@ -279,7 +279,8 @@ pub fn apply(pod: &Pod, root: &Path, pids_limit: i64) -> Vec<PathBuf> {
 
 /// Writes `files` (v1 name, v2 name, value) into the cgroup `rel` below `root`: on cgroup v2
 /// into `root/rel` (controllers enabled down the path), on v1 into each controller's
-/// hierarchy. Creates the directories; returns those written.
+/// hierarchy (an empty name: not on that version). Creates the directories; returns those
+/// written.
 fn write_cgroup(root: &Path, rel: &str, files: &[(&str, &str, String)]) -> Vec<PathBuf> {
     let rel = rel.trim_start_matches('/');
     let mut done = vec![];
@@ -293,7 +294,7 @@ fn write_cgroup(root: &Path, rel: &str, files: &[(&str, &str, String)]) -> Vec<P
                 }
                 at.push(part);
             }
-            for (_, v2, value) in files {
+            for (_, v2, value) in files.iter().filter(|f| !f.1.is_empty()) {
                 write(&dir, v2, value);
             }
             done.push(dir);

@@ -19,6 +19,7 @@
 //! `kubepods-besteffort.slice` (the QoS tiers), `kubepods[-<qos>]-pod<uid>.slice` (pod totals,
 //! `podPidsLimit`), the reserved cgroups (`system.slice`). systemd writes the cgroup files.
 
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -173,6 +174,8 @@ pub struct Manager {
     conn: Mutex<Option<(Connection, u32)>>,
     /// cgroup v2 (unified): `CPUWeight`/`MemoryMax` instead of `CPUShares`/`MemoryLimit`.
     v2: bool,
+    /// The cgroup mount, where the values are written again after systemd's.
+    root: PathBuf,
     bus_address: String,
     private_address: String,
 }
@@ -188,11 +191,12 @@ impl std::fmt::Debug for Manager {
 
 impl Manager {
     /// On the system bus (`$DBUS_SYSTEM_BUS_ADDRESS` or the well-known socket), else the
-    /// private socket; `v2` from the host's cgroup mount.
-    pub fn new(v2: bool) -> Manager {
+    /// private socket; cgroup v1 or v2 from the cgroup mount `root`.
+    pub fn new(root: &Path) -> Manager {
         Manager {
             conn: Mutex::new(None),
-            v2,
+            v2: root.join("cgroup.controllers").exists(),
+            root: root.to_path_buf(),
             bus_address: crate::nodeshutdown::dbus::system_bus_address(),
             private_address: PRIVATE_SOCKET.into(),
         }
@@ -265,7 +269,11 @@ impl Manager {
         self.with(unit, |conn, version| {
             start(conn, unit, self.v2)?;
             set(conn, unit, &resource_properties(r, self.v2, version))
-        })
+        })?;
+        // libcontainer's Set writes the files too after SetUnitProperties: the exact CFS
+        // quota where systemd rounded it up to 10 ms per second.
+        slice_files(&self.root, unit, r);
+        Ok(())
     }
 
     /// The kubelet's `Destroy` of a pod's slice: `StopUnit(name, "replace")`, then
@@ -333,6 +341,39 @@ impl Manager {
             source: DbusError::Closed,
         })
     }
+}
+
+/// Writes `r` into the slice's cgroup files under `root` (v1: each controller's hierarchy; v2:
+/// the unified tree), as libcontainer's fs managers do after `SetUnitProperties`.
+pub fn slice_files(root: &Path, unit: &str, r: &SliceResources) -> Vec<PathBuf> {
+    let v2 = root.join("cgroup.controllers").exists();
+    let mut files: Vec<(&str, &str, String)> = vec![];
+    if let Some(s) = r.cpu_shares {
+        let cpu = if v2 { super::shares_to_weight(s) } else { s };
+        files.push(("cpu.shares", "cpu.weight", cpu.to_string()));
+    }
+    if let Some((quota, period)) = r.cpu_quota {
+        if v2 {
+            let q = if quota > 0 {
+                quota.to_string()
+            } else {
+                "max".into()
+            };
+            files.push(("", "cpu.max", format!("{q} {period}")));
+        } else {
+            files.push(("cpu.cfs_period_us", "", period.to_string()));
+            files.push(("cpu.cfs_quota_us", "", quota.to_string()));
+        }
+    }
+    if let Some(m) = r.memory.filter(|m| *m != 0) {
+        files.push(("memory.limit_in_bytes", "memory.max", m.to_string()));
+    }
+    if let Some(p) = r.pids.filter(|p| *p > 0 || *p == -1) {
+        let v = if p == -1 { "max".into() } else { p.to_string() };
+        files.push(("pids.max", "pids.max", v));
+    }
+    let rel = super::systemd_slice_path(unit);
+    super::write_cgroup(root, &rel.to_string_lossy(), &files)
 }
 
 /// A call to systemd's manager object.
@@ -499,6 +540,41 @@ mod tests {
         assert!(resource_properties(&SliceResources::default(), false, 252).is_empty());
         assert_eq!(version_number("252.38-1~deb12u1"), Some(252));
         assert_eq!(version_number("\"v245.4-1.fc32\""), Some(245));
+    }
+
+    /// After SetUnitProperties the files get the exact values (libcontainer's fs Set): the
+    /// CFS quota systemd rounded, on v1 in each hierarchy, on v2 as cpu.max.
+    #[test]
+    fn slice_files_carry_the_exact_values_on_v1_and_v2() {
+        let r = SliceResources {
+            cpu_shares: Some(1024),
+            cpu_quota: Some((50_500, 100_000)),
+            memory: Some(64 << 20),
+            pids: Some(64),
+        };
+        let unit = "kubepods-burstable-pod1_2.slice";
+        let dir = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice";
+        let read = |root: &Path, p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        let v1 = tempfile::tempdir().unwrap();
+        for c in ["cpu", "memory", "pids"] {
+            std::fs::create_dir_all(v1.path().join(c)).unwrap();
+        }
+        slice_files(v1.path(), unit, &r);
+        assert_eq!(
+            read(v1.path(), &format!("cpu/{dir}/cpu.cfs_quota_us")),
+            "50500"
+        );
+        assert_eq!(read(v1.path(), &format!("cpu/{dir}/cpu.shares")), "1024");
+        assert_eq!(read(v1.path(), &format!("pids/{dir}/pids.max")), "64");
+        let v2 = tempfile::tempdir().unwrap();
+        std::fs::write(v2.path().join("cgroup.controllers"), "cpu memory pids").unwrap();
+        slice_files(v2.path(), unit, &r);
+        assert_eq!(read(v2.path(), &format!("{dir}/cpu.max")), "50500 100000");
+        assert_eq!(read(v2.path(), &format!("{dir}/cpu.weight")), "39");
+        assert_eq!(
+            read(v2.path(), &format!("{dir}/memory.max")),
+            (64u64 << 20).to_string()
+        );
     }
 
     #[test]

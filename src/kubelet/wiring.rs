@@ -176,11 +176,9 @@ impl Kubelet {
                 (tx, Some(rx))
             },
             systemd_cgroups: (cfg.cgroup_driver == crate::cm::CgroupDriver::Systemd).then(|| {
-                Arc::new(crate::cm::systemd::Manager::new(
-                    std::path::Path::new(CGROUP_ROOT)
-                        .join("cgroup.controllers")
-                        .exists(),
-                ))
+                Arc::new(crate::cm::systemd::Manager::new(std::path::Path::new(
+                    CGROUP_ROOT,
+                )))
             }),
         };
         w.start_secure_server(deps.api_client.as_ref())?;

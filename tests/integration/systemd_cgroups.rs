@@ -120,7 +120,7 @@ fn systemd_driver_makes_the_kubelets_slices_through_the_real_systemd() {
         "burst.yaml",
         &pod(
             "burst",
-            "    resources:\n      requests: {cpu: 300m}\n      limits: {cpu: 500m, memory: 64Mi}\n",
+            "    resources:\n      requests: {cpu: 300m}\n      limits: {cpu: 505m, memory: 64Mi}\n",
         ),
     );
     n.write("idle.yaml", &pod("idle", ""));
@@ -137,13 +137,15 @@ fn systemd_driver_makes_the_kubelets_slices_through_the_real_systemd() {
     }
     // The pod slices (pod_container_manager EnsureExists, ResourceConfigForPod): Burstable
     // with CPU shares of its request (300m -> 307), the CFS quota of its limit as
-    // CPUQuotaPerSecUSec (500m -> 500ms per second, cfs_quota_us 50000 of 100000), its memory
-    // limit, TasksMax = podPidsLimit; BestEffort with the minimum 2 shares and TasksMax.
+    // CPUQuotaPerSecUSec (505m -> 505 ms per second, rounded up to 510 ms as libcontainer
+    // does) and then written exactly into the file (cfs_quota_us 50500 of 100000, as
+    // libcontainer's Set after SetUnitProperties), its memory limit, TasksMax = podPidsLimit;
+    // BestEffort with the minimum 2 shares and TasksMax.
     let burst = format!("kubepods-burstable-pod{}.slice", uids[0]);
     let idle = format!("kubepods-besteffort-pod{}.slice", uids[1]);
     assert_eq!(sd.property(&burst, "ActiveState"), "active");
     assert_eq!(sd.property(&burst, "CPUShares"), "307");
-    assert_eq!(sd.property(&burst, "CPUQuotaPerSecUSec"), "500ms");
+    assert_eq!(sd.property(&burst, "CPUQuotaPerSecUSec"), "510ms");
     assert_eq!(sd.property(&burst, "CPUQuotaPeriodUSec"), "100ms");
     assert_eq!(
         sd.property(&burst, "MemoryLimit"),
@@ -154,7 +156,7 @@ fn systemd_driver_makes_the_kubelets_slices_through_the_real_systemd() {
     assert_eq!(
         sd.cgroup_file(&format!("cpu/{burst_dir}/cpu.cfs_quota_us"))
             .as_deref(),
-        Some("50000")
+        Some("50500")
     );
     assert_eq!(
         sd.cgroup_file(&format!("cpu/{burst_dir}/cpu.shares"))
