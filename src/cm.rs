@@ -12,10 +12,9 @@
 //! QoS tiers' CPU shares ([`update_qos_cgroups`]). Each on cgroup v1 and v2.
 //!
 //! With the cgroupfs driver nanolet writes these itself before the sandbox starts (the runtime
-//! creates missing directories but sets no pod totals). With the systemd driver the parent is a
-//! slice name (`kubepods-burstable-pod<uid>.slice`) that the runtime creates through systemd;
-//! nanolet does not set pod totals there (that takes systemd's transient-unit D-Bus API;
-//! documented).
+//! creates missing directories but sets no pod totals). With the systemd driver each of these
+//! cgroups is a slice (`kubepods-burstable-pod<uid>.slice`) that nanolet creates as a transient
+//! unit and gives its values through systemd's D-Bus API ([`systemd`]), as the kubelet does.
 //!
 //! Also: a pod's process count ([`pod_pids`]), removing a terminated pod's (empty) cgroups
 //! ([`remove_pod_cgroups`]), and a
@@ -24,6 +23,8 @@
 use std::path::{Path, PathBuf};
 
 use tracing::debug;
+
+pub mod systemd;
 
 use crate::api::quantity::parse_quantity;
 use crate::api::{Container, Pod};
@@ -278,7 +279,8 @@ pub fn apply(pod: &Pod, root: &Path, pids_limit: i64) -> Vec<PathBuf> {
 
 /// Writes `files` (v1 name, v2 name, value) into the cgroup `rel` below `root`: on cgroup v2
 /// into `root/rel` (controllers enabled down the path), on v1 into each controller's
-/// hierarchy. Creates the directories; returns those written.
+/// hierarchy (an empty name: not on that version). Creates the directories; returns those
+/// written.
 fn write_cgroup(root: &Path, rel: &str, files: &[(&str, &str, String)]) -> Vec<PathBuf> {
     let rel = rel.trim_start_matches('/');
     let mut done = vec![];
@@ -292,7 +294,7 @@ fn write_cgroup(root: &Path, rel: &str, files: &[(&str, &str, String)]) -> Vec<P
                 }
                 at.push(part);
             }
-            for (_, v2, value) in files {
+            for (_, v2, value) in files.iter().filter(|f| !f.1.is_empty()) {
                 write(&dir, v2, value);
             }
             done.push(dir);
@@ -387,6 +389,36 @@ pub fn update_qos_cgroups<'a>(
     pods: impl Iterator<Item = &'a Pod>,
     memory_reserve: Option<QosMemoryReserve>,
 ) -> Vec<PathBuf> {
+    let [best_effort_tier, burstable_tier] = qos_tiers(pods, memory_reserve);
+    let v2 = root.join("cgroup.controllers").exists();
+    let files = |t: QosTier| {
+        let cpu = if v2 { shares_to_weight(t.cpu_shares) } else { t.cpu_shares };
+        let mut f = vec![("cpu.shares", "cpu.weight", cpu.to_string())];
+        f.extend(
+            t.memory
+                .map(|m| ("memory.limit_in_bytes", "memory.max", m.to_string())),
+        );
+        f
+    };
+    let tier = |class| qos_cgroup_name(class, CgroupDriver::Cgroupfs);
+    let mut done = write_cgroup(root, &tier("BestEffort"), &files(best_effort_tier));
+    done.extend(write_cgroup(root, &tier("Burstable"), &files(burstable_tier)));
+    done
+}
+
+/// A QoS tier's values: CPU shares and, with `qosReserved`, a memory limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QosTier {
+    pub cpu_shares: u64,
+    pub memory: Option<i64>,
+}
+
+/// The tiers' values for the pods that run, `[besteffort, burstable]` (qos_container_manager
+/// `setCPUCgroupConfig` and `setMemoryReserve`).
+pub fn qos_tiers<'a>(
+    pods: impl Iterator<Item = &'a Pod>,
+    memory_reserve: Option<QosMemoryReserve>,
+) -> [QosTier; 2] {
     let (mut burstable_millis, mut burstable_mem, mut guaranteed_mem) = (0i64, 0i64, 0i64);
     for p in pods {
         let (cpu, mem) = crate::api::helpers::pod_requests(p);
@@ -399,20 +431,79 @@ pub fn update_qos_cgroups<'a>(
             _ => {}
         }
     }
-    let v2 = root.join("cgroup.controllers").exists();
-    let value = |sh: u64| if v2 { shares_to_weight(sh) } else { sh }.to_string();
     let limits = memory_reserve.and_then(|r| qos_memory_limits(r, guaranteed_mem, burstable_mem));
-    let memory = |limit: Option<i64>| {
-        limit.map(|m| ("memory.limit_in_bytes", "memory.max", m.max(0).to_string()))
-    };
-    let mut best_effort = vec![("cpu.shares", "cpu.weight", value(2))];
-    best_effort.extend(memory(limits.map(|l| l.1)));
-    let mut burstable = vec![("cpu.shares", "cpu.weight", value(shares(burstable_millis)))];
-    burstable.extend(memory(limits.map(|l| l.0)));
-    let tier = |class| qos_cgroup_name(class, CgroupDriver::Cgroupfs);
-    let mut done = write_cgroup(root, &tier("BestEffort"), &best_effort);
-    done.extend(write_cgroup(root, &tier("Burstable"), &burstable));
-    done
+    [
+        QosTier {
+            cpu_shares: 2,
+            memory: limits.map(|l| l.1.max(0)),
+        },
+        QosTier {
+            cpu_shares: shares(burstable_millis),
+            memory: limits.map(|l| l.0.max(0)),
+        },
+    ]
+}
+
+/// The QoS tiers as systemd slices (`kubepods-besteffort.slice`, `kubepods-burstable.slice`):
+/// created if missing, then given the values of [`qos_tiers`].
+pub fn update_qos_slices<'a>(
+    sd: &systemd::Manager,
+    pods: impl Iterator<Item = &'a Pod>,
+    memory_reserve: Option<QosMemoryReserve>,
+) -> Result<(), systemd::SystemdError> {
+    let tiers = qos_tiers(pods, memory_reserve);
+    for (class, t) in ["BestEffort", "Burstable"].into_iter().zip(tiers) {
+        let unit = systemd::slice_unit(&qos_cgroup_name(class, CgroupDriver::Systemd));
+        sd.ensure(
+            &unit,
+            &systemd::SliceResources {
+                cpu_shares: Some(t.cpu_shares),
+                memory: t.memory,
+                ..Default::default()
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// The pod's slice (`kubepods[-<qos>]-pod<uid>.slice`) with the pod's totals and
+/// `podPidsLimit`, as the kubelet's pod container manager `EnsureExists` makes it.
+pub fn ensure_pod_slice(
+    sd: &systemd::Manager,
+    pod: &Pod,
+    pids_limit: i64,
+) -> Result<(), systemd::SystemdError> {
+    let unit = systemd::slice_unit(&pod_cgroup_parent(pod, CgroupDriver::Systemd));
+    let r = pod_resources(pod);
+    sd.ensure(
+        &unit,
+        &systemd::SliceResources {
+            cpu_shares: Some(r.cpu_shares),
+            cpu_quota: r.cpu_quota.map(|q| (q, r.cpu_period)),
+            memory: r.memory_limit,
+            pids: (pids_limit > 0).then_some(pids_limit),
+        },
+    )
+}
+
+/// `enforceNodeAllocatable` with the systemd driver: `kubepods.slice` (or a reserved cgroup's
+/// slice) with the CPU shares of `cpu_millis` and the memory limit.
+pub fn enforce_slice(
+    sd: &systemd::Manager,
+    cgroup: &str,
+    cpu_millis: i64,
+    memory_bytes: Option<i64>,
+) -> Result<String, systemd::SystemdError> {
+    let unit = systemd::slice_unit(cgroup);
+    sd.ensure(
+        &unit,
+        &systemd::SliceResources {
+            cpu_shares: Some(shares(cpu_millis)),
+            memory: memory_bytes,
+            ..Default::default()
+        },
+    )?;
+    Ok(unit)
 }
 
 /// systemd's cgroup path of a slice name: each `-` opens a parent slice

@@ -57,6 +57,8 @@ pub struct SyncSettings {
     /// Where the QoS tier cgroups are kept up to date (`/sys/fs/cgroup` with the cgroupfs
     /// driver); `None`: not at all (the systemd driver, tests).
     pub qos_cgroup_root: Option<std::path::PathBuf>,
+    /// The systemd driver: the QoS tiers are slices kept up to date through systemd.
+    pub qos_systemd: Option<std::sync::Arc<crate::cm::systemd::Manager>>,
     /// `qosReserved` memory: (node allocatable memory, percent) for the tiers' memory limits.
     pub qos_memory_reserve: Option<crate::cm::QosMemoryReserve>,
 }
@@ -764,6 +766,16 @@ impl PodWorker {
         }
         let _ = std::fs::remove_dir_all(self.ctx.settings.runtime.pod_log_dir(&self.pod));
         crate::cm::remove_pod_cgroups(self.uid());
+        if let Some(sd) = &self.ctx.settings.runtime.systemd_cgroups {
+            // The kubelet's pod container manager Destroy: the pod's slice is stopped.
+            let unit = crate::cm::systemd::slice_unit(&crate::cm::pod_cgroup_parent(
+                &self.pod,
+                crate::cm::CgroupDriver::Systemd,
+            ));
+            if let Err(e) = sd.stop(&unit) {
+                warn!(pod = %self.full_name, error = %e, "removing the pod's slice");
+            }
+        }
         crate::volumes::teardown(&self.pod_dir());
         let _ = std::fs::remove_dir_all(self.pod_dir());
         self.manager().remove_legacy_links();

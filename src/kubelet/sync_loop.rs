@@ -825,6 +825,18 @@ impl SyncLoop {
                 .map(|w| w.pod.as_ref());
             crate::cm::update_qos_cgroups(root, pods, self.ctx.settings.qos_memory_reserve);
         }
+        if let Some(sd) = &self.ctx.settings.qos_systemd {
+            let pods = self
+                .workers
+                .values()
+                .filter(|w| !w.terminating)
+                .map(|w| w.pod.as_ref());
+            if let Err(e) =
+                crate::cm::update_qos_slices(sd, pods, self.ctx.settings.qos_memory_reserve)
+            {
+                warn!(error = %e, "updating the QoS tier slices");
+            }
+        }
     }
 
     /// Stop worker threads without touching the pods (they keep running).
@@ -1004,6 +1016,7 @@ mod tests {
                     container_logs_dir: logs.join("containers"),
                     cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
                     pod_pids_limit: -1,
+                    systemd_cgroups: None,
                     swap: Default::default(),
                     host_dns: Arc::new(crate::api::dns::HostResolvConf::new(
                         None,
@@ -1027,6 +1040,7 @@ mod tests {
                     &[("site".into(), "test".into())],
                 ),
                 qos_cgroup_root: None,
+                qos_systemd: None,
                 qos_memory_reserve: None,
             },
         })

@@ -178,6 +178,11 @@ impl Kubelet {
                 let (tx, rx) = mpsc::channel();
                 (tx, Some(rx))
             },
+            systemd_cgroups: (cfg.cgroup_driver == crate::cm::CgroupDriver::Systemd).then(|| {
+                Arc::new(crate::cm::systemd::Manager::new(std::path::Path::new(
+                    CGROUP_ROOT,
+                )))
+            }),
         };
         w.start_device_manager()?;
         w.start_pod_resources()?;
@@ -197,7 +202,7 @@ impl Kubelet {
         w.start_pleg()?;
         w.start_eviction()?;
         w.start_node_shutdown();
-        enforce_node_allocatable(&cfg);
+        enforce_node_allocatable(&cfg, w.systemd_cgroups.as_deref());
         // API-server mode starts once a client credential exists: now, or when TLS bootstrap
         // (its own thread) has one. Static pods never wait for it.
         match (deps.api_client, api_mode, bootstrap) {
@@ -300,6 +305,9 @@ struct Wiring<'a> {
     runtime_classes: Arc<crate::runtimeclass::RuntimeClasses>,
     /// The device manager (device plugins' registration socket), unless disabled.
     devices: Option<Arc<crate::devicemanager::DeviceManager>>,
+    /// `--cgroup-driver=systemd`: the connection to systemd for the slices (opened on first
+    /// use).
+    systemd_cgroups: Option<Arc<crate::cm::systemd::Manager>>,
     /// Wakes the node status loop (API-server mode): the node shutdown manager asks for an
     /// immediate status, the one `Shutdown` stops it.
     node_status_wake: (
@@ -787,6 +795,7 @@ impl Wiring<'_> {
                     container_logs_dir: container_logs_dir(&cfg.pod_logs_dir),
                     cgroup_driver: cfg.cgroup_driver,
                     pod_pids_limit: cfg.pod_pids_limit,
+                    systemd_cgroups: self.systemd_cgroups.clone(),
                     swap: crate::kuberuntime::container_linux::SwapHost::detect(
                         cfg.memory_swap_behavior,
                     ),
@@ -827,6 +836,7 @@ impl Wiring<'_> {
                 ),
                 qos_cgroup_root: (cfg.cgroup_driver == crate::cm::CgroupDriver::Cgroupfs)
                     .then(|| PathBuf::from(CGROUP_ROOT)),
+                qos_systemd: self.systemd_cgroups.clone(),
                 // Allocatable as the kubelet's GetNodeAllocatableAbsolute: capacity minus the
                 // reservations (the eviction threshold is not taken off).
                 qos_memory_reserve: cfg.qos_reserved_memory_percent.map(|percent| {
@@ -1163,17 +1173,15 @@ fn pleg_to_loop(tx: Sender<LoopMsg>) -> crate::pleg::PlegSink {
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
-/// `enforceNodeAllocatable` with the cgroupfs driver, as the kubelet's node container manager:
-/// `pods` limits the `kubepods` cgroup to capacity - systemReserved - kubeReserved;
-/// `system-reserved` / `kube-reserved` limit their cgroups to the reservation.
-fn enforce_node_allocatable(cfg: &Config) {
-    if cfg.cgroup_driver != crate::cm::CgroupDriver::Cgroupfs {
-        return;
-    }
+/// `enforceNodeAllocatable`, as the kubelet's node container manager: `pods` limits the
+/// `kubepods` cgroup to capacity - systemReserved - kubeReserved; `system-reserved` /
+/// `kube-reserved` limit their cgroups to the reservation. With the cgroupfs driver by writing
+/// the cgroup files, with the systemd driver as slices through systemd (`sd`).
+fn enforce_node_allocatable(cfg: &Config, sd: Option<&crate::cm::systemd::Manager>) {
     let root = std::path::Path::new(CGROUP_ROOT);
     let ev = &cfg.eviction;
     for what in &cfg.enforce_node_allocatable {
-        let written = match what.as_str() {
+        let (cgroup, cpu, mem) = match what.as_str() {
             "pods" => {
                 let cap = crate::node::capacity();
                 let cpu = (cap.cpu_millis - ev.reserved_cpu_millis).max(0);
@@ -1183,20 +1191,35 @@ fn enforce_node_allocatable(cfg: &Config) {
                     memory_bytes = mem,
                     "enforcing node allocatable on kubepods"
                 );
-                crate::cm::enforce_pods_allocatable(root, cpu, mem)
+                ("kubepods", cpu, Some(mem))
             }
             "system-reserved" => {
                 let (cpu, mem) = reservation(&ev.system_reserved);
-                crate::cm::enforce_reserved(root, &cfg.system_reserved_cgroup, cpu, mem)
+                (cfg.system_reserved_cgroup.as_str(), cpu, mem)
             }
             "kube-reserved" => {
                 let (cpu, mem) = reservation(&ev.kube_reserved);
-                crate::cm::enforce_reserved(root, &cfg.kube_reserved_cgroup, cpu, mem)
+                (cfg.kube_reserved_cgroup.as_str(), cpu, mem)
             }
             _ => continue,
         };
-        if written.is_empty() {
-            warn!(enforce = %what, "could not write the node allocatable cgroup");
+        match (cfg.cgroup_driver, sd) {
+            (crate::cm::CgroupDriver::Systemd, Some(sd)) => {
+                if let Err(e) = crate::cm::enforce_slice(sd, cgroup, cpu, mem) {
+                    warn!(enforce = %what, error = %e, "could not enforce node allocatable on the slice");
+                }
+            }
+            (crate::cm::CgroupDriver::Systemd, None) => {}
+            (crate::cm::CgroupDriver::Cgroupfs, _) => {
+                let written = if what == "pods" {
+                    crate::cm::enforce_pods_allocatable(root, cpu, mem.unwrap_or(0))
+                } else {
+                    crate::cm::enforce_reserved(root, cgroup, cpu, mem)
+                };
+                if written.is_empty() {
+                    warn!(enforce = %what, "could not write the node allocatable cgroup");
+                }
+            }
         }
     }
 }

@@ -570,6 +570,7 @@ mod tests {
             )),
             cluster_dns: Default::default(),
             pod_pids_limit: -1,
+            systemd_cgroups: None,
             runtime_classes: crate::runtimeclass::RuntimeClasses::none(),
             devices: None,
             swap: Default::default(),

@@ -46,8 +46,11 @@ pub struct RuntimeSettings {
     pub container_logs_dir: PathBuf,
     /// cgroupDriver: how pod cgroup parents are named (and whether nanolet writes pod totals).
     pub cgroup_driver: crate::cm::CgroupDriver,
-    /// `podPidsLimit`: pids.max of the pod cgroup (cgroupfs driver); <= 0: none.
+    /// `podPidsLimit`: pids.max of the pod cgroup (TasksMax of the pod slice with the systemd
+    /// driver); <= 0: none.
     pub pod_pids_limit: i64,
+    /// The systemd driver's connection to systemd, for the pod slices; `None` with cgroupfs.
+    pub systemd_cgroups: Option<Arc<crate::cm::systemd::Manager>>,
     /// `memorySwap.swapBehavior` and the host's swap (NodeSwap).
     pub swap: super::container_linux::SwapHost,
     /// The node's resolv.conf (`--resolv-conf`), read at every sandbox creation.

@@ -2,7 +2,7 @@
 //! (`generatePodSandboxConfig`), its creation (`createPodSandbox`) and the pod IP
 //! (`determinePodSandboxIPs`).
 
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::api::Pod;
 use crate::cri::{
@@ -207,6 +207,15 @@ impl RuntimeManager<'_> {
                 std::path::Path::new("/sys/fs/cgroup"),
                 self.settings.pod_pids_limit,
             );
+        }
+        if let Some(sd) = &self.settings.systemd_cgroups {
+            // The pod's slice with its totals before the runtime puts the sandbox in it (the
+            // kubelet's EnsureExists); on failure the pod still starts (the runtime makes the
+            // slice without values), as with the cgroupfs driver.
+            if let Err(e) = crate::cm::ensure_pod_slice(sd, self.pod, self.settings.pod_pids_limit)
+            {
+                warn!(pod = %self.full_name, error = %e, "creating the pod's slice");
+            }
         }
         let id = self.runtime.run_pod_sandbox(cfg)?;
         self.state.pod_ip = if self.pod.spec.host_network {

@@ -70,6 +70,8 @@ pub enum Value {
     /// A unix fd: the index into the message's file descriptors.
     Fd(u32),
     Array(Vec<Value>),
+    /// An empty array of the element type given by its signature (`(sa(sv))`).
+    EmptyArray(String),
     Struct(Vec<Value>),
     DictEntry(Box<Value>, Box<Value>),
     Variant(Box<Value>),
@@ -95,6 +97,7 @@ impl Value {
             Value::Array(items) => {
                 format!("a{}", items.first().map_or("y".into(), Value::signature))
             }
+            Value::EmptyArray(elem) => format!("a{elem}"),
             Value::Struct(fields) => {
                 let inner: String = fields.iter().map(Value::signature).collect();
                 format!("({inner})")
@@ -217,6 +220,10 @@ impl Writer {
                 }
                 let len = (self.buf.len() - start) as u32;
                 self.buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
+            }
+            Value::EmptyArray(elem) => {
+                self.u32(0);
+                self.pad(elem.bytes().next().map_or(1, alignment));
             }
             Value::Struct(fields) => {
                 self.pad(8);
@@ -578,13 +585,23 @@ pub struct Connection {
 impl Connection {
     /// Connects to the first reachable address of `address` and authenticates.
     pub fn connect(address: &str) -> Result<Connection, DbusError> {
+        Connection::open(address, true)
+    }
+
+    /// Connects to a peer that is not a bus (systemd's private socket, `/run/systemd/private`,
+    /// as go-systemd's `NewSystemdConnection`): authenticated, but no `Hello`.
+    pub fn connect_direct(address: &str) -> Result<Connection, DbusError> {
+        Connection::open(address, false)
+    }
+
+    fn open(address: &str, hello: bool) -> Result<Connection, DbusError> {
         let mut last = None;
         for entry in address.split(';').filter(|e| !e.is_empty()) {
             let Some(addr) = socket_addr(entry) else {
                 continue;
             };
             match UnixStream::connect_addr(&addr) {
-                Ok(stream) => return Connection::handshake(stream),
+                Ok(stream) => return Connection::handshake(stream, hello),
                 Err(source) => {
                     last = Some(DbusError::Connect {
                         addr: entry.to_string(),
@@ -596,7 +613,7 @@ impl Connection {
         Err(last.unwrap_or_else(|| DbusError::Address(address.to_string())))
     }
 
-    fn handshake(mut stream: UnixStream) -> Result<Connection, DbusError> {
+    fn handshake(mut stream: UnixStream, hello: bool) -> Result<Connection, DbusError> {
         stream.set_read_timeout(Some(Duration::from_secs(25)))?;
         let uid = nix::unistd::geteuid().as_raw().to_string();
         let hex: String = uid.bytes().map(|b| format!("{b:02x}")).collect();
@@ -619,6 +636,9 @@ impl Connection {
             queued: VecDeque::new(),
             unique_name: String::new(),
         };
+        if !hello {
+            return Ok(c);
+        }
         let reply = c.call(
             &Call {
                 destination: Some("org.freedesktop.DBus"),

@@ -63,6 +63,8 @@ mod security;
 mod soak;
 /// A fork bomb (podPidsLimit) and a memory hog beside other pods.
 mod resources;
+/// --cgroup-driver=systemd against the real systemd (PID 1 of its own namespaces): the slices.
+mod systemd_cgroups;
 /// Edge hardware (issue 32): RuntimeClasses (the handler reaches containerd, unknown classes
 /// and handlers never run) and extended resources at admission.
 mod edge_hardware;

@@ -37,6 +37,9 @@ pub struct Nanolet {
     pub bin: PathBuf,
     /// The network namespace it runs in: its containerd's (a node of `cluster::Cluster`).
     pub netns: Option<PathBuf>,
+    /// Other namespaces to enter (nsenter options, e.g. `--target=PID --pid --mount`): the
+    /// systemd-driver test runs nanolet beside a systemd in its own namespaces.
+    pub nsenter: Vec<String>,
 }
 
 impl Nanolet {
@@ -55,6 +58,17 @@ impl Nanolet {
         bin: &std::path::Path,
         extra: &[String],
         env: &[(&str, &str)],
+    ) -> Nanolet {
+        Self::start_entering(ctd, bin, extra, env, &[])
+    }
+
+    /// As [`Nanolet::start_binary`], in the namespaces `nsenter` (nsenter options) names.
+    pub fn start_entering(
+        ctd: &Containerd,
+        bin: &std::path::Path,
+        extra: &[String],
+        env: &[(&str, &str)],
+        nsenter: &[String],
     ) -> Nanolet {
         let dir = ctd.tmp().join("nanolet");
         fs::create_dir_all(dir.join("manifests")).expect("manifest dir");
@@ -109,6 +123,7 @@ impl Nanolet {
                 .collect(),
             bin: bin.to_path_buf(),
             netns: ctd.netns().map(PathBuf::from),
+            nsenter: nsenter.to_vec(),
         };
         n.spawn();
         n
@@ -126,8 +141,16 @@ impl Nanolet {
                 // nsenter execs nanolet: the child's pid is nanolet's.
                 let mut c = Command::new("nsenter");
                 c.arg(format!("--net={}", ns.display()))
+                    .args(&self.nsenter)
                     .arg("--")
                     .arg(&self.bin);
+                c
+            }
+            // With --pid nsenter forks: the child is nsenter, and nanolet ends with the
+            // namespace's init (the test stops that).
+            None if !self.nsenter.is_empty() => {
+                let mut c = Command::new("nsenter");
+                c.args(&self.nsenter).arg("--").arg(&self.bin);
                 c
             }
             None => Command::new(&self.bin),

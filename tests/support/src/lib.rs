@@ -39,6 +39,7 @@ pub mod gate;
 pub mod kubectl;
 pub mod pki;
 pub mod runtime;
+pub mod sdinit;
 pub mod standin;
 pub mod tls;
 
