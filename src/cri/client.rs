@@ -1791,3 +1791,55 @@ mod tests {
         assert_eq!(decode_event(&other_ns), None);
     }
 }
+
+/// The runtime's verbose `info` maps (containerd: `info` holds JSON with the CRI config it got
+/// and the OCI runtime spec it made), for the differential harness (`examples/differential.rs`),
+/// which compares what reached the runtime from the kubelet and from nanolet. Test builds only.
+#[cfg(feature = "testing")]
+impl CriRuntime {
+    /// `ContainerStatus` with `verbose: true`: the reply's `info` map.
+    pub fn container_status_info(
+        &self,
+        container_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        let mut c = self.runtime_client();
+        let req = with_deadline(
+            pb::ContainerStatusRequest {
+                container_id: container_id.into(),
+                verbose: true,
+            },
+            self.default_timeout,
+        );
+        let resp = self.run(
+            "ContainerStatus",
+            &format!("container {container_id}"),
+            self.default_timeout,
+            true,
+            async move { c.container_status(req).await.map(|r| r.into_inner()) },
+        )?;
+        Ok(resp.info)
+    }
+
+    /// `PodSandboxStatus` with `verbose: true`: the reply's `info` map.
+    pub fn pod_sandbox_status_info(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        let mut c = self.runtime_client();
+        let req = with_deadline(
+            pb::PodSandboxStatusRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                verbose: true,
+            },
+            self.default_timeout,
+        );
+        let resp = self.run(
+            "PodSandboxStatus",
+            &format!("sandbox {sandbox_id}"),
+            self.default_timeout,
+            true,
+            async move { c.pod_sandbox_status(req).await.map(|r| r.into_inner()) },
+        )?;
+        Ok(resp.info)
+    }
+}
