@@ -571,7 +571,11 @@ pub fn prepare(
             let dir = empty_dir_root(pod_dir).join(&name);
             std::fs::create_dir_all(&dir)
                 .map_err(|e| setup_err(&name, format!("creating {}: {e}", dir.display())))?;
-            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777));
+            // Not again over a mounted tmpfs (every sync prepares the volumes): 0777 would
+            // clear its sticky bit.
+            if !is_mount_point(&dir) {
+                let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777));
+            }
             if ed.get("medium").and_then(Value::as_str) == Some("Memory") && !is_mount_point(&dir) {
                 let size = match ed.get("sizeLimit") {
                     Some(q) if !q.is_null() => {
@@ -856,6 +860,8 @@ mod tests {
         ]));
         let pod_dir = d.path().join("pods/u1");
         let vols = prepare(&pod, &pod_dir, &VolumeContext::default()).expect("volumes");
+        // Every sync prepares the volumes again.
+        let again = prepare(&pod, &pod_dir, &VolumeContext::default());
         let mode = |p: &Path| {
             std::fs::metadata(p)
                 .map(|m| m.permissions().mode() & 0o7777)
@@ -863,7 +869,8 @@ mod tests {
         };
         let mem_mode = mode(&vols["mem"]);
         let _ = nix::mount::umount2(&vols["mem"], nix::mount::MntFlags::MNT_DETACH);
-        assert_eq!(mem_mode, 0o1777, "Memory emptyDir root");
+        assert!(again.is_ok());
+        assert_eq!(mem_mode, 0o1777, "Memory emptyDir root after a second sync");
         let mut c = Container::default();
         c.extra.insert(
             "volumeMounts".into(),
