@@ -109,6 +109,12 @@ fn main() {
         }
         let t = Instant::now();
         let rec = run_side(&ctd, side, &kubelet, &manifests, args.observe);
+        if let Some(out) = &args.out {
+            // The agent's own log, for reading a difference's cause.
+            let _ = fs::create_dir_all(out);
+            let log = if side == "kubelet" { "kubelet.log" } else { "nanolet.log" };
+            let _ = fs::copy(ctd.tmp().join(side).join(log), out.join(log));
+        }
         eprintln!(
             "differential: {side}: {} pods recorded in {:.0?}",
             rec.len(),
@@ -154,11 +160,24 @@ fn hierarchies() -> Vec<PathBuf> {
     if cgroup_v2() {
         vec![PathBuf::from("/sys/fs/cgroup")]
     } else {
-        ["cpu", "memory", "pids", "cpuset", "cpuacct", "hugetlb", "blkio", "devices", "freezer", "net_cls", "perf_event", "systemd"]
-            .iter()
-            .map(|c| Path::new("/sys/fs/cgroup").join(c))
-            .filter(|p| p.is_dir())
-            .collect()
+        [
+            "cpu",
+            "memory",
+            "pids",
+            "cpuset",
+            "cpuacct",
+            "hugetlb",
+            "blkio",
+            "devices",
+            "freezer",
+            "net_cls",
+            "perf_event",
+            "systemd",
+        ]
+        .iter()
+        .map(|c| Path::new("/sys/fs/cgroup").join(c))
+        .filter(|p| p.is_dir())
+        .collect()
     }
 }
 
@@ -595,9 +614,16 @@ fn record_files(rt: &CriRuntime, id: &str, prefix: &str, spec: &Value, f: &mut F
         let Some(dest) = m["destination"].as_str() else {
             continue;
         };
-        if ["/proc", "/dev", "/sys", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"]
-            .iter()
-            .any(|p| dest == *p || dest.starts_with(&format!("{p}/")))
+        if [
+            "/proc",
+            "/dev",
+            "/sys",
+            "/etc/hosts",
+            "/etc/hostname",
+            "/etc/resolv.conf",
+        ]
+        .iter()
+        .any(|p| dest == *p || dest.starts_with(&format!("{p}/")))
         {
             continue;
         }
@@ -656,6 +682,10 @@ fn flatten(path: &str, v: &Value, f: &mut Fields) {
             for (k, v) in o {
                 flatten(&format!("{path}.{k}"), v, f);
             }
+        }
+        // containerd's RuntimeDefault profile is hundreds of rules: compared by count.
+        Value::Array(a) if path.ends_with(".seccomp.syscalls") => {
+            f.insert(format!("{path}.#count"), a.len().to_string());
         }
         Value::Array(a) => {
             let keys: Vec<Option<String>> = a.iter().map(element_key).collect();
@@ -726,12 +756,30 @@ fn replace_volatile(s: &str) -> String {
             i += hex;
             continue;
         }
+        if b[i..].starts_with(b"/proc/") && b.get(i + 6).is_some_and(u8::is_ascii_digit) {
+            let n = b[i + 6..].iter().take_while(|c| c.is_ascii_digit()).count();
+            out.push_str("/proc/<pid>");
+            i += 6 + n;
+            continue;
+        }
+        // containerd's network namespace files: cni-<uuid>.
+        if b[i..].starts_with(b"/netns/cni-") {
+            let n = b[i + 11..]
+                .iter()
+                .take_while(|c| c.is_ascii_hexdigit() || **c == b'-')
+                .count();
+            out.push_str("/netns/cni-<uuid>");
+            i += 11 + n;
+            continue;
+        }
         if let Some(n) = rfc3339_len(&b[i..]) {
             out.push_str("<time>");
             i += n;
             continue;
         }
-        if b[i..].starts_with(b"..") && b.len() > i + 6 && b[i + 2..i + 6].iter().all(u8::is_ascii_digit)
+        if b[i..].starts_with(b"..")
+            && b.len() > i + 6
+            && b[i + 2..i + 6].iter().all(u8::is_ascii_digit)
         {
             let n = b[i + 2..]
                 .iter()
@@ -755,7 +803,11 @@ fn rfc3339_len(b: &[u8]) -> Option<usize> {
         return None;
     }
     for (c, s) in b.iter().zip(shape) {
-        let ok = if *s == b'd' { c.is_ascii_digit() } else { c == s };
+        let ok = if *s == b'd' {
+            c.is_ascii_digit()
+        } else {
+            c == s
+        };
         if !ok {
             return None;
         }
@@ -831,8 +883,18 @@ fn report(k: &Record, n: &Record, deliberate: &[(String, String)]) -> usize {
         if !k.contains_key(pod) || !n.contains_key(pod) {
             rows.push((
                 format!("{pod}"),
-                if k.contains_key(pod) { "pod" } else { "(absent)" }.to_string(),
-                if n.contains_key(pod) { "pod" } else { "(absent)" }.to_string(),
+                if k.contains_key(pod) {
+                    "pod"
+                } else {
+                    "(absent)"
+                }
+                .to_string(),
+                if n.contains_key(pod) {
+                    "pod"
+                } else {
+                    "(absent)"
+                }
+                .to_string(),
             ));
             continue;
         }
