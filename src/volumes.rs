@@ -707,7 +707,7 @@ pub fn mounts_for(
                     // the umask's: 0777 in an emptyDir.
                     std::fs::create_dir_all(&p)
                         .map_err(|e| err(format!("creating subPath {}: {e}", p.display())))?;
-                    if let Ok(m) = std::fs::metadata(&base) {
+                    if let Ok(m) = std::fs::metadata(base) {
                         let mode = m.permissions().mode() & 0o777;
                         let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
                     }
