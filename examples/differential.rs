@@ -112,7 +112,11 @@ fn main() {
         if let Some(out) = &args.out {
             // The agent's own log, for reading a difference's cause.
             let _ = fs::create_dir_all(out);
-            let log = if side == "kubelet" { "kubelet.log" } else { "nanolet.log" };
+            let log = if side == "kubelet" {
+                "kubelet.log"
+            } else {
+                "nanolet.log"
+            };
             let _ = fs::copy(ctd.tmp().join(side).join(log), out.join(log));
         }
         eprintln!(
@@ -462,6 +466,8 @@ fn record_side(rt: &CriRuntime, side: &str, dir: &Path, pods: &[Value]) -> Recor
             }
         }
     }
+    // Longest first: 10.1.0.5 must not replace the start of 10.1.0.50.
+    subst.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
     let sandboxes = rt.list_pod_sandboxes().unwrap_or_default();
     let containers = rt.list_containers().unwrap_or_default();
     for p in pods {
@@ -882,7 +888,7 @@ fn report(k: &Record, n: &Record, deliberate: &[(String, String)]) -> usize {
         let nf = n.get(pod).unwrap_or(&empty);
         if !k.contains_key(pod) || !n.contains_key(pod) {
             rows.push((
-                format!("{pod}"),
+                pod.to_string(),
                 if k.contains_key(pod) {
                     "pod"
                 } else {
