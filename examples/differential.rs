@@ -134,6 +134,8 @@ fn main() {
         records.insert(side, rec);
     }
     drop(ctd);
+    // The corpus's hostPath volumes live below this directory.
+    let _ = fs::remove_dir_all("/tmp/nanolet-differential");
     if args.only.is_some() {
         return;
     }
@@ -177,6 +179,7 @@ fn hierarchies() -> Vec<PathBuf> {
             "net_cls",
             "perf_event",
             "systemd",
+            "unified",
         ]
         .iter()
         .map(|c| Path::new("/sys/fs/cgroup").join(c))
