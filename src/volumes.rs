@@ -571,7 +571,11 @@ pub fn prepare(
             let dir = empty_dir_root(pod_dir).join(&name);
             std::fs::create_dir_all(&dir)
                 .map_err(|e| setup_err(&name, format!("creating {}: {e}", dir.display())))?;
-            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777));
+            // Not again over a mounted tmpfs (every sync prepares the volumes): 0777 would
+            // clear its sticky bit.
+            if !is_mount_point(&dir) {
+                let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777));
+            }
             if ed.get("medium").and_then(Value::as_str) == Some("Memory") && !is_mount_point(&dir) {
                 let size = match ed.get("sizeLimit") {
                     Some(q) if !q.is_null() => {
@@ -582,7 +586,9 @@ pub fn prepare(
                     }
                     _ => String::new(),
                 };
-                let opts = format!("mode=0777{size}");
+                // The kubelet mounts the tmpfs without a mode (a tmpfs root is 1777) and its
+                // setupDir compares only the permission bits with 0777, so the sticky bit stays.
+                let opts = format!("mode=1777{size}");
                 nix::mount::mount(
                     Some("tmpfs"),
                     &dir,
@@ -696,9 +702,15 @@ pub fn mounts_for(
                 let rel = clean_relative(&s).map_err(|e| err(e.to_string()))?;
                 let p = base.join(rel);
                 if !p.exists() && base.is_dir() {
-                    // The kubelet creates a missing subPath as a directory.
+                    // The kubelet creates a missing subPath as a directory with the volume's
+                    // mode (makeMounts: hu.GetMode(volumePath), then MkdirAll with it), not
+                    // the umask's: 0777 in an emptyDir.
                     std::fs::create_dir_all(&p)
                         .map_err(|e| err(format!("creating subPath {}: {e}", p.display())))?;
+                    if let Ok(m) = std::fs::metadata(base) {
+                        let mode = m.permissions().mode() & 0o777;
+                        let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
+                    }
                 }
                 p
             }
@@ -834,6 +846,38 @@ mod tests {
             json!([{"name": "nope", "mountPath": "/x"}]),
         );
         assert!(mounts_for(&c, &vols, &[]).is_err());
+    }
+
+    /// Found by scripts/differential: under the kubelet a subPathExpr directory it creates in
+    /// an emptyDir is 0777 like the volume (makeMounts creates it with the volume's mode), and
+    /// a Memory emptyDir keeps the tmpfs root's sticky bit (1777).
+    #[test]
+    fn created_sub_paths_get_the_volumes_mode_and_memory_empty_dirs_are_1777() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let pod = pod_with(json!([
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+        ]));
+        let pod_dir = d.path().join("pods/u1");
+        let vols = prepare(&pod, &pod_dir, &VolumeContext::default()).expect("volumes");
+        // Every sync prepares the volumes again.
+        let again = prepare(&pod, &pod_dir, &VolumeContext::default());
+        let mode = |p: &Path| {
+            std::fs::metadata(p)
+                .map(|m| m.permissions().mode() & 0o7777)
+                .unwrap_or(0)
+        };
+        let mem_mode = mode(&vols["mem"]);
+        let _ = nix::mount::umount2(&vols["mem"], nix::mount::MntFlags::MNT_DETACH);
+        assert!(again.is_ok());
+        assert_eq!(mem_mode, 0o1777, "Memory emptyDir root after a second sync");
+        let mut c = Container::default();
+        c.extra.insert(
+            "volumeMounts".into(),
+            json!([{"name": "scratch", "mountPath": "/by-name", "subPathExpr": "$(POD)"}]),
+        );
+        let ms = mounts_for(&c, &vols, &[("POD".into(), "web".into())]).expect("mounts");
+        assert_eq!(mode(Path::new(&ms[0].host_path)), 0o777, "created subPath");
     }
 
     #[test]

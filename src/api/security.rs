@@ -140,7 +140,12 @@ pub fn container_security(pod: &Pod, c: &Container, root_dir: &Path) -> Containe
             .and_then(Value::as_bool)
             .unwrap_or(false),
         no_new_privs,
-        seccomp: seccomp_of(effective(pod, c, "seccompProfile"), root_dir),
+        // Unset: Unconfined, sent explicitly as the kubelet's getSeccompProfile does without
+        // seccompDefault.
+        seccomp: Some(
+            seccomp_of(effective(pod, c, "seccompProfile"), root_dir)
+                .unwrap_or(SecurityProfile::Unconfined),
+        ),
         apparmor: apparmor_profile(pod, c).and_then(|p| p.ok()),
         selinux: selinux_of(effective(pod, c, "seLinuxOptions")),
     }
@@ -360,9 +365,12 @@ pub fn unenforced_isolation(pod: &Pod, host: HostSecurity) -> Vec<String> {
     out
 }
 
-/// The sandbox's security: the pod-level user and groups and seccomp; privileged when any
-/// container is (the kubelet's rule, so privileged containers can run in it).
-pub fn sandbox_security(pod: &Pod, root_dir: &Path) -> ContainerSecurity {
+/// The sandbox's security: the pod-level user and groups; privileged when any container is
+/// (the kubelet's rule, so privileged containers can run in it); seccomp always
+/// RuntimeDefault, whatever the pod asks for its containers (the kubelet's
+/// generatePodSandboxLinuxConfig: "Forcing sandbox to run as `runtime/default` allow users to
+/// use least privileged seccomp profiles at pod level", kubernetes/kubernetes#84623).
+pub fn sandbox_security(pod: &Pod) -> ContainerSecurity {
     let sc = pod_sc(pod);
     let any_privileged = pod
         .spec
@@ -380,7 +388,7 @@ pub fn sandbox_security(pod: &Pod, root_dir: &Path) -> ContainerSecurity {
         run_as_group: sc.and_then(|m| m.get("runAsGroup")).and_then(Value::as_i64),
         supplemental_groups: groups(pod),
         privileged: any_privileged,
-        seccomp: seccomp_of(sc.and_then(|m| m.get("seccompProfile")), root_dir),
+        seccomp: Some(SecurityProfile::RuntimeDefault),
         selinux: selinux_of(sc.and_then(|m| m.get("seLinuxOptions"))),
         ..Default::default()
     }
@@ -504,7 +512,7 @@ mod tests {
                 .map(String::as_str),
             Some("1024 65000")
         );
-        let sb = sandbox_security(&p, Path::new("/var/lib/nanolet"));
+        let sb = sandbox_security(&p);
         assert_eq!((sb.run_as_user, sb.privileged), (Some(1000), false));
     }
 
@@ -523,7 +531,7 @@ mod tests {
                 "/r/seccomp/profiles/audit.json".into()
             ))
         );
-        assert!(sandbox_security(&p, Path::new("/r")).privileged);
+        assert!(sandbox_security(&p).privileged);
         assert_eq!(
             container_security(
                 &pod(json!({}), json!({})),
@@ -531,7 +539,17 @@ mod tests {
                 Path::new("/r")
             )
             .seccomp,
-            None
+            Some(SecurityProfile::Unconfined),
+            "unset is Unconfined, sent explicitly (the kubelet's getSeccompProfile)"
+        );
+        assert_eq!(
+            sandbox_security(&pod(
+                json!({"seccompProfile": {"type": "Unconfined"}}),
+                json!({})
+            ))
+            .seccomp,
+            Some(SecurityProfile::RuntimeDefault),
+            "the sandbox is always RuntimeDefault (the kubelet's generatePodSandboxLinuxConfig)"
         );
     }
 
@@ -695,7 +713,7 @@ mod tests {
             sec.selinux,
             Some(["".into(), "".into(), "spc_t".into(), "".into()])
         );
-        let sb = sandbox_security(&p, Path::new("/r"));
+        let sb = sandbox_security(&p);
         assert_eq!(
             sb.selinux,
             Some(["".into(), "".into(), "".into(), "s0:c123,c456".into()])

@@ -489,9 +489,15 @@ fn ns_mode(host: bool) -> i32 {
 }
 
 /// `hostUsers: false`: mode POD with the pod's range for UIDs and GIDs (the kubelet's
-/// GetOrCreateUserNamespaceMappings); otherwise nothing (the host's namespace, as mode NODE).
+/// GetOrCreateUserNamespaceMappings); otherwise mode NODE, which the kubelet sends explicitly
+/// (`runtimeapi.NamespaceMode_NODE` from its user namespace manager when hostUsers is unset).
 fn userns_pb(m: Option<super::IdMapping>) -> Option<pb::UserNamespace> {
-    let m = m?;
+    let Some(m) = m else {
+        return Some(pb::UserNamespace {
+            mode: pb::NamespaceMode::Node as i32,
+            ..Default::default()
+        });
+    };
     let map = pb::IdMapping {
         host_id: m.host_id,
         container_id: m.container_id,
@@ -675,6 +681,15 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
                     .map(apparmor_legacy)
                     .unwrap_or_default(),
                 selinux_options: c.security.selinux.as_ref().map(selinux_pb),
+                // procMount Unmasked is refused at admission, so always the Default lists.
+                masked_paths: super::DEFAULT_MASKED_PATHS
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect(),
+                readonly_paths: super::DEFAULT_READONLY_PATHS
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect(),
                 ..Default::default()
             }),
         }),
@@ -1748,6 +1763,43 @@ mod tests {
     }
 
     #[test]
+    fn masked_and_readonly_paths_and_the_node_user_namespace_are_sent_as_the_kubelet_does() {
+        // The kubelet (pkg/kubelet/kuberuntime/security_context.go, determineEffectiveSecurityContext)
+        // sends securitycontext.ConvertToRuntimeMaskedPaths/ReadonlyPaths for procMount Default
+        // (containerd otherwise applies none: a container could read /proc/kcore), and
+        // NamespaceMode NODE for the user namespace of a pod without hostUsers: false.
+        let sc = container_config_pb(&ContainerConfig::default(), &PodSandboxConfig::default())
+            .linux
+            .and_then(|l| l.security_context)
+            .unwrap_or_default();
+        assert!(sc.masked_paths.iter().any(|p| p == "/proc/kcore"));
+        assert_eq!(sc.masked_paths.len(), 12);
+        assert_eq!(
+            sc.readonly_paths,
+            [
+                "/proc/bus",
+                "/proc/fs",
+                "/proc/irq",
+                "/proc/sys",
+                "/proc/sysrq-trigger"
+            ]
+        );
+        let userns = sc
+            .namespace_options
+            .and_then(|n| n.userns_options)
+            .unwrap_or_default();
+        assert_eq!(userns.mode, pb::NamespaceMode::Node as i32);
+        assert!(userns.uids.is_empty());
+        let sb = sandbox_config_pb(&PodSandboxConfig::default())
+            .linux
+            .and_then(|l| l.security_context)
+            .and_then(|s| s.namespace_options)
+            .and_then(|n| n.userns_options)
+            .unwrap_or_default();
+        assert_eq!(sb.mode, pb::NamespaceMode::Node as i32);
+    }
+
+    #[test]
     fn apparmor_and_selinux_reach_the_container_config() {
         let c = ContainerConfig {
             security: super::super::ContainerSecurity {
@@ -1803,5 +1855,57 @@ mod tests {
         let mut other_ns = exit("c1", "c1");
         other_ns.namespace = "default".into();
         assert_eq!(decode_event(&other_ns), None);
+    }
+}
+
+/// The runtime's verbose `info` maps (containerd: `info` holds JSON with the CRI config it got
+/// and the OCI runtime spec it made), for the differential harness (`examples/differential.rs`),
+/// which compares what reached the runtime from the kubelet and from nanolet. Test builds only.
+#[cfg(feature = "testing")]
+impl CriRuntime {
+    /// `ContainerStatus` with `verbose: true`: the reply's `info` map.
+    pub fn container_status_info(
+        &self,
+        container_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        let mut c = self.runtime_client();
+        let req = with_deadline(
+            pb::ContainerStatusRequest {
+                container_id: container_id.into(),
+                verbose: true,
+            },
+            self.default_timeout,
+        );
+        let resp = self.run(
+            "ContainerStatus",
+            &format!("container {container_id}"),
+            self.default_timeout,
+            true,
+            async move { c.container_status(req).await.map(|r| r.into_inner()) },
+        )?;
+        Ok(resp.info)
+    }
+
+    /// `PodSandboxStatus` with `verbose: true`: the reply's `info` map.
+    pub fn pod_sandbox_status_info(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        let mut c = self.runtime_client();
+        let req = with_deadline(
+            pb::PodSandboxStatusRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                verbose: true,
+            },
+            self.default_timeout,
+        );
+        let resp = self.run(
+            "PodSandboxStatus",
+            &format!("sandbox {sandbox_id}"),
+            self.default_timeout,
+            true,
+            async move { c.pod_sandbox_status(req).await.map(|r| r.into_inner()) },
+        )?;
+        Ok(resp.info)
     }
 }

@@ -375,6 +375,34 @@ pub enum SandboxState {
     NotReady,
 }
 
+/// The paths the kubelet masks in every container with procMount Default
+/// (k8s.io/kubernetes pkg/securitycontext/util.go, `defaultMaskedPaths`), sent in CRI's
+/// `masked_paths`: the runtime applies only what it is sent.
+pub const DEFAULT_MASKED_PATHS: &[&str] = &[
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/interrupts",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+/// The paths the kubelet makes read-only in every container with procMount Default
+/// (pkg/securitycontext/util.go, `defaultReadonlyPaths`), sent in CRI's `readonly_paths`.
+pub const DEFAULT_READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
 /// One entry of ListPodSandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxInfo {

@@ -319,6 +319,15 @@ pub fn compute(
     let (phase, reason, message) = phase_and_reason(pod, inputs, old, &init, &regular);
     let mut regular = regular;
     let mut init = init;
+    // The kubelet's prober manager (UpdatePodStatus): an init container that is not a sidecar
+    // is ready once it terminated with exit code 0.
+    for (spec, s) in pod.spec.init_containers.iter().zip(init.iter_mut()) {
+        if !crate::api::helpers::is_sidecar(spec)
+            && is_terminated(s).is_some_and(|t| t.exit_code == 0)
+        {
+            s.ready = true;
+        }
+    }
     if phase == "Succeeded" || phase == "Failed" {
         for s in regular.iter_mut().chain(init.iter_mut()) {
             s.ready = false;
@@ -417,12 +426,17 @@ fn conditions(
         .iter()
         .any(|c| c.type_ == "Initialized" && c.status == "True");
     let initialized_ok = incomplete.is_empty() || was_initialized;
-    let initialized = cond(
+    let mut initialized = cond(
         "Initialized",
         initialized_ok,
         "ContainersNotInitialized",
         format!("containers with incomplete status: {}", names(&incomplete)),
     );
+    // The kubelet v1.36 (GeneratePodInitializedCondition) gives a Succeeded pod's Initialized
+    // condition the reason PodCompleted, with or without init containers.
+    if phase == "Succeeded" && initialized_ok {
+        initialized.reason = "PodCompleted".into();
+    }
 
     let mut unready: Vec<&str> = regular
         .iter()
@@ -674,6 +688,60 @@ mod tests {
         };
         let st = status_of(with_readiness, BTreeMap::from([("c".to_string(), current)]));
         assert!(st.ready);
+    }
+
+    /// Found by scripts/differential against the kubelet v1.36.3: a completed init container
+    /// is `ready: true` (prober manager UpdatePodStatus for non-restartable init containers),
+    /// and a Succeeded pod's Initialized condition has the reason PodCompleted.
+    #[test]
+    fn completed_init_containers_are_ready_and_a_succeeded_pod_is_initialized_by_completion() {
+        let mut done = running("init1");
+        done.name = "i".into();
+        done.kind = "init".into();
+        done.state = ContainerState::Exited;
+        done.finished_at = 2;
+        let mut pod = Pod::default();
+        pod.spec.restart_policy = "Never".into();
+        pod.spec.init_containers = vec![Container {
+            name: "i".into(),
+            ..Default::default()
+        }];
+        pod.spec.containers = vec![Container {
+            name: "c".into(),
+            ..Default::default()
+        }];
+        let state = PodRuntimeState {
+            sandboxes: vec![],
+            containers: vec![done, running("main1")],
+        };
+        let st = compute(&pod, &state, &StatusInputs::default(), None);
+        assert_eq!(st.phase, "Running");
+        assert!(
+            st.init_container_statuses[0].ready,
+            "a completed init container is ready"
+        );
+
+        // A pod without init containers whose container completed (complete-never.yaml).
+        let mut main = running("main1");
+        main.state = ContainerState::Exited;
+        main.finished_at = 3;
+        pod.spec.init_containers.clear();
+        let state = PodRuntimeState {
+            sandboxes: vec![],
+            containers: vec![main],
+        };
+        let st = compute(&pod, &state, &StatusInputs::default(), None);
+        assert_eq!(st.phase, "Succeeded");
+        let init = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Initialized")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            (init.status.as_str(), init.reason.as_str()),
+            ("True", "PodCompleted")
+        );
     }
 
     #[test]

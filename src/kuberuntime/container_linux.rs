@@ -31,7 +31,9 @@ pub fn linux_resources(c: &Container) -> LinuxResources {
         .map(|m| ((m * PERIOD) / 1000).max(1000))
         .unwrap_or(0);
     LinuxResources {
-        cpu_period: if quota > 0 { PERIOD } else { 0 },
+        // Always the period, quota 0 without a limit: the kubelet's calculateLinuxResources
+        // sets CpuPeriod whenever cpuCFSQuota is on (its default).
+        cpu_period: PERIOD,
         cpu_quota: quota,
         cpu_shares: shares,
         memory_limit_in_bytes: mem_lim.unwrap_or(0),
@@ -239,6 +241,15 @@ mod swap_tests {
             memory_capacity: 8 * GIB,
             swap_capacity: 2 * GIB,
         }
+    }
+
+    /// calculateLinuxResources (kuberuntime_container_linux.go): with cpuCFSQuota on (the
+    /// default) CpuPeriod is the 100 ms quota period even without a CPU limit (quota 0 then);
+    /// shares 2 without a request.
+    #[test]
+    fn the_cpu_period_is_sent_without_a_limit_as_the_kubelet_does() {
+        let r = linux_resources(&Container::default());
+        assert_eq!((r.cpu_period, r.cpu_quota, r.cpu_shares), (100_000, 0, 2));
     }
 
     /// calcSwapForBurstablePods: request / MemTotal * SwapTotal; errors for a node without

@@ -140,7 +140,7 @@ impl RuntimeManager<'_> {
             annotations: p.metadata.annotations.clone(),
             cgroup_parent: crate::cm::pod_cgroup_parent(p, self.settings.cgroup_driver),
             share_pid: crate::api::security::share_process_namespace(p),
-            security: crate::api::security::sandbox_security(p, &self.settings.root_dir),
+            security: crate::api::security::sandbox_security(p),
             sysctls: crate::api::security::sysctls(p),
             // A hostUsers: false pod's recorded range (`create_sandbox` allocates it the
             // first time); an unreadable record fails `create_sandbox` the same way.
