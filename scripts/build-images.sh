@@ -161,6 +161,7 @@ if [ -n "$e2e_bin" ]; then
   #                     packages. Also tagged 2.55 (AgnhostPrev: tests only need a second tag)
   #   nonewprivs:1.4    bin/nonewprivs (nnp.go) setuid root at /usr/local/bin/nnp, Cmd nnp
   #   nonroot:1.5       the busybox layer with USER 1234
+  #   nginx             with NGINX_DEBS only, below
   e2e=registry.k8s.io/e2e-test-images
   for b in agnhost nonewprivs; do
     [ -x "$e2e_bin/$b" ] || { echo "build-images: $e2e_bin/$b missing (scripts/upstream path e2e-images)" >&2; exit 1; }
@@ -187,6 +188,39 @@ if [ -n "$e2e_bin" ]; then
   extra_layer "$x"
   image "$e2e/agnhost" 2.63.0 '["pause"]' "$out/e2e-agnhost.tar" '["/agnhost"]'
   image "$e2e/agnhost" 2.55 '["pause"]' "$out/e2e-agnhost-prev.tar" '["/agnhost"]'
+  extra_layers=()
+  # nginx:1.15-4 and 1.27-0 (upstream: the official nginx image): Debian's nginx binary and
+  # configuration from the packages in NGINX_DEBS (nginx, nginx-common: `apt-get download`),
+  # the shared libraries it loads from this host (the same Debian), the www-data user, logs
+  # to the container's stdout/stderr as the official image does, Cmd nginx -g 'daemon off;'.
+  if [ -n "${NGINX_DEBS:-}" ]; then
+    x="$work/nginx"
+    mkdir -p "$x/etc" "$x/var/log/nginx" "$x/var/lib/nginx" "$x/var/www/html" "$x/run"
+    for deb in "$NGINX_DEBS"/nginx_*.deb "$NGINX_DEBS"/nginx-common_*.deb; do
+      dpkg-deb -x "$deb" "$work/nginx-debs"
+    done
+    mkdir -p "$x/usr/sbin"
+    cp "$work/nginx-debs/usr/sbin/nginx" "$x/usr/sbin/nginx"
+    cp -r "$work/nginx-debs/etc/nginx" "$x/etc/nginx"
+    mkdir -p "$x/etc/nginx/sites-enabled" "$x/etc/nginx/modules-enabled"
+    ln -s /etc/nginx/sites-available/default "$x/etc/nginx/sites-enabled/default"
+    cp "$work/nginx-debs/usr/share/nginx/html/index.html" "$x/var/www/html/index.nginx-debian.html"
+    ln -s /dev/stdout "$x/var/log/nginx/access.log"
+    ln -s /dev/stderr "$x/var/log/nginx/error.log"
+    cat "$root/etc/passwd" >"$x/etc/passwd"
+    echo 'www-data:x:33:33:www-data:/var/www:/bin/false' >>"$x/etc/passwd"
+    cat "$root/etc/group" >"$x/etc/group"
+    echo 'www-data:x:33:' >>"$x/etc/group"
+    ldd "$x/usr/sbin/nginx" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u |
+      while read -r lib; do
+        mkdir -p "$x$(dirname "$lib")"
+        cp -L "$lib" "$x$lib"
+      done
+    extra_layer "$x"
+    for tag in 1.15-4 1.27-0; do
+      image "$e2e/nginx" "$tag" '["nginx","-g","daemon off;"]' "$out/e2e-nginx-$tag.tar"
+    done
+  fi
   exit 0
 fi
 
