@@ -157,8 +157,9 @@ if [ -n "$e2e_bin" ]; then
   #   agnhost:2.63.0    agnhost built from its source in the pinned module (bin/agnhost), at
   #                     /agnhost with the agnhost-2 link, /uploads, porter's localhost.crt/key, the
   #                     user-defined-in-image (1000) and group-defined-in-image (50000) of its
-  #                     Dockerfile; sh, nc, wget and the rest from busybox instead of Alpine's
-  #                     packages. Also tagged 2.55 (AgnhostPrev: tests only need a second tag)
+  #                     Dockerfile; this host's curl; sh, nc, wget and the rest from busybox
+  #                     instead of Alpine's packages. Also tagged 2.55 (AgnhostPrev: tests only
+  #                     need a second tag)
   #   nonewprivs:1.4    bin/nonewprivs (nnp.go) setuid root at /usr/local/bin/nnp, Cmd nnp
   #   nonroot:1.5       the busybox layer with USER 1234
   #   nginx             with NGINX_DEBS only, below
@@ -185,6 +186,15 @@ if [ -n "$e2e_bin" ]; then
   echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >>"$x/etc/passwd"
   cat "$root/etc/group" >"$x/etc/group"
   printf '%s\n' 'user-defined-in-image:x:1000:' 'group-defined-in-image:x:50000:user-defined-in-image' >>"$x/etc/group"
+  # curl (Alpine's package upstream): tests' hooks and probes run `sh -c "curl ..."` in
+  # agnhost. This host's (Debian's) curl with the shared libraries it loads, at their paths.
+  curl_bin=$(command -v curl) || { echo "build-images: curl missing (apt install curl)" >&2; exit 1; }
+  mkdir -p "$x/usr/bin"
+  cp "$curl_bin" "$x/usr/bin/curl"
+  ldd "$curl_bin" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
+    mkdir -p "$x$(dirname "$lib")"
+    cp -L "$lib" "$x$lib"
+  done
   extra_layer "$x"
   image "$e2e/agnhost" 2.63.0 '["pause"]' "$out/e2e-agnhost.tar" '["/agnhost"]'
   image "$e2e/agnhost" 2.55 '["pause"]' "$out/e2e-agnhost-prev.tar" '["/agnhost"]'
