@@ -13,17 +13,26 @@
 # Needs only bash, coreutils, GNU tar, gzip and sha256sum.
 # Usage: scripts/build-images.sh OUTDIR
 #        scripts/build-images.sh --kube-proxy KUBE_PROXY OUTDIR
+#        scripts/build-images.sh --e2e BINDIR SRCDIR OUTDIR
 #
 # --kube-proxy: OUTDIR/kube-proxy.tar -> localhost/kube-proxy:<its version> (the real-cluster
 # tests' kube-proxy DaemonSet, tests/integration/real_cluster.rs): the busybox layer plus one
 # with the kube-proxy binary scripts/upstream built, and this host's iptables (the nft backend,
 # as Debian's `iptables` is) with the shared libraries and xtables extensions it loads.
+#
+# --e2e: the images of the Kubernetes e2e suite (scripts/conformance) as OUTDIR/e2e-*.tar, from
+# BINDIR (`scripts/upstream path e2e-images`: agnhost, nonewprivs) and SRCDIR (the pinned
+# kubernetes source, for agnhost's porter certificate); see the list at the --e2e block below.
 set -euo pipefail
 
-kube_proxy=
+kube_proxy= e2e_bin= e2e_src=
 if [ "${1:-}" = --kube-proxy ]; then
   kube_proxy=${2:?usage: $0 --kube-proxy KUBE_PROXY OUTDIR}
   shift 2
+elif [ "${1:-}" = --e2e ]; then
+  e2e_bin=${2:?usage: $0 --e2e BINDIR SRCDIR OUTDIR}
+  e2e_src=${3:?usage: $0 --e2e BINDIR SRCDIR OUTDIR}
+  shift 3
 fi
 out=${1:?usage: $0 OUTDIR}
 busybox=${BUSYBOX:-/bin/busybox}
@@ -83,9 +92,9 @@ layer_size=$(size "$work/layer.tar.gz")
 # Layers beyond the busybox one (the kube-proxy image's): digest, diff id and size each.
 extra_layers=()
 
-# image NAME TAG CMD_JSON OUTFILE
+# image NAME TAG CMD_JSON OUTFILE [ENTRYPOINT_JSON [USER]]
 image() {
-  local name=$1 tag=$2 cmd=$3 outfile=$4
+  local name=$1 tag=$2 cmd=$3 outfile=$4 entrypoint=${5:-} user=${6:-}
   local d="$work/$name" cfg mf idx l diff_ids layers
   mkdir -p "$d/blobs/sha256"
   cp "$work/layer.tar.gz" "$d/blobs/sha256/$layer_digest"
@@ -100,8 +109,11 @@ image() {
 
   local path=/bin:/usr/bin:/sbin:/usr/sbin
   [ ${#extra_layers[@]} -eq 0 ] || path=/usr/local/bin:$path
-  printf '{%s,"config":{"Env":["PATH=%s"],"Cmd":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":[%s]}}' \
-    "$platform" "$path" "$cmd" "$diff_ids" >"$d/config.json"
+  local extra_cfg=
+  [ -z "$entrypoint" ] || extra_cfg="$extra_cfg,\"Entrypoint\":$entrypoint"
+  [ -z "$user" ] || extra_cfg="$extra_cfg,\"User\":\"$user\""
+  printf '{%s,"config":{"Env":["PATH=%s"],"Cmd":%s,"WorkingDir":"/"%s},"rootfs":{"type":"layers","diff_ids":[%s]}}' \
+    "$platform" "$path" "$cmd" "$extra_cfg" "$diff_ids" >"$d/config.json"
   cfg=$(sha "$d/config.json")
   mv "$d/config.json" "$d/blobs/sha256/$cfg"
 
@@ -119,6 +131,108 @@ image() {
   mv "$outfile.tmp" "$outfile"
   echo "built $name:$tag ($outfile, manifest sha256:$mf)"
 }
+
+pause_cmd='["sh","-c","trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait; done"]'
+
+# extra_layer DIR: DIR's contents (mtimes and owners fixed) become a layer above the busybox
+# one for the images built after this call (until extra_layers is emptied).
+extra_layer() {
+  local x=$1 xdiff xdigest
+  find "$x" -exec touch -h -d @0 {} +
+  dtar "$x" "$work/extra.tar"
+  xdiff=$(sha "$work/extra.tar")
+  gzip -n -9 -c "$work/extra.tar" >"$work/extra.tar.gz"
+  xdigest=$(sha "$work/extra.tar.gz")
+  mv "$work/extra.tar.gz" "$work/extra-$xdigest.tar.gz"
+  extra_layers+=("$xdigest $xdiff $(size "$work/extra-$xdigest.tar.gz")")
+}
+
+if [ -n "$e2e_bin" ]; then
+  # The images the Kubernetes e2e suite's node tests run (scripts/conformance), under the names
+  # and tags of its test/utils/image/manifest.go (v1.36.3), so nothing is pulled. What each is
+  # (docs/conformance.md, "Images"):
+  #   busybox:1.37.0-1  the busybox layer (upstream: busybox itself), Cmd sh
+  #   pause:3.10.2      the pause command above (upstream: a static /pause; tests only need a
+  #                     container that runs until stopped)
+  #   agnhost:2.63.0    agnhost built from its source in the pinned module (bin/agnhost), at
+  #                     /agnhost with the agnhost-2 link, /uploads, porter's localhost.crt/key, the
+  #                     user-defined-in-image (1000) and group-defined-in-image (50000) of its
+  #                     Dockerfile; this host's curl; sh, nc, wget and the rest from busybox
+  #                     instead of Alpine's packages. Also tagged 2.55 (AgnhostPrev: tests only
+  #                     need a second tag)
+  #   nonewprivs:1.4    bin/nonewprivs (nnp.go) setuid root at /usr/local/bin/nnp, Cmd nnp
+  #   nonroot:1.5       the busybox layer with USER 1234
+  #   nginx             with NGINX_DEBS only, below
+  e2e=registry.k8s.io/e2e-test-images
+  for b in agnhost nonewprivs; do
+    [ -x "$e2e_bin/$b" ] || { echo "build-images: $e2e_bin/$b missing (scripts/upstream path e2e-images)" >&2; exit 1; }
+  done
+  image "$e2e/busybox" 1.37.0-1 '["sh"]' "$out/e2e-busybox.tar"
+  image registry.k8s.io/pause 3.10.2 "$pause_cmd" "$out/e2e-pause.tar"
+  image "$e2e/nonroot" 1.5 '["sh"]' "$out/e2e-nonroot.tar" "" 1234
+  x="$work/nnp"
+  mkdir -p "$x/usr/local/bin"
+  cp "$e2e_bin/nonewprivs" "$x/usr/local/bin/nnp"
+  chmod 4755 "$x/usr/local/bin/nnp"
+  extra_layer "$x"
+  image "$e2e/nonewprivs" 1.4 '["nnp"]' "$out/e2e-nonewprivs.tar"
+  extra_layers=()
+  x="$work/agnhost"
+  mkdir -p "$x/uploads" "$x/etc"
+  cp "$e2e_bin/agnhost" "$x/agnhost"
+  ln -s agnhost "$x/agnhost-2"
+  cp "$e2e_src/test/images/agnhost/porter/localhost.crt" "$e2e_src/test/images/agnhost/porter/localhost.key" "$x/"
+  cat "$root/etc/passwd" >"$x/etc/passwd"
+  echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >>"$x/etc/passwd"
+  cat "$root/etc/group" >"$x/etc/group"
+  printf '%s\n' 'user-defined-in-image:x:1000:' 'group-defined-in-image:x:50000:user-defined-in-image' >>"$x/etc/group"
+  # curl (Alpine's package upstream): tests' hooks and probes run `sh -c "curl ..."` in
+  # agnhost. This host's (Debian's) curl with the shared libraries it loads, at their paths.
+  curl_bin=$(command -v curl) || { echo "build-images: curl missing (apt install curl)" >&2; exit 1; }
+  mkdir -p "$x/usr/bin"
+  cp "$curl_bin" "$x/usr/bin/curl"
+  ldd "$curl_bin" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
+    mkdir -p "$x$(dirname "$lib")"
+    cp -L "$lib" "$x$lib"
+  done
+  extra_layer "$x"
+  image "$e2e/agnhost" 2.63.0 '["pause"]' "$out/e2e-agnhost.tar" '["/agnhost"]'
+  image "$e2e/agnhost" 2.55 '["pause"]' "$out/e2e-agnhost-prev.tar" '["/agnhost"]'
+  extra_layers=()
+  # nginx:1.15-4 and 1.27-0 (upstream: the official nginx image): Debian's nginx binary and
+  # configuration from the packages in NGINX_DEBS (nginx, nginx-common: `apt-get download`),
+  # the shared libraries it loads from this host (the same Debian), the www-data user, logs
+  # to the container's stdout/stderr as the official image does, Cmd nginx -g 'daemon off;'.
+  if [ -n "${NGINX_DEBS:-}" ]; then
+    x="$work/nginx"
+    mkdir -p "$x/etc" "$x/var/log/nginx" "$x/var/lib/nginx" "$x/var/www/html" "$x/run"
+    for deb in "$NGINX_DEBS"/nginx_*.deb "$NGINX_DEBS"/nginx-common_*.deb; do
+      dpkg-deb -x "$deb" "$work/nginx-debs"
+    done
+    mkdir -p "$x/usr/sbin"
+    cp "$work/nginx-debs/usr/sbin/nginx" "$x/usr/sbin/nginx"
+    cp -r "$work/nginx-debs/etc/nginx" "$x/etc/nginx"
+    mkdir -p "$x/etc/nginx/sites-enabled" "$x/etc/nginx/modules-enabled"
+    ln -s /etc/nginx/sites-available/default "$x/etc/nginx/sites-enabled/default"
+    cp "$work/nginx-debs/usr/share/nginx/html/index.html" "$x/var/www/html/index.nginx-debian.html"
+    ln -s /dev/stdout "$x/var/log/nginx/access.log"
+    ln -s /dev/stderr "$x/var/log/nginx/error.log"
+    cat "$root/etc/passwd" >"$x/etc/passwd"
+    echo 'www-data:x:33:33:www-data:/var/www:/bin/false' >>"$x/etc/passwd"
+    cat "$root/etc/group" >"$x/etc/group"
+    echo 'www-data:x:33:' >>"$x/etc/group"
+    ldd "$x/usr/sbin/nginx" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u |
+      while read -r lib; do
+        mkdir -p "$x$(dirname "$lib")"
+        cp -L "$lib" "$x$lib"
+      done
+    extra_layer "$x"
+    for tag in 1.15-4 1.27-0; do
+      image "$e2e/nginx" "$tag" '["nginx","-g","daemon off;"]' "$out/e2e-nginx-$tag.tar"
+    done
+  fi
+  exit 0
+fi
 
 if [ -n "$kube_proxy" ]; then
   # kube-proxy's iptables mode runs iptables, iptables-save and iptables-restore (and the ip6
@@ -146,18 +260,11 @@ if [ -n "$kube_proxy" ]; then
     cp -L "$lib" "$x$lib"
   done
   # Debian's /lib is a symlink to /usr/lib: the loader's and libraries' paths both resolve.
-  find "$x" -exec touch -h -d @0 {} +
-  dtar "$x" "$work/extra.tar"
-  xdiff=$(sha "$work/extra.tar")
-  gzip -n -9 -c "$work/extra.tar" >"$work/extra.tar.gz"
-  xdigest=$(sha "$work/extra.tar.gz")
-  mv "$work/extra.tar.gz" "$work/extra-$xdigest.tar.gz"
-  extra_layers+=("$xdigest $xdiff $(size "$work/extra-$xdigest.tar.gz")")
+  extra_layer "$x"
   version=$("$kube_proxy" --version 2>/dev/null | awk '{print $2}')
   image localhost/kube-proxy "${version:-latest}" '["/usr/local/bin/kube-proxy"]' "$out/kube-proxy.tar"
   exit 0
 fi
 
-pause_cmd='["sh","-c","trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait; done"]'
 image localhost/busybox 1.36 '["sh"]' "$out/busybox.tar"
 image localhost/pause 3.9 "$pause_cmd" "$out/pause.tar"

@@ -293,9 +293,13 @@ fn optional(v: &Value) -> bool {
     v.get("optional").and_then(Value::as_bool).unwrap_or(false)
 }
 
-/// A valid environment variable name for envFrom (the kubelet skips invalid keys).
+/// An envFrom name nanolet can pass on. The kubelet (kubelet_pods.go makeEnvironmentVariables,
+/// v1.36) takes every key with its prefix as it is: the API server already checked the keys
+/// (`[-._a-zA-Z0-9]+`) and the prefix (any printable ASCII but `=`, RelaxedEnvironmentVariable
+/// Validation), so `1-data-1` and `$_-data-1` are variables. Only what cannot be one in an
+/// environment (empty, or with `=`, possible in a local store's manifest) is left out.
 fn valid_env_name(k: &str) -> bool {
-    !k.is_empty() && !k.contains('=') && !k.starts_with(|c: char| c.is_ascii_digit())
+    !k.is_empty() && !k.contains('=')
 }
 
 /// `envFrom`: every key of a ConfigMap/Secret from the local store, with `prefix`.
@@ -694,6 +698,49 @@ mod tests {
         );
         let e = resolve_env(&pod, &c, &ctx).unwrap_err();
         assert_eq!(e.to_string(), "configmap \"cm\" not found");
+    }
+
+    #[derive(Debug)]
+    struct OneConfigMap;
+
+    impl ConfigMapsAndSecrets for OneConfigMap {
+        fn config_map(&self, _: &str, _: &str) -> Result<ObjectData, LookupError> {
+            Ok(BTreeMap::from([(
+                "data-1".to_string(),
+                b"value-1".to_vec(),
+            )]))
+        }
+        fn secret(&self, ns: &str, name: &str) -> Result<ObjectData, LookupError> {
+            self.config_map(ns, name)
+        }
+        fn key(&self, _: bool, _: &str, _: &str, _: &str) -> Result<Vec<u8>, LookupError> {
+            Ok(vec![])
+        }
+    }
+
+    /// kubelet_pods.go makeEnvironmentVariables (v1.36) takes every envFrom key with its
+    /// prefix as it is (e2e "[sig-node] ConfigMap should be consumable as environment variable
+    /// names with various prefixes [Conformance]": prefixes `1-`, `$_-`, `ABC_`, `#@!`).
+    #[test]
+    fn env_from_prefixes_need_not_make_c_identifiers() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "c", "image": "i", "envFrom": [
+                {"configMapRef": {"name": "cm"}},
+                {"prefix": "1-", "configMapRef": {"name": "cm"}},
+                {"prefix": "$_-", "secretRef": {"name": "s"}},
+                {"prefix": "#@!", "configMapRef": {"name": "cm"}}]}]}
+        }))
+        .unwrap();
+        let ctx = EnvContext {
+            store: Some(Arc::new(OneConfigMap)),
+            ..EnvContext::default()
+        };
+        let env = resolve_env(&pod, &pod.spec.containers[0], &ctx).unwrap();
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        for want in ["data-1", "1-data-1", "$_-data-1", "#@!data-1"] {
+            assert!(names.contains(&want), "{want} missing from {names:?}");
+        }
     }
 
     #[derive(Debug)]

@@ -333,6 +333,15 @@ pub fn compute(
             s.ready = false;
         }
     }
+    // The prober manager's UpdatePodStatus: an init container that is not a sidecar is ready
+    // once it terminated with exit code 0 (also in a terminal pod).
+    for (spec, s) in pod.spec.init_containers.iter().zip(init.iter_mut()) {
+        if !crate::api::helpers::is_sidecar(spec)
+            && is_terminated(s).is_some_and(|t| t.exit_code == 0)
+        {
+            s.ready = true;
+        }
+    }
 
     let conditions = conditions(pod, state, inputs, old, &init, &regular, &phase);
     let (pod_ip, pod_ips) = pod_ips(pod, state, inputs, old, &phase);
@@ -742,6 +751,63 @@ mod tests {
             (init.status.as_str(), init.reason.as_str()),
             ("True", "PodCompleted")
         );
+    }
+
+    #[test]
+    fn an_init_container_that_exited_zero_is_ready_also_in_a_terminal_pod() {
+        // pkg/kubelet/prober/prober_manager.go UpdatePodStatus: a non-restartable init
+        // container whose state is Terminated with exit code 0 is Ready (e2e: "[sig-node]
+        // InitContainer [NodeConformance] should invoke init containers on a RestartNever
+        // pod" checks every init container of the Succeeded pod is Ready); a failed one is not.
+        let mut pod = Pod::default();
+        pod.spec.restart_policy = "Never".into();
+        let named = |n: &str| Container {
+            name: n.into(),
+            ..Default::default()
+        };
+        pod.spec.init_containers = vec![named("init1"), named("init2")];
+        pod.spec.containers = vec![named("run1")];
+        let exited = |id: &str, name: &str, code: i32| ObservedContainer {
+            name: name.into(),
+            state: ContainerState::Exited,
+            exit_code: code,
+            finished_at: 2,
+            kind: if name.starts_with("init") {
+                "init"
+            } else {
+                "regular"
+            }
+            .into(),
+            ..running(id)
+        };
+        let mut state = PodRuntimeState {
+            sandboxes: vec![ObservedSandbox {
+                id: "sb".into(),
+                attempt: 0,
+                ready: true,
+                created_at: 1,
+                ip: "10.0.0.2".into(),
+                additional_ips: vec![],
+            }],
+            containers: vec![
+                exited("i1", "init1", 0),
+                exited("i2", "init2", 0),
+                running("r"),
+            ],
+        };
+        state.containers[2].name = "run1".into();
+        let st = compute(&pod, &state, &StatusInputs::default(), None);
+        assert_eq!(st.phase, "Running");
+        assert!(st.init_container_statuses.iter().all(|c| c.ready), "{st:?}");
+        state.containers[2] = exited("r", "run1", 0);
+        let st = compute(&pod, &state, &StatusInputs::default(), None);
+        assert_eq!(st.phase, "Succeeded");
+        assert!(st.init_container_statuses.iter().all(|c| c.ready), "{st:?}");
+        assert!(!st.container_statuses[0].ready);
+        state.containers[1] = exited("i2", "init2", 1);
+        let st = compute(&pod, &state, &StatusInputs::default(), None);
+        assert!(st.init_container_statuses[0].ready);
+        assert!(!st.init_container_statuses[1].ready);
     }
 
     #[test]

@@ -56,6 +56,12 @@ impl ConfigError {
     /// The container's waiting reason while this lasts.
     pub fn reason(&self) -> &'static str {
         match self {
+            // A volumeMount that cannot be made (an absolute or escaping subPath, ...) fails
+            // the kubelet's makeMounts inside generateContainerConfig: a config error. A
+            // volume that is not set up yet waits in the volume manager: ContainerCreating.
+            ConfigError::Volumes(crate::volumes::VolumeError::Mount { .. }) => {
+                "CreateContainerConfigError"
+            }
             ConfigError::Volumes(_) => "ContainerCreating",
             ConfigError::Env { .. }
             | ConfigError::RunAsNonRoot(_)
@@ -523,6 +529,32 @@ impl RuntimeManager<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kubelet_pods.go makeMounts (called by generateContainerConfig) refuses an absolute or
+    /// `..` subPath: the container waits with CreateContainerConfigError (e2e "[sig-node]
+    /// Variable Expansion should fail substituting values in a volume subpath with absolute
+    /// path [Conformance]" waits for that reason); a volume not set up yet is ContainerCreating.
+    #[test]
+    fn a_bad_sub_path_is_a_config_error_a_volume_set_up_is_not() {
+        let c: crate::api::Container = serde_json::from_value(serde_json::json!({
+            "name": "c", "image": "i",
+            "volumeMounts": [{"name": "workdir1", "mountPath": "/logscontainer", "subPath": "/foo"}]
+        }))
+        .expect("container");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vols =
+            std::collections::BTreeMap::from([("workdir1".to_string(), dir.path().to_path_buf())]);
+        let e = crate::volumes::mounts_for(&c, &vols, &[]).expect_err("absolute subPath");
+        assert_eq!(
+            ConfigError::Volumes(e).reason(),
+            "CreateContainerConfigError"
+        );
+        let setup = crate::volumes::VolumeError::SetUp {
+            volume: "v".into(),
+            reason: "configmap \"x\" not found".into(),
+        };
+        assert_eq!(ConfigError::Volumes(setup).reason(), "ContainerCreating");
+    }
 
     /// Captured log output of the current thread.
     #[derive(Clone, Default)]
