@@ -568,6 +568,24 @@ fn sandbox_config_pb(c: &PodSandboxConfig) -> pb::PodSandboxConfig {
     }
 }
 
+fn mount_pb(m: &super::Mount) -> pb::Mount {
+    pb::Mount {
+        container_path: m.container_path.clone(),
+        host_path: m.host_path.clone(),
+        readonly: m.readonly,
+        propagation: match m.propagation {
+            MountPropagation::Private => pb::MountPropagation::PropagationPrivate as i32,
+            MountPropagation::HostToContainer => {
+                pb::MountPropagation::PropagationHostToContainer as i32
+            }
+            MountPropagation::Bidirectional => {
+                pb::MountPropagation::PropagationBidirectional as i32
+            }
+        },
+        ..Default::default()
+    }
+}
+
 fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::ContainerConfig {
     // Containers follow the pod's namespaces; a non-hostPID container gets its own PID
     // namespace like the kubelet does (shareProcessNamespace is not supported).
@@ -604,25 +622,7 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
                 value: v.clone(),
             })
             .collect(),
-        mounts: c
-            .mounts
-            .iter()
-            .map(|m| pb::Mount {
-                container_path: m.container_path.clone(),
-                host_path: m.host_path.clone(),
-                readonly: m.readonly,
-                propagation: match m.propagation {
-                    MountPropagation::Private => pb::MountPropagation::PropagationPrivate as i32,
-                    MountPropagation::HostToContainer => {
-                        pb::MountPropagation::PropagationHostToContainer as i32
-                    }
-                    MountPropagation::Bidirectional => {
-                        pb::MountPropagation::PropagationBidirectional as i32
-                    }
-                },
-                ..Default::default()
-            })
-            .collect(),
+        mounts: c.mounts.iter().map(mount_pb).collect(),
         devices: c
             .devices
             .iter()
@@ -654,45 +654,54 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
                 unified: r.unified.clone().into_iter().collect(),
                 ..Default::default()
             }),
-            security_context: Some(pb::LinuxContainerSecurityContext {
-                namespace_options: Some(ns),
-                run_as_user: c.security.run_as_user.map(|value| pb::Int64Value { value }),
-                run_as_group: c
-                    .security
-                    .run_as_group
-                    .map(|value| pb::Int64Value { value }),
-                supplemental_groups: c.security.supplemental_groups.clone(),
-                privileged: c.security.privileged,
-                capabilities: (!c.security.add_capabilities.is_empty()
-                    || !c.security.drop_capabilities.is_empty())
-                .then(|| pb::Capability {
-                    add_capabilities: c.security.add_capabilities.clone(),
-                    drop_capabilities: c.security.drop_capabilities.clone(),
-                }),
-                readonly_rootfs: c.security.readonly_rootfs,
-                no_new_privs: c.security.no_new_privs,
-                seccomp: c.security.seccomp.as_ref().map(seccomp_pb),
-                apparmor: c.security.apparmor.as_ref().map(seccomp_pb),
-                // As the kubelet: the deprecated string too, for runtimes that read only it.
-                apparmor_profile: c
-                    .security
-                    .apparmor
-                    .as_ref()
-                    .map(apparmor_legacy)
-                    .unwrap_or_default(),
-                selinux_options: c.security.selinux.as_ref().map(selinux_pb),
-                // procMount Unmasked is refused at admission, so always the Default lists.
-                masked_paths: super::DEFAULT_MASKED_PATHS
-                    .iter()
-                    .map(|p| p.to_string())
-                    .collect(),
-                readonly_paths: super::DEFAULT_READONLY_PATHS
-                    .iter()
-                    .map(|p| p.to_string())
-                    .collect(),
-                ..Default::default()
-            }),
+            security_context: Some(container_security_pb(c, ns)),
         }),
+    }
+}
+
+/// The container's CRI security context, as the kubelet's determineEffectiveSecurityContext
+/// fills it (namespaces from the sandbox).
+fn container_security_pb(
+    c: &ContainerConfig,
+    ns: pb::NamespaceOption,
+) -> pb::LinuxContainerSecurityContext {
+    pb::LinuxContainerSecurityContext {
+        namespace_options: Some(ns),
+        run_as_user: c.security.run_as_user.map(|value| pb::Int64Value { value }),
+        run_as_group: c
+            .security
+            .run_as_group
+            .map(|value| pb::Int64Value { value }),
+        supplemental_groups: c.security.supplemental_groups.clone(),
+        privileged: c.security.privileged,
+        capabilities: (!c.security.add_capabilities.is_empty()
+            || !c.security.drop_capabilities.is_empty())
+        .then(|| pb::Capability {
+            add_capabilities: c.security.add_capabilities.clone(),
+            drop_capabilities: c.security.drop_capabilities.clone(),
+        }),
+        readonly_rootfs: c.security.readonly_rootfs,
+        no_new_privs: c.security.no_new_privs,
+        seccomp: c.security.seccomp.as_ref().map(seccomp_pb),
+        apparmor: c.security.apparmor.as_ref().map(seccomp_pb),
+        // As the kubelet: the deprecated string too, for runtimes that read only it.
+        apparmor_profile: c
+            .security
+            .apparmor
+            .as_ref()
+            .map(apparmor_legacy)
+            .unwrap_or_default(),
+        selinux_options: c.security.selinux.as_ref().map(selinux_pb),
+        // procMount Unmasked is refused at admission, so always the Default lists.
+        masked_paths: super::DEFAULT_MASKED_PATHS
+            .iter()
+            .map(|p| p.to_string())
+            .collect(),
+        readonly_paths: super::DEFAULT_READONLY_PATHS
+            .iter()
+            .map(|p| p.to_string())
+            .collect(),
+        ..Default::default()
     }
 }
 
