@@ -1322,6 +1322,40 @@ mod tests {
         assert!(stop < rm, "containers stop before the sandbox is removed");
     }
 
+    /// The kubelet's status manager reports a deleted API pod's stopped containers (state
+    /// terminated, finishedAt) before the final DELETE (kuberuntime killContainer, then
+    /// status_manager canBeDeleted); e2e "[sig-node] Lifecycle Sleep Hook ... valid prestop
+    /// hook using sleep action" keeps the pod with a finalizer and waits for a terminated
+    /// container state. nanolet removed the pod from the status store with its last status
+    /// still Running. Now the terminated state is published and kept until the pod leaves
+    /// the config.
+    #[test]
+    fn a_deleted_api_pod_reports_its_containers_terminated() {
+        let h = Harness::start(fake());
+        let mut p = pod("u1", "web", "Always", &["a"]);
+        p.metadata.annotations.insert(
+            crate::config::naming::CONFIG_SOURCE_ANNOTATION.into(),
+            crate::config::SourceKind::Api.as_str().into(),
+        );
+        h.desire(std::slice::from_ref(&p), true);
+        h.wait("running", |h| phase(h, "u1") == "Running");
+        h.desire(&[], true);
+        h.wait("stopped and removed from the runtime", |h| {
+            h.rt.sandbox_count() == 0 && h.rt.container_count() == 0
+        });
+        h.wait("terminated reported", |h| {
+            h.status("u1").is_some_and(|s| {
+                s.container_statuses
+                    .iter()
+                    .all(|c| c.state.terminated.is_some() && c.state.running.is_none())
+                    && !s.container_statuses.is_empty()
+            })
+        });
+        // The next config change drops it (the API pod is gone from the config).
+        h.desire(&[], true);
+        h.wait("gone", |h| h.store.get("u1").is_none());
+    }
+
     #[test]
     fn exited_container_with_a_live_task_is_killed_and_removed() {
         // containerd 1.6 after StartContainer was interrupted: CRI says Exited (StartError),
