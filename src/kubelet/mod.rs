@@ -9,7 +9,6 @@ pub(crate) mod podconfig;
 pub(crate) mod policy;
 pub(crate) mod runtime_status;
 pub(crate) mod sync_loop;
-pub(crate) mod sysctl;
 pub mod wiring;
 pub(crate) mod worker_pool;
 

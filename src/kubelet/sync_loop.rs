@@ -649,10 +649,10 @@ impl SyncLoop {
         {
             Some((reason, message))
         } else if let Some(message) =
-            crate::kubelet::sysctl::rejection(pod, &settings.security.allowed_unsafe_sysctls)
+            crate::api::sysctl::rejection(pod, &settings.security.allowed_unsafe_sysctls)
         {
             // The kubelet's sysctl admit handler runs before the predicates.
-            Some((crate::kubelet::sysctl::FORBIDDEN_REASON, message))
+            Some((crate::api::sysctl::FORBIDDEN_REASON, message))
         } else if let Some((reason, message)) = crate::kubelet::admission::os_rejection(pod) {
             Some((reason, message.to_string()))
         } else if !crate::kubelet::admission::node_affinity_matches(

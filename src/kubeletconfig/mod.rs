@@ -48,7 +48,7 @@ pub struct SecurityPolicy {
     /// `--deny-host-namespaces`: refuse hostNetwork, hostPID and hostIPC.
     pub deny_host_namespaces: bool,
     /// `--allowed-unsafe-sysctls`: sysctl names or `prefix*` patterns pods may set beyond the
-    /// safe set (`kubelet::sysctl`).
+    /// safe set (`api::sysctl`).
     pub allowed_unsafe_sysctls: Vec<String>,
 }
 

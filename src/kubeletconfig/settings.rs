@@ -810,7 +810,7 @@ pub(super) const SETTINGS: &[Setting] = &[
             set(
                 &mut c.security.allowed_unsafe_sysctls,
                 then(v.list(), |l| {
-                    crate::kubelet::sysctl::check_patterns(&l)?;
+                    crate::api::sysctl::check_patterns(&l)?;
                     Ok(l)
                 }),
             )

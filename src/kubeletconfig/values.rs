@@ -21,7 +21,7 @@ pub enum ValueError {
     Bool(String),
     /// `--allowed-unsafe-sysctls`: the kubelet's NewAllowlist error.
     #[error(transparent)]
-    Sysctl(#[from] crate::kubelet::sysctl::PatternError),
+    Sysctl(#[from] crate::api::sysctl::PatternError),
     /// `--extended-resources`: a name outside the extended resource names, or a count that is
     /// not a whole number >= 0.
     #[error("invalid extended resource {0:?}: {1}")]
