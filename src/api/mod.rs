@@ -8,6 +8,7 @@ pub mod helpers;
 pub mod quantity;
 pub mod schema;
 pub mod security;
+pub mod sysctl;
 pub mod types;
 pub mod validate;
 

@@ -351,6 +351,15 @@ impl PodWorker {
         Ok(())
     }
 
+    /// Whether the pod came from the API server (its status goes there).
+    fn is_api_pod(&self) -> bool {
+        self.pod
+            .metadata
+            .annotations
+            .get(crate::config::naming::CONFIG_SOURCE_ANNOTATION)
+            .is_some_and(|s| s == crate::config::SourceKind::Api.as_str())
+    }
+
     fn is_terminal(&self) -> bool {
         self.ctx
             .store
@@ -780,7 +789,11 @@ impl PodWorker {
         let _ = std::fs::remove_dir_all(self.pod_dir());
         self.manager().remove_legacy_links();
         self.ctx.settings.runtime.unregister_pod(self.uid());
-        self.ctx.store.remove_pod(self.uid());
+        // An API pod's last status stays until the pod leaves the config (the sync loop drops
+        // it then), so that the status writer sends it before the final DELETE.
+        if !self.is_api_pod() {
+            self.ctx.store.remove_pod(self.uid());
+        }
         self.ctx.cache.delete(self.uid());
         info!(pod = %self.full_name, "pod terminated");
         Step::Done
@@ -791,6 +804,10 @@ impl PodWorker {
         self.publish(&state, true);
         self.manager().kill_pod(&state, None);
         let state = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
+        // The kubelet's status manager reports the stopped containers (state terminated,
+        // finishedAt) before the final DELETE; the e2e Lifecycle Sleep Hook tests keep the
+        // pod with a finalizer and wait for exactly that.
+        self.publish(&state, true);
         self.manager().remove_all(&state).map_err(|e| self.wrap(e))
     }
 }

@@ -648,6 +648,11 @@ impl SyncLoop {
             crate::api::security::unsupported_isolation(pod, self.host_security_for(pod))
         {
             Some((reason, message))
+        } else if let Some(message) =
+            crate::api::sysctl::rejection(pod, &settings.security.allowed_unsafe_sysctls)
+        {
+            // The kubelet's sysctl admit handler runs before the predicates.
+            Some((crate::api::sysctl::FORBIDDEN_REASON, message))
         } else if let Some((reason, message)) = crate::kubelet::admission::os_rejection(pod) {
             Some((reason, message.to_string()))
         } else if !crate::kubelet::admission::node_affinity_matches(
@@ -1315,6 +1320,40 @@ mod tests {
             .position(|c| c.starts_with("remove_pod_sandbox"))
             .expect("removed");
         assert!(stop < rm, "containers stop before the sandbox is removed");
+    }
+
+    /// The kubelet's status manager reports a deleted API pod's stopped containers (state
+    /// terminated, finishedAt) before the final DELETE (kuberuntime killContainer, then
+    /// status_manager canBeDeleted); e2e "[sig-node] Lifecycle Sleep Hook ... valid prestop
+    /// hook using sleep action" keeps the pod with a finalizer and waits for a terminated
+    /// container state. nanolet removed the pod from the status store with its last status
+    /// still Running. Now the terminated state is published and kept until the pod leaves
+    /// the config.
+    #[test]
+    fn a_deleted_api_pod_reports_its_containers_terminated() {
+        let h = Harness::start(fake());
+        let mut p = pod("u1", "web", "Always", &["a"]);
+        p.metadata.annotations.insert(
+            crate::config::naming::CONFIG_SOURCE_ANNOTATION.into(),
+            crate::config::SourceKind::Api.as_str().into(),
+        );
+        h.desire(std::slice::from_ref(&p), true);
+        h.wait("running", |h| phase(h, "u1") == "Running");
+        h.desire(&[], true);
+        h.wait("stopped and removed from the runtime", |h| {
+            h.rt.sandbox_count() == 0 && h.rt.container_count() == 0
+        });
+        h.wait("terminated reported", |h| {
+            h.status("u1").is_some_and(|s| {
+                s.container_statuses
+                    .iter()
+                    .all(|c| c.state.terminated.is_some() && c.state.running.is_none())
+                    && !s.container_statuses.is_empty()
+            })
+        });
+        // The next config change drops it (the API pod is gone from the config).
+        h.desire(&[], true);
+        h.wait("gone", |h| h.store.get("u1").is_none());
     }
 
     #[test]

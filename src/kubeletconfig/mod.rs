@@ -47,6 +47,9 @@ pub struct SecurityPolicy {
     pub allowed_host_paths: Vec<PathBuf>,
     /// `--deny-host-namespaces`: refuse hostNetwork, hostPID and hostIPC.
     pub deny_host_namespaces: bool,
+    /// `--allowed-unsafe-sysctls`: sysctl names or `prefix*` patterns pods may set beyond the
+    /// safe set (`api::sysctl`).
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 impl Default for SecurityPolicy {
@@ -55,6 +58,7 @@ impl Default for SecurityPolicy {
             allow_privileged: true,
             allowed_host_paths: Vec::new(),
             deny_host_namespaces: false,
+            allowed_unsafe_sysctls: Vec::new(),
         }
     }
 }

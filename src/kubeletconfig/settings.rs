@@ -801,6 +801,25 @@ pub(super) const SETTINGS: &[Setting] = &[
         })),
     },
     Setting {
+        flag: Flag::value("allowed-unsafe-sysctls"),
+        field: Some("allowedUnsafeSysctls"),
+        value_name: "strings",
+        default: "",
+        help: "Sysctls (or prefix* patterns) pods may set beyond the safe set; a pod setting any other is refused with SysctlForbidden (config: allowedUnsafeSysctls)",
+        apply: |c, v| {
+            set(
+                &mut c.security.allowed_unsafe_sysctls,
+                then(v.list(), |l| {
+                    crate::api::sysctl::check_patterns(&l)?;
+                    Ok(l)
+                }),
+            )
+        },
+        configz: Some(("allowedUnsafeSysctls", |c| {
+            json!(c.security.allowed_unsafe_sysctls)
+        })),
+    },
+    Setting {
         flag: Flag::bool("deny-host-namespaces"),
         field: Some("denyHostNamespaces"),
         value_name: "",

@@ -19,6 +19,9 @@ pub enum ValueError {
     Type(#[from] serde_json::Error),
     #[error("invalid boolean {0:?}: use true or false")]
     Bool(String),
+    /// `--allowed-unsafe-sysctls`: the kubelet's NewAllowlist error.
+    #[error(transparent)]
+    Sysctl(#[from] crate::api::sysctl::PatternError),
     /// `--extended-resources`: a name outside the extended resource names, or a count that is
     /// not a whole number >= 0.
     #[error("invalid extended resource {0:?}: {1}")]

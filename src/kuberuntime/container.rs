@@ -228,6 +228,13 @@ impl RuntimeManager<'_> {
                 if let Some(suppressed) = limiter.check(&e.to_string(), Instant::now()) {
                     warn!(pod = %self.full_name, container = %name, reason = %e.reason(), suppressed, "{e}");
                 }
+                // kuberuntime_container.go startContainer: a generateContainerConfig error is
+                // a Warning `Failed` (events.FailedToCreateContainer) "Error: <message>" event
+                // at every attempt. A volume not set up yet is the volume manager's wait
+                // (its FailedMount event), before startContainer: no event here.
+                if e.reason() == "CreateContainerConfigError" {
+                    self.record(name, EventType::Warning, "Failed", &format!("Error: {e}"));
+                }
                 return Err(e.into());
             }
         };
@@ -240,6 +247,9 @@ impl RuntimeManager<'_> {
             }
             Err(e) => {
                 warn!(pod = %self.full_name, container = %name, error = %e, "create container failed");
+                // startContainer: a CreateContainer error is the same `Failed` event.
+                let msg = format!("Error: {}", e.message);
+                self.record(name, EventType::Warning, "Failed", &msg);
                 return Err(StartError::Create(e));
             }
         };
@@ -556,6 +566,94 @@ mod tests {
         assert_eq!(ConfigError::Volumes(setup).reason(), "ContainerCreating");
     }
 
+    /// The settings of a runtime manager on a fake runtime, under `dir`.
+    fn test_settings(dir: &Path) -> super::super::RuntimeSettings {
+        super::super::RuntimeSettings {
+            host_ips: vec!["192.0.2.10".into()],
+            pod_logs_dir: dir.join("pods"),
+            root_dir: dir.join("root"),
+            store: Some(crate::localstore::LocalStore::new(
+                dir.join("configmaps"),
+                dir.join("secrets"),
+            )),
+            api_objects: None,
+            registry_config: None,
+            container_logs_dir: dir.join("containers"),
+            cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
+            host_dns: std::sync::Arc::new(crate::api::dns::HostResolvConf::new(
+                None,
+                PathBuf::new(),
+            )),
+            cluster_dns: Default::default(),
+            pod_pids_limit: -1,
+            systemd_cgroups: None,
+            runtime_classes: crate::runtimeclass::RuntimeClasses::none(),
+            devices: None,
+            swap: Default::default(),
+        }
+    }
+
+    /// kuberuntime_container.go startContainer: when generateContainerConfig fails (here
+    /// verifyRunAsNonRoot, security_context_others.go) the kubelet records a Warning event with
+    /// reason `Failed` (events.FailedToCreateContainer) and message "Error: <message>"; the
+    /// e2e "[sig-node] Security Context When creating a container with runAsNonRoot
+    /// [NodeConformance] should not run without a specified user ID / with an explicit root
+    /// user ID" wait for exactly that event reason.
+    #[test]
+    fn a_run_as_non_root_violation_records_the_failed_event() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = crate::cri::fake::FakeRuntime::new();
+        rt.add_image("busybox:1");
+        let settings = test_settings(dir.path());
+        for (sc, want) in [
+            (
+                serde_json::json!({"runAsNonRoot": true}),
+                "Error: container has runAsNonRoot and image will run as root (pod: \"implicit-root-uid_ns1(u1)\", container: c)",
+            ),
+            (
+                serde_json::json!({"runAsNonRoot": true, "runAsUser": 0}),
+                "Error: container's runAsUser breaks non-root policy (pod: \"implicit-root-uid_ns1(u1)\", container: c)",
+            ),
+        ] {
+            let mut pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "implicit-root-uid", "namespace": "ns1", "uid": "u1"},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1",
+                    "command": ["id", "-u"], "securityContext": sc}]}
+            }))
+            .expect("pod");
+            pod.spec.containers[0].image_pull_policy = "IfNotPresent".into();
+            let events = crate::events::EventRecorder::new();
+            let mut state = super::super::RuntimeManagerState::default();
+            let mut m = RuntimeManager {
+                runtime: &rt,
+                pod: &pod,
+                events: &events,
+                settings: &settings,
+                state: &mut state,
+                full_name: "ns1/implicit-root-uid",
+            };
+            let r = m.start_container(
+                &pod.spec.containers[0],
+                ContainerType::Regular,
+                "sb",
+                &PodSandboxConfig::default(),
+                &PodRuntimeState::default(),
+                Instant::now(),
+            );
+            let e = r.expect_err("runAsNonRoot with a root user");
+            assert_eq!(e.reason(), "CreateContainerConfigError");
+            let failed: Vec<_> = events
+                .list()
+                .into_iter()
+                .filter(|e| e.reason == "Failed")
+                .collect();
+            assert_eq!(failed.len(), 1, "{:?}", events.list());
+            assert_eq!(failed[0].type_, crate::events::EventType::Warning);
+            assert_eq!(failed[0].message, want);
+            assert_eq!(failed[0].object.container, "c");
+        }
+    }
+
     /// Captured log output of the current thread.
     #[derive(Clone, Default)]
     struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
@@ -584,29 +682,7 @@ mod tests {
         }))
         .expect("pod");
         pod.spec.containers[0].image_pull_policy = "IfNotPresent".into();
-        let settings = super::super::RuntimeSettings {
-            host_ips: vec!["192.0.2.10".into()],
-            pod_logs_dir: dir.path().join("pods"),
-            root_dir: dir.path().join("root"),
-            store: Some(crate::localstore::LocalStore::new(
-                dir.path().join("configmaps"),
-                dir.path().join("secrets"),
-            )),
-            api_objects: None,
-            registry_config: None,
-            container_logs_dir: dir.path().join("containers"),
-            cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
-            host_dns: std::sync::Arc::new(crate::api::dns::HostResolvConf::new(
-                None,
-                PathBuf::new(),
-            )),
-            cluster_dns: Default::default(),
-            pod_pids_limit: -1,
-            systemd_cgroups: None,
-            runtime_classes: crate::runtimeclass::RuntimeClasses::none(),
-            devices: None,
-            swap: Default::default(),
-        };
+        let settings = test_settings(dir.path());
         let events = crate::events::EventRecorder::new();
         let mut state = super::super::RuntimeManagerState::default();
         let buf = Buf::default();

@@ -334,12 +334,28 @@ impl StatusWriter {
             })
     }
 
+    /// Whether the status nanolet reports for API pod `uid` (written earlier in the same
+    /// pass) still shows a running container: its stopped containers are reported first.
+    fn reports_running(&self, uid: &str) -> bool {
+        self.store
+            .get(uid)
+            .and_then(|p| p.status)
+            .and_then(|s| serde_json::to_value(s).ok())
+            .is_some_and(|v| {
+                ["initContainerStatuses", "containerStatuses"]
+                    .iter()
+                    .filter_map(|k| v[*k].as_array())
+                    .flatten()
+                    .any(|c| !c["state"]["running"].is_null())
+            })
+    }
+
     /// The final DELETE (grace 0, UID precondition) of pods being deleted whose containers and
     /// sandbox have stopped: only then does the pod leave the API server, as with the kubelet.
     fn finish_deletions(&mut self, terminating: &BTreeMap<String, (String, String)>) {
         self.deleted.retain(|u| terminating.contains_key(u));
         for (uid, (ns, name)) in terminating {
-            if self.deleted.contains(uid) || !self.stopped(uid) {
+            if self.deleted.contains(uid) || !self.stopped(uid) || self.reports_running(uid) {
                 continue;
             }
             match super::mirror::delete_final(&self.client, ns, name, uid) {
