@@ -258,7 +258,7 @@ mod tests {
     /// A server on loopback that drops the first `refuse` connections without an answer, then
     /// answers every request with `status`; returns its URL and the count of connections.
     fn flaky_server(refuse: usize, status: u16) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-        use std::io::{Read, Write};
+        use std::io::Write;
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", l.local_addr().unwrap());
         let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -270,8 +270,10 @@ mod tests {
                 if n < refuse {
                     continue; // dropped: the client sees the connection closed
                 }
-                let mut buf = [0u8; 65536];
-                let _ = c.read(&mut buf);
+                // The whole request is read before the answer: a close with unread bytes
+                // sends a reset, which the client may see before the answer (a transport
+                // error, retried: the count would be off).
+                read_request(&mut c);
                 let body = if status == 201 {
                     r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"e"}}"#.to_string()
                 } else {
@@ -287,6 +289,31 @@ mod tests {
             }
         });
         (url, seen)
+    }
+
+    fn read_request(c: &mut std::net::TcpStream) {
+        use std::io::Read;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let Ok(n) = c.read(&mut buf) else { return };
+            if n == 0 {
+                return;
+            }
+            got.extend_from_slice(&buf[..n]);
+            let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                return;
+            }
+        }
     }
 
     fn writer_for(url: &str) -> Writer {
