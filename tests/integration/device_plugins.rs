@@ -304,3 +304,196 @@ fn cdi_device_names_reach_the_runtime() {
         assert!(!text.contains("CDI_DEVICE=CDI-Dev-"), "{text}");
     }
 }
+
+const SERIAL: &str = "nanolet.test/serial";
+
+/// `test-device-plugin` (tests/peers/device-plugin: Kubernetes' own device plugin server, the
+/// stub of pkg/kubelet/cm/devicemanager/plugin/v1beta1 at the pin, with device nodes and
+/// health changes), stopped by its PID when dropped.
+struct NodePlugin {
+    child: Child,
+    log: PathBuf,
+}
+
+impl NodePlugin {
+    fn start(kubelet_sock: &Path, devices: &str, health: &Path, log: &Path) -> NodePlugin {
+        let bin = support::runtime::upstream_path("test-device-plugin").join("test-device-plugin");
+        let out = fs::File::create(log).expect("plugin log");
+        let child = Command::new(bin)
+            .env("KUBELET_SOCKET", kubelet_sock)
+            .env("RESOURCE_NAME", SERIAL)
+            .env("DEVICES", devices)
+            .env("HEALTH_FILE", health)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("starting test-device-plugin");
+        NodePlugin {
+            child,
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// Sends the devices again with those listed in the health file unhealthy.
+    fn health_changed(&self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGUSR1,
+        )
+        .expect("signalling the plugin");
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NodePlugin {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        if wait_for(Duration::from_secs(10), || {
+            self.child.try_wait().ok().flatten()
+        })
+        .is_none()
+        {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn wait_serial(n: &Nanolet, p: &NodePlugin, cap: &str, alloc: &str) {
+    let ok = wait_for(WAIT, || {
+        (node_counts(n, SERIAL) == (cap.to_string(), alloc.to_string())).then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "node capacity/allocatable of {SERIAL}: want {cap}/{alloc}, have {:?}\nnanolet:\n{}\nplugin:\n{}",
+        node_counts(n, SERIAL),
+        n.log_tail(),
+        p.log()
+    );
+}
+
+fn serial_pod(name: &str, count: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'for d in /dev/ttyNANO*; do [ -c $d ] && echo x > $d && echo WROTE $d; done; echo DEVS=$NANOLET_TEST_DEVICES; sleep 600']\n    resources:\n      limits: {{{SERIAL}: {count}}}\n"
+    )
+}
+
+/// The container log of `name`'s container once it has printed its devices.
+fn serial_log(n: &Nanolet, p: &NodePlugin, name: &str) -> String {
+    let pod = n.wait_phase(name, "Running");
+    let uid = pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let log = n
+        .pod_logs()
+        .join(format!("default_{name}-node1_{uid}/c/0.log"));
+    wait_for(WAIT, || {
+        let t = fs::read_to_string(&log).ok()?;
+        t.contains("DEVS=").then_some(t)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "container log {}\n{}\n{}",
+            log.display(),
+            n.log_tail(),
+            p.log()
+        )
+    })
+}
+
+/// A device plugin whose Allocate answers device nodes (as serial, USB and GPU plugins do):
+/// the node the test made reaches the container at the plugin's path, writable (the device
+/// cgroup allows it, "rw"), and no other device does; the plugin's env reaches the container;
+/// GetPreferredAllocation is asked and its answer taken (the plugin prefers the highest ids);
+/// PreStartContainer is called before the container starts (the plugin asked for it,
+/// devicemanager callPreStartContainerIfNeeded). An unhealthy device leaves allocatable, not
+/// capacity (devicemanager genericDeviceUpdateCallback: allocatable counts healthy devices),
+/// and is not allocated: the kubelet's UnexpectedAdmissionError; healthy again, it is.
+#[test]
+fn device_nodes_preferred_allocation_and_health_from_a_second_plugin() {
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    let ctd = Containerd::start();
+    let dp = ctd.tmp().join("device-plugins");
+    let nodes = ctd.tmp().join("devnodes");
+    fs::create_dir_all(&dp).expect("mkdir");
+    fs::create_dir_all(&nodes).expect("mkdir");
+    let mut devices = Vec::new();
+    for i in 0..3 {
+        // Character device 1:3 (the kernel's null device): writes succeed when the device
+        // cgroup lets them through.
+        let node = nodes.join(format!("ttyNANO{i}"));
+        mknod(
+            &node,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(1, 3),
+        )
+        .expect("mknod");
+        devices.push(format!("ttyNANO{i}={}", node.display()));
+    }
+    let health = ctd.tmp().join("unhealthy");
+    let n = Nanolet::start(&ctd, &[format!("--device-plugin-dir={}", dp.display())]);
+    let plugin = NodePlugin::start(
+        &dp.join("kubelet.sock"),
+        &devices.join(","),
+        &health,
+        &ctd.tmp().join("test-device-plugin.log"),
+    );
+    wait_serial(&n, &plugin, "3", "3");
+
+    n.write("two.yaml", &serial_pod("two", 2));
+    let text = serial_log(&n, &plugin, "two");
+    for want in ["WROTE /dev/ttyNANO2", "WROTE /dev/ttyNANO1"] {
+        assert!(text.contains(want), "{want} in\n{text}\n{}", plugin.log());
+    }
+    assert!(!text.contains("ttyNANO0"), "an unallocated device:\n{text}");
+    let devs = text
+        .lines()
+        .find_map(|l| l.split("DEVS=").nth(1))
+        .unwrap_or_default();
+    let mut ids: Vec<&str> = devs.trim().split(',').collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["ttyNANO1", "ttyNANO2"], "{text}");
+    let log = plugin.log();
+    assert!(log.contains("GetPreferredAllocation"), "{log}");
+    assert!(log.contains("PreStartContainer"), "{log}");
+
+    // ttyNANO0, the one free device, turns unhealthy: allocatable 2 of capacity 3, and a pod
+    // asking for one is refused with the kubelet's words.
+    fs::write(&health, "ttyNANO0\n").expect("health file");
+    plugin.health_changed();
+    wait_serial(&n, &plugin, "3", "2");
+    n.write("one.yaml", &serial_pod("one", 1));
+    let p = n.wait_pod("one", "UnexpectedAdmissionError", |p| {
+        p["status"]["reason"] == "UnexpectedAdmissionError"
+    });
+    assert_eq!(
+        p["status"]["message"],
+        format!(
+            "Allocate failed due to requested number of devices unavailable for {SERIAL}. Requested: 1, Available: 0, which is unexpected"
+        )
+    );
+    n.remove("one.yaml");
+
+    // Healthy again: allocatable 3, and the next pod gets ttyNANO0.
+    fs::write(&health, "").expect("health file");
+    plugin.health_changed();
+    wait_serial(&n, &plugin, "3", "3");
+    n.write("again.yaml", &serial_pod("again", 1));
+    let text = serial_log(&n, &plugin, "again");
+    assert!(text.contains("WROTE /dev/ttyNANO0"), "{text}");
+    assert!(text.contains("DEVS=ttyNANO0"), "{text}");
+    // The first pod kept its devices throughout.
+    assert_eq!(
+        n.wait_phase("two", "Running")["status"]["containerStatuses"][0]["restartCount"],
+        0
+    );
+}
