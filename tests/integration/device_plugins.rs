@@ -305,66 +305,7 @@ fn cdi_device_names_reach_the_runtime() {
     }
 }
 
-const SERIAL: &str = "nanolet.test/serial";
-
-/// `test-device-plugin` (tests/peers/device-plugin: Kubernetes' own device plugin server, the
-/// stub of pkg/kubelet/cm/devicemanager/plugin/v1beta1 at the pin, with device nodes and
-/// health changes), stopped by its PID when dropped.
-struct NodePlugin {
-    child: Child,
-    log: PathBuf,
-}
-
-impl NodePlugin {
-    fn start(kubelet_sock: &Path, devices: &str, health: &Path, log: &Path) -> NodePlugin {
-        let bin = support::runtime::upstream_path("test-device-plugin").join("test-device-plugin");
-        let out = fs::File::create(log).expect("plugin log");
-        let child = Command::new(bin)
-            .env("KUBELET_SOCKET", kubelet_sock)
-            .env("RESOURCE_NAME", SERIAL)
-            .env("DEVICES", devices)
-            .env("HEALTH_FILE", health)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log"))
-            .stderr(out)
-            .spawn()
-            .expect("starting test-device-plugin");
-        NodePlugin {
-            child,
-            log: log.to_path_buf(),
-        }
-    }
-
-    /// Sends the devices again with those listed in the health file unhealthy.
-    fn health_changed(&self) {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGUSR1,
-        )
-        .expect("signalling the plugin");
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for NodePlugin {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        if wait_for(Duration::from_secs(10), || {
-            self.child.try_wait().ok().flatten()
-        })
-        .is_none()
-        {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
+use support::devices::{NodePlugin, SERIAL};
 
 fn wait_serial(n: &Nanolet, p: &NodePlugin, cap: &str, alloc: &str) {
     let ok = wait_for(WAIT, || {
@@ -419,31 +360,15 @@ fn serial_log(n: &Nanolet, p: &NodePlugin, name: &str) -> String {
 /// and is not allocated: the kubelet's UnexpectedAdmissionError; healthy again, it is.
 #[test]
 fn device_nodes_preferred_allocation_and_health_from_a_second_plugin() {
-    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
     let ctd = Containerd::start();
     let dp = ctd.tmp().join("device-plugins");
-    let nodes = ctd.tmp().join("devnodes");
     fs::create_dir_all(&dp).expect("mkdir");
-    fs::create_dir_all(&nodes).expect("mkdir");
-    let mut devices = Vec::new();
-    for i in 0..3 {
-        // Character device 1:3 (the kernel's null device): writes succeed when the device
-        // cgroup lets them through.
-        let node = nodes.join(format!("ttyNANO{i}"));
-        mknod(
-            &node,
-            SFlag::S_IFCHR,
-            Mode::from_bits_truncate(0o666),
-            makedev(1, 3),
-        )
-        .expect("mknod");
-        devices.push(format!("ttyNANO{i}={}", node.display()));
-    }
+    let devices = support::devices::make_device_nodes(&ctd.tmp().join("devnodes"), 3);
     let health = ctd.tmp().join("unhealthy");
     let n = Nanolet::start(&ctd, &[format!("--device-plugin-dir={}", dp.display())]);
     let plugin = NodePlugin::start(
         &dp.join("kubelet.sock"),
-        &devices.join(","),
+        &devices,
         &health,
         &ctd.tmp().join("test-device-plugin.log"),
     );

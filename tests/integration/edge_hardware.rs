@@ -22,6 +22,7 @@ use serde_json::Value;
 use support::Containerd;
 use support::agent::Nanolet;
 use support::runtime::ALT_HANDLER;
+use support::runtime::PodCgroups;
 use support::wait_for;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -50,29 +51,9 @@ fn sandbox_failures(n: &Nanolet, pod: &str) -> Vec<String> {
         .collect()
 }
 
-/// Removes the pod cgroups nanolet made for these pods once containerd is gone (declared
-/// before it, so dropped after it), also when the test fails.
-struct PodCgroups(std::cell::RefCell<Vec<String>>);
-
-impl Drop for PodCgroups {
-    fn drop(&mut self) {
-        let Ok(hiers) = fs::read_dir("/sys/fs/cgroup") else {
-            return;
-        };
-        let hiers: Vec<_> = hiers.flatten().map(|e| e.path()).collect();
-        for uid in self.0.borrow().iter() {
-            for h in &hiers {
-                for qos in ["", "burstable/", "besteffort/"] {
-                    let _ = fs::remove_dir(h.join(format!("kubepods/{qos}pod{uid}")));
-                }
-            }
-        }
-    }
-}
-
 #[test]
 fn runtime_class_handler_reaches_containerd_and_unknown_classes_never_run() {
-    let cgroups = PodCgroups(Default::default());
+    let cgroups = PodCgroups::default();
     let ctd = Containerd::start();
     let classes = ctd.tmp().join("runtimeclasses");
     fs::create_dir_all(&classes).expect("mkdir");
@@ -182,7 +163,7 @@ fn runtime_class_handler_reaches_containerd_and_unknown_classes_never_run() {
 
 #[test]
 fn extended_resources_are_in_node_capacity_and_refuse_pods_asking_for_more() {
-    let cgroups = PodCgroups(Default::default());
+    let cgroups = PodCgroups::default();
     let ctd = Containerd::start();
     let n = Nanolet::start(&ctd, &["--extended-resources=example.com/dongle=1".into()]);
     let with = |name: &str, res: &str| {
@@ -234,7 +215,7 @@ fn extended_resources_are_in_node_capacity_and_refuse_pods_asking_for_more() {
 fn joined_runtime_classes_come_from_the_api_watch() {
     use support::apiserver::FakeApiServer;
     const TOKEN: &str = "t0ken-for-the-runtime-class-test";
-    let cgroups = PodCgroups(Default::default());
+    let cgroups = PodCgroups::default();
     let ctd = Containerd::start();
     let api = FakeApiServer::start(TOKEN);
     let kc = ctd.tmp().join("kubeconfig");
@@ -334,7 +315,7 @@ fn joined_runtime_classes_come_from_the_api_watch() {
 /// for it with the kubelet's `OutOfsquat.ai/serial`.
 #[test]
 fn a_device_node_reaches_the_container_and_a_second_claim_is_refused() {
-    let cgroups = PodCgroups(Default::default());
+    let cgroups = PodCgroups::default();
     let ctd = Containerd::start();
     let dev = ctd.tmp().join("dev");
     fs::create_dir_all(&dev).expect("mkdir");

@@ -1264,3 +1264,129 @@ fn without_checkpointed_secrets_the_pod_waits_for_the_control_plane_after_a_rebo
     let env = crate::api_objects::exec(&rt, &c.id, &["sh", "-c", "echo $AGENT_KEY"]);
     assert_eq!(env.trim(), "r3boot-s3cret");
 }
+
+/// Issue 32 judged by the real control plane: a device plugin's resource reaches the Node the
+/// API server stores (capacity and allocatable, written by the node through NodeRestriction),
+/// the real scheduler places a pod asking for the devices on nanolet and leaves a second pod
+/// asking for more than remain Pending with its `Insufficient <resource>` (noderesources
+/// fit); the RuntimeClass the pod names comes from the API (node.k8s.io/v1, created after
+/// the node joined) and its handler runs the pod; the device nodes reach the container.
+#[test]
+fn device_plugin_resources_and_api_runtime_classes_meet_the_real_scheduler() {
+    use support::devices::{NodePlugin, SERIAL, make_device_nodes};
+    use support::runtime::{ALT_HANDLER, PodCgroups};
+    let cgroups = PodCgroups::default();
+    let cluster = Cluster::up();
+    let ctd = Containerd::start_in_netns(&cluster.node_netns());
+    let dp = ctd.tmp().join("device-plugins");
+    std::fs::create_dir_all(&dp).expect("mkdir");
+    let devices = make_device_nodes(&ctd.tmp().join("devnodes"), 2);
+    let n = join(
+        &cluster,
+        &ctd,
+        &[&format!("--device-plugin-dir={}", dp.display())],
+    );
+    wait_node_ready(&cluster, &n);
+    let plugin = NodePlugin::start(
+        &dp.join("kubelet.sock"),
+        &devices,
+        &ctd.tmp().join("unhealthy"),
+        &ctd.tmp().join("test-device-plugin.log"),
+    );
+    wait_for(LONG, || {
+        cluster.get_json(&["node", NODE]).filter(|node| {
+            node["status"]["capacity"][SERIAL] == "2"
+                && node["status"]["allocatable"][SERIAL] == "2"
+        })
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the Node's {SERIAL}: {:#}\nnanolet:\n{}\nplugin:\n{}",
+            cluster.get_json(&["node", NODE]).unwrap_or(Value::Null)["status"],
+            n.log_tail(),
+            plugin.log()
+        )
+    });
+    let pod = |name: &str, count: u32| {
+        format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  runtimeClassName: alt
+  hostNetwork: true
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: localhost/busybox:1.36
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, 'for d in /dev/ttyNANO*; do [ -c $d ] && echo x > $d && echo WROTE $d; done; sleep 600']
+    resources:
+      limits: {{{SERIAL}: {count}}}
+"#
+        )
+    };
+    cluster
+        .apply(&format!(
+            "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {{name: alt}}\nhandler: {ALT_HANDLER}\n---{}",
+            pod("both", 2)
+        ))
+        .expect("RuntimeClass and pod");
+    let both = cluster.wait_object(&["pod", "both"], "the pod Running", LONG, |p| {
+        p["status"]["phase"] == "Running"
+    });
+    cgroups.0.borrow_mut().push(
+        both["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    );
+    assert_eq!(both["spec"]["nodeName"], NODE);
+    let logs = wait_for(Duration::from_secs(60), || {
+        cluster
+            .kubectl(&["logs", "both"])
+            .ok()
+            .filter(|l| l.matches("WROTE").count() == 2)
+    })
+    .unwrap_or_else(|| panic!("both devices written\n{}\n{}", n.log_tail(), plugin.log()));
+    assert!(
+        logs.contains("WROTE /dev/ttyNANO0") && logs.contains("WROTE /dev/ttyNANO1"),
+        "{logs}"
+    );
+    // The sandbox ran under the class's handler: its runc state is in that handler's root.
+    let alt_root = ctd.tmp().join("runc-alt").join("k8s.io");
+    let in_alt_root = std::fs::read_dir(&alt_root).map(|d| d.count()).unwrap_or(0);
+    assert!(
+        in_alt_root >= 2,
+        "sandbox and container under {}",
+        alt_root.display()
+    );
+
+    // None left: the scheduler keeps the next pod Pending, saying why.
+    cluster.apply(&pod("more", 1)).expect("pod more");
+    let more = cluster.wait_object(&["pod", "more"], "FailedScheduling", LONG, |p| {
+        p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c["type"] == "PodScheduled"
+                    && c["status"] == "False"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(&format!("Insufficient {SERIAL}")))
+            })
+    });
+    assert_eq!(more["status"]["phase"], "Pending");
+    assert!(more["spec"]["nodeName"].is_null(), "{more:#}");
+    let _ = cluster.kubectl(&[
+        "delete",
+        "pod",
+        "both",
+        "more",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+}

@@ -34,6 +34,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod cluster;
 pub mod dbus;
+pub mod devices;
 pub mod front;
 pub mod gate;
 pub mod kubectl;

@@ -239,3 +239,29 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
 "#
     )
 }
+
+/// Removes the pod cgroups nanolet made for these pods (by UID, pushed as each pod is seen)
+/// once containerd is gone: declared before the `Containerd`, it is dropped after it, also when
+/// the test fails. Pods of the second handler need it: their containers are stopped with
+/// containerd, after nanolet, which then cannot remove the pod cgroups itself.
+#[derive(Default)]
+pub struct PodCgroups(pub std::cell::RefCell<Vec<String>>);
+
+impl Drop for PodCgroups {
+    fn drop(&mut self) {
+        let root = std::path::Path::new("/sys/fs/cgroup");
+        let Ok(hiers) = std::fs::read_dir(root) else {
+            return;
+        };
+        // cgroup v1: one hierarchy per controller below the root; v2: the root itself.
+        let mut hiers: Vec<_> = hiers.flatten().map(|e| e.path()).collect();
+        hiers.push(root.to_path_buf());
+        for uid in self.0.borrow().iter() {
+            for h in &hiers {
+                for qos in ["", "burstable/", "besteffort/"] {
+                    let _ = std::fs::remove_dir(h.join(format!("kubepods/{qos}pod{uid}")));
+                }
+            }
+        }
+    }
+}
