@@ -170,6 +170,9 @@ fn main() {
     }
     b.footprint_tables();
     drop(nl);
+    if opts.runs("kubelet") {
+        kubelet_peer(&mut report, &ctd, &bin, &opts);
+    }
     if opts.runs("logrotate") {
         log_rotation(&mut report, &ctd, &bin, &opts);
     }
@@ -368,11 +371,7 @@ impl NanoletProc {
             .ok()
             .and_then(|mut r| r.body_mut().read_to_string().ok())
             .unwrap_or_default();
-        body.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| l.rsplit_once(' '))
-            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
-            .collect()
+        parse_metrics(&body)
     }
 
     fn pid(&self) -> i32 {
@@ -1099,7 +1098,9 @@ fn floor_crash(rt: &CriRuntime, tmp: &Path, name: &str, sleep: f64) -> Result<[f
                 let until = Instant::now() + Duration::from_secs(2);
                 loop {
                     match events.recv_timeout(until.saturating_duration_since(Instant::now())) {
-                        Ok(RuntimeEvent::TaskExit { id, .. }) if id == pod.container => break wall(),
+                        Ok(RuntimeEvent::TaskExit { id, .. }) if id == pod.container => {
+                            break wall();
+                        }
                         Ok(RuntimeEvent::Container {
                             id,
                             kind: nanolet::cri::ContainerEventKind::Stopped,
@@ -1134,7 +1135,11 @@ fn floor_crash(rt: &CriRuntime, tmp: &Path, name: &str, sleep: f64) -> Result<[f
         let created = created.map_err(|e| e.to_string())?;
         let ms = |t: i64| (t - status.finished_at) as f64 / 1e6;
         // No event within 2 s of CRI showing the exit: the row gets NaN (left out).
-        let ev = if event_at == i64::MAX { f64::NAN } else { ms(event_at) };
+        let ev = if event_at == i64::MAX {
+            f64::NAN
+        } else {
+            ms(event_at)
+        };
         Ok([ev, ms(seen_at), ms(created)])
     })();
     floor_remove(rt, &pod);
@@ -2131,4 +2136,299 @@ fn log_rotation(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
         rows,
     );
     drop(nl);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kubelet as a peer (issue 30): the same measurements on nanolet and on the real kubelet
+// (standalone, static pods; `support::kubelet`), one after the other, on this run's containerd
+// with the same manifests.
+
+/// What the peer table needs of an agent: its process, its manifest directory and its
+/// Prometheus text metrics.
+trait Agent {
+    fn pid(&self) -> i32;
+    fn write(&self, name: &str, body: &str);
+    fn remove(&self, name: &str);
+    fn metrics(&self) -> BTreeMap<String, f64>;
+}
+
+/// Prometheus text -> series -> value.
+fn parse_metrics(body: &str) -> BTreeMap<String, f64> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+impl Agent for NanoletProc {
+    fn pid(&self) -> i32 {
+        NanoletProc::pid(self)
+    }
+    fn write(&self, name: &str, body: &str) {
+        NanoletProc::write(self, name, body)
+    }
+    fn remove(&self, name: &str) {
+        NanoletProc::remove(self, name)
+    }
+    fn metrics(&self) -> BTreeMap<String, f64> {
+        NanoletProc::metrics(self)
+    }
+}
+
+impl Agent for support::kubelet::Kubelet {
+    fn pid(&self) -> i32 {
+        support::kubelet::Kubelet::pid(self)
+    }
+    fn write(&self, name: &str, body: &str) {
+        // The kubelet's file source skips dot files: the rename is the manifest's arrival.
+        let tmp = self.manifests.join(format!(".{name}.yaml.tmp"));
+        fs::write(&tmp, body).expect("write manifest");
+        fs::rename(&tmp, self.manifests.join(format!("{name}.yaml"))).expect("rename manifest");
+    }
+    fn remove(&self, name: &str) {
+        let _ = fs::remove_file(self.manifests.join(format!("{name}.yaml")));
+    }
+    fn metrics(&self) -> BTreeMap<String, f64> {
+        parse_metrics(&self.get("/metrics").unwrap_or_default())
+    }
+}
+
+/// One agent's figures in the peer table.
+#[derive(Default)]
+struct PeerFigures {
+    start_ms: Samples,
+    cri_calls_per_start: Option<f64>,
+    batch_ms: Option<f64>,
+    crash_ms: Samples,
+    idle_cpu_pct: Option<f64>,
+    idle_rss_kib: Option<u64>,
+}
+
+/// All containers of `names` running.
+fn all_running(l: &[ContainerInfo], names: &[String]) -> bool {
+    names.iter().all(|nm| {
+        containers_of(l, nm)
+            .iter()
+            .any(|c| c.state == ContainerState::Running)
+    })
+}
+
+/// The measurements on one agent: pod start one at a time (and the CRI calls it took), a
+/// batch written at once, idle CPU and VmRSS with `idle_pods` running, crash -> restart; every
+/// pod is deleted at the end.
+fn measure_agent(
+    a: &dyn Agent,
+    rt: &CriRuntime,
+    opts: &Opts,
+    batch: usize,
+    idle_pods: usize,
+) -> PeerFigures {
+    let mut f = PeerFigures::default();
+    let mut names: Vec<String> = Vec::new();
+    let m0 = a.metrics();
+    for i in 0..opts.n {
+        let name = format!("peer-start{i}");
+        let t0 = Instant::now();
+        a.write(&name, &manifest(&name, true, 0, SLEEP));
+        let one = [name.clone()];
+        f.start_ms
+            .push(ms(poll_until(rt, t0, TIMEOUT, |l| all_running(l, &one))));
+        names.push(name);
+    }
+    let m1 = a.metrics();
+    let ops: f64 = m1
+        .iter()
+        .filter(|(k, _)| k.starts_with("kubelet_runtime_operations_total{"))
+        .map(|(k, v)| v - m0.get(k).unwrap_or(&0.0))
+        .sum();
+    f.cri_calls_per_start = (!m1.is_empty() && opts.n > 0).then(|| ops / opts.n as f64);
+    let wave: Vec<String> = (0..batch).map(|i| format!("peer-batch{i}")).collect();
+    let t0 = Instant::now();
+    for nm in &wave {
+        a.write(nm, &manifest(nm, true, 0, SLEEP));
+    }
+    f.batch_ms = ms(poll_until(
+        rt,
+        t0,
+        Duration::from_secs(60 + 2 * batch as u64),
+        |l| all_running(l, &wave),
+    ));
+    names.extend(wave);
+    let extra: Vec<String> = (names.len()..idle_pods)
+        .map(|i| format!("peer-idle{i}"))
+        .collect();
+    for nm in &extra {
+        a.write(nm, &manifest(nm, true, 0, SLEEP));
+    }
+    names.extend(extra);
+    let settled = poll_until(
+        rt,
+        Instant::now(),
+        Duration::from_secs(60 + 2 * idle_pods as u64),
+        |l| all_running(l, &names),
+    );
+    if settled.is_some() {
+        // Settle (the start-up work done), then one window.
+        std::thread::sleep(Duration::from_secs(5));
+        let c0 = cpu_of(a.pid());
+        let t0 = Instant::now();
+        std::thread::sleep(Duration::from_secs(opts.window));
+        f.idle_cpu_pct = Some((cpu_of(a.pid()) - c0) / t0.elapsed().as_secs_f64() * 100.0);
+        f.idle_rss_kib = Some(mem_of(a.pid()).0);
+    }
+    for nm in &names {
+        a.remove(nm);
+    }
+    let crash: Vec<String> = (0..opts.n).map(|i| format!("peer-crash{i}")).collect();
+    for (i, nm) in crash.iter().enumerate() {
+        let script = format!("sleep {:.1}; exit 1", 2.0 + 0.3 * i as f64);
+        a.write(nm, &manifest(nm, true, 0, &["sh", "-c", &script]));
+    }
+    let _ = poll_until(
+        rt,
+        Instant::now(),
+        Duration::from_secs(60 + opts.n as u64),
+        |l| {
+            crash
+                .iter()
+                .all(|nm| containers_of(l, nm).iter().any(|c| c.attempt >= 1))
+        },
+    );
+    let list = rt.list_containers().unwrap_or_default();
+    for nm in &crash {
+        let cs = containers_of(&list, nm);
+        let pair = (
+            cs.iter().find(|c| c.attempt == 0),
+            cs.iter().find(|c| c.attempt == 1),
+        );
+        let d = match pair {
+            (Some(x), Some(y)) => match (rt.container_status(&x.id), rt.container_status(&y.id)) {
+                (Ok(x), Ok(y)) if x.finished_at > 0 && y.started_at > 0 => {
+                    Some((y.started_at - x.finished_at) as f64 / 1e6)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        f.crash_ms.push(d);
+        a.remove(nm);
+    }
+    names.extend(crash);
+    // Gone: no sandbox of these pods ready.
+    let fulls: Vec<String> = names.iter().map(|n| full_name(n)).collect();
+    let _ = support::wait_for(Duration::from_secs(120), || {
+        rt.list_pod_sandboxes()
+            .ok()
+            .filter(|s| {
+                !s.iter().any(|sb| {
+                    fulls.contains(&sb.name) && sb.state == nanolet::cri::SandboxState::Ready
+                })
+            })
+            .map(|_| ())
+    });
+    f
+}
+
+/// Removes every container and sandbox of the runtime (between the two agents: the kubelet
+/// kills what it does not know, and leaves what it stopped).
+fn clear_runtime(rt: &CriRuntime) {
+    if let Ok(cs) = rt.list_containers() {
+        for c in cs {
+            let _ = rt.stop_container(&c.id, Duration::ZERO);
+            let _ = rt.remove_container(&c.id);
+        }
+    }
+    if let Ok(ss) = rt.list_pod_sandboxes() {
+        for s in ss {
+            let _ = rt.stop_pod_sandbox(&s.id);
+            let _ = rt.remove_pod_sandbox(&s.id);
+        }
+    }
+}
+
+fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) {
+    let rt = ctd.runtime();
+    let batch = if opts.quick { 10 } else { 50 };
+    let idle_pods = if opts.quick { 10 } else { 100 }.max(batch + opts.n);
+    clear_runtime(&rt);
+    let nl = NanoletProc::start_in(ctd, bin, "peer-nanolet", &[]);
+    let n_fig = measure_agent(&nl, &rt, opts, batch, idle_pods);
+    drop(nl);
+    clear_runtime(&rt);
+    let kubelet_bin = support::kubelet::binary();
+    let version = Command::new(&kubelet_bin)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let dir = ctd.tmp().join("peer-kubelet");
+    let k = support::kubelet::Kubelet::start(ctd, &kubelet_bin, &dir, NODE);
+    let k_fig = measure_agent(&k, &rt, opts, batch, idle_pods);
+    drop(k);
+    clear_runtime(&rt);
+
+    let p50 = |v: &Samples| stats(v).map(|s| s.p50);
+    let cell = |v: Option<f64>| v.map(f1).unwrap_or_else(|| "n/a".into());
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "n/a".into(),
+    };
+    let kib = |v: Option<u64>| v.map(|x| x as f64 / 1024.0);
+    let rows_data: [(String, Option<f64>, Option<f64>); 6] = [
+        (
+            format!(
+                "single pod start, p50 of {} (manifest -> Running in CRI), ms",
+                opts.n
+            ),
+            p50(&n_fig.start_ms),
+            p50(&k_fig.start_ms),
+        ),
+        (
+            format!("{batch} pods written at once -> all Running, ms"),
+            n_fig.batch_ms,
+            k_fig.batch_ms,
+        ),
+        (
+            format!(
+                "crash -> restart (exit -> replacement started), p50 of {}, ms",
+                opts.n
+            ),
+            p50(&n_fig.crash_ms),
+            p50(&k_fig.crash_ms),
+        ),
+        (
+            format!(
+                "idle CPU with {idle_pods} pods, % of one core over {} s",
+                opts.window
+            ),
+            n_fig.idle_cpu_pct,
+            k_fig.idle_cpu_pct,
+        ),
+        (
+            format!("VmRSS with {idle_pods} pods, MiB"),
+            kib(n_fig.idle_rss_kib),
+            kib(k_fig.idle_rss_kib),
+        ),
+        (
+            "CRI calls per pod start (kubelet_runtime_operations_total, all verbs)".into(),
+            n_fig.cri_calls_per_start,
+            k_fig.cri_calls_per_start,
+        ),
+    ];
+    let mut rows = Vec::new();
+    let mut j = serde_json::Map::new();
+    for (label, n, k) in &rows_data {
+        rows.push(vec![label.clone(), cell(*n), cell(*k), ratio(*n, *k)]);
+        j.insert(label.clone(), json!({"nanolet": n, "kubelet": k}));
+    }
+    j.insert("kubelet_version".into(), json!(version));
+    report.json.insert("kubelet_peer".into(), Value::Object(j));
+    report.table(
+        &format!(
+            "nanolet beside the kubelet ({version}, standalone, static pods; same containerd, same manifests, one after the other)"
+        ),
+        &["measure", "nanolet", "kubelet", "nanolet/kubelet"],
+        rows,
+    );
 }

@@ -38,6 +38,7 @@ pub mod devices;
 pub mod front;
 pub mod gate;
 pub mod kubectl;
+pub mod kubelet;
 pub mod pki;
 pub mod runtime;
 pub mod sdinit;
