@@ -366,14 +366,25 @@ impl Inputs<'_> {
     }
 
     /// Plans the regular containers: restart, kill or keep each; stop the pod when none runs.
+    /// Regular container `i` starts now, or waits out its back-off. As the kubelet's
+    /// `doBackOff`, checked at every start, also right after a kill for a failed liveness or
+    /// startup probe: the newest *exited* container of the name (the one before the killed
+    /// one) decides, so a container killed by its probe again and again backs off as a crash
+    /// loop does (10 s, 20 s, 40 s ...), its first kill restarting at once.
+    fn start_or_back_off(&self, i: usize, c: &Container, a: &mut PodActions) {
+        match backoff_wait(self.pod, c, false, self.state, self.backoff, self.now) {
+            Some(w) => a.backoff.push(w),
+            None => a.containers_to_start.push(i),
+        }
+    }
+
     fn plan_regular_containers(&self, a: &mut PodActions) {
         let Inputs {
             pod,
             state,
-            backoff,
             probes,
-            now,
             policy,
+            ..
         } = *self;
         let mut keep = 0usize;
         for (i, c) in pod.spec.containers.iter().enumerate() {
@@ -392,7 +403,7 @@ impl Inputs<'_> {
                             reason: format!("Container {} definition changed", c.name),
                             grace_override: None,
                         });
-                        a.containers_to_start.push(i);
+                        self.start_or_back_off(i, c, a);
                     } else if let Some(k) = probe_kill {
                         // Liveness/startup failure: kill, then restart unless restartPolicy is Never
                         // (the kubelet's shouldRestartOnFailure).
@@ -403,7 +414,7 @@ impl Inputs<'_> {
                             grace_override: k.grace_override,
                         });
                         if policy != "Never" {
-                            a.containers_to_start.push(i);
+                            self.start_or_back_off(i, c, a);
                         }
                     } else {
                         keep += 1;
@@ -411,10 +422,7 @@ impl Inputs<'_> {
                 }
                 _ => {
                     if should_restart(policy, latest) {
-                        match backoff_wait(pod, c, false, state, backoff, now) {
-                            Some(w) => a.backoff.push(w),
-                            None => a.containers_to_start.push(i),
-                        }
+                        self.start_or_back_off(i, c, a);
                     }
                 }
             }
@@ -702,6 +710,61 @@ mod tests {
         assert_eq!(a.backoff[0].delay, Duration::from_secs(10));
         assert_eq!(a.backoff[0].remaining, Duration::from_secs(8));
         assert!(!a.kill_pod, "a pod in backoff keeps its sandbox");
+    }
+
+    #[test]
+    fn a_liveness_kill_restarts_at_once_then_backs_off_as_a_crash_loop() {
+        // kuberuntime_manager.go: computePodActions kills the container that failed its
+        // liveness probe and lists it to start; startContainer's doBackOff then looks at the
+        // newest *exited* container of that name (the one before the killed one). The first
+        // kill restarts at once; a kill within the back-off of the previous exit waits.
+        let n = now();
+        let p = pod("Always", &["a"], &[]);
+        let c0 = &p.spec.containers[0];
+        let kill = |id: &str| {
+            BTreeMap::from([(
+                "a".to_string(),
+                ProbeView {
+                    container_id: id.into(),
+                    kill: Some(crate::prober::KillRequest {
+                        container_id: id.into(),
+                        message: "Container a failed liveness probe, will be restarted".into(),
+                        grace_override: None,
+                    }),
+                    ..Default::default()
+                },
+            )])
+        };
+        let mut b = Backoff::default();
+        // First kill: nothing exited before: kill and start.
+        let first = PodRuntimeState {
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![ctr(&p, "a", ContainerState::Running, 0, 0, 0)],
+        };
+        let a = compute_pod_actions(&p, &first, &b, &kill("a-0"), n);
+        assert_eq!(a.containers_to_kill.len(), 1);
+        assert_eq!(
+            a.containers_to_start,
+            vec![0],
+            "the first kill restarts at once"
+        );
+        // The second container runs 4 s, the first exited 5 s ago and its restart was
+        // recorded (10 s back-off): killed, then it waits the 5 s left.
+        let killed_at = n.wall_nanos - 5_000_000_000;
+        b.next(&backoff_key(&p, c0), n.instant_of(killed_at));
+        let second = PodRuntimeState {
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![
+                ctr(&p, "a", ContainerState::Running, 0, 1, 0),
+                ctr(&p, "a", ContainerState::Exited, 137, 0, killed_at),
+            ],
+        };
+        let a = compute_pod_actions(&p, &second, &b, &kill("a-1"), n);
+        assert_eq!(a.containers_to_kill.len(), 1, "{a:?}");
+        assert!(a.containers_to_start.is_empty(), "{a:?}");
+        assert_eq!(a.backoff.len(), 1);
+        assert_eq!(a.backoff[0].remaining, Duration::from_secs(5));
+        assert!(!a.kill_pod, "a container in back-off keeps the pod");
     }
 
     #[test]

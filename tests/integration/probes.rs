@@ -386,6 +386,10 @@ fn exec_liveness_restarts_on_failure_and_on_timeout_only() {
         &pod("live-never", "exec sleep 600", "['false']")
             .replace("spec:\n", "spec:\n  restartPolicy: Never\n"),
     );
+    n.write(
+        "loop.yaml",
+        &pod("live-loop", "exec sleep 600", "['false']"),
+    );
 
     let p = wait_restarted(&n, "live-exec");
     // Not killed while the file was there (4 s), killed once it was gone.
@@ -407,6 +411,28 @@ fn exec_liveness_restarts_on_failure_and_on_timeout_only() {
     let t = &cs(&p, "c")["state"]["terminated"];
     assert_eq!(t["exitCode"], 137, "killed by the liveness probe: {t}");
     assert_eq!(restarts(&p, "c"), 0);
+
+    // Killed again and again by its liveness probe: the first kill restarts at once, the next
+    // one within the back-off of the previous exit waits it out (startContainer's doBackOff
+    // looks at the newest exited container), CrashLoopBackOff as for a crashing container
+    // (differential corpus liveness-failing: the kubelet restarted 4 times where nanolet,
+    // without the back-off, restarted 10).
+    let p = wait_pod(
+        &n,
+        "live-loop",
+        "CrashLoopBackOff after a liveness kill",
+        |p| cs(p, "c")["state"]["waiting"]["reason"] == "CrashLoopBackOff",
+    );
+    assert!(restarts(&p, "c") >= 1, "{p:#}");
+    let msg = cs(&p, "c")["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.starts_with("back-off 10s restarting failed container=c pod=live-loop"),
+        "{msg}"
+    );
+    assert_eq!(cs(&p, "c")["lastState"]["terminated"]["exitCode"], 137);
 
     // The same probe on a container whose file stays: never restarted, for several periods
     // (its sibling shows the prober kills failing containers).
