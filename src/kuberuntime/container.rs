@@ -389,17 +389,27 @@ impl RuntimeManager<'_> {
         }
     }
 
-    /// The kubelet-managed /etc/hosts (`<root-dir>/pods/<uid>/etc-hosts`): for pod-network pods
-    /// localhost, the pod's IP and hostname and hostAliases; for hostNetwork pods the node's file
-    /// plus hostAliases (only when there are aliases).
+    /// The kubelet-managed /etc/hosts (`<root-dir>/pods/<uid>/etc-hosts`), mounted when the pod
+    /// has an IP or is hostNetwork (kubelet_pods.go `shouldMountHostsFile`): for pod-network
+    /// pods localhost, the pod's IP and hostname and hostAliases (`managedHostsFileContent`);
+    /// for hostNetwork pods a header, the node's /etc/hosts and hostAliases
+    /// (`nodeHostsFileContent`).
     fn hosts_file(&self) -> Option<PathBuf> {
         let p = self.pod;
         let content = if p.spec.host_network {
-            let aliases = crate::api::dns::host_aliases(p);
-            if aliases.is_empty() {
-                return None;
-            }
-            std::fs::read_to_string("/etc/hosts").unwrap_or_default() + &aliases
+            let node = match std::fs::read_to_string("/etc/hosts") {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(pod = %self.full_name, error = %e, "reading the node's /etc/hosts");
+                    return None;
+                }
+            };
+            format!(
+                "# Kubernetes-managed hosts file (host network).\n{node}{}",
+                crate::api::dns::host_aliases(p)
+            )
+        } else if self.state.pod_ip.is_empty() {
+            return None;
         } else {
             let (hostname, domain) =
                 crate::api::dns::pod_hostname_and_domain(p, &self.settings.cluster_dns.domain);
