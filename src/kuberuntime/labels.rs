@@ -76,5 +76,81 @@ pub fn container_annotations(
         grace_seconds.to_string(),
     );
     ann.insert(ANN_CONTAINER_TYPE.to_string(), kind.as_str().to_string());
+    if !c.ports.is_empty() {
+        ann.insert(
+            "io.kubernetes.container.ports".to_string(),
+            ports_json(&c.ports),
+        );
+    }
     ann
+}
+
+/// The container's ports as the kubelet's `io.kubernetes.container.ports` annotation: Go's
+/// JSON of `[]v1.ContainerPort` (fields in the struct's order: name, hostPort,
+/// containerPort, protocol, hostIP; empty ones left out; the protocol defaulted to TCP).
+fn ports_json(ports: &[crate::api::ContainerPort]) -> String {
+    let quote = |v: &str| serde_json::Value::from(v).to_string();
+    let items: Vec<String> = ports
+        .iter()
+        .map(|p| {
+            // Field by field: serde_json's maps sort their keys (no preserve_order here).
+            let mut fields = Vec::new();
+            if !p.name.is_empty() {
+                fields.push(format!("\"name\":{}", quote(&p.name)));
+            }
+            if let Some(h) = p.host_port.filter(|h| *h != 0) {
+                fields.push(format!("\"hostPort\":{h}"));
+            }
+            fields.push(format!("\"containerPort\":{}", p.container_port));
+            let proto = if p.protocol.is_empty() {
+                "TCP"
+            } else {
+                &p.protocol
+            };
+            fields.push(format!("\"protocol\":{}", quote(proto)));
+            if !p.host_ip.is_empty() {
+                fields.push(format!("\"hostIP\":{}", quote(&p.host_ip)));
+            }
+            format!("{{{}}}", fields.join(","))
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ContainerPort;
+
+    #[test]
+    fn ports_annotation_is_gos_json_of_the_container_ports() {
+        // labels.go newContainerAnnotations: json.Marshal(container.Ports) when there are
+        // ports (fields in v1.ContainerPort's order, omitempty); none without ports.
+        let mut c = Container {
+            name: "web".into(),
+            ..Default::default()
+        };
+        let ann = container_annotations(&c, ContainerType::Regular, 0, 30);
+        assert!(!ann.contains_key("io.kubernetes.container.ports"));
+        c.ports = vec![
+            ContainerPort {
+                name: "http".into(),
+                container_port: 8080,
+                host_port: Some(18080),
+                protocol: "TCP".into(),
+                ..Default::default()
+            },
+            ContainerPort {
+                container_port: 53,
+                protocol: "UDP".into(),
+                host_ip: "127.0.0.1".into(),
+                ..Default::default()
+            },
+        ];
+        let ann = container_annotations(&c, ContainerType::Regular, 0, 30);
+        assert_eq!(
+            ann["io.kubernetes.container.ports"],
+            r#"[{"name":"http","hostPort":18080,"containerPort":8080,"protocol":"TCP"},{"containerPort":53,"protocol":"UDP","hostIP":"127.0.0.1"}]"#
+        );
+    }
 }

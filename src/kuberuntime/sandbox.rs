@@ -68,13 +68,30 @@ fn hostname(p: &Pod) -> String {
     }
 }
 
-/// The containers' hostPorts as CRI port mappings.
+/// The containers' ports as CRI port mappings, every one of them, with or without a hostPort
+/// (the kubelet's `generatePodSandboxConfig` over `MakePortMappings`; the runtime maps only
+/// those with a hostPort). A port whose name (or, unnamed, family, protocol, hostIP,
+/// containerPort and hostPort) repeats within a container is sent once.
 fn port_mappings(p: &Pod) -> Vec<PortMapping> {
     let mut port_mappings = vec![];
     for c in &p.spec.containers {
+        let mut names = std::collections::BTreeSet::new();
         for port in &c.ports {
             let host_port = port.host_port.unwrap_or(0);
-            if host_port == 0 {
+            let name = if port.name.is_empty() {
+                let family = match port.host_ip.parse::<std::net::IpAddr>() {
+                    _ if port.host_ip.is_empty() => "any",
+                    Ok(std::net::IpAddr::V6(_)) => "v6",
+                    _ => "v4",
+                };
+                format!(
+                    "{family}-{}-{}:{}:{host_port}",
+                    port.protocol, port.host_ip, port.container_port
+                )
+            } else {
+                port.name.clone()
+            };
+            if !names.insert(name) {
                 continue;
             }
             port_mappings.push(PortMapping {
@@ -227,5 +244,47 @@ impl RuntimeManager<'_> {
                 .unwrap_or_default()
         };
         Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Container, ContainerPort};
+
+    #[test]
+    fn every_container_port_is_a_port_mapping_once() {
+        // generatePodSandboxConfig sends MakePortMappings of every container: ports without a
+        // hostPort too (host_port 0), a repeated name (or unnamed family-protocol-hostIP:
+        // containerPort:hostPort) once per container.
+        let port = |name: &str, cp: i32, hp: Option<i32>| ContainerPort {
+            name: name.into(),
+            container_port: cp,
+            host_port: hp,
+            protocol: "TCP".into(),
+            ..Default::default()
+        };
+        let mut p = Pod::default();
+        p.spec.containers = vec![
+            Container {
+                name: "a".into(),
+                ports: vec![
+                    port("", 80, None),
+                    port("", 80, None),
+                    port("web", 8080, Some(18080)),
+                ],
+                ..Default::default()
+            },
+            Container {
+                name: "b".into(),
+                ports: vec![port("", 80, None)],
+                ..Default::default()
+            },
+        ];
+        let got: Vec<(i32, i32)> = port_mappings(&p)
+            .iter()
+            .map(|m| (m.container_port, m.host_port))
+            .collect();
+        assert_eq!(got, vec![(80, 0), (8080, 18080), (80, 0)]);
     }
 }
