@@ -2363,7 +2363,13 @@ fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
     let dir = ctd.tmp().join("peer-kubelet");
-    let k = support::kubelet::Kubelet::start(ctd, &kubelet_bin, &dir, NODE);
+    let k = support::kubelet::Kubelet::start(
+        ctd,
+        &kubelet_bin,
+        &dir,
+        NODE,
+        support::kubelet::Tunables::OwnNamespace,
+    );
     let k_fig = measure_agent(&k, &rt, opts, batch, idle_pods);
     drop(k);
     clear_runtime(&rt);

@@ -27,12 +27,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nanolet::cri::Runtime;
 use nanolet::cri::client::CriRuntime;
-use nanolet_test_support::agent::{Nanolet, free_port};
+use nanolet_test_support::agent::Nanolet;
+use nanolet_test_support::kubelet::{
+    Kubelet, Tunables, cgroup_root as kubelet_cgroup_root, hierarchies, remove_cgroup_tree,
+};
 use nanolet_test_support::{Containerd, repo_root, wait_for};
 use serde_json::Value;
 
@@ -151,84 +154,13 @@ fn main() {
 // ---------------------------------------------------------------------------------------------
 // Running one agent.
 
-/// A cgroup root of the kubelet's own (`--cgroup-root`), so that its orphaned-pod-cgroup
-/// clean-up never sees the pods other nanolets on this machine run under `/kubepods`.
-fn kubelet_cgroup_root() -> String {
-    format!("/nanolet-differential-{}", std::process::id())
-}
-
 fn cgroup_v2() -> bool {
     Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
 }
 
-/// The cgroup hierarchies to look in: v2's one, or v1's cpu, memory and pids.
-fn hierarchies() -> Vec<PathBuf> {
-    if cgroup_v2() {
-        vec![PathBuf::from("/sys/fs/cgroup")]
-    } else {
-        [
-            "cpu",
-            "memory",
-            "pids",
-            "cpuset",
-            "cpuacct",
-            "hugetlb",
-            "blkio",
-            "devices",
-            "freezer",
-            "net_cls",
-            "perf_event",
-            "systemd",
-            "unified",
-        ]
-        .iter()
-        .map(|c| Path::new("/sys/fs/cgroup").join(c))
-        .filter(|p| p.is_dir())
-        .collect()
-    }
-}
-
-/// Removes a cgroup subtree (deepest first); only empty cgroups can go.
-fn remove_cgroup_tree(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_cgroup_tree(&e.path());
-        }
-    }
-    let _ = fs::remove_dir(dir);
-}
-
-struct KubeletProc {
-    child: Option<Child>,
-    port: u16,
-    log: PathBuf,
-}
-
-impl KubeletProc {
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            if wait_for(Duration::from_secs(10), || c.try_wait().ok().flatten()).is_none() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-}
-
-impl Drop for KubeletProc {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// The agent under test: the kubelet or nanolet, each with a `/pods` on loopback.
 enum Agent {
-    Kubelet(KubeletProc),
+    Kubelet(Box<Kubelet>),
     Nanolet(Box<Nanolet>),
 }
 
@@ -259,9 +191,7 @@ impl Agent {
 
     fn log_tail(&self) -> String {
         match self {
-            Agent::Kubelet(k) => {
-                nanolet_test_support::tail(&fs::read_to_string(&k.log).unwrap_or_default(), 40)
-            }
+            Agent::Kubelet(k) => k.log_tail(40),
             Agent::Nanolet(n) => n.log_tail(),
         }
     }
@@ -271,58 +201,6 @@ impl Agent {
             Agent::Kubelet(k) => k.stop(),
             Agent::Nanolet(n) => n.stop(),
         }
-    }
-}
-
-fn start_kubelet(ctd: &Containerd, bin: &Path, dir: &Path) -> KubeletProc {
-    let root = kubelet_cgroup_root();
-    // The kubelet wants its cgroup root to exist in every hierarchy.
-    for h in hierarchies() {
-        let _ = fs::create_dir_all(h.join(root.trim_start_matches('/')));
-    }
-    let port = free_port();
-    let config = serde_json::json!({
-        "kind": "KubeletConfiguration",
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "staticPodPath": dir.join("manifests"),
-        "podLogsDir": dir.join("log/pods"),
-        "fileCheckFrequency": "2s",
-        "address": "127.0.0.1",
-        "port": free_port(),
-        "readOnlyPort": port,
-        "healthzPort": free_port(),
-        "healthzBindAddress": "127.0.0.1",
-        "authentication": {"anonymous": {"enabled": true}, "webhook": {"enabled": false}},
-        "authorization": {"mode": "AlwaysAllow"},
-        "cgroupDriver": "cgroupfs",
-        "cgroupRoot": root,
-        "failSwapOn": false,
-        "failCgroupV1": false,
-        "containerRuntimeEndpoint": ctd.endpoint(),
-        // As the harness runs nanolet: eviction and image GC off, so a nearly full disk on the
-        // test machine neither evicts pods nor deletes the test images.
-        "evictionHard": {"memory.available": "0%"},
-        "imageGCHighThresholdPercent": 100,
-        "imageGCLowThresholdPercent": 99,
-    });
-    let cfg_path = dir.join("kubelet-config.json");
-    fs::write(&cfg_path, config.to_string()).expect("kubelet config");
-    let log = dir.join("kubelet.log");
-    let out = fs::File::create(&log).expect("kubelet log");
-    let child = Command::new(bin)
-        .arg(format!("--config={}", cfg_path.display()))
-        .arg(format!("--root-dir={}", dir.join("root").display()))
-        .arg(format!("--hostname-override={NODE}"))
-        .arg("--v=2")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().expect("log"))
-        .stderr(out)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-    KubeletProc {
-        child: Some(child),
-        port,
-        log,
     }
 }
 
@@ -341,7 +219,15 @@ fn run_side(
     fs::create_dir_all(&mdir).expect("manifest dir");
     fs::set_permissions(&mdir, fs::Permissions::from_mode(0o755)).expect("mode");
     let mut agent = match side {
-        "kubelet" => Agent::Kubelet(start_kubelet(ctd, kubelet, &dir)),
+        // scripts/differential runs this in a private mount namespace with copies over the
+        // kernel settings, containerd inside it: the kubelet's volume mounts are seen.
+        "kubelet" => Agent::Kubelet(Box::new(Kubelet::start(
+            ctd,
+            kubelet,
+            &dir,
+            NODE,
+            Tunables::Inherited,
+        ))),
         _ => Agent::Nanolet(Box::new(Nanolet::start(
             ctd,
             &[format!("--hostname-override={NODE}")],

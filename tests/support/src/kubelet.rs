@@ -6,12 +6,12 @@
 //! loopback ports, eviction and image GC off. Two things keep it from touching the machine:
 //! - its own cgroup root (`--cgroup-root`, `/nanolet-kubelet-<pid>`), so its orphaned pod
 //!   cgroup clean-up never sees the pods other agents run under `/kubepods`; removed on drop;
-//! - its own mount namespace in which the kernel settings it would write
-//!   (`protectKernelDefaults: false`: vm.overcommit_memory, vm.panic_on_oom, kernel.panic,
-//!   kernel.panic_on_oops, kernel.keys.root_max*) are bind-mounted copies. Mounts it makes
-//!   there (volumes) stay in that namespace: a pod with a tmpfs-backed volume (Secret,
-//!   ConfigMap, projected, Memory emptyDir) needs the containerd started in the same
-//!   namespace, as scripts/differential does.
+//! - the kernel settings it would write (`protectKernelDefaults: false`: vm.overcommit_memory,
+//!   vm.panic_on_oom, kernel.panic, kernel.panic_on_oops, kernel.keys.root_max*) are
+//!   bind-mounted copies in a mount namespace: with [`Tunables::OwnNamespace`] one of its own
+//!   (mounts it makes there, tmpfs-backed volumes, stay there: fine for pods without such
+//!   volumes, the benchmark's); with [`Tunables::Inherited`] the caller's, which the caller
+//!   set up with its containerd inside (scripts/differential), so volumes are shared.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -30,6 +30,20 @@ const KERNEL_TUNABLES: &[&str] = &[
     "kernel/keys/root_maxkeys",
     "kernel/keys/root_maxbytes",
 ];
+
+/// Where the kubelet's kernel-setting writes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tunables {
+    /// A mount namespace of the kubelet's own with copies over the settings.
+    OwnNamespace,
+    /// The caller's mount namespace, already private with copies (scripts/differential).
+    Inherited,
+}
+
+/// The kubelet's cgroup root (`--cgroup-root`) for this process.
+pub fn cgroup_root() -> String {
+    format!("/nanolet-kubelet-{}", std::process::id())
+}
 
 /// The kubelet binary: `$KUBELET`, else the pinned one (built on first use).
 pub fn binary() -> PathBuf {
@@ -85,8 +99,14 @@ pub struct Kubelet {
 impl Kubelet {
     /// Starts the kubelet in `dir` (manifests in `dir/manifests`, made here) as node `node`,
     /// and waits until its `/healthz` answers.
-    pub fn start(ctd: &Containerd, bin: &Path, dir: &Path, node: &str) -> Kubelet {
-        let cgroup_root = format!("/nanolet-kubelet-{}", std::process::id());
+    pub fn start(
+        ctd: &Containerd,
+        bin: &Path,
+        dir: &Path,
+        node: &str,
+        tunables: Tunables,
+    ) -> Kubelet {
+        let cgroup_root = cgroup_root();
         // The kubelet wants its cgroup root to exist in every hierarchy.
         for h in hierarchies() {
             let _ = fs::create_dir_all(h.join(cgroup_root.trim_start_matches('/')));
@@ -120,21 +140,28 @@ impl Kubelet {
         });
         let cfg = dir.join("kubelet-config.json");
         fs::write(&cfg, config.to_string()).expect("kubelet config");
-        let tunables = dir.join("kernel-tunables");
-        fs::create_dir_all(&tunables).expect("tunables dir");
+        let copies = dir.join("kernel-tunables");
         let log = dir.join("kubelet.log");
         let out = fs::File::create(&log).expect("kubelet log");
         // unshare execs sh, sh execs the kubelet: the child's PID is the kubelet's.
-        let child = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
-            .arg(
-                "d=$1; shift; for k in $TUNABLES; do f=$d/$(echo $k | tr / _); \
-                 cat /proc/sys/$k >$f && mount --bind $f /proc/sys/$k || exit 1; done; \
-                 exec \"$@\"",
-            )
-            .arg("sh")
-            .arg(&tunables)
-            .arg(bin)
+        let mut cmd = match tunables {
+            Tunables::OwnNamespace => {
+                fs::create_dir_all(&copies).expect("tunables dir");
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                    .arg(
+                        "d=$1; shift; for k in $TUNABLES; do f=$d/$(echo $k | tr / _); \
+                         cat /proc/sys/$k >$f && mount --bind $f /proc/sys/$k || exit 1; done; \
+                         exec \"$@\"",
+                    )
+                    .arg("sh")
+                    .arg(&copies)
+                    .arg(bin);
+                c
+            }
+            Tunables::Inherited => Command::new(bin),
+        };
+        let child = cmd
             .arg(format!("--config={}", cfg.display()))
             .arg(format!("--root-dir={}", dir.join("root").display()))
             .arg(format!("--hostname-override={node}"))
