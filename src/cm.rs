@@ -318,11 +318,16 @@ fn write_cgroup(root: &Path, rel: &str, files: &[(&str, &str, String)]) -> Vec<P
 }
 
 /// `enforceNodeAllocatable: [pods]` (the kubelet's node_container_manager): the `kubepods`
-/// cgroup gets cpu shares for the allocatable CPU and a memory limit at allocatable memory,
-/// both capacity minus systemReserved and kubeReserved (the hard eviction threshold is not
-/// taken off: the kubelet leaves that margin to eviction).
-pub fn enforce_pods_allocatable(root: &Path, cpu_millis: i64, memory_bytes: i64) -> Vec<PathBuf> {
-    enforce(root, "kubepods", cpu_millis, Some(memory_bytes))
+/// cgroup gets cpu shares for the allocatable CPU, a memory limit at allocatable memory and
+/// `pids.max` at the allocatable PIDs, each capacity minus systemReserved and kubeReserved
+/// (the hard eviction threshold is not taken off: the kubelet leaves that margin to eviction).
+pub fn enforce_pods_allocatable(
+    root: &Path,
+    cpu_millis: i64,
+    memory_bytes: i64,
+    pids: Option<i64>,
+) -> Vec<PathBuf> {
+    enforce(root, "kubepods", cpu_millis, Some(memory_bytes), pids)
 }
 
 /// `enforceNodeAllocatable: [system-reserved]` / `[kube-reserved]`: the reservation as the
@@ -332,11 +337,21 @@ pub fn enforce_reserved(
     cgroup: &str,
     cpu_millis: i64,
     memory_bytes: Option<i64>,
+    pids: Option<i64>,
 ) -> Vec<PathBuf> {
-    enforce(root, cgroup, cpu_millis, memory_bytes)
+    enforce(root, cgroup, cpu_millis, memory_bytes, pids)
 }
 
-fn enforce(root: &Path, cgroup: &str, cpu_millis: i64, memory: Option<i64>) -> Vec<PathBuf> {
+/// The kubelet's `getCgroupConfig` written by its cgroup manager: shares, the memory limit
+/// (none: unlimited) and, when positive, `pids.max` (libcontainer leaves a 0 `PidsLimit`
+/// alone).
+fn enforce(
+    root: &Path,
+    cgroup: &str,
+    cpu_millis: i64,
+    memory: Option<i64>,
+    pids: Option<i64>,
+) -> Vec<PathBuf> {
     let s = shares(cpu_millis);
     let v2 = root.join("cgroup.controllers").exists();
     let cpu = if v2 { shares_to_weight(s) } else { s }.to_string();
@@ -345,14 +360,14 @@ fn enforce(root: &Path, cgroup: &str, cpu_millis: i64, memory: Option<i64>) -> V
         None if v2 => "max".into(),
         None => "-1".into(),
     };
-    write_cgroup(
-        root,
-        cgroup,
-        &[
-            ("cpu.shares", "cpu.weight", cpu),
-            ("memory.limit_in_bytes", "memory.max", mem),
-        ],
-    )
+    let mut files = vec![
+        ("cpu.shares", "cpu.weight", cpu),
+        ("memory.limit_in_bytes", "memory.max", mem),
+    ];
+    if let Some(p) = pids.filter(|p| *p > 0) {
+        files.push(("pids.max", "pids.max", p.to_string()));
+    }
+    write_cgroup(root, cgroup, &files)
 }
 
 /// `qosReserved: {memory: N%}` (the kubelet's QOSReserved): node allocatable memory (capacity
@@ -487,12 +502,13 @@ pub fn ensure_pod_slice(
 }
 
 /// `enforceNodeAllocatable` with the systemd driver: `kubepods.slice` (or a reserved cgroup's
-/// slice) with the CPU shares of `cpu_millis` and the memory limit.
+/// slice) with the CPU shares of `cpu_millis`, the memory limit and the task limit.
 pub fn enforce_slice(
     sd: &systemd::Manager,
     cgroup: &str,
     cpu_millis: i64,
     memory_bytes: Option<i64>,
+    pids: Option<i64>,
 ) -> Result<String, systemd::SystemdError> {
     let unit = systemd::slice_unit(cgroup);
     sd.ensure(
@@ -500,6 +516,7 @@ pub fn enforce_slice(
         &systemd::SliceResources {
             cpu_shares: Some(shares(cpu_millis)),
             memory: memory_bytes,
+            pids: pids.filter(|p| *p > 0),
             ..Default::default()
         },
     )?;
@@ -951,22 +968,24 @@ mod oom_tests {
     }
 
     /// enforceNodeAllocatable=pods and the QoS tiers, as the kubelet writes them: kubepods at
-    /// allocatable (MilliCPUToShares(2000) = 2048 shares, the memory limit), besteffort at the
-    /// minimum 2 shares, burstable at the shares of its pods' summed CPU requests; v2 weights
-    /// converted from the shares.
+    /// allocatable (MilliCPUToShares(2000) = 2048 shares, the memory limit, pids.max at the
+    /// allocatable PIDs: node_container_manager's getCgroupConfig sets PidsLimit from the
+    /// internal capacity's `pid`), besteffort at the minimum 2 shares, burstable at the shares
+    /// of its pods' summed CPU requests; v2 weights converted from the shares.
     #[test]
     fn node_allocatable_and_qos_tiers_on_v1_and_v2() {
         let v1 = tempfile::tempdir().unwrap();
-        for c in ["cpu", "memory"] {
+        for c in ["cpu", "memory", "pids"] {
             std::fs::create_dir_all(v1.path().join(c)).unwrap();
         }
-        enforce_pods_allocatable(v1.path(), 2000, 1 << 30);
+        enforce_pods_allocatable(v1.path(), 2000, 1 << 30, Some(32768));
         let read = |root: &Path, p: &str| std::fs::read_to_string(root.join(p)).unwrap();
         assert_eq!(read(v1.path(), "cpu/kubepods/cpu.shares"), "2048");
         assert_eq!(
             read(v1.path(), "memory/kubepods/memory.limit_in_bytes"),
             "1073741824"
         );
+        assert_eq!(read(v1.path(), "pids/kubepods/pids.max"), "32768");
         let mut burst = Pod::default();
         burst.spec.containers = vec![
             serde_json::from_value(serde_json::json!(
@@ -982,21 +1001,28 @@ mod oom_tests {
         update_qos_cgroups(v1.path(), [&burst, &burst2, &be].into_iter(), None);
         assert_eq!(read(v1.path(), "cpu/kubepods/burstable/cpu.shares"), "512");
         assert_eq!(read(v1.path(), "cpu/kubepods/besteffort/cpu.shares"), "2");
-        enforce_reserved(v1.path(), "/system.slice", 500, Some(256 << 20));
+        enforce_reserved(v1.path(), "/system.slice", 500, Some(256 << 20), Some(1000));
         assert_eq!(read(v1.path(), "cpu/system.slice/cpu.shares"), "512");
         assert_eq!(
             read(v1.path(), "memory/system.slice/memory.limit_in_bytes"),
             "268435456"
         );
+        assert_eq!(read(v1.path(), "pids/system.slice/pids.max"), "1000");
+        // No pid reservation, or an allocatable of 0: libcontainer leaves pids.max alone.
+        enforce_reserved(v1.path(), "/kube.slice", 500, None, None);
+        enforce_reserved(v1.path(), "/zero.slice", 500, None, Some(0));
+        assert!(!v1.path().join("pids/kube.slice/pids.max").exists());
+        assert!(!v1.path().join("pids/zero.slice/pids.max").exists());
 
         let v2 = tempfile::tempdir().unwrap();
         std::fs::write(v2.path().join("cgroup.controllers"), "cpu memory pids").unwrap();
-        enforce_pods_allocatable(v2.path(), 2000, 1 << 30);
+        enforce_pods_allocatable(v2.path(), 2000, 1 << 30, Some(4096));
         assert_eq!(
             read(v2.path(), "kubepods/cpu.weight"),
             shares_to_weight(2048).to_string()
         );
         assert_eq!(read(v2.path(), "kubepods/memory.max"), "1073741824");
+        assert_eq!(read(v2.path(), "kubepods/pids.max"), "4096");
         update_qos_cgroups(v2.path(), [&burst, &be].into_iter(), None);
         assert_eq!(read(v2.path(), "kubepods/besteffort/cpu.weight"), "1");
         assert_eq!(

@@ -87,6 +87,95 @@ pub fn pod_requests(pod: &Pod) -> (i64, i64) {
     (sum.0.max(init_max.0) + oc, sum.1.max(init_max.1) + om)
 }
 
+/// A pod's or container's CPU (millicores) and memory (bytes), each `None` where nothing
+/// names it (a Go `ResourceList` without the key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuMemory {
+    pub cpu_millis: Option<i64>,
+    pub memory_bytes: Option<i64>,
+}
+
+impl CpuMemory {
+    /// `addResourceList`: the sum, for each resource either names.
+    fn add(self, o: CpuMemory) -> CpuMemory {
+        let add = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        CpuMemory {
+            cpu_millis: add(self.cpu_millis, o.cpu_millis),
+            memory_bytes: add(self.memory_bytes, o.memory_bytes),
+        }
+    }
+
+    /// `maxResourceList`: the larger, for each resource either names.
+    fn max(self, o: CpuMemory) -> CpuMemory {
+        let max = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        CpuMemory {
+            cpu_millis: max(self.cpu_millis, o.cpu_millis),
+            memory_bytes: max(self.memory_bytes, o.memory_bytes),
+        }
+    }
+}
+
+fn cpu_memory(m: &std::collections::BTreeMap<String, serde_json::Value>) -> CpuMemory {
+    let q = |k: &str| m.get(k).and_then(|v| parse_quantity(v).ok());
+    CpuMemory {
+        cpu_millis: q("cpu").map(|q| q.milli_value()),
+        memory_bytes: q("memory").map(|q| q.value()),
+    }
+}
+
+/// A container's requests after the API's defaulting (`SetDefaults_Container`: a resource
+/// with a limit and no request requests its limit).
+pub fn container_requests(c: &Container) -> CpuMemory {
+    let (r, l) = (
+        cpu_memory(&c.resources.requests),
+        cpu_memory(&c.resources.limits),
+    );
+    CpuMemory {
+        cpu_millis: r.cpu_millis.or(l.cpu_millis),
+        memory_bytes: r.memory_bytes.or(l.memory_bytes),
+    }
+}
+
+/// A container's limits.
+pub fn container_limits(c: &Container) -> CpuMemory {
+    cpu_memory(&c.resources.limits)
+}
+
+/// The kubelet's `resourcehelper.AggregateContainerRequests` / `AggregateContainerLimits`
+/// (component-helpers, KEP 753's formula) over `per_container`: the sum of the containers and
+/// the sidecars (restartable init containers), or, where larger, what an init container needs
+/// while it runs (itself plus the sidecars started before it). Without the overhead.
+pub fn aggregate_containers(
+    pod: &Pod,
+    per_container: impl Fn(&Container) -> CpuMemory,
+) -> CpuMemory {
+    let mut total = pod
+        .spec
+        .containers
+        .iter()
+        .map(&per_container)
+        .fold(CpuMemory::default(), CpuMemory::add);
+    let (mut sidecars, mut init) = (CpuMemory::default(), CpuMemory::default());
+    for c in &pod.spec.init_containers {
+        let r = per_container(c);
+        let running = if is_sidecar(c) {
+            total = total.add(r);
+            sidecars = sidecars.add(r);
+            sidecars
+        } else {
+            r.add(sidecars)
+        };
+        init = init.max(running);
+    }
+    total.max(init)
+}
+
 /// Whether `name` is an extended resource (v1helper.IsExtendedResourceName): a qualified name
 /// outside the `kubernetes.io/` namespace (`nvidia.com/gpu`, `squat.ai/serial`), not a
 /// `requests.` quota name.

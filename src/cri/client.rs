@@ -564,7 +564,30 @@ fn sandbox_config_pb(c: &PodSandboxConfig) -> pb::PodSandboxConfig {
                 ..Default::default()
             }),
             sysctls: c.sysctls.clone(),
+            overhead: c.overhead.as_ref().map(resources_pb),
+            resources: c.resources.as_ref().map(resources_pb),
         }),
+    }
+}
+
+fn resources_pb(r: &super::LinuxResources) -> pb::LinuxContainerResources {
+    pb::LinuxContainerResources {
+        cpu_period: r.cpu_period,
+        cpu_quota: r.cpu_quota,
+        cpu_shares: r.cpu_shares,
+        memory_limit_in_bytes: r.memory_limit_in_bytes,
+        oom_score_adj: r.oom_score_adj,
+        memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
+        unified: r.unified.clone().into_iter().collect(),
+        hugepage_limits: r
+            .hugepage_limits
+            .iter()
+            .map(|h| pb::HugepageLimit {
+                page_size: h.page_size.clone(),
+                limit: h.limit,
+            })
+            .collect(),
+        ..Default::default()
     }
 }
 
@@ -644,16 +667,7 @@ fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::C
         stdin_once: c.stdin_once,
         tty: c.tty,
         linux: Some(pb::LinuxContainerConfig {
-            resources: c.resources.as_ref().map(|r| pb::LinuxContainerResources {
-                cpu_period: r.cpu_period,
-                cpu_quota: r.cpu_quota,
-                cpu_shares: r.cpu_shares,
-                memory_limit_in_bytes: r.memory_limit_in_bytes,
-                oom_score_adj: r.oom_score_adj,
-                memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
-                unified: r.unified.clone().into_iter().collect(),
-                ..Default::default()
-            }),
+            resources: c.resources.as_ref().map(resources_pb),
             security_context: Some(container_security_pb(c, ns)),
         }),
     }
@@ -1752,6 +1766,55 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_millis(1)), 1);
         assert_eq!(ceil_secs(Duration::from_secs(30)), 30);
         assert_eq!(ceil_secs(Duration::from_millis(30_500)), 31);
+    }
+
+    /// CRI `LinuxPodSandboxConfig.resources` (5) and `.overhead` (4), and
+    /// `LinuxContainerResources.hugepage_limits` (8), as upstream's api.proto numbers them:
+    /// what the kubelet's applySandboxResources and GetHugepageLimitsFromResources fill.
+    #[test]
+    fn sandbox_totals_and_hugepage_limits_reach_the_wire() {
+        let r = super::super::LinuxResources {
+            cpu_period: 100_000,
+            cpu_shares: 716,
+            memory_limit_in_bytes: 200 << 20,
+            hugepage_limits: vec![super::super::HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 0,
+            }],
+            ..Default::default()
+        };
+        let cfg = PodSandboxConfig {
+            resources: Some(r.clone()),
+            overhead: Some(Default::default()),
+            ..Default::default()
+        };
+        let linux = sandbox_config_pb(&cfg).linux.unwrap_or_default();
+        let res = linux.resources.clone().unwrap_or_default();
+        assert_eq!(
+            (res.cpu_period, res.cpu_shares, res.memory_limit_in_bytes),
+            (100_000, 716, 200 << 20)
+        );
+        assert_eq!(res.hugepage_limits.len(), 1);
+        assert_eq!(res.hugepage_limits[0].page_size, "2MB");
+        assert_eq!(linux.overhead, Some(pb::LinuxContainerResources::default()));
+        // The field numbers on the wire: overhead 4 (tag 0x22), resources 5 (tag 0x2a), each
+        // present though empty; hugepage_limits 8 (tag 0x42).
+        let empty = Some(pb::LinuxContainerResources::default());
+        let only = |overhead, resources| {
+            pb::LinuxPodSandboxConfig {
+                overhead,
+                resources,
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        assert_eq!(only(empty.clone(), None), [0x22, 0x00]);
+        assert_eq!(only(None, empty), [0x2a, 0x00]);
+        let hp = pb::LinuxContainerResources {
+            hugepage_limits: vec![pb::HugepageLimit::default()],
+            ..Default::default()
+        };
+        assert_eq!(hp.encode_to_vec(), [0x42, 0x00]);
     }
 
     #[test]

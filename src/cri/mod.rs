@@ -278,6 +278,13 @@ pub struct PodSandboxConfig {
     /// container is.
     pub security: ContainerSecurity,
     pub sysctls: BTreeMap<String, String>,
+    /// CRI `LinuxPodSandboxConfig.resources`: the pod's totals without its overhead (the
+    /// kubelet's `calculateSandboxResources`); containerd shows them as the
+    /// `io.kubernetes.cri.sandbox-*` annotations.
+    pub resources: Option<LinuxResources>,
+    /// CRI `LinuxPodSandboxConfig.overhead`: the pod's `spec.overhead` as resources (the
+    /// kubelet's `convertOverheadToLinuxResources`; all zero without one).
+    pub overhead: Option<LinuxResources>,
     /// `hostUsers: false`: the pod's own user namespace, this one range for UIDs and GIDs
     /// (CRI `userns_options` mode POD, on the sandbox and each container); None: the host's.
     pub user_namespace: Option<IdMapping>,
@@ -341,6 +348,16 @@ pub struct LinuxResources {
     pub memory_swap_limit_in_bytes: i64,
     /// cgroup v2 files to write as they are (`memory.swap.max`).
     pub unified: std::collections::BTreeMap<String, String>,
+    /// Per huge page size of the host, the container's limit (0 when it asks for none).
+    pub hugepage_limits: Vec<HugepageLimit>,
+}
+
+/// CRI HugepageLimit: `page_size` as the hugetlb controller names it (`2MB`, `1GB`), `limit`
+/// in bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HugepageLimit {
+    pub page_size: String,
+    pub limit: u64,
 }
 
 /// CRI ContainerConfig, reduced to what nanolet sets.

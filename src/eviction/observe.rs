@@ -106,6 +106,17 @@ impl MemorySource {
     }
 }
 
+/// The node's task limit, the kubelet's `pidlimit.Stats` MaxPID (its "pid" capacity): the
+/// smaller of `kernel.pid_max` and `kernel.threads-max`, of those readable; `None` when neither
+/// is.
+pub fn max_pids() -> Option<i64> {
+    ["/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"]
+        .iter()
+        .filter_map(|f| read_u64(Path::new(f)))
+        .min()
+        .map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
 /// pid.available's figures: (max, current).
 pub fn pid_figures() -> Option<(i64, i64)> {
     let pid_max = read_u64(Path::new("/proc/sys/kernel/pid_max"))?;

@@ -1174,47 +1174,53 @@ fn pleg_to_loop(tx: Sender<LoopMsg>) -> crate::pleg::PlegSink {
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// `enforceNodeAllocatable`, as the kubelet's node container manager: `pods` limits the
-/// `kubepods` cgroup to capacity - systemReserved - kubeReserved; `system-reserved` /
-/// `kube-reserved` limit their cgroups to the reservation. With the cgroupfs driver by writing
-/// the cgroup files, with the systemd driver as slices through systemd (`sd`).
+/// `kubepods` cgroup to capacity - systemReserved - kubeReserved (CPU, memory, and PIDs:
+/// the kubelet's internal capacity counts `pid`, min(pid_max, threads-max)); `system-reserved`
+/// / `kube-reserved` limit their cgroups to the reservation. With the cgroupfs driver by
+/// writing the cgroup files, with the systemd driver as slices through systemd (`sd`).
 fn enforce_node_allocatable(cfg: &Config, sd: Option<&crate::cm::systemd::Manager>) {
     let root = std::path::Path::new(CGROUP_ROOT);
     let ev = &cfg.eviction;
     for what in &cfg.enforce_node_allocatable {
-        let (cgroup, cpu, mem) = match what.as_str() {
+        let (cgroup, cpu, mem, pids) = match what.as_str() {
             "pods" => {
                 let cap = crate::node::capacity();
                 let cpu = (cap.cpu_millis - ev.reserved_cpu_millis).max(0);
                 let mem = (cap.memory_bytes - ev.reserved_memory).max(0);
+                let pids = allocatable_pids(
+                    crate::eviction::observe::max_pids(),
+                    &[&ev.system_reserved, &ev.kube_reserved],
+                );
                 info!(
                     cpu_millis = cpu,
                     memory_bytes = mem,
+                    pids,
                     "enforcing node allocatable on kubepods"
                 );
-                ("kubepods", cpu, Some(mem))
+                ("kubepods", cpu, Some(mem), pids)
             }
             "system-reserved" => {
-                let (cpu, mem) = reservation(&ev.system_reserved);
-                (cfg.system_reserved_cgroup.as_str(), cpu, mem)
+                let (cpu, mem, pids) = reservation(&ev.system_reserved);
+                (cfg.system_reserved_cgroup.as_str(), cpu, mem, pids)
             }
             "kube-reserved" => {
-                let (cpu, mem) = reservation(&ev.kube_reserved);
-                (cfg.kube_reserved_cgroup.as_str(), cpu, mem)
+                let (cpu, mem, pids) = reservation(&ev.kube_reserved);
+                (cfg.kube_reserved_cgroup.as_str(), cpu, mem, pids)
             }
             _ => continue,
         };
         match (cfg.cgroup_driver, sd) {
             (crate::cm::CgroupDriver::Systemd, Some(sd)) => {
-                if let Err(e) = crate::cm::enforce_slice(sd, cgroup, cpu, mem) {
+                if let Err(e) = crate::cm::enforce_slice(sd, cgroup, cpu, mem, pids) {
                     warn!(enforce = %what, error = %e, "could not enforce node allocatable on the slice");
                 }
             }
             (crate::cm::CgroupDriver::Systemd, None) => {}
             (crate::cm::CgroupDriver::Cgroupfs, _) => {
                 let written = if what == "pods" {
-                    crate::cm::enforce_pods_allocatable(root, cpu, mem.unwrap_or(0))
+                    crate::cm::enforce_pods_allocatable(root, cpu, mem.unwrap_or(0), pids)
                 } else {
-                    crate::cm::enforce_reserved(root, cgroup, cpu, mem)
+                    crate::cm::enforce_reserved(root, cgroup, cpu, mem, pids)
                 };
                 if written.is_empty() {
                     warn!(enforce = %what, "could not write the node allocatable cgroup");
@@ -1224,17 +1230,38 @@ fn enforce_node_allocatable(cfg: &Config, sd: Option<&crate::cm::systemd::Manage
     }
 }
 
-/// A reservation's CPU (millicores) and memory (bytes, if set).
-fn reservation(map: &std::collections::BTreeMap<String, String>) -> (i64, Option<i64>) {
-    let q = |k: &str| {
-        map.get(k).and_then(|v| {
-            crate::api::quantity::parse_quantity(&serde_json::Value::from(v.as_str())).ok()
-        })
-    };
+fn reserved_quantity(
+    map: &std::collections::BTreeMap<String, String>,
+    k: &str,
+) -> Option<crate::api::quantity::Quantity> {
+    map.get(k)
+        .and_then(|v| crate::api::quantity::parse_quantity_str(v).ok())
+}
+
+/// A reservation's CPU (millicores), memory (bytes) and PIDs, each if set.
+fn reservation(
+    map: &std::collections::BTreeMap<String, String>,
+) -> (i64, Option<i64>, Option<i64>) {
     (
-        q("cpu").map_or(0, |q| q.milli_value()),
-        q("memory").map(|q| q.value()),
+        reserved_quantity(map, "cpu").map_or(0, |q| q.milli_value()),
+        reserved_quantity(map, "memory").map(|q| q.value()),
+        reserved_quantity(map, "pid").map(|q| q.value()),
     )
+}
+
+/// The allocatable PIDs `kubepods` gets (`getNodeAllocatableAbsoluteImpl` over the internal
+/// capacity): the node's task limit minus each reservation's `pid`, never below 0; `None`
+/// when the limit cannot be read (the kubelet then has no `pid` capacity and sets none).
+fn allocatable_pids(
+    capacity: Option<i64>,
+    reserved: &[&std::collections::BTreeMap<String, String>],
+) -> Option<i64> {
+    let reserved: i64 = reserved
+        .iter()
+        .filter_map(|m| reserved_quantity(m, "pid"))
+        .map(|q| q.value())
+        .sum();
+    capacity.map(|c| c.saturating_sub(reserved).max(0))
 }
 
 /// What the node shutdown manager needs, over the status store, the runtime and the sync
@@ -1388,6 +1415,25 @@ fn spawn_signal_waiter(
 #[cfg(all(test, feature = "tls"))]
 mod tests {
     use super::*;
+
+    /// The `pid` of kubepods' allocatable (node_container_manager
+    /// getNodeAllocatableAbsoluteImpl over the internal capacity, pidlimit.Stats' MaxPID):
+    /// the task limit minus systemReserved's and kubeReserved's `pid`, never negative; none
+    /// without a readable task limit.
+    #[test]
+    fn kubepods_pids_are_the_task_limit_minus_the_reservations() {
+        let m = |v: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let (sys, kube) = (m(&[("pid", "1k"), ("cpu", "1")]), m(&[("pid", "500")]));
+        assert_eq!(allocatable_pids(Some(32768), &[]), Some(32768));
+        assert_eq!(allocatable_pids(Some(32768), &[&sys, &kube]), Some(31268));
+        assert_eq!(allocatable_pids(Some(1200), &[&sys, &kube]), Some(0));
+        assert_eq!(allocatable_pids(None, &[&sys]), None);
+        assert_eq!(reservation(&sys), (1000, None, Some(1000)));
+    }
 
     #[test]
     fn bootstrap_is_pending_only_with_a_bootstrap_kubeconfig_and_no_valid_kubeconfig() {

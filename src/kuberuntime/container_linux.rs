@@ -6,46 +6,173 @@ use crate::api::quantity::parse_quantity;
 use crate::api::{Container, Pod};
 use crate::cri::LinuxResources;
 
-/// CPU and memory limits to CRI resources, as the kubelet does for cgroup v1/v2
-/// (shares from the request, CFS quota from the limit over a 100ms period).
-pub fn linux_resources(c: &Container) -> LinuxResources {
-    const PERIOD: i64 = 100_000;
-    let milli = |m: &BTreeMap<String, serde_json::Value>, k: &str| {
-        m.get(k)
-            .and_then(|v| parse_quantity(v).ok())
-            .map(|q| q.milli_value())
-    };
-    let cpu_req = milli(&c.resources.requests, "cpu").or_else(|| milli(&c.resources.limits, "cpu"));
-    let cpu_lim = milli(&c.resources.limits, "cpu");
-    let mem_lim = c
-        .resources
-        .limits
-        .get("memory")
-        .and_then(|v| parse_quantity(v).ok())
-        .map(|q| q.value());
-    let shares = match cpu_req {
-        Some(m) if m > 0 => ((m * 1024) / 1000).max(2),
-        _ => 2,
-    };
-    let quota = cpu_lim
-        .map(|m| ((m * PERIOD) / 1000).max(1000))
-        .unwrap_or(0);
+/// The CFS period the kubelet sends (`cm.QuotaPeriod`, 100 ms: `cpuCFSQuotaPeriod` stays at
+/// its default).
+const QUOTA_PERIOD: i64 = 100_000;
+
+/// The kubelet's `cm.MilliCPUToShares`: 1024 per core, between 2 and 262144; 2 for none.
+pub fn milli_cpu_to_shares(milli: i64) -> i64 {
+    const MIN_SHARES: i64 = 2;
+    const MAX_SHARES: i64 = 262_144;
+    if milli == 0 {
+        return MIN_SHARES;
+    }
+    (milli.saturating_mul(1024) / 1000).clamp(MIN_SHARES, MAX_SHARES)
+}
+
+/// The kubelet's `cm.MilliCPUToQuota`: the limit's share of `period`, at least 1 ms; 0 (no
+/// quota) without a limit.
+pub fn milli_cpu_to_quota(milli: i64, period: i64) -> i64 {
+    const MIN_QUOTA: i64 = 1000;
+    if milli == 0 {
+        return 0;
+    }
+    (milli.saturating_mul(period) / 1000).max(MIN_QUOTA)
+}
+
+/// The kubelet's `calculateLinuxResources` (kuberuntime_container_linux.go): shares from the
+/// CPU request, or from the limit when no request is named; the memory limit (0 = unset); the
+/// CFS quota of the CPU limit over the 100 ms period, the period always (`cpuCFSQuota` on, its
+/// default).
+fn calculate_linux_resources(
+    cpu_request: Option<i64>,
+    cpu_limit: i64,
+    memory_limit: i64,
+) -> LinuxResources {
     LinuxResources {
-        // Always the period, quota 0 without a limit: the kubelet's calculateLinuxResources
-        // sets CpuPeriod whenever cpuCFSQuota is on (its default).
-        cpu_period: PERIOD,
-        cpu_quota: quota,
-        cpu_shares: shares,
-        memory_limit_in_bytes: mem_lim.unwrap_or(0),
+        cpu_shares: milli_cpu_to_shares(cpu_request.unwrap_or(cpu_limit)),
+        memory_limit_in_bytes: memory_limit,
+        cpu_quota: milli_cpu_to_quota(cpu_limit, QUOTA_PERIOD),
+        cpu_period: QUOTA_PERIOD,
         ..Default::default()
     }
 }
 
-/// The container's resources with its QoS OOM score and its swap
+/// A container's CPU and memory as CRI resources (`generateLinuxContainerResources` through
+/// `calculateLinuxResources`).
+pub fn linux_resources(c: &Container) -> LinuxResources {
+    let req = crate::api::helpers::container_requests(c);
+    let lim = crate::api::helpers::container_limits(c);
+    calculate_linux_resources(
+        req.cpu_millis,
+        lim.cpu_millis.unwrap_or(0),
+        lim.memory_bytes.unwrap_or(0),
+    )
+}
+
+/// The pod's totals for the sandbox, CRI `LinuxPodSandboxConfig.resources` (the kubelet's
+/// `calculateSandboxResources`, kuberuntime_sandbox_linux.go): `PodRequests` and `PodLimits`
+/// without the overhead (the containers and sidecars, or the largest init container), through
+/// `calculateLinuxResources`. A limit counts where a container names one (unlike the pod
+/// cgroup's, which needs every container's); shares come from the summed CPU requests, or from
+/// the CPU limits when no container requests CPU.
+pub fn sandbox_resources(pod: &Pod) -> LinuxResources {
+    use crate::api::helpers::{aggregate_containers, container_limits, container_requests};
+    let req = aggregate_containers(pod, container_requests);
+    let lim = aggregate_containers(pod, container_limits);
+    calculate_linux_resources(
+        req.cpu_millis,
+        lim.cpu_millis.unwrap_or(0),
+        lim.memory_bytes.unwrap_or(0),
+    )
+}
+
+/// CRI `LinuxPodSandboxConfig.overhead` (the kubelet's `convertOverheadToLinuxResources`):
+/// `spec.overhead` as requests equal to limits; all zero for a pod without overhead.
+pub fn sandbox_overhead(pod: &Pod) -> LinuxResources {
+    if !pod.spec.extra.contains_key("overhead") {
+        return LinuxResources::default();
+    }
+    let (cpu, memory) = crate::api::helpers::pod_overhead(pod);
+    calculate_linux_resources(Some(cpu), cpu, memory)
+}
+
+/// The host's huge page sizes as the hugetlb controller names them (libcontainer's
+/// `cgroups.HugePageSizes`): each `hugepages-<N>kB` of /sys/kernel/mm/hugepages, in
+/// directory order, as `<N>KB`, `<N/1024>MB` or `<N/1048576>GB`. None when unreadable.
+pub fn host_huge_page_sizes(dir: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let kib: u64 = name
+                .to_str()?
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()?;
+            Some(if kib >= 1 << 20 {
+                format!("{}GB", kib >> 20)
+            } else if kib >= 1 << 10 {
+                format!("{}MB", kib >> 10)
+            } else {
+                format!("{kib}KB")
+            })
+        })
+        .collect()
+}
+
+/// The host's huge page sizes, read once (as libcontainer caches them).
+fn huge_page_sizes() -> &'static [String] {
+    static SIZES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    SIZES.get_or_init(|| host_huge_page_sizes(std::path::Path::new("/sys/kernel/mm/hugepages")))
+}
+
+/// A page size in bytes as the hugetlb controller names it (v1helper
+/// `HugePageUnitSizeFromByteSize`): divided by 1024 while it divides, `B`..`PB`; `None` when
+/// what remains is above 1024 (not a whole number of the largest unit).
+fn huge_page_unit_size(mut size: i64) -> Option<String> {
+    const UNITS: [&str; 6] = ["B", "KB", "MB", "GB", "TB", "PB"];
+    if size <= 0 {
+        return None;
+    }
+    let mut idx = 0;
+    while size % 1024 == 0 && idx < UNITS.len() - 1 {
+        size /= 1024;
+        idx += 1;
+    }
+    if size > 1024 && idx < UNITS.len() - 1 {
+        return None;
+    }
+    Some(format!("{size}{}", UNITS[idx]))
+}
+
+/// The kubelet's `GetHugepageLimitsFromResources` (kuberuntime_container_linux.go): a limit of
+/// 0 for each huge page size of the host (`sizes`), replaced by the container's
+/// `hugepages-<size>` limit where it has one (a size the host lacks is not sent).
+pub fn hugepage_limits(c: &Container, sizes: &[String]) -> Vec<crate::cri::HugepageLimit> {
+    let mut wanted: BTreeMap<String, u64> = BTreeMap::new();
+    for (name, amount) in &c.resources.limits {
+        let Some(size) = name.strip_prefix("hugepages-") else {
+            continue;
+        };
+        let bytes = crate::api::quantity::parse_quantity_str(size).map(|q| q.value());
+        let Some(unit) = bytes.ok().and_then(huge_page_unit_size) else {
+            tracing::info!(container = %c.name, resource = %name, "invalid huge page size");
+            continue;
+        };
+        if let Ok(q) = parse_quantity(amount) {
+            wanted.insert(unit, u64::try_from(q.value()).unwrap_or(0));
+        }
+    }
+    sizes
+        .iter()
+        .map(|page_size| crate::cri::HugepageLimit {
+            page_size: page_size.clone(),
+            limit: wanted.get(page_size).copied().unwrap_or(0),
+        })
+        .collect()
+}
+
+/// The container's resources with its QoS OOM score, its huge page limits and its swap
 /// (`generateLinuxContainerResources`).
 pub fn container_resources(pod: &Pod, c: &Container, swap: &SwapHost) -> LinuxResources {
     let mut r = LinuxResources {
         oom_score_adj: crate::cm::oom_score_adj(pod, c, crate::node::capacity().memory_bytes),
+        hugepage_limits: hugepage_limits(c, huge_page_sizes()),
         ..linux_resources(c)
     };
     configure_swap(&mut r, swap, pod, c);
@@ -348,5 +475,147 @@ mod swap_tests {
             ..host(SwapBehavior::LimitedSwap, true)
         });
         assert_eq!(nothing, linux_resources(c));
+    }
+}
+
+#[cfg(test)]
+mod resources_tests {
+    use super::*;
+
+    fn pod(spec: serde_json::Value) -> Pod {
+        let mut v =
+            serde_json::json!({"metadata": {"name": "p", "namespace": "default", "uid": "u"}});
+        v["spec"] = spec;
+        serde_json::from_value(v).unwrap()
+    }
+
+    const MI: i64 = 1 << 20;
+
+    /// calculateSandboxResources (kuberuntime_sandbox_linux.go): PodRequests and PodLimits
+    /// without the overhead (AggregateContainerRequests/Limits: the containers plus the
+    /// sidecars, or an init container with the sidecars before it where larger), through
+    /// calculateLinuxResources. A limit counts where a container names one.
+    #[test]
+    fn the_sandbox_gets_the_pods_totals_as_calculate_sandbox_resources() {
+        let p = pod(serde_json::json!({
+            "initContainers": [
+                {"name": "side", "image": "i", "restartPolicy": "Always",
+                 "resources": {"requests": {"cpu": "100m", "memory": "16Mi"}}},
+                {"name": "big", "image": "i",
+                 "resources": {"limits": {"cpu": "2", "memory": "512Mi"}}},
+            ],
+            "containers": [
+                {"name": "a", "image": "i",
+                 "resources": {"requests": {"cpu": "250m"}, "limits": {"cpu": "500m", "memory": "64Mi"}}},
+                {"name": "b", "image": "i", "resources": {"requests": {"cpu": "150m"}}},
+            ],
+            "overhead": {"cpu": "250m", "memory": "120Mi"},
+        }));
+        let r = sandbox_resources(&p);
+        // Requests: a 250m + b 150m + side 100m = 500m; big while it runs: 2000m (its limit)
+        // + side 100m = 2100m, the larger. Limits: a 500m (b and side have none); big 2000m.
+        // Memory limits: a 64Mi; big 512Mi. The overhead is not in them.
+        assert_eq!(r.cpu_shares, milli_cpu_to_shares(2100));
+        assert_eq!(r.cpu_shares, 2150);
+        assert_eq!(r.cpu_quota, 200_000);
+        assert_eq!(r.cpu_period, 100_000);
+        assert_eq!(r.memory_limit_in_bytes, 512 * MI);
+        assert_eq!(r.oom_score_adj, 0);
+        assert!(r.hugepage_limits.is_empty());
+
+        // convertOverheadToLinuxResources: requests = limits = spec.overhead.
+        let o = sandbox_overhead(&p);
+        assert_eq!(
+            (
+                o.cpu_shares,
+                o.cpu_quota,
+                o.cpu_period,
+                o.memory_limit_in_bytes
+            ),
+            (256, 25_000, 100_000, 120 * MI)
+        );
+        // Without overhead: all zero (the kubelet still sends the empty message).
+        let plain = pod(serde_json::json!({"containers": [{"name": "a", "image": "i"}]}));
+        assert_eq!(sandbox_overhead(&plain), LinuxResources::default());
+        // BestEffort: the minimum shares, no quota, no memory limit; the period always.
+        let r = sandbox_resources(&plain);
+        assert_eq!(
+            (
+                r.cpu_shares,
+                r.cpu_quota,
+                r.cpu_period,
+                r.memory_limit_in_bytes
+            ),
+            (2, 0, 100_000, 0)
+        );
+    }
+
+    /// The sums keep what the containers name: a memory limit on one container of two is the
+    /// sandbox's limit (PodLimits sums what is there), unlike the pod cgroup's
+    /// (ResourceConfigForPod needs every container's).
+    #[test]
+    fn a_partial_memory_limit_is_the_sandboxs_limit() {
+        let p = pod(serde_json::json!({"containers": [
+            {"name": "a", "image": "i", "resources": {"limits": {"memory": "64Mi"}}},
+            {"name": "b", "image": "i", "resources": {"requests": {"memory": "32Mi"}}},
+        ]}));
+        assert_eq!(sandbox_resources(&p).memory_limit_in_bytes, 64 * MI);
+        assert_eq!(crate::cm::pod_resources(&p).memory_limit, None);
+    }
+
+    /// MilliCPUToShares and MilliCPUToQuota (pkg/kubelet/cm/helpers_linux.go).
+    #[test]
+    fn shares_and_quota_are_the_kubelets() {
+        assert_eq!(milli_cpu_to_shares(0), 2);
+        assert_eq!(milli_cpu_to_shares(1), 2);
+        assert_eq!(milli_cpu_to_shares(1000), 1024);
+        assert_eq!(milli_cpu_to_shares(1_000_000), 262_144);
+        assert_eq!(milli_cpu_to_quota(0, 100_000), 0);
+        assert_eq!(milli_cpu_to_quota(5, 100_000), 1000);
+        assert_eq!(milli_cpu_to_quota(1500, 100_000), 150_000);
+    }
+
+    /// libcontainer's HugePageSizes: `hugepages-<N>kB` entries as KB/MB/GB, others ignored.
+    #[test]
+    fn host_huge_page_sizes_are_named_as_libcontainer_names_them() {
+        let d = tempfile::tempdir().unwrap();
+        for e in [
+            "hugepages-2048kB",
+            "hugepages-1048576kB",
+            "hugepages-64kB",
+            "other",
+        ] {
+            std::fs::create_dir(d.path().join(e)).unwrap();
+        }
+        let mut sizes = host_huge_page_sizes(d.path());
+        sizes.sort();
+        assert_eq!(sizes, ["1GB", "2MB", "64KB"]);
+        assert!(host_huge_page_sizes(&d.path().join("missing")).is_empty());
+    }
+
+    /// GetHugepageLimitsFromResources (kuberuntime_container_linux.go): a 0 limit for each
+    /// size of the host, the container's `hugepages-<size>` limit where it names one; a size
+    /// the host lacks is not sent. HugePageUnitSizeFromByteSize names the sizes.
+    #[test]
+    fn every_host_page_size_gets_a_limit_zero_unless_asked() {
+        let sizes = vec!["1GB".to_string(), "2MB".to_string()];
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c", "image": "i",
+            "resources": {"limits": {"hugepages-2Mi": "8Mi", "hugepages-32Mi": "32Mi", "memory": "64Mi"}},
+        }))
+        .unwrap();
+        let got: Vec<(String, u64)> = hugepage_limits(&c, &sizes)
+            .into_iter()
+            .map(|h| (h.page_size, h.limit))
+            .collect();
+        assert_eq!(got, [("1GB".to_string(), 0), ("2MB".to_string(), 8 << 20)]);
+        let none = hugepage_limits(&Container::default(), &sizes);
+        assert!(none.iter().all(|h| h.limit == 0) && none.len() == 2);
+        assert!(hugepage_limits(&c, &[]).is_empty());
+        assert_eq!(huge_page_unit_size(2 << 20).as_deref(), Some("2MB"));
+        assert_eq!(huge_page_unit_size(1 << 30).as_deref(), Some("1GB"));
+        assert_eq!(huge_page_unit_size(64 << 10).as_deref(), Some("64KB"));
+        assert_eq!(huge_page_unit_size(1025), None);
+        assert_eq!(huge_page_unit_size(0), None);
     }
 }

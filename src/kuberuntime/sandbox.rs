@@ -159,6 +159,8 @@ impl RuntimeManager<'_> {
             share_pid: crate::api::security::share_process_namespace(p),
             security: crate::api::security::sandbox_security(p),
             sysctls: crate::api::security::sysctls(p),
+            resources: Some(super::container_linux::sandbox_resources(p)),
+            overhead: Some(super::container_linux::sandbox_overhead(p)),
             // A hostUsers: false pod's recorded range (`create_sandbox` allocates it the
             // first time); an unreadable record fails `create_sandbox` the same way.
             user_namespace: if super::userns::wants_user_namespace(p) {

@@ -139,6 +139,14 @@ fn fork_bomb_and_memory_hog_leave_nanolet_containerd_and_other_pods_working() {
         "{limit} vs {}",
         cap.memory_bytes
     );
+    // And pids.max at the allocatable PIDs (node_container_manager getCgroupConfig:
+    // PidsLimit from the internal capacity's `pid`, pidlimit.Stats' min(pid_max,
+    // threads-max); nothing reserved here).
+    let max_pids = nanolet::eviction::observe::max_pids().expect("the node's task limit");
+    assert_eq!(
+        read("pids/kubepods/pids.max").ok(),
+        Some(max_pids.to_string())
+    );
     assert_eq!(
         read("cpu/kubepods/besteffort/cpu.shares").ok().as_deref(),
         Some("2")

@@ -115,6 +115,21 @@ fn systemd_driver_makes_the_kubelets_slices_through_the_real_systemd() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     assert_eq!(limit, (cap.memory_bytes - (256 << 20)) / page * page);
+    // TasksMax at the allocatable PIDs (getCgroupConfig's PidsLimit from the internal
+    // capacity's `pid`, min(pid_max, threads-max); nothing reserved), in pids.max too. As
+    // nanolet sees them: pid_max belongs to the PID namespace (Linux 6.14+).
+    let sysctl = |k: &str| -> u64 {
+        sd.inside(&["cat", &format!("/proc/sys/kernel/{k}")])
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("kernel.{k}: {e}"))
+    };
+    let max_pids = sysctl("pid_max").min(sysctl("threads-max")).to_string();
+    assert_eq!(sd.property("kubepods.slice", "TasksMax"), max_pids);
+    assert_eq!(
+        sd.cgroup_file("pids/kubepods.slice/pids.max").as_deref(),
+        Some(max_pids.as_str())
+    );
 
     n.write(
         "burst.yaml",
