@@ -642,6 +642,26 @@ pub fn prepare(
     Ok(out)
 }
 
+/// Creates the missing directories of subPath `path` below volume `base` as the kubelet does
+/// (makeMounts: `perm := GetMode(volumePath)`, then `SafeMakeDir(subPath, volumePath, perm)`):
+/// every directory it creates gets the volume's whole mode after the umask, fchmod with the
+/// permission bits and setgid, setuid and sticky. A Memory emptyDir with an fsGroup is
+/// `dgtrwxrwxrwx` (tmpfs 1777 plus the ownership's setgid), and so is its new subPath.
+fn make_sub_path_dirs(base: &Path, path: &Path) -> std::io::Result<()> {
+    let mode = std::fs::metadata(base)?.permissions().mode() & 0o7777;
+    let rel = path.strip_prefix(base).map_err(std::io::Error::other)?;
+    let mut cur = base.to_path_buf();
+    for c in rel.components() {
+        cur.push(c);
+        match std::fs::create_dir(&cur) {
+            Ok(()) => std::fs::set_permissions(&cur, std::fs::Permissions::from_mode(mode))?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 fn clean_relative(p: &str) -> Result<PathBuf, SubPathError> {
     let path = Path::new(p);
     if path.is_absolute() {
@@ -702,15 +722,8 @@ pub fn mounts_for(
                 let rel = clean_relative(&s).map_err(|e| err(e.to_string()))?;
                 let p = base.join(rel);
                 if !p.exists() && base.is_dir() {
-                    // The kubelet creates a missing subPath as a directory with the volume's
-                    // mode (makeMounts: hu.GetMode(volumePath), then MkdirAll with it), not
-                    // the umask's: 0777 in an emptyDir.
-                    std::fs::create_dir_all(&p)
+                    make_sub_path_dirs(base, &p)
                         .map_err(|e| err(format!("creating subPath {}: {e}", p.display())))?;
-                    if let Ok(m) = std::fs::metadata(base) {
-                        let mode = m.permissions().mode() & 0o777;
-                        let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
-                    }
                 }
                 p
             }
@@ -878,6 +891,48 @@ mod tests {
         );
         let ms = mounts_for(&c, &vols, &[("POD".into(), "web".into())]).expect("mounts");
         assert_eq!(mode(Path::new(&ms[0].host_path)), 0o777, "created subPath");
+    }
+
+    /// e2e `EmptyDir volumes when FSGroup is specified ... nonexistent volume subPath should
+    /// have the correct mode and owner using FSGroup`: makeMounts creates the subPath with the
+    /// volume's whole mode (`hu.GetMode`, then SafeMakeDir's fchmod keeps setgid and sticky):
+    /// `dgtrwxrwxrwx`, group 123, for a Memory emptyDir with fsGroup 123; every directory
+    /// created on the way gets it, the umask does not apply.
+    #[test]
+    fn a_created_sub_path_gets_the_volumes_setgid_and_sticky_bits() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().expect("tempdir");
+        let pod = pod_with(json!([{"name": "mem", "emptyDir": {"medium": "Memory"}}]));
+        let ctx = VolumeContext {
+            fs_group: Some(123),
+            ..VolumeContext::default()
+        };
+        let vols = prepare(&pod, &d.path().join("pods/u1"), &ctx).expect("volumes");
+        let mut c = Container::default();
+        c.extra.insert(
+            "volumeMounts".into(),
+            json!([{"name": "mem", "mountPath": "/test-volume", "subPath": "test-sub/deeper"}]),
+        );
+        let ms = mounts_for(&c, &vols, &[]);
+        let meta =
+            |p: &Path| std::fs::metadata(p).map(|m| (m.permissions().mode() & 0o7777, m.gid()));
+        let (top, sub) = (
+            meta(&vols["mem"].join("test-sub")),
+            meta(&vols["mem"].join("test-sub/deeper")),
+        );
+        let _ = nix::mount::umount2(&vols["mem"], nix::mount::MntFlags::MNT_DETACH);
+        let ms = ms.expect("mounts");
+        assert!(
+            ms[0].host_path.ends_with("mem/test-sub/deeper"),
+            "{:?}",
+            ms[0]
+        );
+        assert_eq!(
+            top.expect("test-sub"),
+            (0o3777, 123),
+            "created subPath directory"
+        );
+        assert_eq!(sub.expect("deeper"), (0o3777, 123), "every created level");
     }
 
     #[test]

@@ -205,6 +205,14 @@ pub struct PodStatus {
     pub container_statuses: Vec<ContainerStatus>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub qos_class: String,
+    /// The `metadata.generation` the kubelet synced (PodObservedGenerationTracking, GA at
+    /// v1.35).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub observed_generation: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -226,6 +234,9 @@ pub struct PodCondition {
     pub reason: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// The `metadata.generation` of the pod this condition was computed for.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub observed_generation: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

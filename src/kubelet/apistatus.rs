@@ -280,6 +280,7 @@ fn cond(type_: &str, ok: bool, reason: &str, message: String) -> PodCondition {
         last_transition_time: None,
         reason: if ok { String::new() } else { reason.into() },
         message: if ok { String::new() } else { message },
+        observed_generation: 0,
     }
 }
 
@@ -343,7 +344,23 @@ pub fn compute(
         }
     }
 
-    let conditions = conditions(pod, state, inputs, old, &init, &regular, &phase);
+    // PodObservedGenerationTracking (GA at v1.35): the status and every condition the kubelet
+    // owns carry the generation of the pod it synced (status_manager CalculatePodStatus-
+    // ObservedGeneration, never lower than the last one sent; the generate*Condition
+    // functions' CalculatePodConditionObservedGeneration).
+    let generation = pod
+        .metadata
+        .extra
+        .get("generation")
+        .and_then(serde_json::Value::as_i64)
+        .unwrap_or(0);
+    let mut conditions = conditions(pod, state, inputs, old, &init, &regular, &phase);
+    for c in conditions
+        .iter_mut()
+        .filter(|c| crate::api::helpers::is_kubelet_condition(&c.type_))
+    {
+        c.observed_generation = generation;
+    }
     let (pod_ip, pod_ips) = pod_ips(pod, state, inputs, old, &phase);
 
     PodStatus {
@@ -366,6 +383,7 @@ pub fn compute(
         init_container_statuses: init,
         container_statuses: regular,
         qos_class: qos_class(pod),
+        observed_generation: generation.max(old.observed_generation),
     }
 }
 
@@ -904,5 +922,54 @@ mod tests {
         }
         let (_, status, reason, _) = ready(&pod);
         assert_eq!((status.as_str(), reason.as_str()), ("True", ""));
+    }
+
+    /// e2e `Pods Extended (pod generation) pod generation should start at 1 and increment per
+    /// update` and `pod observedGeneration field set in pod conditions`: with
+    /// PodObservedGenerationTracking (GA, locked on at v1.35) status.observedGeneration is the
+    /// synced pod's metadata.generation (status_manager: CalculatePodStatusObservedGeneration,
+    /// never lowered), and so is each kubelet-owned condition's; others' conditions are kept.
+    #[test]
+    fn status_and_kubelet_conditions_carry_the_observed_generation() {
+        let mut pod = Pod::default();
+        pod.metadata.extra.insert("generation".into(), 3.into());
+        pod.spec.containers = vec![Container {
+            name: "c".into(),
+            ..Default::default()
+        }];
+        let old = PodStatus {
+            conditions: vec![PodCondition {
+                type_: "example.com/gate".into(),
+                status: "True".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let state = PodRuntimeState {
+            sandboxes: vec![],
+            containers: vec![running("c")],
+        };
+        let st = compute(&pod, &state, &StatusInputs::default(), Some(&old));
+        assert_eq!(st.observed_generation, 3);
+        for c in &st.conditions {
+            let want = if crate::api::helpers::is_kubelet_condition(&c.type_) {
+                3
+            } else {
+                0
+            };
+            assert_eq!(c.observed_generation, want, "{c:?}");
+        }
+        assert!(st.conditions.iter().any(|c| c.type_ == "PodScheduled"));
+        let v = serde_json::to_value(&st).expect("json");
+        assert_eq!(v["observedGeneration"], 3);
+        // Never lower than what was sent already.
+        let newer = PodStatus {
+            observed_generation: 5,
+            ..st
+        };
+        assert_eq!(
+            compute(&pod, &state, &StatusInputs::default(), Some(&newer)).observed_generation,
+            5
+        );
     }
 }

@@ -245,8 +245,8 @@ pub fn answer_raw(raw: &[u8], store: &StatusStore, token: Option<&str>) -> Optio
     }
 }
 
-/// Streams one `follow=true` log on its own thread, with chunked encoding (HTTP/1.1) or until
-/// the connection closes (HTTP/1.0).
+/// Streams one container log (with `follow`, until the container stops) on its own thread,
+/// with chunked encoding (HTTP/1.1) or until the connection closes (HTTP/1.0).
 fn spawn_follower(
     stream: TcpStream,
     chunked: bool,
@@ -299,9 +299,11 @@ impl io::Write for ChunkWriter<'_> {
             return Ok(0);
         }
         if self.chunked {
-            write!(self.inner, "{:x}\r\n", buf.len())?;
-            self.inner.write_all(buf)?;
-            self.inner.write_all(b"\r\n")?;
+            // One write per chunk: over TLS one record, flushed by the caller.
+            let mut chunk = format!("{:x}\r\n", buf.len()).into_bytes();
+            chunk.extend_from_slice(buf);
+            chunk.extend_from_slice(b"\r\n");
+            self.inner.write_all(&chunk)?;
         } else {
             self.inner.write_all(buf)?;
         }

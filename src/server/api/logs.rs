@@ -7,7 +7,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::{ApiOutcome, QueryError, bad_request, fail, not_found};
+use super::{ApiOutcome, QueryError, bad_request, not_found};
 use crate::nodestatus::NodeContext;
 use crate::status::StatusStore;
 use crate::timeutil::parse_rfc3339;
@@ -52,70 +52,121 @@ pub struct LogOptions {
     pub timestamps: bool,
     pub tail_lines: Option<usize>,
     pub since: Option<SystemTime>,
+    /// `limitBytes`: the output stops after this many bytes.
+    pub limit_bytes: Option<u64>,
+    /// `stream` (PodLogsQuerySplitStreams): which of stdout and stderr are written.
+    pub stream: LogStream,
 }
 
-/// Joins partial CRI lines into whole log lines (`(time of the first part, text + \n)`).
-#[derive(Debug, Default)]
-pub struct LogAssembler {
-    pending: Option<(String, Vec<u8>)>,
+/// The `stream` of a log request: `All` (the default), `Stdout` or `Stderr`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogStream {
+    #[default]
+    All,
+    Stdout,
+    Stderr,
 }
 
-impl LogAssembler {
-    /// Feeds one raw line; returns a complete line when one is finished.
-    pub fn feed(&mut self, raw: &[u8]) -> Option<(String, Vec<u8>)> {
-        let l = parse_cri_line(raw)?;
-        let (time, mut text) = self
-            .pending
-            .take()
-            .unwrap_or_else(|| (l.time.to_string(), Vec::new()));
-        text.extend_from_slice(l.content);
-        if l.partial {
-            self.pending = Some((time, text));
-            None
-        } else {
+impl LogStream {
+    fn wants(self, stream: &str) -> bool {
+        match self {
+            LogStream::All => true,
+            LogStream::Stdout => stream == "stdout",
+            LogStream::Stderr => stream == "stderr",
+        }
+    }
+}
+
+/// The kubelet's log writer (cri-client pkg/logs ReadLogs and logWriter), record by record:
+/// each CRI record is written as it is, a partial (`P`) one without a newline and a full
+/// (`F`) one with the newline of its file line; the timestamp prefix only where a line
+/// starts; `since` per record; other streams skipped (and not counted); output cut at
+/// `limitBytes`.
+#[derive(Debug)]
+pub struct LogWriter<'a> {
+    opts: &'a LogOptions,
+    new_line: bool,
+    remain: u64,
+}
+
+impl<'a> LogWriter<'a> {
+    pub fn new(opts: &'a LogOptions) -> Self {
+        LogWriter {
+            opts,
+            new_line: true,
+            remain: opts.limit_bytes.unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Whether `limitBytes` has been reached: nothing more is written.
+    pub fn done(&self) -> bool {
+        self.remain == 0
+    }
+
+    /// One line of the log file (with its `\n`, or an incomplete last line): the bytes to
+    /// send, empty when the record is skipped. Lines not in the CRI format are skipped.
+    pub fn record(&mut self, raw: &[u8]) -> Vec<u8> {
+        let had_newline = raw.last() == Some(&b'\n');
+        let line = raw.strip_suffix(b"\n").unwrap_or(raw);
+        let Some(l) = parse_cri_line(line) else {
+            return Vec::new();
+        };
+        let mut text = l.content.to_vec();
+        if !l.partial && had_newline {
             text.push(b'\n');
-            Some((time, text))
+        }
+        let add_prefix = self.new_line;
+        self.new_line = text.last().is_none_or(|b| *b == b'\n');
+        if self.done()
+            || !self.opts.stream.wants(l.stream)
+            || self
+                .opts
+                .since
+                .is_some_and(|s| parse_rfc3339(l.time).is_some_and(|t| t < s))
+        {
+            return Vec::new();
+        }
+        let mut out = Vec::with_capacity(text.len() + 40);
+        if self.opts.timestamps && add_prefix {
+            out.extend_from_slice(l.time.as_bytes());
+            out.push(b' ');
+        }
+        out.extend_from_slice(&text);
+        let keep = usize::try_from(self.remain).unwrap_or(usize::MAX);
+        out.truncate(keep);
+        self.remain -= out.len() as u64;
+        out
+    }
+}
+
+/// The file lines of `data` a log request reads: each with its `\n` (the last one may lack
+/// it); with `tail_lines` N the last N lines ending in a newline (findTailLineStartIndex
+/// counts newlines, and the limited read stops after N records).
+pub fn log_records(data: &[u8], tail_lines: Option<usize>) -> Vec<&[u8]> {
+    let records: Vec<&[u8]> = data.split_inclusive(|b| *b == b'\n').collect();
+    match tail_lines {
+        None => records,
+        Some(n) => {
+            let complete = records.iter().filter(|r| r.ends_with(b"\n")).count();
+            let start = complete.saturating_sub(n);
+            records.into_iter().skip(start).take(n).collect()
         }
     }
 }
 
-fn render_line(opts: &LogOptions, time: &str, text: &[u8], out: &mut Vec<u8>) -> bool {
-    if let Some(since) = opts.since {
-        if parse_rfc3339(time).is_some_and(|t| t < since) {
-            return false;
-        }
-    }
-    if opts.timestamps {
-        out.extend_from_slice(time.as_bytes());
-        out.push(b' ');
-    }
-    out.extend_from_slice(text);
-    true
-}
-
-/// Formats the whole of a CRI log file's bytes for the API.
+/// Formats the whole of a CRI log file's bytes for the API: the records the kubelet's
+/// ReadLogs writes, one after the other.
 pub fn format_log(data: &[u8], opts: &LogOptions) -> Vec<u8> {
-    let mut asm = LogAssembler::default();
-    let mut lines: Vec<(String, Vec<u8>)> = data
-        .split(|b| *b == b'\n')
-        .filter_map(|raw| asm.feed(raw))
-        .filter(|(t, _)| {
-            opts.since
-                .is_none_or(|s| parse_rfc3339(t).is_none_or(|t| t >= s))
-        })
-        .collect();
-    if let Some(n) = opts.tail_lines {
-        let skip = lines.len().saturating_sub(n);
-        lines.drain(..skip);
-    }
+    let mut w = LogWriter::new(opts);
     let mut out = vec![];
-    for (t, text) in &lines {
-        render_line(opts, t, text, &mut out);
+    for raw in log_records(data, opts.tail_lines) {
+        out.extend(w.record(raw));
     }
     out
 }
 
-/// A `follow=true` log request, resolved to its file.
+/// A log request resolved to its file, streamed by the server (the kubelet's
+/// getContainerLogs: chunked, each record written and flushed on its own).
 #[derive(Debug)]
 pub struct LogFollow {
     pub path: PathBuf,
@@ -123,6 +174,8 @@ pub struct LogFollow {
     pub uid: String,
     pub container: String,
     pub restart_count: i64,
+    /// `follow=true`: after the current content, new records until the container stops.
+    pub follow: bool,
 }
 
 /// Whether the container (this restart) is still running, per the status store.
@@ -143,10 +196,30 @@ fn still_running(store: &StatusStore, uid: &str, container: &str, restart_count:
         })
 }
 
+/// Writes the records of `lines` through `w` to `out`, one `write` and flush per record that
+/// has output (as the kubelet's flushwriter). Returns false once `limitBytes` is reached.
+fn write_records<'a>(
+    w: &mut LogWriter<'_>,
+    lines: impl IntoIterator<Item = &'a [u8]>,
+    out: &mut dyn Write,
+) -> io::Result<bool> {
+    for raw in lines {
+        let piece = w.record(raw);
+        if !piece.is_empty() {
+            out.write_all(&piece)?;
+            out.flush()?;
+        }
+        if w.done() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 impl LogFollow {
-    /// Streams the log to `out` (the initial content with tail/since applied, then new lines as
-    /// the file grows) until the container stops or a write fails (the client went away).
-    /// Each `write` call is one complete chunk of whole lines.
+    /// Streams the log to `out`: the current content (tail, since, limitBytes applied), then,
+    /// with `follow`, new records as the file grows until the container stops or a write
+    /// fails (the client went away). Each `write` call is one record.
     pub fn stream(
         &self,
         store: &StatusStore,
@@ -157,21 +230,18 @@ impl LogFollow {
         let mut data = vec![];
         f.read_to_end(&mut data)?;
         let mut offset = data.len() as u64;
-        // Keep an unterminated last line for later.
+        let mut w = LogWriter::new(&self.opts);
+        if !self.follow {
+            // ReadLogs without follow: to the end of the file, an incomplete last line too.
+            write_records(&mut w, log_records(&data, self.opts.tail_lines), out)?;
+            return Ok(());
+        }
+        // Following, an incomplete last line is read again once it is complete.
         let cut = data.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
         let mut carry = data.split_off(cut);
-        let first = format_log(&data, &self.opts);
-        // The assembler state across the initial part: partial lines at the end of the
-        // initial content are re-read below, so start a fresh assembler from the carry point.
-        let mut asm = LogAssembler::default();
-        if !first.is_empty() {
-            out.write_all(&first)?;
-            out.flush()?;
+        if !write_records(&mut w, log_records(&data, self.opts.tail_lines), out)? {
+            return Ok(());
         }
-        let live_opts = LogOptions {
-            tail_lines: None,
-            ..self.opts.clone()
-        };
         let mut idle_checks = 0u32;
         loop {
             if stopping() {
@@ -192,17 +262,10 @@ impl LogFollow {
                 carry.extend_from_slice(&buf);
                 let cut = carry.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
                 let rest = carry.split_off(cut);
-                let mut chunk = vec![];
-                for raw in carry.split(|b| *b == b'\n') {
-                    if let Some((t, text)) = asm.feed(raw) {
-                        render_line(&live_opts, &t, &text, &mut chunk);
-                    }
+                if !write_records(&mut w, log_records(&carry, None), out)? {
+                    return Ok(());
                 }
                 carry = rest;
-                if !chunk.is_empty() {
-                    out.write_all(&chunk)?;
-                    out.flush()?;
-                }
                 continue;
             }
             // Nothing new. Rotated (the path is a new file: containerd reopened the log after
@@ -223,21 +286,14 @@ impl LogFollow {
             if idle_checks % 5 == 0
                 && !still_running(store, &self.uid, &self.container, self.restart_count)
             {
-                // One last read for what was written just before the exit.
+                // One last read for what was written just before the exit (complete
+                // records: ReadLogs returns at the next EOF once the container is gone).
                 let mut buf = vec![];
                 f.seek(SeekFrom::Start(offset))?;
                 f.read_to_end(&mut buf)?;
                 carry.extend_from_slice(&buf);
-                let mut chunk = vec![];
-                for raw in carry.split(|b| *b == b'\n') {
-                    if let Some((t, text)) = asm.feed(raw) {
-                        render_line(&live_opts, &t, &text, &mut chunk);
-                    }
-                }
-                if !chunk.is_empty() {
-                    out.write_all(&chunk)?;
-                    out.flush()?;
-                }
+                let cut = carry.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+                write_records(&mut w, log_records(&carry[..cut], None), out)?;
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -348,27 +404,17 @@ pub(super) fn pod_log(
         };
         return bad_request(&msg);
     }
-    if follow && !previous {
-        return ApiOutcome::Follow(LogFollow {
-            path,
-            opts,
-            uid: pod.metadata.uid.clone(),
-            container,
-            restart_count: n,
-        });
-    }
-    match std::fs::read(&path) {
-        Ok(data) => ApiOutcome::text(format_log(&data, &opts)),
-        Err(e) => {
-            tracing::warn!(pod = %format!("{ns}/{name}"), container = %container, error = %e, "reading container log");
-            fail(
-                500,
-                "InternalError",
-                &format!("reading the log of container \"{container}\": {e}"),
-                None,
-            )
-        }
-    }
+    // Streamed in both cases, as the kubelet's getContainerLogs (Transfer-Encoding: chunked):
+    // a client reading a fixed-length body gets its last bytes together with EOF, which the
+    // API server's websocket log proxy (wsstream messageCopy) drops.
+    ApiOutcome::Follow(LogFollow {
+        path,
+        opts,
+        uid: pod.metadata.uid.clone(),
+        container,
+        restart_count: n,
+        follow: follow && !previous,
+    })
 }
 
 /// A `kubectl logs` query.
@@ -384,6 +430,13 @@ fn log_query(q: &BTreeMap<String, String>) -> Result<LogQuery, QueryError> {
     let follow = parse_bool(q, "follow")?;
     let previous = parse_bool(q, "previous")?;
     let timestamps = parse_bool(q, "timestamps")?;
+    let limit_bytes = parse_positive(q, "limitBytes")?.map(i64::unsigned_abs);
+    let stream = match q.get("stream").map(String::as_str) {
+        None | Some("All") => LogStream::All,
+        Some("Stdout") => LogStream::Stdout,
+        Some("Stderr") => LogStream::Stderr,
+        Some(v) => return Err(QueryError::Stream(v.into())),
+    };
     let tail_lines = parse_positive(q, "tailLines")?.map(|n| n as usize);
     let mut since = parse_positive(q, "sinceSeconds")?
         .map(|s| SystemTime::now() - Duration::from_secs(s.unsigned_abs()));
@@ -397,6 +450,8 @@ fn log_query(q: &BTreeMap<String, String>) -> Result<LogQuery, QueryError> {
             timestamps,
             tail_lines,
             since,
+            limit_bytes,
+            stream,
         },
     })
 }
@@ -495,6 +550,48 @@ garbage\n\
         );
     }
 
+    /// e2e `Projected combined should project all components` runs `cat a && cat b && cat c`
+    /// on files without a final newline: the runtime writes one partial (`P`) record that no
+    /// full one follows. The kubelet's ReadLogs writes every record as it is (cri-client
+    /// logWriter), so the output is the text without a newline; it was dropped.
+    #[test]
+    fn partial_records_are_written_as_they_are_like_the_kubelets_read_logs() {
+        let data = b"2026-11-22T18:00:00Z stdout P podnamesecret-value-1configmap-value-1\n";
+        assert_eq!(
+            format_log(data, &LogOptions::default()),
+            b"podnamesecret-value-1configmap-value-1".to_vec()
+        );
+        // The timestamp only where a line starts; a final line without its newline counts.
+        let data = b"2026-11-22T18:00:00Z stdout P a\n\
+2026-11-22T18:00:01Z stdout F b\n\
+2026-11-22T18:00:02Z stderr F c";
+        let ts = LogOptions {
+            timestamps: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            String::from_utf8(format_log(data, &ts)).unwrap(),
+            "2026-11-22T18:00:00Z ab\n2026-11-22T18:00:02Z c"
+        );
+        // tailLines counts the file's lines; an incomplete last one is not among them.
+        let tail = LogOptions {
+            tail_lines: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(format_log(data, &tail), b"b\n".to_vec());
+        // limitBytes cuts the output; stream (PodLogsQuerySplitStreams) picks one stream.
+        let limit = LogOptions {
+            limit_bytes: Some(2),
+            ..Default::default()
+        };
+        assert_eq!(format_log(data, &limit), b"ab".to_vec());
+        let stderr = LogOptions {
+            stream: LogStream::Stderr,
+            ..Default::default()
+        };
+        assert_eq!(format_log(data, &stderr), b"c".to_vec());
+    }
+
     /// A writer that hands each chunk to a channel.
     struct ChanWriter(std::sync::mpsc::Sender<Vec<u8>>);
     impl Write for ChanWriter {
@@ -534,6 +631,7 @@ garbage\n\
             uid: "u1".into(),
             container: "c".into(),
             restart_count: 0,
+            follow: true,
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let t = {
@@ -550,7 +648,10 @@ garbage\n\
         f.write_all(b"2026-11-22T18:00:01Z stdout P tw").unwrap();
         f.flush().unwrap();
         f.write_all(b"\n2026-11-22T18:00:02Z stdout F o\n").unwrap();
-        assert_eq!(recv(), b"two\n");
+        // Each record on its own, as the kubelet's writer (the partial one once its file line
+        // is complete).
+        assert_eq!(recv(), b"tw");
+        assert_eq!(recv(), b"o\n");
         // Rotation: rename, and a new file at the path.
         std::fs::rename(&path, dir.path().join("0.log.20261122180003")).unwrap();
         std::fs::write(&path, "2026-11-22T18:00:04Z stdout F three\n").unwrap();

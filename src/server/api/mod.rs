@@ -38,6 +38,8 @@ pub enum QueryError {
     Bool { key: String, value: String },
     #[error("{key}: must be a non-negative integer, got {value:?}")]
     NonNegative { key: String, value: String },
+    #[error("invalid stream type {0:?}")]
+    Stream(String),
     #[error("sinceTime: invalid time {0:?}")]
     SinceTime(String),
     #[error("a container name must be specified for pod {pod}, choose one of: [{choices}]")]
@@ -58,7 +60,7 @@ pub enum ApiOutcome {
         content_type: &'static str,
         body: Vec<u8>,
     },
-    /// `follow=true` logs: the server streams it on its own thread.
+    /// A container log: the server streams it (chunked; with `follow`, on its own thread).
     Follow(LogFollow),
 }
 
@@ -68,14 +70,6 @@ impl ApiOutcome {
             status,
             content_type: "application/json",
             body: serde_json::to_vec(v).unwrap_or_default(),
-        }
-    }
-
-    fn text(body: Vec<u8>) -> ApiOutcome {
-        ApiOutcome::Response {
-            status: 200,
-            content_type: "text/plain",
-            body,
         }
     }
 }
