@@ -115,6 +115,20 @@ impl StatusStore {
         g.pods.insert(uid, Box::new(pod));
     }
 
+    /// A readiness probe result of a terminating pod (the prober writes it while the pod
+    /// worker kills the pod): see `kubelet::apistatus::set_container_readiness`.
+    pub fn set_container_readiness(&self, uid: &str, container_id: &str, ready: bool) {
+        let mut g = self.lock();
+        if let Some(pod) = g.pods.get_mut(uid) {
+            crate::kubelet::apistatus::set_container_readiness(
+                pod,
+                container_id,
+                ready,
+                crate::timeutil::now_unix_nanos(),
+            );
+        }
+    }
+
     pub fn remove_pod(&self, uid: &str) {
         let mut g = self.lock();
         g.pods.remove(uid);
