@@ -19,7 +19,13 @@
 //! - a result flips only after `successThreshold` / `failureThreshold` equal results in a row;
 //! - after a liveness/startup failure the probe is on hold until a new container ID appears;
 //! - the first run of a probe is jittered within its period when nanolet started less than a
-//!   period ago (many probes after a restart must not fire at once), as the kubelet does.
+//!   period ago (many probes after a restart must not fire at once), as the kubelet does;
+//! - each status generation runs the readiness probe of a started, not-ready container at
+//!   once ([`Prober::trigger_unready`], prober_manager.go UpdatePodStatus);
+//! - a terminating pod's liveness and startup probes stop, its readiness probes go on until
+//!   its containers stopped, their changes written to the status store directly
+//!   ([`Prober::stop_liveness_and_startup`], kubelet.go SyncTerminatingPod);
+//! - an HTTP redirect not followed is a success with a `ProbeWarning` event (prober.go).
 
 pub mod handlers;
 pub mod spec;
