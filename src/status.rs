@@ -115,17 +115,16 @@ impl StatusStore {
         g.pods.insert(uid, Box::new(pod));
     }
 
-    /// A readiness probe result of a terminating pod (the prober writes it while the pod
-    /// worker kills the pod): see `kubelet::apistatus::set_container_readiness`.
-    pub fn set_container_readiness(&self, uid: &str, container_id: &str, ready: bool) {
+    /// Change a stored pod in place (e.g. one container's readiness while its pod worker is
+    /// busy). Returns whether the pod was there.
+    pub fn update_pod(&self, uid: &str, f: impl FnOnce(&mut Pod)) -> bool {
         let mut g = self.lock();
-        if let Some(pod) = g.pods.get_mut(uid) {
-            crate::kubelet::apistatus::set_container_readiness(
-                pod,
-                container_id,
-                ready,
-                crate::timeutil::now_unix_nanos(),
-            );
+        match g.pods.get_mut(uid) {
+            Some(pod) => {
+                f(pod);
+                true
+            }
+            None => false,
         }
     }
 

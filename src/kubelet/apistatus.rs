@@ -607,6 +607,17 @@ pub fn set_container_readiness(
     true
 }
 
+/// The prober's writer of a terminating pod's readiness changes into `store`.
+pub fn readiness_writer(
+    store: std::sync::Arc<crate::status::StatusStore>,
+) -> crate::prober::ReadinessWriter {
+    Box::new(move |uid, container_id, ready| {
+        store.update_pod(uid, |pod| {
+            set_container_readiness(pod, container_id, ready, timeutil::now_unix_nanos());
+        });
+    })
+}
+
 /// The `DisruptionTarget` condition of a pod the eviction manager evicted (the kubelet's
 /// `evictPod` status function: True, reason `TerminationByKubelet`, the eviction message) or
 /// the node shutdown manager terminated (the same, with its message), its transition time kept

@@ -1006,6 +1006,7 @@ mod tests {
                     }),
                 );
                 p.set_event_store(store.clone());
+                p.set_readiness_writer(crate::kubelet::apistatus::readiness_writer(store.clone()));
                 p
             },
             store: store.clone(),
@@ -1351,9 +1352,13 @@ mod tests {
                     && !s.container_statuses.is_empty()
             })
         });
-        // The next config change drops it (the API pod is gone from the config).
-        h.desire(&[], true);
-        h.wait("gone", |h| h.store.get("u1").is_none());
+        // A config change once the worker finished drops it (the API pod is gone from the
+        // config). The terminated status is published before the worker's last clean-up, so a
+        // change sent at once may still find the worker: send one per poll.
+        h.wait("gone", |h| {
+            h.desire(&[], true);
+            h.store.get("u1").is_none()
+        });
     }
 
     #[test]
@@ -1992,13 +1997,13 @@ mod tests {
         let srv = server.clone();
         let serving = std::thread::spawn(move || {
             for req in srv.incoming_requests() {
-                let resp = tiny_http::Response::from_string(
-                    "<a href=\"http://0.0.0.0/\">Found</a>.\n\n",
-                )
-                .with_status_code(302)
-                .with_header(
-                    tiny_http::Header::from_bytes("Location", "http://0.0.0.0/").expect("header"),
-                );
+                let resp =
+                    tiny_http::Response::from_string("<a href=\"http://0.0.0.0/\">Found</a>.\n\n")
+                        .with_status_code(302)
+                        .with_header(
+                            tiny_http::Header::from_bytes("Location", "http://0.0.0.0/")
+                                .expect("header"),
+                        );
                 let _ = req.respond(resp);
             }
         });

@@ -149,6 +149,8 @@ pub struct Prober {
     notify: Mutex<Option<ResultUpdates>>,
     /// Where `Unhealthy` events go (set by the agent).
     events: Mutex<Option<Arc<crate::status::StatusStore>>>,
+    /// Where a terminating pod's readiness changes go (set by the agent).
+    readiness_writer: Mutex<Option<ReadinessWriter>>,
     started: Instant,
     /// Tests: no jittered first runs after the start.
     no_start_jitter: AtomicBool,
@@ -163,6 +165,10 @@ fn jitter_fraction(seed: &Key) -> f64 {
     }
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
+
+/// Called with (pod UID, container ID, ready) when a readiness result of a terminating pod
+/// changes: the status manager's SetContainerReadiness (the agent writes the status store).
+pub type ReadinessWriter = Box<dyn Fn(&str, &str, bool) + Send>;
 
 /// Called with a pod's UID when one of its probe results changes (the agent connects it to the
 /// sync loop; upstream's results manager `Updates()` channel).
@@ -180,6 +186,7 @@ impl Prober {
             runtime,
             notify: Mutex::new(notify),
             events: Mutex::new(None),
+            readiness_writer: Mutex::new(None),
             started: Instant::now(),
             no_start_jitter: AtomicBool::new(false),
         });
@@ -200,6 +207,13 @@ impl Prober {
     #[cfg(test)]
     pub(crate) fn disable_start_jitter(&self) {
         self.no_start_jitter.store(true, Ordering::Relaxed);
+    }
+
+    /// Send a terminating pod's readiness changes here.
+    pub fn set_readiness_writer(&self, writer: ReadinessWriter) {
+        if let Ok(mut w) = self.readiness_writer.lock() {
+            *w = Some(writer);
+        }
     }
 
     /// Record probe failures as `Unhealthy` events in this store.
@@ -595,8 +609,10 @@ impl Prober {
             if changed && w.terminating && key.kind == ProbeKind::Readiness {
                 // kubelet.go syncLoopIteration: a readiness update goes to the status manager
                 // (SetContainerReadiness) whatever the pod worker is doing.
-                if let Some(store) = self.events.lock().ok().and_then(|e| e.clone()) {
-                    store.set_container_readiness(&key.uid, &w.container_id, success);
+                if let Ok(writer) = self.readiness_writer.lock() {
+                    if let Some(write) = writer.as_ref() {
+                        write(&key.uid, &w.container_id, success);
+                    }
                 }
             }
             if !success && key.kind != ProbeKind::Readiness {
