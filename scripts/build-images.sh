@@ -157,7 +157,7 @@ if [ -n "$e2e_bin" ]; then
   #   agnhost:2.63.0    agnhost built from its source in the pinned module (bin/agnhost), at
   #                     /agnhost with the agnhost-2 link, /uploads, porter's localhost.crt/key, the
   #                     user-defined-in-image (1000) and group-defined-in-image (50000) of its
-  #                     Dockerfile; this host's curl; sh, nc, wget and the rest from busybox
+  #                     Dockerfile; this host's curl and bash; sh, nc, wget and the rest from busybox
   #                     instead of Alpine's packages. Also tagged 2.55 (AgnhostPrev: tests only
   #                     need a second tag)
   #   nonewprivs:1.4    bin/nonewprivs (nnp.go) setuid root at /usr/local/bin/nnp, Cmd nnp
@@ -186,12 +186,16 @@ if [ -n "$e2e_bin" ]; then
   echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >>"$x/etc/passwd"
   cat "$root/etc/group" >"$x/etc/group"
   printf '%s\n' 'user-defined-in-image:x:1000:' 'group-defined-in-image:x:50000:user-defined-in-image' >>"$x/etc/group"
-  # curl (Alpine's package upstream): tests' hooks and probes run `sh -c "curl ..."` in
-  # agnhost. This host's (Debian's) curl with the shared libraries it loads, at their paths.
+  # curl and bash (Alpine's packages upstream): tests' hooks and probes run `sh -c "curl ..."`
+  # in agnhost, the Probing container readiness-while-terminating tests `/bin/bash -c ...`.
+  # This host's (Debian's) curl and bash with the shared libraries they load, at their paths
+  # (busybox has no bash applet; /bin/bash replaces nothing of the busybox layer).
   curl_bin=$(command -v curl) || { echo "build-images: curl missing (apt install curl)" >&2; exit 1; }
-  mkdir -p "$x/usr/bin"
+  [ -x /bin/bash ] || { echo "build-images: /bin/bash missing" >&2; exit 1; }
+  mkdir -p "$x/usr/bin" "$x/bin"
   cp "$curl_bin" "$x/usr/bin/curl"
-  ldd "$curl_bin" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
+  cp /bin/bash "$x/bin/bash"
+  { ldd "$curl_bin"; ldd /bin/bash; } | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
     mkdir -p "$x$(dirname "$lib")"
     cp -L "$lib" "$x$lib"
   done

@@ -115,6 +115,19 @@ impl StatusStore {
         g.pods.insert(uid, Box::new(pod));
     }
 
+    /// Change a stored pod in place (e.g. one container's readiness while its pod worker is
+    /// busy). Returns whether the pod was there.
+    pub fn update_pod(&self, uid: &str, f: impl FnOnce(&mut Pod)) -> bool {
+        let mut g = self.lock();
+        match g.pods.get_mut(uid) {
+            Some(pod) => {
+                f(pod);
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn remove_pod(&self, uid: &str) {
         let mut g = self.lock();
         g.pods.remove(uid);

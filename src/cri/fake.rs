@@ -138,6 +138,17 @@ impl FakeRuntime {
             .insert(name.to_string());
     }
 
+    /// StopContainer of containers named `name` hangs (holding no runtime lock, before the
+    /// container stops) until [`FakeRuntime::release_hangs`]: a preStop hook or grace period
+    /// still running.
+    pub fn hang_stop(&self, name: &str) {
+        self.hang
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .insert(format!("stop:{name}"));
+    }
+
     /// Hung calls return (and go on as usual); no call hangs any more.
     pub fn release_hangs(&self) {
         self.hang
@@ -516,6 +527,14 @@ impl Runtime for FakeRuntime {
     }
 
     fn stop_container(&self, container_id: &str, _timeout: Duration) -> Result<()> {
+        let name = self
+            .lock()
+            .containers
+            .get(container_id)
+            .map(|c| format!("stop:{}", c.config.name));
+        if let Some(name) = name {
+            self.maybe_hang(&name);
+        }
         let mut g = self.enter("stop_container", container_id)?;
         let now = now_unix_nanos();
         let c = g

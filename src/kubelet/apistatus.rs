@@ -535,6 +535,107 @@ fn conditions(
     conditions
 }
 
+/// status_manager.go SetContainerReadiness: a readiness probe result changed while the pod
+/// worker is not generating the status (it is killing the pod): set the container's `ready`
+/// (`containerID` of the CRI id `container_id`; a container no longer running stays not
+/// ready, as UpdatePodStatus has it) and regenerate the Ready and ContainersReady conditions
+/// from the container statuses (GeneratePodReadyCondition, GenerateContainersReadyCondition).
+/// Returns whether the status changed.
+pub fn set_container_readiness(
+    pod: &mut Pod,
+    container_id: &str,
+    ready: bool,
+    now_nanos: i64,
+) -> bool {
+    let sidecars: Vec<String> = pod
+        .spec
+        .init_containers
+        .iter()
+        .filter(|c| crate::api::helpers::is_sidecar(c))
+        .map(|c| c.name.clone())
+        .collect();
+    let foreign: Vec<PodCondition> = pod
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .filter(|c| !crate::api::helpers::is_kubelet_condition(&c.type_))
+        .cloned()
+        .collect();
+    let gates = readiness_gates_unready(pod, &foreign);
+    let Some(status) = pod.status.as_mut() else {
+        return false;
+    };
+    let id = cri_id(container_id);
+    let Some(cs) = status
+        .container_statuses
+        .iter_mut()
+        .chain(status.init_container_statuses.iter_mut())
+        .find(|c| c.container_id == id)
+    else {
+        return false;
+    };
+    let ready = ready && cs.state.running.is_some();
+    if cs.ready == ready {
+        return false;
+    }
+    cs.ready = ready;
+    let initialized = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Initialized" && c.status == "True");
+    if status.phase == "Succeeded" || !initialized {
+        // PodCompleted / ContainersNotInitialized do not depend on readiness.
+        return true;
+    }
+    let unready: Vec<&str> = status
+        .container_statuses
+        .iter()
+        .chain(
+            status
+                .init_container_statuses
+                .iter()
+                .filter(|s| sidecars.contains(&s.name)),
+        )
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let ok = unready.is_empty();
+    let message = format!("containers with unready status: {}", names(&unready));
+    let ready_cond = match gates {
+        Some(why) if ok => cond("Ready", false, "ReadinessGatesNotReady", why),
+        _ => cond("Ready", ok, "ContainersNotReady", message.clone()),
+    };
+    let containers_ready = cond("ContainersReady", ok, "ContainersNotReady", message);
+    for mut c in [ready_cond, containers_ready] {
+        match status.conditions.iter_mut().find(|o| o.type_ == c.type_) {
+            Some(o) => {
+                c.last_transition_time = if o.status == c.status {
+                    o.last_transition_time.clone()
+                } else {
+                    ts(now_nanos)
+                };
+                *o = c;
+            }
+            None => {
+                c.last_transition_time = ts(now_nanos);
+                status.conditions.push(c);
+            }
+        }
+    }
+    true
+}
+
+/// The prober's writer of a terminating pod's readiness changes into `store`.
+pub fn readiness_writer(
+    store: std::sync::Arc<crate::status::StatusStore>,
+) -> crate::prober::ReadinessWriter {
+    Box::new(move |uid, container_id, ready| {
+        store.update_pod(uid, |pod| {
+            set_container_readiness(pod, container_id, ready, timeutil::now_unix_nanos());
+        });
+    })
+}
+
 /// The `DisruptionTarget` condition of a pod the eviction manager evicted (the kubelet's
 /// `evictPod` status function: True, reason `TerminationByKubelet`, the eviction message) or
 /// the node shutdown manager terminated (the same, with its message), its transition time kept

@@ -736,12 +736,12 @@ impl PodWorker {
             waiting: self.waiting.clone(),
             failed_reason: self.failed_reason.clone(),
             terminating,
-            probes: if terminating {
-                BTreeMap::new()
-            } else {
-                self.ctx.prober.view(self.uid())
-            },
+            // A terminating pod keeps its readiness results until its containers stopped.
+            probes: self.ctx.prober.view(self.uid()),
         };
+        if !terminating {
+            self.ctx.prober.trigger_unready(self.uid());
+        }
         let status = apistatus::compute(&self.pod, state, &inputs, old.as_ref());
         let mut pod = Pod::clone(&self.pod);
         pod.status = Some(status);
@@ -762,8 +762,10 @@ impl PodWorker {
         }
         if self.terminate_attempts == 0 {
             info!(pod = %self.full_name, "terminating pod");
-            // No liveness kills while a pod is terminating.
-            self.ctx.prober.remove_pod(self.uid());
+            // No liveness kills while a pod is terminating; readiness probes go on until its
+            // containers stopped (kubelet.go SyncTerminatingPod: StopLivenessAndStartup
+            // before killPod, RemovePod after).
+            self.ctx.prober.stop_liveness_and_startup(self.uid());
         }
         if let Err(e) = self.try_terminate() {
             self.terminate_attempts += 1;
@@ -773,6 +775,7 @@ impl PodWorker {
             self.terminate_retry = Some(Instant::now() + wait);
             return Step::Again(wait);
         }
+        self.ctx.prober.remove_pod(self.uid());
         let _ = std::fs::remove_dir_all(self.ctx.settings.runtime.pod_log_dir(&self.pod));
         crate::cm::remove_pod_cgroups(self.uid());
         if let Some(sd) = &self.ctx.settings.runtime.systemd_cgroups {

@@ -1006,6 +1006,7 @@ mod tests {
                     }),
                 );
                 p.set_event_store(store.clone());
+                p.set_readiness_writer(crate::kubelet::apistatus::readiness_writer(store.clone()));
                 p
             },
             store: store.clone(),
@@ -1351,9 +1352,13 @@ mod tests {
                     && !s.container_statuses.is_empty()
             })
         });
-        // The next config change drops it (the API pod is gone from the config).
-        h.desire(&[], true);
-        h.wait("gone", |h| h.store.get("u1").is_none());
+        // A config change once the worker finished drops it (the API pod is gone from the
+        // config). The terminated status is published before the worker's last clean-up, so a
+        // change sent at once may still find the worker: send one per poll.
+        h.wait("gone", |h| {
+            h.desire(&[], true);
+            h.store.get("u1").is_none()
+        });
     }
 
     #[test]
@@ -1862,6 +1867,168 @@ mod tests {
             ready(h, "u1", "a") == Some(true)
         });
         assert_eq!(restarts(&h, "u1", "a"), 0);
+    }
+
+    /// Releases the fake runtime's hung calls when a test ends, also on failure (else the
+    /// harness's shutdown would wait on a hung StopContainer forever).
+    struct ReleaseHangs(Arc<FakeRuntime>);
+
+    impl Drop for ReleaseHangs {
+        fn drop(&mut self) {
+            self.0.release_hangs();
+        }
+    }
+
+    fn events_with(h: &Harness, reason: &str, prefix: &str) -> Vec<String> {
+        h.store
+            .events()
+            .list()
+            .into_iter()
+            .filter(|e| e.reason == reason && e.message.starts_with(prefix))
+            .map(|e| e.message)
+            .collect()
+    }
+
+    /// kubelet.go SyncTerminatingPod: the prober manager's StopLivenessAndStartup before
+    /// killPod, RemovePod only after it; meanwhile readiness results reach the status through
+    /// the status manager's SetContainerReadiness (syncLoopIteration). e2e "Probing container
+    /// should mark readiness on pods to false [and disable liveness probes] while pod is in
+    /// progress of terminating". nanolet dropped every probe at once, so a terminating
+    /// container turned not ready before its readiness probe said so.
+    #[test]
+    fn readiness_probes_run_while_the_pod_terminates() {
+        let rt = fake();
+        let h = Harness::start(rt.clone());
+        let _release = ReleaseHangs(rt.clone());
+        let p = with_probe(
+            pod("u1", "term", "Always", &["a"]),
+            0,
+            "readinessProbe",
+            serde_json::json!({"exec": {"command": ["r"]}, "periodSeconds": 1, "failureThreshold": 1}),
+        );
+        let p = with_probe(
+            p,
+            0,
+            "livenessProbe",
+            serde_json::json!({"exec": {"command": ["l"]}, "periodSeconds": 1, "failureThreshold": 1}),
+        );
+        h.desire(&[p], true);
+        h.wait("ready", |h| ready(h, "u1", "a") == Some(true));
+        // The container's stop hangs as a preStop hook or the grace period would.
+        rt.hang_stop("a");
+        h.desire(&[], true);
+        h.wait("stopping", |h| h.rt.hanging() == 1);
+        assert_eq!(
+            ready(&h, "u1", "a"),
+            Some(true),
+            "a terminating container stays ready while its readiness probe passes"
+        );
+        rt.set_exec_exit("a", 1);
+        h.wait("not ready while the kill waits", |h| {
+            ready(h, "u1", "a") == Some(false)
+                && h.status("u1").is_some_and(|s| {
+                    s.conditions.iter().any(|c| {
+                        c.type_ == "Ready"
+                            && c.status == "False"
+                            && c.message == "containers with unready status: [a]"
+                    })
+                })
+        });
+        assert_eq!(h.rt.hanging(), 1, "still stopping");
+        assert_eq!(
+            events_with(&h, "Unhealthy", "Liveness probe failed"),
+            Vec::<String>::new(),
+            "liveness probes stop when the pod starts terminating"
+        );
+        rt.release_hangs();
+        h.wait("gone", |h| {
+            h.store.get("u1").is_none() && h.rt.container_count() == 0
+        });
+    }
+
+    /// prober_manager.go UpdatePodStatus triggers an immediate readiness run of a started
+    /// container that is not ready yet; e2e "Probing container should be ready immediately
+    /// after startupProbe succeeds". Without it the readiness probe (period 30 s) ran up to a
+    /// period after the startup probe succeeded.
+    #[test]
+    fn readiness_runs_as_soon_as_the_startup_probe_succeeds() {
+        let rt = fake();
+        let h = Harness::start_tweaked(rt.clone(), 110, |c| c.prober.disable_start_jitter());
+        let p = with_probe(
+            pod("u1", "slow", "Always", &["a"]),
+            0,
+            "startupProbe",
+            serde_json::json!({"exec": {"command": ["s"]}, "periodSeconds": 1, "failureThreshold": 60}),
+        );
+        let p = with_probe(
+            p,
+            0,
+            "readinessProbe",
+            serde_json::json!({"exec": {"command": ["r"]}, "periodSeconds": 30}),
+        );
+        rt.set_exec_exit("a", 1);
+        h.desire(&[p], true);
+        h.wait("running", |h| phase(h, "u1") == "Running");
+        h.wait("startup probed twice", |h| {
+            h.rt.count_calls("exec_sync") >= 2
+        });
+        rt.set_exec_exit("a", 0);
+        let succeeded = Instant::now();
+        h.wait("ready", |h| ready(h, "u1", "a") == Some(true));
+        assert!(
+            succeeded.elapsed() < Duration::from_secs(10),
+            "ready {:?} after the startup probe passed (readiness period 30 s)",
+            succeeded.elapsed()
+        );
+    }
+
+    /// pkg/probe/http DoHTTPProbe: a redirect to another host is not followed; the probe is a
+    /// Warning (a success) whose output carries the response body, and prober.go records a
+    /// `ProbeWarning` event "<Kind> probe warning: <output>". e2e "Probing container should
+    /// *not* be restarted with a non-local redirect http liveness probe" waits for it.
+    #[test]
+    fn a_non_local_redirect_is_a_probe_warning_not_a_failure() {
+        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("server"));
+        let port = server
+            .server_addr()
+            .to_ip()
+            .map(|a| a.port())
+            .expect("port");
+        let srv = server.clone();
+        let serving = std::thread::spawn(move || {
+            for req in srv.incoming_requests() {
+                let resp =
+                    tiny_http::Response::from_string("<a href=\"http://0.0.0.0/\">Found</a>.\n\n")
+                        .with_status_code(302)
+                        .with_header(
+                            tiny_http::Header::from_bytes("Location", "http://0.0.0.0/")
+                                .expect("header"),
+                        );
+                let _ = req.respond(resp);
+            }
+        });
+        let h = Harness::start(fake());
+        let p = with_probe(
+            pod("u1", "redirect", "Always", &["a"]),
+            0,
+            "livenessProbe",
+            serde_json::json!({"httpGet": {"host": "127.0.0.1", "port": port, "path": "/redirect"},
+                "periodSeconds": 1, "failureThreshold": 1}),
+        );
+        h.desire(&[p], true);
+        h.wait("ProbeWarning event", |h| {
+            !events_with(h, "ProbeWarning", "Liveness probe warning: ").is_empty()
+        });
+        let warnings = events_with(&h, "ProbeWarning", "");
+        assert_eq!(
+            warnings[0],
+            "Liveness probe warning: Probe terminated redirects, Response body: \
+             <a href=\"http://0.0.0.0/\">Found</a>.\n\n"
+        );
+        assert!(events_with(&h, "Unhealthy", "").is_empty());
+        assert_eq!(restarts(&h, "u1", "a"), 0);
+        server.unblock();
+        serving.join().expect("server thread");
     }
 
     #[test]

@@ -769,6 +769,7 @@ impl Wiring<'_> {
             Some(probe_updates_to_loop(self.loop_tx.clone())),
         );
         prober.set_event_store(self.store.clone());
+        prober.set_readiness_writer(super::apistatus::readiness_writer(self.store.clone()));
         let _ = self.probes.set(prober.clone());
         let (allocatable_cpu_millis, allocatable_memory_bytes) =
             cfg.eviction.allocatable(crate::node::capacity());

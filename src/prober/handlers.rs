@@ -228,7 +228,7 @@ fn http_get(
         if url.starts_with("https://") {
             return Ok(no_tls(&url));
         }
-        let resp = match req.call() {
+        let mut resp = match req.call() {
             Ok(r) => r,
             Err(e) => return Ok(ProbeResult::fail(format!("Get \"{url}\": {e}"))),
         };
@@ -239,26 +239,32 @@ fn http_get(
                 .get("location")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
-            if let Some(loc) = loc {
-                let next = if loc.starts_with("http://") || loc.starts_with("https://") {
+            let next = loc.map(|loc| {
+                if loc.starts_with("http://") || loc.starts_with("https://") {
                     loc
                 } else if loc.starts_with('/') {
                     format!("{scheme}://{host_part}:{port}{loc}")
                 } else {
-                    return Ok(ProbeResult::ok());
-                };
-                if host_of(&next) != host_of(&url) {
-                    return Ok(ProbeResult {
-                        outcome: Outcome::Warning,
-                        message: format!(
-                            "Probe terminated redirects, Response body: redirect to {next}"
-                        ),
-                    });
+                    // Relative to the current path (Go's URL.ResolveReference).
+                    let base = url.split('?').next().unwrap_or(&url);
+                    let dir = base.rsplit_once('/').map_or(base, |(d, _)| d);
+                    format!("{dir}/{loc}")
                 }
+            });
+            if let Some(next) = next.filter(|n| host_of(n) == host_of(&url)) {
                 url = next;
                 continue;
             }
-            return Ok(ProbeResult::ok());
+            // pkg/probe/http DoHTTPProbe: a 3xx that is not followed (another host, no
+            // Location) ends the probe as a Warning, "Probe terminated redirects, Response
+            // body: <body>" with at most maxRespBodyLength (10 KiB) of the body.
+            return Ok(ProbeResult {
+                outcome: Outcome::Warning,
+                message: format!(
+                    "Probe terminated redirects, Response body: {}",
+                    read_body(&mut resp)
+                ),
+            });
         }
         if (200..400).contains(&code) {
             return Ok(ProbeResult::ok());
@@ -270,6 +276,21 @@ fn http_get(
     Ok(ProbeResult::fail(format!(
         "Get \"{url}\": stopped after 10 redirects"
     )))
+}
+
+/// The kubelet's maxRespBodyLength (pkg/probe/http): a probe reads at most 10 KiB of a body.
+const MAX_RESP_BODY: u64 = 10 * 1024;
+
+/// At most `MAX_RESP_BODY` bytes of the body (what could be read before an error).
+fn read_body(resp: &mut ureq::http::Response<ureq::Body>) -> String {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let _ = resp
+        .body_mut()
+        .as_reader()
+        .take(MAX_RESP_BODY)
+        .read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 fn grpc(host: &str, port: u16, service: &str, timeout: Duration) -> ProbeResult {
@@ -388,6 +409,14 @@ mod tests {
         let (port, _rx) = serve(302, Some("http://192.0.2.1:1/elsewhere".into()));
         let r = http_get(&target(&rt, &c), &get(port), Duration::from_secs(2)).expect("probe");
         assert_eq!(r.outcome, Outcome::Warning);
+        // pkg/probe/http DoHTTPProbe: the message carries the 3xx response's body (the e2e
+        // non-local redirect test waits for an event containing it).
+        assert_eq!(r.message, "Probe terminated redirects, Response body: x");
+        // A 3xx without a Location is not followed either: the same Warning.
+        let (port, _rx) = serve(302, None);
+        let r = http_get(&target(&rt, &c), &get(port), Duration::from_secs(2)).expect("probe");
+        assert_eq!(r.outcome, Outcome::Warning);
+        assert_eq!(r.message, "Probe terminated redirects, Response body: x");
     }
 
     #[test]

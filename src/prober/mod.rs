@@ -19,13 +19,20 @@
 //! - a result flips only after `successThreshold` / `failureThreshold` equal results in a row;
 //! - after a liveness/startup failure the probe is on hold until a new container ID appears;
 //! - the first run of a probe is jittered within its period when nanolet started less than a
-//!   period ago (many probes after a restart must not fire at once), as the kubelet does.
+//!   period ago (many probes after a restart must not fire at once), as the kubelet does;
+//! - each status generation runs the readiness probe of a started, not-ready container at
+//!   once ([`Prober::trigger_unready`], prober_manager.go UpdatePodStatus);
+//! - a terminating pod's liveness and startup probes stop, its readiness probes go on until
+//!   its containers stopped, their changes written to the status store directly
+//!   ([`Prober::stop_liveness_and_startup`], kubelet.go SyncTerminatingPod);
+//! - an HTTP redirect not followed is a success with a `ProbeWarning` event (prober.go).
 
 pub mod handlers;
 pub mod spec;
 
 use crate::timeutil::now_unix_nanos;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -104,6 +111,12 @@ struct Worker {
     last: Option<bool>,
     run: i32,
     on_hold: bool,
+    /// The pod is terminating: a readiness result goes straight to the status store (the
+    /// pod worker is busy killing the pod).
+    terminating: bool,
+    /// The jittered first run after nanolet's start (a trigger does not hasten it: the
+    /// kubelet's worker sleeps the jitter before it reads a trigger).
+    jitter_until: Option<Instant>,
     history: VecDeque<HistoryEntry>,
     total: BTreeMap<&'static str, u64>,
 }
@@ -136,7 +149,11 @@ pub struct Prober {
     notify: Mutex<Option<ResultUpdates>>,
     /// Where `Unhealthy` events go (set by the agent).
     events: Mutex<Option<Arc<crate::status::StatusStore>>>,
+    /// Where a terminating pod's readiness changes go (set by the agent).
+    readiness_writer: Mutex<Option<ReadinessWriter>>,
     started: Instant,
+    /// Tests: no jittered first runs after the start.
+    no_start_jitter: AtomicBool,
 }
 
 /// A cheap pseudo-random fraction in [0, 1) for jitter (no RNG crate needed).
@@ -148,6 +165,10 @@ fn jitter_fraction(seed: &Key) -> f64 {
     }
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
+
+/// Called with (pod UID, container ID, ready) when a readiness result of a terminating pod
+/// changes: the status manager's SetContainerReadiness (the agent writes the status store).
+pub type ReadinessWriter = Box<dyn Fn(&str, &str, bool) + Send>;
 
 /// Called with a pod's UID when one of its probe results changes (the agent connects it to the
 /// sync loop; upstream's results manager `Updates()` channel).
@@ -165,7 +186,9 @@ impl Prober {
             runtime,
             notify: Mutex::new(notify),
             events: Mutex::new(None),
+            readiness_writer: Mutex::new(None),
             started: Instant::now(),
+            no_start_jitter: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&p);
         let spawned = std::thread::Builder::new()
@@ -178,6 +201,19 @@ impl Prober {
             warn!(error = %e, "cannot start the prober thread; probes will not run");
         }
         p
+    }
+
+    /// Tests: first runs are not jittered although nanolet has just started.
+    #[cfg(test)]
+    pub(crate) fn disable_start_jitter(&self) {
+        self.no_start_jitter.store(true, Ordering::Relaxed);
+    }
+
+    /// Send a terminating pod's readiness changes here.
+    pub fn set_readiness_writer(&self, writer: ReadinessWriter) {
+        if let Ok(mut w) = self.readiness_writer.lock() {
+            *w = Some(writer);
+        }
     }
 
     /// Record probe failures as `Unhealthy` events in this store.
@@ -236,6 +272,7 @@ impl Prober {
                                 w.run = 0;
                                 w.on_hold = false;
                                 w.next = now;
+                                w.jitter_until = None;
                             }
                             w.spec = spec;
                             w.container = c.clone();
@@ -243,7 +280,9 @@ impl Prober {
                         }
                         None => {
                             let period = Duration::from_secs(spec.period_seconds as u64);
-                            let next = if self.started.elapsed() < period {
+                            let next = if self.started.elapsed() < period
+                                && !self.no_start_jitter.load(Ordering::Relaxed)
+                            {
                                 now + period.mul_f64(jitter_fraction(&key))
                             } else {
                                 now
@@ -263,6 +302,8 @@ impl Prober {
                                     last: None,
                                     run: 0,
                                     on_hold: false,
+                                    terminating: false,
+                                    jitter_until: Some(next).filter(|n| *n > now),
                                     history: VecDeque::new(),
                                     total: BTreeMap::new(),
                                 },
@@ -277,9 +318,71 @@ impl Prober {
         self.wake();
     }
 
-    /// Stop probing the pod (it is terminating: no liveness kills any more).
+    /// Stop probing the pod: its containers are stopped (kubelet.go SyncTerminatingPod calls
+    /// the prober manager's RemovePod after killPod) or it is terminal.
     pub fn remove_pod(&self, uid: &str) {
         self.lock().workers.retain(|k, _| k.uid != uid);
+    }
+
+    /// The pod starts terminating (prober_manager.go StopLivenessAndStartup, before killPod):
+    /// liveness and startup probes stop, readiness probes go on until the containers stopped
+    /// ([`Prober::remove_pod`]), each result change written to the status store at once. A
+    /// stopped startup probe no longer holds the container back: with neither its worker nor
+    /// its result the kubelet's `isContainerStarted` says started (the worker's "pod deletion
+    /// requested" path sets its last result to Success), so readiness is no longer gated.
+    pub fn stop_liveness_and_startup(&self, uid: &str) {
+        let mut st = self.lock();
+        st.workers
+            .retain(|k, _| k.uid != uid || k.kind != ProbeKind::Liveness);
+        for (k, w) in st.workers.iter_mut() {
+            if k.uid != uid {
+                continue;
+            }
+            w.terminating = true;
+            if k.kind == ProbeKind::Startup {
+                w.result = Some(true);
+                w.on_hold = true;
+            }
+        }
+    }
+
+    /// prober_manager.go UpdatePodStatus: a started container whose readiness probe has not
+    /// (yet) succeeded gets an immediate readiness run ("Trigger an immediate run of the
+    /// readinessProbe to update ready state"), so a container turns ready as soon as its
+    /// startup probe succeeded rather than a readiness period later. The periodic schedule
+    /// restarts from the manual run (the worker's `probeTicker.Reset`).
+    pub fn trigger_unready(&self, uid: &str) {
+        let now = Instant::now();
+        let mut triggered = false;
+        {
+            let mut st = self.lock();
+            let not_started: Vec<String> = st
+                .workers
+                .iter()
+                .filter(|(k, w)| {
+                    k.uid == uid && k.kind == ProbeKind::Startup && w.result != Some(true)
+                })
+                .map(|(k, _)| k.container.clone())
+                .collect();
+            for (k, w) in st.workers.iter_mut() {
+                // A first run still jittered after nanolet's start runs at the jitter's end.
+                let at = w.jitter_until.map_or(now, |j| j.max(now));
+                if k.uid != uid
+                    || k.kind != ProbeKind::Readiness
+                    || w.result == Some(true)
+                    || w.in_flight
+                    || w.next <= at
+                    || not_started.contains(&k.container)
+                {
+                    continue;
+                }
+                w.next = at;
+                triggered = true;
+            }
+        }
+        if triggered {
+            self.wake();
+        }
     }
 
     /// The probes' verdict per container of the pod.
@@ -460,20 +563,27 @@ impl Prober {
                 success,
                 message: r.message.clone(),
             });
-            if !success {
-                warn!(pod = %w.pod_name, container = %key.container, "{} probe failed: {}", key.kind.title(), r.message);
+            // prober.go probe: a Failure records `Unhealthy` "<Kind> probe failed: <output>", a
+            // Warning (an HTTP redirect not followed) `ProbeWarning` "<Kind> probe warning:
+            // <output>" and counts as a success; both Warning events on the container.
+            let event = match r.outcome {
+                handlers::Outcome::Failure => Some(("Unhealthy", "failed")),
+                handlers::Outcome::Warning => Some(("ProbeWarning", "warning")),
+                handlers::Outcome::Success => None,
+            };
+            if let Some((reason, what)) = event {
+                let message = format!("{} probe {what}: {}", key.kind.title(), r.message);
+                warn!(pod = %w.pod_name, container = %key.container, "{message}");
                 if let Some(store) = self.events.lock().ok().and_then(|e| e.clone()) {
                     let (ns, name) = w.pod_name.split_once('/').unwrap_or(("", &w.pod_name));
                     store.events().record(
                         &crate::events::PodRef::pod(ns, name, &key.uid)
                             .container(&key.container, false),
                         crate::events::EventType::Warning,
-                        "Unhealthy",
-                        &format!("{} probe failed: {}", key.kind.title(), r.message),
+                        reason,
+                        &message,
                     );
                 }
-            } else if !r.message.is_empty() {
-                warn!(pod = %w.pod_name, container = %key.container, "{} probe warning: {}", key.kind.title(), r.message);
             }
             if w.last == Some(success) {
                 w.run += 1;
@@ -496,6 +606,15 @@ impl Prober {
                 }
             }
             w.result = Some(success);
+            if changed && w.terminating && key.kind == ProbeKind::Readiness {
+                // kubelet.go syncLoopIteration: a readiness update goes to the status manager
+                // (SetContainerReadiness) whatever the pod worker is doing.
+                if let Ok(writer) = self.readiness_writer.lock() {
+                    if let Some(write) = writer.as_ref() {
+                        write(&key.uid, &w.container_id, success);
+                    }
+                }
+            }
             if !success && key.kind != ProbeKind::Readiness {
                 // Restart needed: hold until a new container ID shows up.
                 w.on_hold = true;

@@ -1350,9 +1350,10 @@ fn grpc_probes() {
 fn terminating_pod_is_unready_and_not_liveness_probed() {
     // container_probe.go: "should mark readiness on pods to false and disable liveness probes
     // while pod is in progress of terminating".
-    // Kubelet rules: once a pod is terminating it is not ready, and liveness probes no longer
-    // kill (here the container's SIGTERM handler removes the liveness file, then takes 6 s to
-    // exit 0).
+    // Kubelet rules (SyncTerminatingPod): liveness and startup probes stop when the pod starts
+    // terminating, readiness probes go on until its containers stopped, so the pod turns not
+    // ready when its readiness probe fails (here the container's SIGTERM handler removes the
+    // ready and liveness files, then takes 6 s to exit 0), and liveness no longer kills.
     let _timer = Timer(
         "terminating_pod_is_unready_and_not_liveness_probed",
         Instant::now(),
