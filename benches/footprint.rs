@@ -379,9 +379,7 @@ impl NanoletProc {
     }
 
     fn write(&self, name: &str, body: &str) {
-        let tmp = self.manifests.join(format!(".{name}.yaml.tmp"));
-        fs::write(&tmp, body).expect("write manifest");
-        fs::rename(&tmp, self.manifests.join(format!("{name}.yaml"))).expect("rename manifest");
+        write_manifest(&self.manifests, name, body);
     }
 
     fn remove(&self, name: &str) {
@@ -405,6 +403,14 @@ impl Drop for NanoletProc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Writes `<dir>/<name>.yaml` as a rename of a dot file (both agents' file sources skip dot
+/// files: the rename is the manifest's arrival, never a half-written file).
+fn write_manifest(dir: &Path, name: &str, body: &str) {
+    let tmp = dir.join(format!(".{name}.yaml.tmp"));
+    fs::write(&tmp, body).expect("write manifest");
+    fs::rename(&tmp, dir.join(format!("{name}.yaml"))).expect("rename manifest");
 }
 
 /// A pod manifest: one busybox container running `cmd`.
@@ -2181,10 +2187,7 @@ impl Agent for support::kubelet::Kubelet {
         support::kubelet::Kubelet::pid(self)
     }
     fn write(&self, name: &str, body: &str) {
-        // The kubelet's file source skips dot files: the rename is the manifest's arrival.
-        let tmp = self.manifests.join(format!(".{name}.yaml.tmp"));
-        fs::write(&tmp, body).expect("write manifest");
-        fs::rename(&tmp, self.manifests.join(format!("{name}.yaml"))).expect("rename manifest");
+        write_manifest(&self.manifests, name, body);
     }
     fn remove(&self, name: &str) {
         let _ = fs::remove_file(self.manifests.join(format!("{name}.yaml")));
@@ -2330,32 +2333,15 @@ fn measure_agent(
     f
 }
 
-/// Removes every container and sandbox of the runtime (between the two agents: the kubelet
-/// kills what it does not know, and leaves what it stopped).
-fn clear_runtime(rt: &CriRuntime) {
-    if let Ok(cs) = rt.list_containers() {
-        for c in cs {
-            let _ = rt.stop_container(&c.id, Duration::ZERO);
-            let _ = rt.remove_container(&c.id);
-        }
-    }
-    if let Ok(ss) = rt.list_pod_sandboxes() {
-        for s in ss {
-            let _ = rt.stop_pod_sandbox(&s.id);
-            let _ = rt.remove_pod_sandbox(&s.id);
-        }
-    }
-}
-
 fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) {
     let rt = ctd.runtime();
     let batch = if opts.quick { 10 } else { 50 };
     let idle_pods = if opts.quick { 10 } else { 100 }.max(batch + opts.n);
-    clear_runtime(&rt);
+    support::kubelet::remove_all_pods(&rt);
     let nl = NanoletProc::start_in(ctd, bin, "peer-nanolet", &[]);
     let n_fig = measure_agent(&nl, &rt, opts, batch, idle_pods);
     drop(nl);
-    clear_runtime(&rt);
+    support::kubelet::remove_all_pods(&rt);
     let kubelet_bin = support::kubelet::binary();
     let version = Command::new(&kubelet_bin)
         .arg("--version")
@@ -2372,7 +2358,7 @@ fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
     );
     let k_fig = measure_agent(&k, &rt, opts, batch, idle_pods);
     drop(k);
-    clear_runtime(&rt);
+    support::kubelet::remove_all_pods(&rt);
 
     let p50 = |v: &Samples| stats(v).map(|s| s.p50);
     let cell = |v: Option<f64>| v.map(f1).unwrap_or_else(|| "n/a".into());

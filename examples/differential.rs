@@ -34,7 +34,8 @@ use nanolet::cri::Runtime;
 use nanolet::cri::client::CriRuntime;
 use nanolet_test_support::agent::Nanolet;
 use nanolet_test_support::kubelet::{
-    Kubelet, Tunables, cgroup_root as kubelet_cgroup_root, hierarchies, remove_cgroup_tree,
+    Kubelet, Tunables, cgroup_root as kubelet_cgroup_root, hierarchies, remove_all_pods,
+    remove_cgroup_tree,
 };
 use nanolet_test_support::{Containerd, repo_root, wait_for};
 use serde_json::Value;
@@ -278,7 +279,7 @@ fn run_side(
     if let Agent::Kubelet(k) = &agent {
         eprintln!("differential: kubelet log: {}", k.log.display());
     }
-    remove_all(&rt);
+    remove_all_pods(&rt);
     unmount_below(&dir);
     // Pod cgroups left behind (the agent was stopped before it removed them).
     let uids: Vec<String> = pods
@@ -297,21 +298,6 @@ fn run_side(
         }
     }
     record
-}
-
-fn remove_all(rt: &CriRuntime) {
-    if let Ok(cs) = rt.list_containers() {
-        for c in cs {
-            let _ = rt.stop_container(&c.id, Duration::ZERO);
-            let _ = rt.remove_container(&c.id);
-        }
-    }
-    if let Ok(ss) = rt.list_pod_sandboxes() {
-        for s in ss {
-            let _ = rt.stop_pod_sandbox(&s.id);
-            let _ = rt.remove_pod_sandbox(&s.id);
-        }
-    }
 }
 
 fn unmount_below(dir: &Path) {

@@ -251,3 +251,22 @@ impl Drop for Kubelet {
         self.remove_cgroups();
     }
 }
+
+/// Stops and removes every container and sandbox of the runtime: what an agent (the kubelet
+/// or nanolet) left after it was stopped, before the other one starts on the same containerd
+/// (the kubelet kills pods it does not know).
+pub fn remove_all_pods(rt: &nanolet::cri::client::CriRuntime) {
+    use nanolet::cri::Runtime;
+    if let Ok(cs) = rt.list_containers() {
+        for c in cs {
+            let _ = rt.stop_container(&c.id, Duration::ZERO);
+            let _ = rt.remove_container(&c.id);
+        }
+    }
+    if let Ok(ss) = rt.list_pod_sandboxes() {
+        for s in ss {
+            let _ = rt.stop_pod_sandbox(&s.id);
+            let _ = rt.remove_pod_sandbox(&s.id);
+        }
+    }
+}
