@@ -498,13 +498,7 @@ fn conditions(
         )
     };
     // The conditions others own (readiness gates'), as the API server has them, come first.
-    let foreign: Vec<PodCondition> = pod
-        .status
-        .iter()
-        .flat_map(|s| &s.conditions)
-        .filter(|c| !crate::api::helpers::is_kubelet_condition(&c.type_))
-        .cloned()
-        .collect();
+    let foreign = foreign_conditions(pod);
     let ready = match readiness_gates_unready(pod, &foreign) {
         Some(why) if rr => cond("Ready", false, "ReadinessGatesNotReady", why),
         _ => cond("Ready", rr, msg.0, msg.1.clone()),
@@ -554,13 +548,7 @@ pub fn set_container_readiness(
         .filter(|c| crate::api::helpers::is_sidecar(c))
         .map(|c| c.name.clone())
         .collect();
-    let foreign: Vec<PodCondition> = pod
-        .status
-        .iter()
-        .flat_map(|s| &s.conditions)
-        .filter(|c| !crate::api::helpers::is_kubelet_condition(&c.type_))
-        .cloned()
-        .collect();
+    let foreign = foreign_conditions(pod);
     let gates = readiness_gates_unready(pod, &foreign);
     let Some(status) = pod.status.as_mut() else {
         return false;
@@ -655,6 +643,16 @@ fn disruption_target(inputs: &StatusInputs, old: &PodStatus) -> Option<PodCondit
         .and_then(|o| o.last_transition_time.clone())
         .or_else(|| ts(inputs.now_nanos));
     Some(c)
+}
+
+/// The conditions others own (readiness gates'), as the API server has them.
+fn foreign_conditions(pod: &Pod) -> Vec<PodCondition> {
+    pod.status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .filter(|c| !crate::api::helpers::is_kubelet_condition(&c.type_))
+        .cloned()
+        .collect()
 }
 
 /// Why the pod's readiness gates keep it unready (upstream `GeneratePodReadyCondition`): each
