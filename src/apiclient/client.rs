@@ -120,17 +120,23 @@ fn tls_config(kc: &Kubeconfig) -> Result<ureq::tls::TlsConfig, ApiError> {
 
 impl Credentials {
     fn new(kc: &Kubeconfig, timeout: Duration) -> Result<Credentials, ApiError> {
-        let agent_with = |t: Duration| -> Result<ureq::Agent, ApiError> {
+        // `head`: how long the response's status line and headers may take. A watch's body
+        // lasts minutes, but its head comes as fast as any answer: a watch whose head never
+        // comes (a server or proxy that took the connection and went silent) is given up after
+        // the per-request timeout and retried, instead of holding the source for the
+        // watch's whole lifetime with nothing logged.
+        let agent_with = |t: Duration, head: Duration| -> Result<ureq::Agent, ApiError> {
             let builder = ureq::Agent::config_builder()
                 .http_status_as_error(false)
-                .timeout_global(Some(t));
+                .timeout_global(Some(t))
+                .timeout_recv_response(Some(head));
             #[cfg(feature = "tls")]
             let builder = builder.tls_config(tls_config(kc)?);
             Ok(builder.build().new_agent())
         };
         Ok(Credentials {
-            agent: agent_with(timeout)?,
-            watch_agent: agent_with(Duration::from_secs(420))?,
+            agent: agent_with(timeout, timeout)?,
+            watch_agent: agent_with(Duration::from_secs(420), timeout)?,
             token: kc.token.clone(),
         })
     }
@@ -323,5 +329,54 @@ impl ApiClient {
             .force_send_body()
             .send(&bytes[..]);
         self.finish("DELETE", path, r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::time::Instant;
+
+    fn plain(server: String) -> Kubeconfig {
+        Kubeconfig {
+            server,
+            ca_pem: None,
+            insecure_skip_tls_verify: false,
+            token: None,
+            client_cert_pem: None,
+            client_key_pem: None,
+        }
+    }
+
+    /// A watch whose response head never comes is an error after the per-request timeout,
+    /// not a wait of the watch's whole lifetime (420 s) with nothing logged.
+    #[test]
+    fn a_watch_whose_head_never_comes_fails_after_the_request_timeout() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Takes the connection and reads the request, answers nothing until the test is done.
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let silent = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut conn, &mut buf);
+            let _ = wait.recv_timeout(Duration::from_secs(30));
+        });
+        let client =
+            ApiClient::new(&plain(format!("http://{addr}")), Duration::from_millis(300)).unwrap();
+        let started = Instant::now();
+        let err = client
+            .stream("/api/v1/pods?watch=1")
+            .err()
+            .expect("the watch must fail");
+        let took = started.elapsed();
+        assert!(
+            matches!(err, ApiError::Transport { method: "GET", .. }),
+            "{err:?}"
+        );
+        assert!(took < Duration::from_secs(3), "took {took:?}");
+        let _ = done.send(());
+        let _ = silent.join();
     }
 }

@@ -111,6 +111,13 @@ pub struct SeenRequest {
     pub accept: String,
     /// The authenticated user's name ("" when the request was refused with 401).
     pub user: String,
+    /// When it arrived, and (set once answered) how long its answer took to write; for a
+    /// watch, the lines its body has handed to tiny_http so far (node proxy requests relayed
+    /// by the HTTPS front record no answer). What a failing test prints
+    /// (see [`FakeApiServer`]'s `Drop`) to tell a request never answered from one answered.
+    pub received: Instant,
+    pub answered: Arc<Mutex<Option<Duration>>>,
+    pub watch_lines: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl SeenRequest {
@@ -2085,6 +2092,8 @@ type Bookmarks = (
 /// periodic bookmarks when asked for.
 struct WatchBody {
     rx: Receiver<String>,
+    /// Lines handed out (the request's `watch_lines`).
+    lines: Arc<std::sync::atomic::AtomicUsize>,
     deadline: Instant,
     buf: Vec<u8>,
     /// Set when the watch allowed bookmarks.
@@ -2130,6 +2139,7 @@ impl std::io::Read for WatchBody {
             // pad each event (line, newline, spaces) to k * 8192 + 1 bytes so the line goes
             // out at once, as a real API server flushes per event. The one space left over
             // leads the next line (JSON allows it).
+            self.lines.fetch_add(1, Ordering::SeqCst);
             self.buf = line.into_bytes();
             self.buf.push(b'\n');
             let k = self.buf.len().div_ceil(8192);
@@ -2201,7 +2211,12 @@ fn serve(
             content_type: ctype.clone(),
             accept: accept.clone(),
             user: String::new(),
+            received: Instant::now(),
+            answered: Arc::new(Mutex::new(None)),
+            watch_lines: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         };
+        let (answered, watch_lines) = (seen.answered.clone(), seen.watch_lines.clone());
+        let received = seen.received;
         let is_watch = method == "GET"
             && matches!(query_param(&query, "watch").as_deref(), Some("true" | "1"));
         let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
@@ -2218,7 +2233,7 @@ fn serve(
             }
             st.auth.user = Some(user);
             if is_watch {
-                watch_request(&mut st, state, &path, &query, &accept)
+                watch_request(&mut st, state, &path, &query, &accept, watch_lines)
             } else {
                 Answer::Json(st.handle(&method, &path, &query, &ctype, &accept, &body))
             }
@@ -2233,8 +2248,10 @@ fn serve(
                     .with_status_code(code)
                     .with_header(header("Content-Type", "application/json"));
                 let _ = req.respond(resp);
+                *answered.lock().unwrap_or_else(|e| e.into_inner()) = Some(received.elapsed());
             }
             Answer::Watch(body) => {
+                *answered.lock().unwrap_or_else(|e| e.into_inner()) = Some(received.elapsed());
                 std::thread::spawn(move || {
                     let _ = req.respond(tiny_http::Response::new(
                         200.into(),
@@ -2260,6 +2277,7 @@ fn watch_request(
     path: &str,
     query: &str,
     accept: &str,
+    lines: Arc<std::sync::atomic::AtomicUsize>,
 ) -> Answer {
     let bad = Answer::Json;
     let Some(res) = Res::parse(path).filter(|r| r.info().is_some() && r.sub.is_none()) else {
@@ -2308,6 +2326,7 @@ fn watch_request(
     let rx = st.watch(filter, from, table, bookmarks);
     Answer::Watch(Box::new(WatchBody {
         rx,
+        lines,
         deadline: Instant::now() + Duration::from_secs(secs),
         buf: vec![],
         bookmarks: bookmarks.then(|| {
@@ -2667,6 +2686,57 @@ impl FakeApiServer {
         self.tls.is_some()
     }
 
+    /// For a failing test: the last requests, when each came, whether and how fast it was
+    /// answered (a watch: when its stream began, and the lines sent on it). The state's lock
+    /// is only tried (a stuck holder must not hang the failing test's unwinding).
+    fn print_recent_requests(&self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let st = loop {
+            match self.state.try_lock() {
+                Ok(g) => break Some(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => break Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => break None,
+            }
+        };
+        let Some(st) = st else {
+            eprintln!("API server double: its state lock is held by someone else (2 s)");
+            return;
+        };
+        let now = Instant::now();
+        let recent = st.requests.len().saturating_sub(40);
+        eprintln!(
+            "API server double: the last {} of {} requests (age, answer time):",
+            st.requests.len() - recent,
+            st.requests.len()
+        );
+        for r in &st.requests[recent..] {
+            let answered = *r.answered.lock().unwrap_or_else(|e| e.into_inner());
+            let lines = r.watch_lines.load(Ordering::SeqCst);
+            let query: String = r.query.chars().take(160).collect();
+            eprintln!(
+                "  -{:.3}s {} {}?{} user={:?} {}{}",
+                now.duration_since(r.received).as_secs_f64(),
+                r.method,
+                r.path,
+                query,
+                r.user,
+                match answered {
+                    Some(d) => format!("answered in {:.3}s", d.as_secs_f64()),
+                    None =>
+                        "no answer recorded (not answered, or relayed by the front)".to_string(),
+                },
+                if lines > 0 {
+                    format!(", {lines} watch lines sent")
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+
     fn st(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -2828,6 +2898,9 @@ impl FakeApiServer {
 
 impl Drop for FakeApiServer {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.print_recent_requests();
+        }
         // Ends the open watches (their channels close), then the accept loop.
         self.st().watchers.clear();
         if let Some(t) = self.tls.as_mut() {

@@ -256,6 +256,10 @@ impl State {
             content_type: head.header("Content-Type").unwrap_or("").to_string(),
             accept: head.header("Accept").unwrap_or("").to_string(),
             user: String::new(),
+            received: std::time::Instant::now(),
+            // Relayed by the front: its answer is not tracked.
+            answered: Default::default(),
+            watch_lines: Default::default(),
         });
         let auth = head.header("Authorization").unwrap_or("");
         let Some(user) = self.authenticate(peer, auth, anonymous) else {
