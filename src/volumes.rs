@@ -673,11 +673,51 @@ fn clean_relative(p: &str) -> Result<PathBuf, SubPathError> {
     Ok(path.to_path_buf())
 }
 
-/// The CRI mounts for the container's `volumeMounts`. `env` expands `subPathExpr`.
+/// Whether a volumeMount is recursively read-only, the kubelet's `resolveRecursiveReadOnly`
+/// (its errors, as its words): `Disabled` or unset is not; `IfPossible` is where the pod's
+/// runtime handler supports it; `Enabled` is, or is an error where the handler does not.
+/// `handler_supports` is asked only for a mount that wants it.
+pub fn resolve_recursive_read_only(
+    m: &Value,
+    handler_supports: &dyn Fn() -> bool,
+) -> Result<bool, String> {
+    let name = m.get("name").and_then(Value::as_str).unwrap_or_default();
+    let mode = match m.get("recursiveReadOnly").and_then(Value::as_str) {
+        None | Some("Disabled") => return Ok(false),
+        Some(mode) => mode,
+    };
+    if m.get("readOnly").and_then(Value::as_bool) != Some(true) {
+        return Err(format!(
+            "volume \"{name}\" requested recursive read-only mode, but it is not read-only"
+        ));
+    }
+    if let Some(p) = m
+        .get("mountPropagation")
+        .and_then(Value::as_str)
+        .filter(|p| *p != "None")
+    {
+        return Err(format!(
+            "volume \"{name}\" requested recursive read-only mode, but it is not compatible with propagation \"{p}\""
+        ));
+    }
+    match mode {
+        "IfPossible" => Ok(handler_supports()),
+        "Enabled" if handler_supports() => Ok(true),
+        "Enabled" => Err(format!(
+            "volume \"{name}\" requested recursive read-only mode, but it is not supported by the runtime"
+        )),
+        other => Err(format!("unknown recursive read-only mode \"{other}\"")),
+    }
+}
+
+/// The CRI mounts for the container's `volumeMounts`. `env` expands `subPathExpr`;
+/// `rro_supported`: whether the pod's runtime handler does recursive read-only mounts (asked
+/// only when a mount wants one).
 pub fn mounts_for(
     c: &Container,
     volumes: &BTreeMap<String, PathBuf>,
     env: &[(String, String)],
+    rro_supported: &dyn Fn() -> bool,
 ) -> Result<Vec<Mount>, VolumeError> {
     let mut out = vec![];
     let Some(Value::Array(vms)) = c.extra.get("volumeMounts") else {
@@ -729,6 +769,8 @@ pub fn mounts_for(
             }
             None => base.clone(),
         };
+        let recursive_read_only = resolve_recursive_read_only(m, rro_supported)
+            .map_err(|e| err(format!("failed to resolve recursive read-only mode: {e}")))?;
         let propagation = match m.get("mountPropagation").and_then(Value::as_str) {
             Some("HostToContainer") => MountPropagation::HostToContainer,
             Some("Bidirectional") => MountPropagation::Bidirectional,
@@ -741,6 +783,7 @@ pub fn mounts_for(
             readonly: m.get("readOnly").and_then(Value::as_bool).unwrap_or(false)
                 || is_api_data_dir(base),
             propagation,
+            recursive_read_only,
         });
     }
     Ok(out)
@@ -836,7 +879,8 @@ mod tests {
                 {"name": "data", "mountPath": "/per-pod", "subPathExpr": "$(POD)"}
             ]),
         );
-        let ms = mounts_for(&c, &vols, &[("POD".into(), "web".into())]).expect("mounts");
+        let ms = mounts_for(&c, &vols, &[("POD".into(), "web".into())], &|| false).expect("mounts");
+        assert!(ms.iter().all(|m| !m.recursive_read_only));
         assert_eq!(ms[0].host_path, vols["scratch"].to_string_lossy());
         assert!(!ms[0].readonly);
         assert_eq!(ms[1].host_path, host.join("sub/dir").to_string_lossy());
@@ -851,14 +895,14 @@ mod tests {
             json!([{"name": "data", "mountPath": "/x", "subPath": "../etc"}]),
         );
         assert!(
-            mounts_for(&c, &vols, &[]).is_err(),
+            mounts_for(&c, &vols, &[], &|| false).is_err(),
             "subPath may not escape the volume"
         );
         c.extra.insert(
             "volumeMounts".into(),
             json!([{"name": "nope", "mountPath": "/x"}]),
         );
-        assert!(mounts_for(&c, &vols, &[]).is_err());
+        assert!(mounts_for(&c, &vols, &[], &|| false).is_err());
     }
 
     /// Found by scripts/differential: under the kubelet a subPathExpr directory it creates in
@@ -889,7 +933,7 @@ mod tests {
             "volumeMounts".into(),
             json!([{"name": "scratch", "mountPath": "/by-name", "subPathExpr": "$(POD)"}]),
         );
-        let ms = mounts_for(&c, &vols, &[("POD".into(), "web".into())]).expect("mounts");
+        let ms = mounts_for(&c, &vols, &[("POD".into(), "web".into())], &|| false).expect("mounts");
         assert_eq!(mode(Path::new(&ms[0].host_path)), 0o777, "created subPath");
     }
 
@@ -913,7 +957,7 @@ mod tests {
             "volumeMounts".into(),
             json!([{"name": "mem", "mountPath": "/test-volume", "subPath": "test-sub/deeper"}]),
         );
-        let ms = mounts_for(&c, &vols, &[]);
+        let ms = mounts_for(&c, &vols, &[], &|| false);
         let meta =
             |p: &Path| std::fs::metadata(p).map(|m| (m.permissions().mode() & 0o7777, m.gid()));
         let (top, sub) = (
@@ -1174,5 +1218,60 @@ mod projected_tests {
             "{e}"
         );
         teardown(d.path());
+    }
+
+    /// resolveRecursiveReadOnly (kubelet_pods.go): IfPossible follows the runtime handler,
+    /// Enabled without it is refused with the kubelet's words, and only read-only mounts
+    /// without propagation may ask; a container asking for it gets the CRI mount's
+    /// `recursive_read_only`.
+    #[test]
+    fn recursive_read_only_is_resolved_as_the_kubelet_resolves_it() {
+        let m = |v: Value| v;
+        let yes = || true;
+        let no = || false;
+        let rro = |v: &Value, s: &dyn Fn() -> bool| resolve_recursive_read_only(v, s);
+        assert_eq!(
+            rro(&m(json!({"name": "v", "readOnly": true})), &yes),
+            Ok(false)
+        );
+        assert_eq!(
+            rro(
+                &m(json!({"name": "v", "readOnly": true, "recursiveReadOnly": "Disabled"})),
+                &yes
+            ),
+            Ok(false)
+        );
+        let if_possible = json!({"name": "v", "readOnly": true, "recursiveReadOnly": "IfPossible"});
+        assert_eq!(rro(&if_possible, &yes), Ok(true));
+        assert_eq!(rro(&if_possible, &no), Ok(false));
+        let enabled = json!({"name": "v", "readOnly": true, "recursiveReadOnly": "Enabled"});
+        assert_eq!(rro(&enabled, &yes), Ok(true));
+        assert_eq!(
+            rro(&enabled, &no),
+            Err("volume \"v\" requested recursive read-only mode, but it is not supported by the runtime".into())
+        );
+        assert_eq!(
+            rro(&json!({"name": "v", "recursiveReadOnly": "Enabled"}), &yes),
+            Err("volume \"v\" requested recursive read-only mode, but it is not read-only".into())
+        );
+        assert_eq!(
+            rro(
+                &json!({"name": "v", "readOnly": true, "recursiveReadOnly": "Enabled", "mountPropagation": "HostToContainer"}),
+                &yes
+            ),
+            Err("volume \"v\" requested recursive read-only mode, but it is not compatible with propagation \"HostToContainer\"".into())
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let vols: BTreeMap<String, PathBuf> = [("v".to_string(), dir.path().to_path_buf())].into();
+        let mut c = Container::default();
+        c.extra.insert("volumeMounts".into(), json!([{"name": "v", "mountPath": "/v", "readOnly": true, "recursiveReadOnly": "Enabled"}]));
+        let ms = mounts_for(&c, &vols, &[], &yes).expect("mounts");
+        assert!(ms[0].readonly && ms[0].recursive_read_only);
+        let err = mounts_for(&c, &vols, &[], &no).expect_err("refused without support");
+        assert_eq!(
+            err.to_string(),
+            "volumeMounts[0] (v): failed to resolve recursive read-only mode: volume \"v\" requested recursive read-only mode, but it is not supported by the runtime"
+        );
     }
 }

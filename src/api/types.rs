@@ -260,6 +260,20 @@ pub struct ContainerStatus {
     pub container_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_mounts: Vec<VolumeMountStatus>,
+}
+
+/// v1 VolumeMountStatus.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeMountStatus {
+    pub name: String,
+    pub mount_path: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive_read_only: Option<String>,
 }
 
 /// v1 ContainerState: at most one member set.

@@ -874,6 +874,28 @@ fn validate_env_and_mounts(c: &Container, path: &str, volumes: &BTreeSet<&str>, 
                 None | Some("") => e.required(format!("{mp}.mountPath")),
                 _ => {}
             }
+            // validateMountRecursiveReadOnly.
+            let rp = format!("{mp}.recursiveReadOnly");
+            match m.get("recursiveReadOnly").and_then(Value::as_str) {
+                None | Some("Disabled") => {}
+                Some("Enabled" | "IfPossible") => {
+                    if m.get("readOnly").and_then(Value::as_bool) != Some(true) {
+                        e.forbidden(&rp, "may only be specified when readOnly is true");
+                    }
+                    if m.get("mountPropagation")
+                        .and_then(Value::as_str)
+                        .is_some_and(|p| p != "None")
+                    {
+                        e.forbidden(
+                            &rp,
+                            "may only be specified when mountPropagation is None or not specified",
+                        );
+                    }
+                }
+                Some(other) => {
+                    e.unsupported(&rp, other, &["Disabled", "Enabled", "IfPossible"]);
+                }
+            }
         }
     }
 }
@@ -965,6 +987,36 @@ mod tests {
             .find(|e| e.field == field)
             .map(|e| e.reason)
             .unwrap_or_default()
+    }
+
+    /// validateMountRecursiveReadOnly: Enabled/IfPossible only on a readOnly mount without
+    /// propagation; an unknown mode is NotSupported.
+    #[test]
+    fn recursive_read_only_follows_validate_mount_recursive_read_only() {
+        let mut p = pod();
+        p.spec
+            .extra
+            .insert("volumes".into(), json!([{"name": "v", "emptyDir": {}}]));
+        p.spec.containers[0].extra.insert(
+            "volumeMounts".into(),
+            json!([
+                {"name": "v", "mountPath": "/a", "readOnly": true, "recursiveReadOnly": "Enabled"},
+                {"name": "v", "mountPath": "/b", "recursiveReadOnly": "IfPossible"},
+                {"name": "v", "mountPath": "/c", "readOnly": true, "recursiveReadOnly": "Enabled", "mountPropagation": "HostToContainer"},
+                {"name": "v", "mountPath": "/d", "readOnly": true, "recursiveReadOnly": "Always"}
+            ]),
+        );
+        let f = |i: usize| format!("spec.containers[0].volumeMounts[{i}].recursiveReadOnly");
+        assert!(!fields(&p).contains(&f(0)), "{:?}", validate(&p));
+        assert_eq!(
+            reason_for(&p, &f(1)),
+            "Forbidden: may only be specified when readOnly is true"
+        );
+        assert_eq!(
+            reason_for(&p, &f(2)),
+            "Forbidden: may only be specified when mountPropagation is None or not specified"
+        );
+        assert!(reason_for(&p, &f(3)).starts_with("Unsupported value: \"Always\""));
     }
 
     /// ValidateTolerations: an unknown operator is NotSupported at `.operator` (Equal, Exists);

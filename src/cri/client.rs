@@ -596,6 +596,7 @@ fn mount_pb(m: &super::Mount) -> pb::Mount {
         container_path: m.container_path.clone(),
         host_path: m.host_path.clone(),
         readonly: m.readonly,
+        recursive_read_only: m.recursive_read_only,
         propagation: match m.propagation {
             MountPropagation::Private => pb::MountPropagation::PropagationPrivate as i32,
             MountPropagation::HostToContainer => {

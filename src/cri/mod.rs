@@ -193,6 +193,14 @@ pub struct RuntimeStatus {
 }
 
 impl RuntimeStatus {
+    /// Whether `handler` ("" the default) reports recursive read-only mounts (the kubelet's
+    /// runtimeHandlerSupportsRecursiveReadOnlyMounts; 1.6 and 1.7 report no handler: none).
+    pub fn supports_recursive_read_only(&self, handler: &str) -> bool {
+        self.handlers
+            .iter()
+            .any(|h| h.name == handler && h.recursive_read_only_mounts)
+    }
+
     /// Whether the default runtime handler (named "") reports user namespace support.
     pub fn supports_user_namespaces(&self) -> bool {
         self.handlers
@@ -325,6 +333,8 @@ pub struct Mount {
     pub host_path: String,
     pub readonly: bool,
     pub propagation: MountPropagation,
+    /// Read-only all the way down (submounts too): `recursiveReadOnly` resolved to true.
+    pub recursive_read_only: bool,
 }
 
 /// CRI Device: a host device node in the container (from a device plugin's Allocate).

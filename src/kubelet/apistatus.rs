@@ -44,6 +44,46 @@ pub struct StatusInputs {
     pub terminating: bool,
     /// What the probes say per container (ready/started); absent = no probe.
     pub probes: BTreeMap<String, crate::prober::ProbeView>,
+    /// The pod's runtime handler does recursive read-only mounts (`IfPossible` is `Enabled`).
+    pub recursive_read_only: bool,
+}
+
+/// The status's `volumeMounts` of a container (convertToAPIContainerStatuses, the
+/// RecursiveReadOnlyMounts gate, on since v1.33): each of the spec's volumeMounts by name,
+/// path and readOnly; a read-only one also says whether it is recursively read-only. A mount
+/// whose mode cannot be resolved (the container was refused for it) says `Disabled`, as the
+/// kubelet's does.
+fn volume_mount_statuses(
+    c: &crate::api::Container,
+    rro: bool,
+) -> Vec<crate::api::VolumeMountStatus> {
+    let Some(serde_json::Value::Array(mounts)) = c.extra.get("volumeMounts") else {
+        return vec![];
+    };
+    mounts
+        .iter()
+        .map(|m| {
+            let read_only = m.get("readOnly").and_then(|v| v.as_bool()) == Some(true);
+            let recursive = read_only.then(|| {
+                let on = crate::volumes::resolve_recursive_read_only(m, &|| rro).unwrap_or(false);
+                if on { "Enabled" } else { "Disabled" }.to_string()
+            });
+            crate::api::VolumeMountStatus {
+                name: m
+                    .get("name")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_string(),
+                mount_path: m
+                    .get("mountPath")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_string(),
+                read_only,
+                recursive_read_only: recursive,
+            }
+        })
+        .collect()
 }
 
 fn ts(n: i64) -> Option<String> {
@@ -124,6 +164,7 @@ fn container_statuses(
                 ready: false,
                 restart_count: 0,
                 started: Some(false),
+                volume_mounts: volume_mount_statuses(spec, inputs.recursive_read_only),
                 ..Default::default()
             };
             match latest {
@@ -763,6 +804,50 @@ mod tests {
             ..Default::default()
         };
         compute(&pod, &state, &inputs, None).container_statuses[0].clone()
+    }
+
+    /// convertToAPIContainerStatuses (RecursiveReadOnlyMounts): every volumeMount of the
+    /// spec by name, path and readOnly; read-only ones say Disabled or Enabled, `IfPossible`
+    /// by what the runtime handler supports; a waiting container has them too.
+    #[test]
+    fn volume_mounts_are_in_the_status_with_their_recursive_read_only_mode() {
+        let mut c = Container {
+            name: "app".into(),
+            image: "busybox".into(),
+            ..Default::default()
+        };
+        c.extra.insert(
+            "volumeMounts".into(),
+            serde_json::json!([
+                {"name": "data", "mountPath": "/data"},
+                {"name": "conf", "mountPath": "/etc/conf", "readOnly": true},
+                {"name": "host", "mountPath": "/host", "readOnly": true, "recursiveReadOnly": "IfPossible"},
+                {"name": "sys", "mountPath": "/sys2", "readOnly": true, "recursiveReadOnly": "Enabled"}
+            ]),
+        );
+        let mut pod = Pod::default();
+        pod.spec.containers = vec![c];
+        let show = |rro: bool| {
+            let inputs = StatusInputs {
+                recursive_read_only: rro,
+                ..Default::default()
+            };
+            let st = compute(&pod, &PodRuntimeState::default(), &inputs, None);
+            serde_json::to_value(&st.container_statuses[0].volume_mounts).unwrap()
+        };
+        assert_eq!(
+            show(true),
+            serde_json::json!([
+                {"name": "data", "mountPath": "/data"},
+                {"name": "conf", "mountPath": "/etc/conf", "readOnly": true, "recursiveReadOnly": "Disabled"},
+                {"name": "host", "mountPath": "/host", "readOnly": true, "recursiveReadOnly": "Enabled"},
+                {"name": "sys", "mountPath": "/sys2", "readOnly": true, "recursiveReadOnly": "Enabled"}
+            ])
+        );
+        let without = show(false);
+        assert_eq!(without[2]["recursiveReadOnly"], "Disabled");
+        // Enabled cannot be resolved without support (the container is refused): Disabled.
+        assert_eq!(without[3]["recursiveReadOnly"], "Disabled");
     }
 
     #[test]

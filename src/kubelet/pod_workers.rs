@@ -179,6 +179,10 @@ pub struct PodWorker {
     sync_warning: crate::util::backoff::RepeatLimiter,
     waiting: BTreeMap<String, WaitingReason>,
     start_time_nanos: Option<i64>,
+    /// Whether the pod's runtime handler does recursive read-only mounts, asked once and
+    /// only for a pod with a `recursiveReadOnly` `IfPossible` or `Enabled` mount (its status
+    /// says which).
+    rro_supported: std::cell::OnceCell<bool>,
     first_seen: Instant,
     failed_reason: Option<PodFailure>,
     evicted: Option<Eviction>,
@@ -215,6 +219,7 @@ impl PodWorker {
             sync_warning: Default::default(),
             waiting: BTreeMap::new(),
             start_time_nanos: None,
+            rro_supported: std::cell::OnceCell::new(),
             first_seen: Instant::now(),
             failed_reason: None,
             evicted: None,
@@ -727,6 +732,40 @@ impl PodWorker {
         self.publish(&state, false);
     }
 
+    /// See `rro_supported`; false without asking when no mount asks for it.
+    fn recursive_read_only_supported(&self) -> bool {
+        let wants = self
+            .pod
+            .spec
+            .init_containers
+            .iter()
+            .chain(&self.pod.spec.containers)
+            .filter_map(|c| c.extra.get("volumeMounts").and_then(|v| v.as_array()))
+            .flatten()
+            .any(|m| {
+                matches!(
+                    m.get("recursiveReadOnly").and_then(|v| v.as_str()),
+                    Some("IfPossible" | "Enabled")
+                )
+            });
+        if !wants {
+            return false;
+        }
+        *self.rro_supported.get_or_init(|| {
+            let handler = self
+                .ctx
+                .settings
+                .runtime
+                .runtime_classes
+                .lookup_handler(&self.pod)
+                .unwrap_or_default();
+            self.ctx
+                .runtime
+                .status(false)
+                .is_ok_and(|st| st.supports_recursive_read_only(&handler))
+        })
+    }
+
     fn publish(&self, state: &PodRuntimeState, terminating: bool) {
         let old = self.ctx.store.get(self.uid()).and_then(|p| p.status);
         let inputs = StatusInputs {
@@ -738,6 +777,7 @@ impl PodWorker {
             terminating,
             // A terminating pod keeps its readiness results until its containers stopped.
             probes: self.ctx.prober.view(self.uid()),
+            recursive_read_only: self.recursive_read_only_supported(),
         };
         if !terminating {
             self.ctx.prober.trigger_unready(self.uid());

@@ -296,8 +296,24 @@ impl RuntimeManager<'_> {
             env: env_ctx,
             ..self.settings.volume_context(p, "")
         };
+        // Whether the pod's runtime handler does recursive read-only mounts: the runtime's
+        // handler features, asked only for a volumeMount with `recursiveReadOnly`.
+        let rro_supported = || {
+            let handler = self
+                .settings
+                .runtime_classes
+                .lookup_handler(p)
+                .unwrap_or_default();
+            match self.runtime.status(false) {
+                Ok(st) => st.supports_recursive_read_only(&handler),
+                Err(e) => {
+                    warn!(pod = %self.full_name, container = %c.name, error = %e, "cannot ask the runtime whether it supports recursive read-only mounts");
+                    false
+                }
+            }
+        };
         let volumes = crate::volumes::prepare(p, &self.pod_dir(), &vctx)
-            .and_then(|v| crate::volumes::mounts_for(c, &v, &envs))?;
+            .and_then(|v| crate::volumes::mounts_for(c, &v, &envs, &rro_supported))?;
         // Security context, and the kubelet's runAsNonRoot check against the image's user.
         let security = crate::api::security::container_security(p, c, &self.settings.root_dir);
         if crate::api::security::run_as_non_root(p, c) {
@@ -564,7 +580,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let vols =
             std::collections::BTreeMap::from([("workdir1".to_string(), dir.path().to_path_buf())]);
-        let e = crate::volumes::mounts_for(&c, &vols, &[]).expect_err("absolute subPath");
+        let e =
+            crate::volumes::mounts_for(&c, &vols, &[], &|| false).expect_err("absolute subPath");
         assert_eq!(
             ConfigError::Volumes(e).reason(),
             "CreateContainerConfigError"

@@ -1070,3 +1070,89 @@ fn host_users_false_runs_in_its_own_user_namespace_where_the_runtime_supports_it
         "{text}"
     );
 }
+
+/// Unmounts the test's tmpfs when dropped (also when the test fails).
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn recursive_read_only_mounts_reach_the_runtime_or_the_container_is_refused() {
+    // kubelet_pods.go resolveRecursiveReadOnly / makeMounts: `recursiveReadOnly: Enabled`
+    // makes a read-only volumeMount read-only all the way down (CRI Mount
+    // recursive_read_only) where the pod's runtime handler reports support (containerd 2 with
+    // runc 1.5 here); where it does not, the container is not created: CreateContainerConfigError
+    // "... requested recursive read-only mode, but it is not supported by the runtime". A
+    // plain read-only bind would leave the submount writable (weaker than the manifest asks).
+    let ctd = Containerd::start();
+    let host = ctd.tmp().join("rro");
+    let sub = host.join("sub");
+    std::fs::create_dir_all(&sub).expect("mkdir");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&sub)
+        .status()
+        .expect("mount");
+    assert!(mounted.success(), "mount tmpfs on {}", sub.display());
+    let _unmount = Unmount(sub.clone());
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "rro.yaml",
+        &pod_yaml(
+            "rro",
+            &format!(
+                "  restartPolicy: Never\n  volumes:\n  - name: h\n    hostPath:\n      path: {}\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'touch /ro/sub/x && exit 3; exit 7']\n    volumeMounts:\n    - name: h\n      mountPath: /ro\n      readOnly: true\n      recursiveReadOnly: Enabled\n",
+                host.display()
+            ),
+        ),
+    );
+    use nanolet::cri::Runtime;
+    let supported = ctd
+        .runtime()
+        .status(false)
+        .expect("CRI Status")
+        .handlers
+        .iter()
+        .any(|h| h.name.is_empty() && h.recursive_read_only_mounts);
+    assert_eq!(
+        supported,
+        support::test_runtime().name == "2",
+        "containerd 2 with runc 1.5 reports recursive read-only mounts on this kernel; 1.6 and 1.7 report no handlers"
+    );
+    if !supported {
+        let p = n.wait_pod("rro", "CreateContainerConfigError", |p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                == "CreateContainerConfigError"
+        });
+        let msg = p["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            msg.contains(
+                "failed to resolve recursive read-only mode: volume \"h\" requested recursive read-only mode, but it is not supported by the runtime"
+            ),
+            "{p:#}"
+        );
+        assert!(
+            !sub.join("x").exists(),
+            "no container may run with the mount weaker"
+        );
+        return;
+    }
+    let p = n.wait_phase("rro", "Failed");
+    let st = &p["status"]["containerStatuses"][0];
+    assert_eq!(
+        st["state"]["terminated"]["exitCode"], 7,
+        "the submount must be read-only too: {p:#}"
+    );
+    assert!(!sub.join("x").exists());
+    assert_eq!(
+        st["volumeMounts"][0]["recursiveReadOnly"], "Enabled",
+        "{p:#}"
+    );
+}
