@@ -205,6 +205,12 @@ pub struct PodStatus {
     pub container_statuses: Vec<ContainerStatus>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub qos_class: String,
+    /// The pod's requests as admitted and its effective resources (the kubelet v1.36,
+    /// InPlacePodLevelResourcesVerticalScaling): see `kubelet::apistatus`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocated_resources: BTreeMap<String, Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
     /// The `metadata.generation` the kubelet synced (PodObservedGenerationTracking, GA at
     /// v1.35).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -260,6 +266,10 @@ pub struct ContainerStatus {
     pub container_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<bool>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocated_resources: BTreeMap<String, Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volume_mounts: Vec<VolumeMountStatus>,
 }

@@ -167,6 +167,7 @@ fn container_statuses(
                 volume_mounts: volume_mount_statuses(spec, inputs.recursive_read_only),
                 ..Default::default()
             };
+            (st.allocated_resources, st.resources) = container_resources(spec);
             match latest {
                 Some(l) => {
                     st.state = state_of(l);
@@ -424,7 +425,128 @@ pub fn compute(
         init_container_statuses: init,
         container_statuses: regular,
         qos_class: qos_class(pod),
+        allocated_resources: pod_allocated(pod).requests,
+        resources: Some(pod_allocated(pod)).filter(|r| !r.is_empty()),
         observed_generation: generation.max(old.observed_generation),
+    }
+}
+
+/// A container's requests after the API's defaulting (`SetDefaults_Container`: a resource
+/// with a limit and no request requests its limit), every resource name, as written.
+fn defaulted_requests(c: &crate::api::Container) -> BTreeMap<String, serde_json::Value> {
+    let mut r = c.resources.requests.clone();
+    for (k, v) in &c.resources.limits {
+        r.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    r
+}
+
+/// A container status's `allocatedResources` (its requests as admitted) and `resources`
+/// (convertContainerStatusResources, the InPlacePodVerticalScaling gate, GA at v1.35): the
+/// spec's requirements, requests defaulted. The kubelet replaces a running container's
+/// values with what the runtime reports where it reports them (containerd >= 1.7); what
+/// nanolet sends converts back to the same values (shares, quota and bytes round-trip), so
+/// only the printing can differ: the kubelet prints quantities canonically (`0.5` as `500m`,
+/// a memory limit from the runtime in binary units), nanolet as the manifest wrote them.
+fn container_resources(
+    c: &crate::api::Container,
+) -> (
+    BTreeMap<String, serde_json::Value>,
+    Option<crate::api::ResourceRequirements>,
+) {
+    let requests = defaulted_requests(c);
+    let resources = crate::api::ResourceRequirements {
+        limits: c.resources.limits.clone(),
+        requests: requests.clone(),
+        ..Default::default()
+    };
+    (requests, Some(resources).filter(|r| !r.is_empty()))
+}
+
+/// `1500` -> "1500m", `2000` -> "2": a CPU quantity from millicores (resource.DecimalSI).
+pub(crate) fn format_milli_cpu(m: i64) -> String {
+    if m % 1000 == 0 {
+        (m / 1000).to_string()
+    } else {
+        format!("{m}m")
+    }
+}
+
+/// A byte count as resource.Quantity prints it canonically: BinarySI (`64Mi`; a value
+/// under 1024 plain) or DecimalSI (`100M`, `1500`).
+pub(crate) fn format_bytes(b: i64, binary: bool) -> String {
+    let (base, suffixes): (i64, [&str; 7]) = if binary && b.abs() >= 1024 {
+        (1024, ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"])
+    } else {
+        (1000, ["", "k", "M", "G", "T", "P", "E"])
+    };
+    let (mut n, mut e) = (b, 0);
+    while n != 0 && n % base == 0 && e < 6 {
+        n /= base;
+        e += 1;
+    }
+    format!("{n}{}", suffixes[e])
+}
+
+/// The pod's `allocatedResources` (resourcehelper.PodRequests: the containers' requests
+/// aggregated as KEP 753 counts them, plus the overhead) and `resources` (requests and
+/// resourcehelper.PodLimits, the overhead added to the limits the pod has), as the kubelet
+/// v1.36 reports them for a static pod (convertToAPIPodLevelResourcesStatus's branch for a
+/// pod object without a Running phase: the effective allocated resources). CPU and memory;
+/// memory is printed in binary units when the first container naming it was.
+fn pod_allocated(pod: &Pod) -> crate::api::ResourceRequirements {
+    use crate::api::helpers::{aggregate_containers, container_limits, container_requests};
+    let (oh_cpu, oh_mem) = crate::api::helpers::pod_overhead(pod);
+    let has_overhead = |k: &str| {
+        pod.spec
+            .extra
+            .get("overhead")
+            .and_then(|o| o.get(k))
+            .is_some()
+    };
+    let binary = pod
+        .spec
+        .init_containers
+        .iter()
+        .chain(&pod.spec.containers)
+        .find_map(|c| {
+            c.resources
+                .requests
+                .get("memory")
+                .or_else(|| c.resources.limits.get("memory"))
+        })
+        .and_then(|v| v.as_str())
+        .is_some_and(|s| s.ends_with('i'));
+    let list = |cm: crate::api::helpers::CpuMemory, add_overhead: &dyn Fn(&str) -> bool| {
+        let mut out = BTreeMap::new();
+        let cpu = match cm.cpu_millis {
+            Some(v) => Some(v + if add_overhead("cpu") { oh_cpu } else { 0 }),
+            None if has_overhead("cpu") && add_overhead("cpu") => Some(oh_cpu),
+            None => None,
+        };
+        let mem = match cm.memory_bytes {
+            Some(v) => Some(v + if add_overhead("memory") { oh_mem } else { 0 }),
+            None if has_overhead("memory") && add_overhead("memory") => Some(oh_mem),
+            None => None,
+        };
+        if let Some(c) = cpu {
+            out.insert("cpu".to_string(), format_milli_cpu(c).into());
+        }
+        if let Some(m) = mem {
+            out.insert("memory".to_string(), format_bytes(m, binary).into());
+        }
+        out
+    };
+    let requests = aggregate_containers(pod, container_requests);
+    let limits = aggregate_containers(pod, container_limits);
+    crate::api::ResourceRequirements {
+        // PodRequests adds the whole overhead; PodLimits only to the limits the pod has.
+        requests: list(requests, &|_| true),
+        limits: list(limits, &|k| match k {
+            "cpu" => limits.cpu_millis.is_some(),
+            _ => limits.memory_bytes.is_some(),
+        }),
+        ..Default::default()
     }
 }
 
@@ -804,6 +926,116 @@ mod tests {
             ..Default::default()
         };
         compute(&pod, &state, &inputs, None).container_statuses[0].clone()
+    }
+
+    /// The kubelet v1.36's resource fields (InPlacePodVerticalScaling, GA at v1.35; pod-level
+    /// InPlacePodLevelResourcesVerticalScaling): a container's `allocatedResources` are its
+    /// requests (defaulted from its limits), its `resources` the spec's; the pod's
+    /// `allocatedResources` are resourcehelper.PodRequests (sum, or the largest init
+    /// container) and its `resources` PodRequests with PodLimits. What `scripts/differential`
+    /// recorded from the kubelet for the downward-API env example (limits 250m/64Mi, requests
+    /// 125m/32Mi) and kubeadm's etcd (requests only).
+    #[test]
+    fn resources_in_the_status_are_the_allocated_ones() {
+        let ctr = |name: &str, requests: serde_json::Value, limits: serde_json::Value| {
+            let mut c = Container {
+                name: name.into(),
+                image: "busybox".into(),
+                ..Default::default()
+            };
+            c.resources.requests = serde_json::from_value(requests).unwrap();
+            c.resources.limits = serde_json::from_value(limits).unwrap();
+            c
+        };
+        let mut pod = Pod::default();
+        pod.spec.containers = vec![
+            ctr(
+                "app",
+                serde_json::json!({"cpu": "125m", "memory": "32Mi"}),
+                serde_json::json!({"cpu": "250m", "memory": "64Mi"}),
+            ),
+            ctr(
+                "limited",
+                serde_json::json!({}),
+                serde_json::json!({"cpu": "1"}),
+            ),
+            ctr("free", serde_json::json!({}), serde_json::json!({})),
+        ];
+        pod.spec.init_containers = vec![ctr(
+            "setup",
+            serde_json::json!({"cpu": "2", "memory": "16Mi"}),
+            serde_json::json!({}),
+        )];
+        let st = compute(
+            &pod,
+            &PodRuntimeState::default(),
+            &StatusInputs::default(),
+            None,
+        );
+        let v = serde_json::to_value(&st).unwrap();
+        let app = &v["containerStatuses"][0];
+        assert_eq!(
+            app["allocatedResources"],
+            serde_json::json!({"cpu": "125m", "memory": "32Mi"})
+        );
+        assert_eq!(
+            app["resources"],
+            serde_json::json!({"limits": {"cpu": "250m", "memory": "64Mi"}, "requests": {"cpu": "125m", "memory": "32Mi"}})
+        );
+        // SetDefaults_Container: the limit is the request.
+        assert_eq!(
+            v["containerStatuses"][1]["allocatedResources"],
+            serde_json::json!({"cpu": "1"})
+        );
+        assert!(v["containerStatuses"][2].get("resources").is_none());
+        assert!(
+            v["containerStatuses"][2]
+                .get("allocatedResources")
+                .is_none()
+        );
+        assert_eq!(
+            v["initContainerStatuses"][0]["allocatedResources"]["cpu"],
+            "2"
+        );
+        // cpu: max(125m + 1, init 2) = 2; memory: max(32Mi, 16Mi). Limits: only where every
+        // container names one (PodLimits sums what is named: cpu 250m + 1 = 1250m).
+        assert_eq!(
+            v["allocatedResources"],
+            serde_json::json!({"cpu": "2", "memory": "32Mi"})
+        );
+        assert_eq!(
+            v["resources"],
+            serde_json::json!({"limits": {"cpu": "1250m", "memory": "64Mi"}, "requests": {"cpu": "2", "memory": "32Mi"}})
+        );
+        let mut best_effort = Pod::default();
+        best_effort.spec.containers =
+            vec![ctr("free", serde_json::json!({}), serde_json::json!({}))];
+        let v = serde_json::to_value(compute(
+            &best_effort,
+            &PodRuntimeState::default(),
+            &StatusInputs::default(),
+            None,
+        ))
+        .unwrap();
+        assert!(
+            v.get("resources").is_none() && v.get("allocatedResources").is_none(),
+            "{v}"
+        );
+    }
+
+    /// resource.Quantity's canonical printing of the values the kubelet computes.
+    #[test]
+    fn quantities_print_as_resource_quantity_prints_them() {
+        assert_eq!(format_milli_cpu(1500), "1500m");
+        assert_eq!(format_milli_cpu(2000), "2");
+        assert_eq!(format_milli_cpu(0), "0");
+        assert_eq!(format_bytes(64 << 20, true), "64Mi");
+        assert_eq!(format_bytes(1 << 30, true), "1Gi");
+        assert_eq!(format_bytes(1_000_000, true), "1000000");
+        assert_eq!(format_bytes(512, true), "512");
+        assert_eq!(format_bytes(100_000_000, false), "100M");
+        assert_eq!(format_bytes(1500, false), "1500");
+        assert_eq!(format_bytes(0, false), "0");
     }
 
     /// convertToAPIContainerStatuses (RecursiveReadOnlyMounts): every volumeMount of the
