@@ -156,8 +156,6 @@ impl SyncError {
 struct Eviction {
     /// The grace period of the kill.
     grace_seconds: i64,
-    /// The pod's volumes are released (once nothing runs any more).
-    volumes_released: bool,
 }
 
 fn now() -> Now {
@@ -183,6 +181,8 @@ pub struct PodWorker {
     /// only for a pod with a `recursiveReadOnly` `IfPossible` or `Enabled` mount (its status
     /// says which).
     rro_supported: std::cell::OnceCell<bool>,
+    /// A terminal pod's volumes and cgroup are released (once nothing of it runs).
+    released: bool,
     first_seen: Instant,
     failed_reason: Option<PodFailure>,
     evicted: Option<Eviction>,
@@ -220,6 +220,7 @@ impl PodWorker {
             waiting: BTreeMap::new(),
             start_time_nanos: None,
             rro_supported: std::cell::OnceCell::new(),
+            released: false,
             first_seen: Instant::now(),
             failed_reason: None,
             evicted: None,
@@ -323,10 +324,7 @@ impl PodWorker {
                     reason: reason.into(),
                     message,
                 });
-                self.evicted = Some(Eviction {
-                    grace_seconds,
-                    volumes_released: false,
-                });
+                self.evicted = Some(Eviction { grace_seconds });
                 self.readmit = false;
             }
             WorkerMsg::Readmit => {
@@ -346,6 +344,7 @@ impl PodWorker {
             .remove_all(&state)
             .map_err(|e| self.wrap(e))?;
         self.evicted = None;
+        self.released = false;
         self.failed_reason = None;
         self.backoff = Backoff::default();
         self.runtime.images = Default::default();
@@ -534,22 +533,26 @@ impl PodWorker {
             self.manager().kill_pod(state, grace);
             acted = true;
         }
-        // An evicted pod gives back what it holds on the node: its volumes (emptyDir
-        // data, tmpfs memory) and its dead containers' writable layers.
-        if let Some(eviction) = self.evicted.filter(|e| !e.volumes_released) {
-            let after = observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?;
-            if after.running().next().is_none() {
+        // A terminal pod gives back what it holds on the node once nothing of it runs (the
+        // kubelet's SyncTerminatedPod: the volume manager unmounts its volumes, emptyDir data
+        // and tmpfs memory go, then the pod cgroup is destroyed); its dead containers stay
+        // for their logs and status until the pod is removed.
+        if !self.released {
+            let after = if acted {
+                observe_pod(self.rt(), self.uid()).map_err(|e| self.wrap(e))?
+            } else {
+                state.clone()
+            };
+            if after.running().next().is_none() && !after.sandboxes.iter().any(|s| s.ready) {
                 crate::volumes::teardown(&self.pod_dir());
                 let _ = std::fs::remove_dir_all(
                     self.pod_dir()
                         .join("volumes")
                         .join("kubernetes.io~empty-dir"),
                 );
-                self.evicted = Some(Eviction {
-                    volumes_released: true,
-                    ..eviction
-                });
-                info!(pod = %self.full_name, "evicted pod stopped; volumes released");
+                self.remove_pod_cgroups();
+                self.released = true;
+                info!(pod = %self.full_name, evicted = self.evicted.is_some(), "terminal pod stopped; volumes and pod cgroup released");
             }
         }
         Ok(acted)
@@ -732,6 +735,21 @@ impl PodWorker {
         self.publish(&state, false);
     }
 
+    /// The kubelet's pod container manager Destroy: the pod's cgroups (empty ones: a cgroup
+    /// still holding processes stays), and with the systemd driver its slice stopped.
+    fn remove_pod_cgroups(&self) {
+        crate::cm::remove_pod_cgroups(self.uid());
+        if let Some(sd) = &self.ctx.settings.runtime.systemd_cgroups {
+            let unit = crate::cm::systemd::slice_unit(&crate::cm::pod_cgroup_parent(
+                &self.pod,
+                crate::cm::CgroupDriver::Systemd,
+            ));
+            if let Err(e) = sd.stop(&unit) {
+                warn!(pod = %self.full_name, error = %e, "removing the pod's slice");
+            }
+        }
+    }
+
     /// See `rro_supported`; false without asking when no mount asks for it.
     fn recursive_read_only_supported(&self) -> bool {
         let wants = self
@@ -817,17 +835,7 @@ impl PodWorker {
         }
         self.ctx.prober.remove_pod(self.uid());
         let _ = std::fs::remove_dir_all(self.ctx.settings.runtime.pod_log_dir(&self.pod));
-        crate::cm::remove_pod_cgroups(self.uid());
-        if let Some(sd) = &self.ctx.settings.runtime.systemd_cgroups {
-            // The kubelet's pod container manager Destroy: the pod's slice is stopped.
-            let unit = crate::cm::systemd::slice_unit(&crate::cm::pod_cgroup_parent(
-                &self.pod,
-                crate::cm::CgroupDriver::Systemd,
-            ));
-            if let Err(e) = sd.stop(&unit) {
-                warn!(pod = %self.full_name, error = %e, "removing the pod's slice");
-            }
-        }
+        self.remove_pod_cgroups();
         crate::volumes::teardown(&self.pod_dir());
         let _ = std::fs::remove_dir_all(self.pod_dir());
         self.manager().remove_legacy_links();

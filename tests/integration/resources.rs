@@ -280,3 +280,60 @@ fn walk_logs(dir: &std::path::Path) -> Vec<String> {
     }
     out
 }
+
+#[test]
+fn a_completed_pod_gives_back_its_volumes_and_its_pod_cgroup() {
+    // kubelet.go SyncTerminatedPod: once a pod is terminal and nothing of it runs, the volume
+    // manager unmounts its volumes (an emptyDir's data goes) and the pod container manager
+    // destroys its pod cgroup; its dead containers stay (status, logs) until it is removed.
+    let cgroups = PodCgroups(Default::default());
+    let ctd = Containerd::start();
+    let n = Nanolet::start(&ctd, &[]);
+    n.write(
+        "done.yaml",
+        &pod(
+            "done",
+            "  restartPolicy: Never\n  volumes:\n  - name: scratch\n    emptyDir: {}\n  containers:\n  - name: c\n    image: localhost/busybox:1.36\n    command: [sh, -c, 'echo data > /scratch/f && cat /scratch/f']\n    volumeMounts:\n    - name: scratch\n      mountPath: /scratch\n",
+        ),
+    );
+    let running = n.wait_pod("done", "a UID", |p| p["metadata"]["uid"].is_string());
+    let uid = running["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    cgroups.0.borrow_mut().push(uid.clone());
+    let p = n.wait_phase("done", "Succeeded");
+    let empty_dir = n
+        .dir
+        .join("root/pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~empty-dir/scratch");
+    let pod_cgroup = format!("/sys/fs/cgroup/pids/kubepods/besteffort/pod{uid}");
+    let released = wait_for(WAIT, || {
+        (!empty_dir.exists() && !std::path::Path::new(&pod_cgroup).exists()).then_some(())
+    });
+    assert!(
+        released.is_some(),
+        "a Succeeded pod keeps its emptyDir ({}: {}) or its pod cgroup ({pod_cgroup}: {})\n{}",
+        empty_dir.display(),
+        empty_dir.exists(),
+        std::path::Path::new(&pod_cgroup).exists(),
+        n.log_tail()
+    );
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 0,
+        "{p:#}"
+    );
+    // The dead container stays, with its log.
+    let containers = ctd.runtime().list_containers().expect("list containers");
+    assert!(
+        containers.iter().any(|c| c.name == "c"),
+        "the dead container is kept until the pod is removed"
+    );
+    let log = n
+        .pod_logs()
+        .join(format!("default_done-node1_{uid}"))
+        .join("c/0.log");
+    let logs = fs::read_to_string(&log).unwrap_or_default();
+    assert!(logs.contains("data"), "{}: {logs:?}", log.display());
+}
