@@ -162,6 +162,10 @@ if [ -n "$e2e_bin" ]; then
   #                     need a second tag)
   #   nonewprivs:1.4    bin/nonewprivs (nnp.go) setuid root at /usr/local/bin/nnp, Cmd nnp
   #   nonroot:1.5       the busybox layer with USER 1234
+  #   glibc-dns-testing:2.0.0  the busybox layer with this host's (Debian's, glibc) hostname
+  #                     and the libraries it loads, and an nsswitch.conf with `hosts: files
+  #                     dns` (upstream: a Debian image): `hostname -f` resolves through glibc
+  #                     as there (the HostnameOverride tests)
   #   nginx             with NGINX_DEBS only, below
   e2e=registry.k8s.io/e2e-test-images
   for b in agnhost nonewprivs; do
@@ -170,6 +174,18 @@ if [ -n "$e2e_bin" ]; then
   image "$e2e/busybox" 1.37.0-1 '["sh"]' "$out/e2e-busybox.tar"
   image registry.k8s.io/pause 3.10.2 "$pause_cmd" "$out/e2e-pause.tar"
   image "$e2e/nonroot" 1.5 '["sh"]' "$out/e2e-nonroot.tar" "" 1234
+  x="$work/glibc-dns"
+  mkdir -p "$x/bin" "$x/etc"
+  hostname_bin=$(command -v hostname) || { echo "build-images: hostname missing (apt install hostname)" >&2; exit 1; }
+  cp "$hostname_bin" "$x/bin/hostname"
+  printf 'hosts: files dns\n' >"$x/etc/nsswitch.conf"
+  ldd "$hostname_bin" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
+    mkdir -p "$x$(dirname "$lib")"
+    cp -L "$lib" "$x$lib"
+  done
+  extra_layer "$x"
+  image "$e2e/glibc-dns-testing" 2.0.0 '["sh"]' "$out/e2e-glibc-dns-testing.tar"
+  extra_layers=()
   x="$work/nnp"
   mkdir -p "$x/usr/local/bin"
   cp "$e2e_bin/nonewprivs" "$x/usr/local/bin/nnp"

@@ -231,14 +231,20 @@ pub fn pod_dns(pod: &Pod, host: &DnsConfig, cluster: &ClusterDns) -> DnsConfig {
     d
 }
 
-/// kubelet_pods.go `GeneratePodHostNameAndDomain`: the hostname (spec.hostname, else the pod
-/// name; `truncatePodHostnameIfNeeded`: at most 63 characters, no trailing `-` or `.`) and,
-/// with spec.subdomain, the domain `<subdomain>.<namespace>.svc.<clusterDomain>`.
+/// kubelet_pods.go `GeneratePodHostNameAndDomain`: the hostname (spec.hostnameOverride, which
+/// comes with no domain (HostnameOverride, beta and on since v1.35); else spec.hostname, else
+/// the pod name; `truncatePodHostnameIfNeeded`: at most 63 characters, no trailing `-` or
+/// `.`) and, with spec.subdomain, the domain `<subdomain>.<namespace>.svc.<clusterDomain>`.
 pub fn pod_hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, String) {
-    let name = if pod.spec.hostname.is_empty() {
-        &pod.metadata.name
-    } else {
-        &pod.spec.hostname
+    let over = pod
+        .spec
+        .extra
+        .get("hostnameOverride")
+        .and_then(Value::as_str);
+    let name = match over {
+        Some(o) => o,
+        None if pod.spec.hostname.is_empty() => &pod.metadata.name,
+        None => &pod.spec.hostname,
     };
     let hostname = if name.len() > 63 {
         name.chars()
@@ -247,8 +253,11 @@ pub fn pod_hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, Stri
             .trim_end_matches(['-', '.'])
             .to_string()
     } else {
-        name.clone()
+        name.to_string()
     };
+    if over.is_some() {
+        return (hostname, String::new());
+    }
     let sub = pod
         .spec
         .extra
@@ -481,6 +490,36 @@ mod tests {
         p.spec.dns_policy = "Default".into();
         p.spec.extra.clear();
         assert_eq!(pod_dns(&p, &host, &cluster()), host);
+    }
+
+    /// GeneratePodHostNameAndDomain (HostnameOverride, beta and on since v1.35): an override
+    /// is the hostname, before spec.hostname, and comes without a domain even with a
+    /// subdomain; /etc/hosts names the pod's IP with it alone.
+    #[test]
+    fn a_hostname_override_is_the_hostname_without_a_domain() {
+        let mut p = Pod::default();
+        p.metadata.name = "web".into();
+        p.metadata.namespace = "prod".into();
+        p.spec.hostname = "custom-host".into();
+        p.spec
+            .extra
+            .insert("subdomain".into(), serde_json::json!("t"));
+        assert_eq!(
+            pod_hostname_and_domain(&p, "cluster.local"),
+            (
+                "custom-host".to_string(),
+                "t.prod.svc.cluster.local".to_string()
+            )
+        );
+        p.spec.extra.insert(
+            "hostnameOverride".into(),
+            serde_json::json!("override.example.host"),
+        );
+        let (h, d) = pod_hostname_and_domain(&p, "cluster.local");
+        assert_eq!((h.as_str(), d.as_str()), ("override.example.host", ""));
+        assert!(
+            managed_hosts(&p, "10.0.0.5", &h, &d).contains("10.0.0.5\toverride.example.host\n")
+        );
     }
 
     /// GeneratePodHostNameAndDomain and managedHostsFileContent: with a subdomain the pod's

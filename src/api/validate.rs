@@ -457,6 +457,23 @@ fn validate_spec(pod: &Pod, e: &mut Errs) {
             e.invalid_str("spec.hostname", &s.hostname, &msg);
         }
     }
+    // validateHostnameOverride (HostnameOverride, beta and on since v1.35).
+    if let Some(o) = s.extra.get("hostnameOverride") {
+        let o = o.as_str().unwrap_or_default();
+        let fp = "spec.hostnameOverride";
+        if s.extra.get("setHostnameAsFQDN").and_then(Value::as_bool) == Some(true) {
+            e.forbidden(fp, "may not be specified when setHostnameAsFQDN is true");
+        }
+        if s.host_network {
+            e.forbidden(fp, "may not be specified when hostNetwork is true");
+        }
+        if o.len() > 64 {
+            e.push(fp, "Too long: may not be more than 64 bytes");
+        }
+        for msg in dns1123_subdomain_errors(o) {
+            e.invalid_str(fp, o, &msg);
+        }
+    }
 
     validate_node_selector(s.extra.get("nodeSelector"), e);
     validate_tolerations(s.extra.get("tolerations"), e);
@@ -987,6 +1004,40 @@ mod tests {
             .find(|e| e.field == field)
             .map(|e| e.reason)
             .unwrap_or_default()
+    }
+
+    /// validateHostnameOverride: a DNS-1123 subdomain of at most 64 bytes, not with
+    /// setHostnameAsFQDN nor hostNetwork.
+    #[test]
+    fn hostname_override_follows_validate_hostname_override() {
+        let mut p = pod();
+        p.spec
+            .extra
+            .insert("hostnameOverride".into(), json!("override.example.host"));
+        assert!(!fields(&p).contains(&"spec.hostnameOverride".to_string()));
+        p.spec
+            .extra
+            .insert("hostnameOverride".into(), json!("Not-RFC1123"));
+        assert!(
+            reason_for(&p, "spec.hostnameOverride")
+                .starts_with("Invalid value: \"Not-RFC1123\": a lowercase RFC 1123 subdomain"),
+            "{:?}",
+            validate(&p)
+        );
+        p.spec
+            .extra
+            .insert("hostnameOverride".into(), json!("override-host"));
+        p.spec.host_network = true;
+        assert_eq!(
+            reason_for(&p, "spec.hostnameOverride"),
+            "Forbidden: may not be specified when hostNetwork is true"
+        );
+        p.spec.host_network = false;
+        p.spec.extra.insert("setHostnameAsFQDN".into(), json!(true));
+        assert_eq!(
+            reason_for(&p, "spec.hostnameOverride"),
+            "Forbidden: may not be specified when setHostnameAsFQDN is true"
+        );
     }
 
     /// validateMountRecursiveReadOnly: Enabled/IfPossible only on a readOnly mount without
