@@ -90,6 +90,14 @@ fn ts(n: i64) -> Option<String> {
     (n > 0).then(|| timeutil::rfc3339(timeutil::from_unix_nanos(n)))
 }
 
+/// A runtime time as the kubelet converts it (`time.Unix(0, ns)`): an unset one (0) is the
+/// epoch, not absent (toKubeContainerStatus sets an exited container's StartedAt and
+/// FinishedAt from CRI whatever they are: a container that never started shows
+/// `startedAt: 1970-01-01T00:00:00Z`).
+fn ts_unix(n: i64) -> Option<String> {
+    Some(timeutil::rfc3339(timeutil::from_unix_nanos(n.max(0))))
+}
+
 fn cri_id(id: &str) -> String {
     format!("containerd://{id}")
 }
@@ -107,8 +115,8 @@ fn terminated_of(c: &ObservedContainer) -> StateTerminated {
         signal: None,
         reason,
         message: c.message.clone(),
-        started_at: ts(c.started_at),
-        finished_at: ts(c.finished_at),
+        started_at: ts_unix(c.started_at),
+        finished_at: ts_unix(c.finished_at),
         container_id: cri_id(&c.id),
     }
 }
@@ -1021,6 +1029,23 @@ mod tests {
             v.get("resources").is_none() && v.get("allocatedResources").is_none(),
             "{v}"
         );
+    }
+
+    /// toKubeContainerStatus: an exited container's StartedAt is `time.Unix(0, started_at)`
+    /// whatever CRI says: one that failed to start (StartError, exit 128, never started)
+    /// shows the epoch, as the kubelet's status did in `scripts/differential`.
+    #[test]
+    fn a_container_that_never_started_shows_the_epoch_as_its_start() {
+        let mut c = running("dead");
+        c.state = ContainerState::Exited;
+        c.started_at = 0;
+        c.finished_at = 2_000_000_000;
+        c.exit_code = 128;
+        c.reason = "StartError".into();
+        let t = terminated_of(&c);
+        assert_eq!(t.started_at.as_deref(), Some("1970-01-01T00:00:00Z"));
+        assert_eq!(t.finished_at.as_deref(), Some("1970-01-01T00:00:02Z"));
+        assert_eq!(t.reason, "StartError");
     }
 
     /// resource.Quantity's canonical printing of the values the kubelet computes.
