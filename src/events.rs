@@ -50,6 +50,8 @@ pub struct PodRef {
     pub container: String,
     /// True when `container` is an init container (`spec.initContainers{c}`).
     pub init: bool,
+    /// True when `container` is an ephemeral container (`spec.ephemeralContainers{c}`).
+    pub ephemeral: bool,
 }
 
 impl PodRef {
@@ -99,6 +101,9 @@ impl PodRef {
     pub fn field_path(&self) -> String {
         match (self.container.is_empty(), self.init) {
             (true, _) => String::new(),
+            (false, _) if self.ephemeral => {
+                format!("spec.ephemeralContainers{{{}}}", self.container)
+            }
             (false, false) => format!("spec.containers{{{}}}", self.container),
             (false, true) => format!("spec.initContainers{{{}}}", self.container),
         }
@@ -125,11 +130,22 @@ impl PodRef {
     }
 }
 
-/// The event object for one container of `pod` (init or regular, from the spec).
+/// The event object for one container of `pod` (init, regular or ephemeral, from the spec;
+/// the field path as pkg/kubelet/container/ref.go `fieldPath` makes it).
 pub fn container_ref(pod: &crate::api::Pod, container: &str) -> PodRef {
     let m = &pod.metadata;
-    let init = pod.spec.init_containers.iter().any(|c| c.name == container);
-    PodRef::pod(&m.namespace, &m.name, &m.uid).container(container, init)
+    let spec = &pod.spec;
+    let init = spec.init_containers.iter().any(|c| c.name == container);
+    let ephemeral = !init
+        && !spec.containers.iter().any(|c| c.name == container)
+        && spec
+            .ephemeral_containers
+            .iter()
+            .any(|c| c.name == container);
+    PodRef {
+        ephemeral,
+        ..PodRef::pod(&m.namespace, &m.name, &m.uid).container(container, init)
+    }
 }
 
 /// One stored event.

@@ -52,6 +52,11 @@ pub struct PodSpec {
     pub init_containers: Vec<Container>,
     #[serde(default)]
     pub containers: Vec<Container>,
+    /// Ephemeral containers (added through the API's `ephemeralcontainers` subresource only):
+    /// each an `EphemeralContainerCommon`, its `targetContainerName` kept in `extra` (see
+    /// [`target_container_name`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ephemeral_containers: Vec<Container>,
     /// "Always" (default), "OnFailure", "Never".
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub restart_policy: String,
@@ -169,6 +174,39 @@ pub struct ResourceRequirements {
     pub extra: Extra,
 }
 
+impl PodSpec {
+    /// Every container of the pod, init containers first, then regular and ephemeral ones
+    /// (podutil.VisitContainers with every container type).
+    pub fn all_containers(&self) -> impl Iterator<Item = &Container> {
+        self.init_containers
+            .iter()
+            .chain(&self.containers)
+            .chain(&self.ephemeral_containers)
+    }
+}
+
+impl Container {
+    /// An ephemeral container's `targetContainerName` ("" when none or not ephemeral): the
+    /// container whose namespaces (PID) it joins.
+    pub fn target_container_name(&self) -> &str {
+        self.extra
+            .get("targetContainerName")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+}
+
+impl PodStatus {
+    /// The statuses of regular, init and ephemeral containers, in that order (the kubelet's
+    /// validateContainerLogStatus looks them up so).
+    pub fn all_container_statuses(&self) -> impl Iterator<Item = &ContainerStatus> {
+        self.container_statuses
+            .iter()
+            .chain(&self.init_container_statuses)
+            .chain(&self.ephemeral_container_statuses)
+    }
+}
+
 impl ResourceRequirements {
     pub fn is_empty(&self) -> bool {
         self.limits.is_empty() && self.requests.is_empty() && self.extra.is_empty()
@@ -211,6 +249,8 @@ pub struct PodStatus {
     pub allocated_resources: BTreeMap<String, Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ephemeral_container_statuses: Vec<ContainerStatus>,
     /// The `metadata.generation` the kubelet synced (PodObservedGenerationTracking, GA at
     /// v1.35).
     #[serde(default, skip_serializing_if = "is_zero")]

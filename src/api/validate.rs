@@ -64,6 +64,7 @@ pub fn apply_api_defaults(pod: &mut Pod) {
         .init_containers
         .iter_mut()
         .chain(spec.containers.iter_mut())
+        .chain(spec.ephemeral_containers.iter_mut())
     {
         default_container(c, host_network);
     }
@@ -412,6 +413,7 @@ fn validate_spec(pod: &Pod, e: &mut Errs) {
             e,
         );
     }
+    validate_ephemeral_containers(s, &volumes, &mut names, e);
 
     if !s.restart_policy.is_empty()
         && !matches!(s.restart_policy.as_str(), "Always" | "OnFailure" | "Never")
@@ -636,11 +638,7 @@ fn validate_topology_spread(list: Option<&Value>, e: &mut Errs) {
 /// references to API objects.
 fn validate_static_pod_create(s: &super::types::PodSpec, e: &mut Errs) {
     // ValidatePodCreate, which the kubelet runs on static pods after setting spec.nodeName.
-    if s.extra
-        .get("ephemeralContainers")
-        .and_then(Value::as_array)
-        .is_some_and(|l| !l.is_empty())
-    {
+    if !s.ephemeral_containers.is_empty() {
         e.forbidden("spec.ephemeralContainers", "cannot be set on create");
     }
     if s.extra
@@ -794,6 +792,8 @@ fn validate_container<'a>(
     }
     match (&c.restart_policy, is_init) {
         (None, _) => {}
+        // An ephemeral container's restartPolicy is refused by its own rules (below).
+        (Some(_), false) if path.starts_with("spec.ephemeralContainers") => {}
         (Some(_), false) => e.forbidden(
             format!("{path}.restartPolicy"),
             "may not be set for non-init containers",
@@ -807,6 +807,73 @@ fn validate_container<'a>(
     validate_ports(c, path, host_network, e);
     validate_env_and_mounts(c, path, volumes, e);
     validate_resources(c, path, e);
+}
+
+/// The fields of `EphemeralContainerCommon` an ephemeral container may not set, in the
+/// struct's order, with what makes one set (not its Go zero value).
+const EPHEMERAL_FORBIDDEN: &[&str] = &[
+    "ports",
+    "resources",
+    "resizePolicy",
+    "restartPolicy",
+    "restartPolicyRules",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle",
+];
+
+/// ValidatePodSpec's `validateEphemeralContainers`: the common container rules, a name unique
+/// across every container type, a `targetContainerName` naming a regular or init container,
+/// the fields outside `allowedEphemeralContainerFields` unset ("cannot be set for an Ephemeral
+/// Container"), and no volumeMount `subPath` / `subPathExpr`.
+fn validate_ephemeral_containers<'a>(
+    s: &'a super::types::PodSpec,
+    volumes: &BTreeSet<&str>,
+    names: &mut BTreeSet<&'a str>,
+    e: &mut Errs,
+) {
+    const WHY: &str = "cannot be set for an Ephemeral Container";
+    let others: BTreeSet<&str> = s
+        .init_containers
+        .iter()
+        .chain(&s.containers)
+        .map(|c| c.name.as_str())
+        .collect();
+    for (i, c) in s.ephemeral_containers.iter().enumerate() {
+        let path = format!("spec.ephemeralContainers[{i}]");
+        validate_container(c, &path, false, s.host_network, volumes, names, e);
+        let target = c.target_container_name();
+        if !target.is_empty() && !others.contains(target) {
+            e.push(
+                format!("{path}.targetContainerName"),
+                format!("Not found: {}", quote(target)),
+            );
+        }
+        for field in EPHEMERAL_FORBIDDEN {
+            let set = match *field {
+                "ports" => !c.ports.is_empty(),
+                "resources" => !c.resources.is_empty(),
+                "restartPolicy" => c.restart_policy.is_some(),
+                other => c.extra.get(other).is_some_and(|v| !v.is_null()),
+            };
+            if set {
+                e.forbidden(format!("{path}.{field}"), WHY);
+            }
+        }
+        if let Some(Value::Array(mounts)) = c.extra.get("volumeMounts") {
+            for (j, m) in mounts.iter().enumerate() {
+                for key in ["subPath", "subPathExpr"] {
+                    if m.get(key)
+                        .and_then(Value::as_str)
+                        .is_some_and(|v| !v.is_empty())
+                    {
+                        e.forbidden(format!("{path}.volumeMounts[{j}].{key}"), WHY);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A container's ports: numbers, protocols and unique names.
@@ -1425,10 +1492,11 @@ mod tests {
         // ValidatePodCreate (run by the kubelet on static pods, after it set spec.nodeName) and
         // the references only an API server can resolve.
         let mut p = pod();
-        p.spec.extra.insert(
-            "ephemeralContainers".into(),
-            json!([{"name": "debug", "image": "busybox"}]),
-        );
+        p.spec.ephemeral_containers = vec![Container {
+            name: "debug".into(),
+            image: "busybox".into(),
+            ..Default::default()
+        }];
         p.spec
             .extra
             .insert("schedulingGates".into(), json!([{"name": "wait"}]));
@@ -1463,10 +1531,73 @@ mod tests {
         // Empty lists are fine.
         let mut ok = pod();
         ok.spec.extra.insert("schedulingGates".into(), json!([]));
-        ok.spec
-            .extra
-            .insert("ephemeralContainers".into(), json!([]));
+        let ok: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"schedulingGates": [], "ephemeralContainers": [],
+                     "containers": ok.spec.containers}
+        }))
+        .expect("decodes");
         assert!(fields(&ok).is_empty(), "{:?}", fields(&ok));
+    }
+
+    /// validation.go validateEphemeralContainers (ValidatePodSpec, which the kubelet runs on a
+    /// static pod through ValidatePodCreate beside "cannot be set on create"): names unique
+    /// across all container types, targetContainerName a regular or init container, the fields
+    /// outside allowedEphemeralContainerFields (ports, resources, restartPolicy, probes,
+    /// lifecycle) "cannot be set for an Ephemeral Container", no volumeMount subPath.
+    #[test]
+    fn ephemeral_containers_forbid_ports_probes_resources_lifecycle() {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [{"name": "app", "image": "busybox"}],
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "ephemeralContainers": [
+                    {"name": "debug", "image": "busybox", "targetContainerName": "missing",
+                     "ports": [{"containerPort": 80}],
+                     "resources": {"limits": {"cpu": "1"}},
+                     "restartPolicy": "Always",
+                     "livenessProbe": {"exec": {"command": ["true"]}},
+                     "readinessProbe": {"exec": {"command": ["true"]}},
+                     "startupProbe": {"exec": {"command": ["true"]}},
+                     "lifecycle": {"preStop": {"exec": {"command": ["true"]}}},
+                     "volumeMounts": [{"name": "v", "mountPath": "/v", "subPath": "x"}]},
+                    {"name": "app", "image": "busybox", "targetContainerName": "app"}
+                ]
+            }
+        }))
+        .expect("decodes");
+        let why = "Forbidden: cannot be set for an Ephemeral Container";
+        for f in [
+            "ports",
+            "resources",
+            "restartPolicy",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+            "lifecycle",
+            "volumeMounts[0].subPath",
+        ] {
+            assert_eq!(
+                reason_for(&p, &format!("spec.ephemeralContainers[0].{f}")),
+                why
+            );
+        }
+        assert_eq!(
+            reason_for(&p, "spec.ephemeralContainers[0].targetContainerName"),
+            "Not found: \"missing\""
+        );
+        assert_eq!(
+            reason_for(&p, "spec.ephemeralContainers[1].name"),
+            "Duplicate value: \"app\""
+        );
+        // A valid target and no forbidden field: only the create rule remains.
+        let fs = fields(&p);
+        assert!(
+            !fs.iter()
+                .any(|f| f == "spec.ephemeralContainers[1].targetContainerName")
+        );
+        assert!(fs.iter().any(|f| f == "spec.ephemeralContainers"));
     }
 
     #[test]

@@ -145,7 +145,8 @@ pub fn pod_refs(pod: &Pod) -> Refs {
             }
         }
     }
-    for c in pod.spec.containers.iter().chain(&pod.spec.init_containers) {
+    // podutil.VisitPodConfigmapNames / VisitPodSecretNames visit every container type.
+    for c in pod.spec.all_containers() {
         for f in arr(c.extra.get("envFrom")) {
             if let Some(n) = f.get("configMapRef").and_then(|c| str_at(c, "name")) {
                 r.config_maps.insert(n.into());

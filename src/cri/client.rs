@@ -613,17 +613,22 @@ fn mount_pb(m: &super::Mount) -> pb::Mount {
 fn container_config_pb(c: &ContainerConfig, sandbox: &PodSandboxConfig) -> pb::ContainerConfig {
     // Containers follow the pod's namespaces; a non-hostPID container gets its own PID
     // namespace like the kubelet does (shareProcessNamespace is not supported).
+    // An ephemeral container with a target joins that container's PID namespace
+    // (kuberuntime_container_linux.go: TARGET only where the mode would be CONTAINER).
+    let (pid, target_id) = if sandbox.host_pid {
+        (pb::NamespaceMode::Node, String::new())
+    } else if sandbox.share_pid {
+        (pb::NamespaceMode::Pod, String::new())
+    } else if !c.pid_target_id.is_empty() {
+        (pb::NamespaceMode::Target, c.pid_target_id.clone())
+    } else {
+        (pb::NamespaceMode::Container, String::new())
+    };
     let ns = pb::NamespaceOption {
         network: ns_mode(sandbox.host_network),
-        pid: if sandbox.host_pid {
-            pb::NamespaceMode::Node as i32
-        } else if sandbox.share_pid {
-            pb::NamespaceMode::Pod as i32
-        } else {
-            pb::NamespaceMode::Container as i32
-        },
+        pid: pid as i32,
         ipc: ns_mode(sandbox.host_ipc),
-        target_id: String::new(),
+        target_id,
         userns_options: userns_pb(sandbox.user_namespace),
     };
     pb::ContainerConfig {
@@ -1870,6 +1875,47 @@ mod tests {
             .and_then(|n| n.userns_options)
             .unwrap_or_default();
         assert_eq!(sb.mode, pb::NamespaceMode::Node as i32);
+    }
+
+    /// kuberuntime_container_linux.go generateLinuxContainerConfig: an ephemeral container
+    /// with a target gets PID NamespaceMode TARGET and the target's ID, but only where its mode
+    /// would be CONTAINER (not with hostPID or shareProcessNamespace).
+    #[test]
+    fn an_ephemeral_target_is_pid_namespace_mode_target() {
+        let c = ContainerConfig {
+            pid_target_id: "abc123".into(),
+            ..Default::default()
+        };
+        let ns = |sb: &PodSandboxConfig| {
+            container_config_pb(&c, sb)
+                .linux
+                .and_then(|l| l.security_context)
+                .and_then(|s| s.namespace_options)
+                .unwrap_or_default()
+        };
+        let own = ns(&PodSandboxConfig::default());
+        assert_eq!(own.pid, pb::NamespaceMode::Target as i32);
+        assert_eq!(own.target_id, "abc123");
+        for sb in [
+            PodSandboxConfig {
+                host_pid: true,
+                ..Default::default()
+            },
+            PodSandboxConfig {
+                share_pid: true,
+                ..Default::default()
+            },
+        ] {
+            let n = ns(&sb);
+            assert_ne!(n.pid, pb::NamespaceMode::Target as i32);
+            assert!(n.target_id.is_empty());
+        }
+        let plain = container_config_pb(&ContainerConfig::default(), &PodSandboxConfig::default())
+            .linux
+            .and_then(|l| l.security_context)
+            .and_then(|s| s.namespace_options)
+            .unwrap_or_default();
+        assert_eq!(plain.pid, pb::NamespaceMode::Container as i32);
     }
 
     #[test]

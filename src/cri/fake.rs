@@ -214,6 +214,11 @@ impl FakeRuntime {
             .collect()
     }
 
+    /// The config the container `id` was created with.
+    pub fn container_config(&self, id: &str) -> Option<ContainerConfig> {
+        self.lock().containers.get(id).map(|c| c.config.clone())
+    }
+
     /// Simulate the runtime being down: every call fails with Unavailable.
     pub fn set_down(&self, down: bool) {
         self.lock().down = down;

@@ -41,7 +41,7 @@ pub const ANN_TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.termin
 pub const ANN_POD_TERMINATION_GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
 /// nanolet's own marker: which manager created the object (so we never touch foreign pods).
 pub const LABEL_MANAGED_BY: &str = "io.nanolet.managed";
-/// nanolet's own annotation: "init" / "sidecar" / "regular".
+/// nanolet's own annotation: "init" / "sidecar" / "regular" / "ephemeral".
 pub const ANN_CONTAINER_TYPE: &str = "io.nanolet.container.type";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -394,6 +394,9 @@ pub struct ContainerConfig {
     pub tty: bool,
     pub resources: Option<LinuxResources>,
     pub security: ContainerSecurity,
+    /// An ephemeral container's target: the container ID whose PID namespace it joins (CRI
+    /// NamespaceMode TARGET with `target_id`, when its PID mode would be CONTAINER); "" none.
+    pub pid_target_id: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -367,6 +367,23 @@ pub fn compute(
         &old.container_statuses,
     );
 
+    // generateAPIPodStatus: ephemeral containers through convertToAPIContainerStatuses as
+    // regular ones (the same default waiting reason); the prober manager sets neither
+    // `ready` nor `started` for them (false, unset); the status manager sorts them by name
+    // (SortedContainerStatuses). They count for neither the phase nor the conditions.
+    let mut ephemeral = container_statuses(
+        &pod.spec.ephemeral_containers,
+        state,
+        inputs,
+        regular_default,
+        &old.ephemeral_container_statuses,
+    );
+    for s in &mut ephemeral {
+        s.ready = false;
+        s.started = None;
+    }
+    ephemeral.sort_by(|a, b| a.name.cmp(&b.name));
+
     let (phase, reason, message) = phase_and_reason(pod, inputs, old, &init, &regular);
     let mut regular = regular;
     let mut init = init;
@@ -435,6 +452,7 @@ pub fn compute(
         qos_class: qos_class(pod),
         allocated_resources: pod_allocated(pod).requests,
         resources: Some(pod_allocated(pod)).filter(|r| !r.is_empty()),
+        ephemeral_container_statuses: ephemeral,
         observed_generation: generation.max(old.observed_generation),
     }
 }
@@ -1105,6 +1123,76 @@ mod tests {
         assert_eq!(without[2]["recursiveReadOnly"], "Disabled");
         // Enabled cannot be resolved without support (the container is refused): Disabled.
         assert_eq!(without[3]["recursiveReadOnly"], "Disabled");
+    }
+
+    /// kubelet_pods.go generateAPIPodStatus: `ephemeralContainerStatuses` come from
+    /// convertToAPIContainerStatuses over spec.ephemeralContainers (running with its
+    /// containerID; one not created yet waits as a regular container would, ContainerCreating
+    /// without init containers); prober_manager.go UpdatePodStatus leaves them not ready and
+    /// `started` unset; status_manager.go sorts them by name; getPhase ignores them (an
+    /// exited ephemeral container does not end a Running pod).
+    #[test]
+    fn ephemeral_container_statuses_are_reported_not_ready_sorted_by_name() {
+        let mut pod = Pod::default();
+        pod.spec.restart_policy = "Always".into();
+        let mk = |n: &str| Container {
+            name: n.into(),
+            image: "busybox".into(),
+            ..Default::default()
+        };
+        pod.spec.containers = vec![mk("c")];
+        pod.spec.ephemeral_containers = vec![mk("zz-new"), mk("debugger"), mk("done")];
+        let sandbox = ObservedSandbox {
+            id: "sb".into(),
+            attempt: 0,
+            ready: true,
+            created_at: 1,
+            ip: "10.0.0.2".into(),
+            additional_ips: vec![],
+        };
+        let debugger = ObservedContainer {
+            name: "debugger".into(),
+            kind: "ephemeral".into(),
+            ..running("dbg")
+        };
+        let done = ObservedContainer {
+            name: "done".into(),
+            kind: "ephemeral".into(),
+            state: ContainerState::Exited,
+            exit_code: 1,
+            finished_at: 2,
+            ..running("dn")
+        };
+        let state = PodRuntimeState {
+            sandboxes: vec![sandbox],
+            containers: vec![running("c1"), debugger, done],
+        };
+        let st = compute(&pod, &state, &StatusInputs::default(), None);
+        let names: Vec<&str> = st
+            .ephemeral_container_statuses
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["debugger", "done", "zz-new"]);
+        let e = &st.ephemeral_container_statuses;
+        assert!(e[0].state.running.is_some());
+        assert_eq!(e[0].container_id, "containerd://dbg");
+        assert_eq!(e[1].state.terminated.as_ref().map(|t| t.exit_code), Some(1));
+        assert_eq!(
+            e[2].state.waiting.as_ref().map(|w| w.reason.as_str()),
+            Some("ContainerCreating")
+        );
+        assert!(e.iter().all(|c| !c.ready && c.started.is_none()), "{e:?}");
+        assert_eq!(st.phase, "Running");
+        assert_eq!(st.container_statuses.len(), 1);
+        assert!(st.container_statuses[0].ready);
+        let json = serde_json::to_value(&st).expect("serializes");
+        assert_eq!(json["ephemeralContainerStatuses"][0]["name"], "debugger");
+        assert!(
+            json["ephemeralContainerStatuses"][0]
+                .get("started")
+                .is_none()
+        );
     }
 
     #[test]

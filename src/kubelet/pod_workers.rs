@@ -593,6 +593,13 @@ impl PodWorker {
         };
         // After a new sandbox the state of old containers still matters for restart counts.
         let mut starts: Vec<(Container, ContainerType)> = vec![];
+        // SyncPod step 6: ephemeral containers start before init containers (so a failing
+        // init container does not hold a debugging container back).
+        for &i in &acts.ephemeral_to_start {
+            if let Some(c) = self.pod.spec.ephemeral_containers.get(i) {
+                starts.push((c.clone(), ContainerType::Ephemeral));
+            }
+        }
         if let Some(i) = acts.init_to_start {
             if let Some(c) = self.pod.spec.init_containers.get(i) {
                 let kind = if is_sidecar(c) {

@@ -1390,6 +1390,83 @@ mod tests {
         );
     }
 
+    /// kuberuntime_manager.go computePodActions / SyncPod step 6 and startContainer's
+    /// getTargetID: an ephemeral container added to a running pod (the API's
+    /// `ephemeralcontainers` subresource changes the spec, not the UID) starts in the pod's
+    /// sandbox without restarting anything, in its target's PID namespace (CRI TARGET with
+    /// the target's ID), reports `ephemeralContainerStatuses`, and once it exited is never
+    /// started again (restartPolicy Always notwithstanding).
+    #[test]
+    fn an_ephemeral_container_added_to_a_running_pod_starts_once_in_its_target() {
+        let h = Harness::start(fake());
+        let mut p = pod("u1", "web", "Always", &["a"]);
+        h.desire(std::slice::from_ref(&p), true);
+        h.wait("running", |h| phase(h, "u1") == "Running");
+        let target = h.rt.running("a")[0].clone();
+        h.rt.clear_calls();
+        let mut debugger = Container {
+            name: "debugger".into(),
+            image: IMAGE.into(),
+            image_pull_policy: "IfNotPresent".into(),
+            ..Default::default()
+        };
+        debugger
+            .extra
+            .insert("targetContainerName".into(), "a".into());
+        p.spec.ephemeral_containers = vec![debugger];
+        h.desire(std::slice::from_ref(&p), true);
+        let ephemeral_running = |h: &Harness| {
+            h.status("u1").is_some_and(|s| {
+                s.ephemeral_container_statuses
+                    .iter()
+                    .any(|c| c.name == "debugger" && c.state.running.is_some())
+            })
+        };
+        h.wait("ephemeral container running", ephemeral_running);
+        let id = h.rt.running("debugger")[0].clone();
+        let cfg = h.rt.container_config(&id).expect("created");
+        assert_eq!(
+            cfg.pid_target_id, target,
+            "joins its target's PID namespace"
+        );
+        assert_eq!(
+            cfg.annotations
+                .get(crate::cri::ANN_CONTAINER_TYPE)
+                .map(String::as_str),
+            Some("ephemeral")
+        );
+        assert_eq!(
+            h.rt.running("a"),
+            vec![target.clone()],
+            "the target kept running"
+        );
+        assert_eq!(h.rt.count_calls("run_pod_sandbox"), 0, "no new sandbox");
+        h.rt.clear_calls();
+        h.rt.exit_container(&id, 0);
+        h.wait("ephemeral container exited", |h| {
+            h.status("u1").is_some_and(|s| {
+                s.ephemeral_container_statuses
+                    .iter()
+                    .any(|c| c.state.terminated.is_some())
+            })
+        });
+        // A further sync (a spec change, published with the status) starts nothing.
+        p.metadata.labels.insert("touched".into(), "yes".into());
+        h.desire(std::slice::from_ref(&p), true);
+        h.wait("the update synced", |h| {
+            h.store
+                .get("u1")
+                .is_some_and(|p| p.metadata.labels.contains_key("touched"))
+        });
+        assert_eq!(
+            h.rt.count_calls("create_container"),
+            0,
+            "{:?}",
+            h.rt.calls()
+        );
+        assert!(h.rt.running("debugger").is_empty());
+    }
+
     #[test]
     fn edited_manifest_terminates_old_uid_before_starting_new() {
         let h = Harness::start(fake());

@@ -78,6 +78,9 @@ pub struct PodActions {
     pub init_to_start: Option<usize>,
     /// Indexes into spec.containers to start now (backoff already checked).
     pub containers_to_start: Vec<usize>,
+    /// Indexes into spec.ephemeralContainers to start now: those the runtime has never seen
+    /// (computePodActions' EphemeralContainersToStart; they are never restarted).
+    pub ephemeral_to_start: Vec<usize>,
     pub containers_to_kill: Vec<KillAction>,
     /// Containers that must restart but are in backoff.
     pub backoff: Vec<BackoffWait>,
@@ -93,6 +96,7 @@ impl PodActions {
             && !self.create_sandbox
             && self.init_to_start.is_none()
             && self.containers_to_start.is_empty()
+            && self.ephemeral_to_start.is_empty()
             && self.containers_to_kill.is_empty()
     }
 }
@@ -180,8 +184,24 @@ pub fn compute_pod_actions(
         return a;
     }
     a.sandbox_id = newest.map(|s| s.id.clone());
+    // computePodActions: ephemeral containers start in the kept sandbox (never with a new
+    // one: the return above), even before initialization is done, each only if the runtime
+    // has no container of its name (they are never restarted).
+    a.ephemeral_to_start = pod
+        .spec
+        .ephemeral_containers
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| state.latest(&c.name).is_none())
+        .map(|(i, _)| i)
+        .collect();
     if inputs.plan_init_containers(&mut a) {
         inputs.plan_regular_containers(&mut a);
+    }
+    if a.kill_pod {
+        // The sandbox is stopped in this sync (nothing of the pod runs or will): nothing
+        // starts in it. (Upstream lists them still and their CreateContainer then fails.)
+        a.ephemeral_to_start.clear();
     }
     a
 }
@@ -509,6 +529,82 @@ mod tests {
             instant: Instant::now(),
             wall_nanos: 1_000_000_000_000,
         }
+    }
+
+    fn with_ephemeral(mut p: Pod, names: &[&str]) -> Pod {
+        p.spec.ephemeral_containers = names
+            .iter()
+            .map(|n| Container {
+                name: n.to_string(),
+                image: "localhost/busybox:1.36".into(),
+                ..Default::default()
+            })
+            .collect();
+        p
+    }
+
+    /// kuberuntime_manager.go computePodActions: "Ephemeral containers may be started even if
+    /// initialization is not yet complete" and "Ephemeral Containers are never restarted": an
+    /// ephemeral container starts when the runtime has no container of its name, in the kept
+    /// sandbox, also while an init container runs; once it ran (running or exited, any exit
+    /// code, any restartPolicy) it is never started again.
+    #[test]
+    fn ephemeral_containers_start_once_and_are_never_restarted() {
+        let n = now();
+        let p = with_ephemeral(pod("Always", &["a"], &["i1"]), &["debug"]);
+        let mut st = PodRuntimeState {
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![ctr(&p, "i1", ContainerState::Running, 0, 0, 0)],
+        };
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), n);
+        assert_eq!(a.ephemeral_to_start, vec![0], "before initialization ends");
+        assert_eq!(a.sandbox_id.as_deref(), Some("sb0"));
+        assert!(!a.is_noop());
+        st.containers = vec![
+            ctr(&p, "a", ContainerState::Running, 0, 0, 0),
+            ctr(&p, "i1", ContainerState::Exited, 0, 0, n.wall_nanos),
+        ];
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), n);
+        assert_eq!(a.ephemeral_to_start, vec![0]);
+        for (state, exit) in [
+            (ContainerState::Running, 0),
+            (ContainerState::Exited, 1),
+            (ContainerState::Exited, 0),
+        ] {
+            let mut st = st.clone();
+            st.containers.push(ObservedContainer {
+                kind: "ephemeral".into(),
+                ..ctr(&p, "debug", state, exit, 0, n.wall_nanos)
+            });
+            let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), n);
+            assert!(a.ephemeral_to_start.is_empty(), "{state:?} {exit}: {a:?}");
+            assert!(a.is_noop(), "{state:?} {exit}: {a:?}");
+            assert!(a.backoff.is_empty() && a.containers_to_kill.is_empty());
+        }
+    }
+
+    /// computePodActions returns before the ephemeral containers when the sandbox is
+    /// (re)created: they start only in a kept sandbox; and nothing starts in a sandbox this
+    /// sync stops (keepCount == 0 -> KillPod).
+    #[test]
+    fn ephemeral_containers_never_start_with_a_new_or_dying_sandbox() {
+        let n = now();
+        let p = with_ephemeral(pod("Always", &["a"], &[]), &["debug"]);
+        let a = compute_pod_actions(
+            &p,
+            &PodRuntimeState::default(),
+            &Backoff::default(),
+            &BTreeMap::new(),
+            n,
+        );
+        assert!(a.create_sandbox && a.ephemeral_to_start.is_empty(), "{a:?}");
+        let p = with_ephemeral(pod("Never", &["a"], &[]), &["debug"]);
+        let st = PodRuntimeState {
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![ctr(&p, "a", ContainerState::Exited, 0, 0, n.wall_nanos)],
+        };
+        let a = compute_pod_actions(&p, &st, &Backoff::default(), &BTreeMap::new(), n);
+        assert!(a.kill_pod && a.ephemeral_to_start.is_empty(), "{a:?}");
     }
 
     #[test]

@@ -41,6 +41,10 @@ pub enum ConfigError {
         container: String,
         source: crate::devicemanager::DeviceError,
     },
+    /// An ephemeral container's `targetContainerName` has no container in the runtime (the
+    /// kubelet's getTargetID message).
+    #[error("unable to find target container {0}")]
+    NoTarget(String),
 }
 
 /// `spec.containers{c}.<field>: <reason>`, or the kubelet's own message alone (API objects).
@@ -65,7 +69,8 @@ impl ConfigError {
             ConfigError::Volumes(_) => "ContainerCreating",
             ConfigError::Env { .. }
             | ConfigError::RunAsNonRoot(_)
-            | ConfigError::Devices { .. } => "CreateContainerConfigError",
+            | ConfigError::Devices { .. }
+            | ConfigError::NoTarget(_) => "CreateContainerConfigError",
         }
     }
 }
@@ -118,13 +123,32 @@ pub enum HookError {
     Handler(crate::prober::handlers::HandlerError),
 }
 
-/// The spec of the container (regular or init) called `name`.
+/// The spec of the container (regular, init or ephemeral) called `name`.
 pub fn find_spec<'p>(pod: &'p Pod, name: &str) -> Option<&'p Container> {
     pod.spec
         .containers
         .iter()
         .chain(&pod.spec.init_containers)
+        .chain(&pod.spec.ephemeral_containers)
         .find(|c| c.name == name)
+}
+
+/// The runtime ID of the container whose PID namespace an ephemeral container joins (the
+/// kubelet's `getTargetID`: the newest container named `targetContainerName`); "" without a
+/// target or for other containers.
+fn pid_target(
+    c: &Container,
+    kind: ContainerType,
+    state: &PodRuntimeState,
+) -> Result<String, ConfigError> {
+    let target = c.target_container_name();
+    if kind != ContainerType::Ephemeral || target.is_empty() {
+        return Ok(String::new());
+    }
+    state
+        .latest(target)
+        .map(|t| t.id.clone())
+        .ok_or_else(|| ConfigError::NoTarget(target.to_string()))
 }
 
 /// Read at most `max` bytes of a file as text ("" when missing).
@@ -209,7 +233,13 @@ impl RuntimeManager<'_> {
         if let Err(e) = std::fs::create_dir_all(&cdir) {
             warn!(pod = %self.full_name, container = %name, error = %e, "creating container log directory");
         }
-        let cfg = match self.container_config(c, kind, restart_count, log_rel) {
+        // startContainer: getTargetID, then generateContainerConfig (NamespaceMode TARGET).
+        let cfg = pid_target(c, kind, state).and_then(|target| {
+            let mut cfg = self.container_config(c, kind, restart_count, log_rel)?;
+            cfg.pid_target_id = target;
+            Ok(cfg)
+        });
+        let cfg = match cfg {
             Ok(cfg) => {
                 let limiter = self.state.config_warnings.get_mut(name);
                 if limiter.is_some_and(|l| l.clear()) {
@@ -362,6 +392,7 @@ impl RuntimeManager<'_> {
             tty: c.tty,
             resources: Some(container_resources(p, c, &self.settings.swap)),
             security,
+            pid_target_id: String::new(),
         })
     }
 

@@ -20,6 +20,8 @@ pub enum ContainerType {
     /// An init container with `restartPolicy: Always`.
     Sidecar,
     Regular,
+    /// One of `spec.ephemeralContainers`: started once, never restarted.
+    Ephemeral,
 }
 
 impl ContainerType {
@@ -28,6 +30,7 @@ impl ContainerType {
             ContainerType::Init => "init",
             ContainerType::Sidecar => "sidecar",
             ContainerType::Regular => "regular",
+            ContainerType::Ephemeral => "ephemeral",
         }
     }
 }

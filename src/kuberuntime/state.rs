@@ -26,7 +26,7 @@ pub struct ObservedContainer {
     pub restart_count: u32,
     /// From the `io.kubernetes.container.hash` annotation.
     pub hash: String,
-    /// "init", "sidecar" or "regular".
+    /// "init", "sidecar", "regular" or "ephemeral".
     pub kind: String,
     pub state: ContainerState,
     pub created_at: i64,

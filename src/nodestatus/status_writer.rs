@@ -71,7 +71,10 @@ fn covers(api: Option<&Value>, ours: &Value, key: &str) -> bool {
     match (api, ours) {
         (Value::Object(a), Value::Object(o)) => o.iter().all(|(k, v)| covers(a.get(k), v, k)),
         (Value::Array(a), Value::Array(o))
-            if key == "containerStatuses" || key == "initContainerStatuses" =>
+            if matches!(
+                key,
+                "containerStatuses" | "initContainerStatuses" | "ephemeralContainerStatuses"
+            ) =>
         {
             a.len() == o.len()
                 && o.iter().all(|c| {
@@ -342,11 +345,15 @@ impl StatusWriter {
             .and_then(|p| p.status)
             .and_then(|s| serde_json::to_value(s).ok())
             .is_some_and(|v| {
-                ["initContainerStatuses", "containerStatuses"]
-                    .iter()
-                    .filter_map(|k| v[*k].as_array())
-                    .flatten()
-                    .any(|c| !c["state"]["running"].is_null())
+                [
+                    "initContainerStatuses",
+                    "containerStatuses",
+                    "ephemeralContainerStatuses",
+                ]
+                .iter()
+                .filter_map(|k| v[*k].as_array())
+                .flatten()
+                .any(|c| !c["state"]["running"].is_null())
             })
     }
 

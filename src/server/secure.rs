@@ -811,11 +811,7 @@ fn container_logs(
         return reply(tls, r, head_only);
     };
     let spec = &found.spec;
-    let in_spec = spec
-        .containers
-        .iter()
-        .chain(&spec.init_containers)
-        .any(|c| c.name == container);
+    let in_spec = spec.all_containers().any(|c| c.name == container);
     if !in_spec {
         let r = Reply::text(
             404,
@@ -1041,12 +1037,10 @@ fn resolve_container(
     let Some(p) = found.filter(|p| uid.is_none_or(|u| u == p.metadata.uid)) else {
         return Err(Reply::text(404, "pod does not exist".into()));
     };
-    let status = p.status.as_ref().and_then(|st| {
-        st.container_statuses
-            .iter()
-            .chain(&st.init_container_statuses)
-            .find(|c| c.name == container)
-    });
+    let status = p
+        .status
+        .as_ref()
+        .and_then(|st| st.all_container_statuses().find(|c| c.name == container));
     let Some(c) = status else {
         return Err(Reply::text(
             404,
@@ -1223,18 +1217,13 @@ fn api_stream(
 }
 
 /// The container of an exec or attach, as kube-apiserver's `validateContainer`: a named one
-/// must be one of the pod's (init, regular; "container X is not valid for pod P"); none named
-/// is the only container, else a 400 naming every container (init containers first, as
-/// `podutil.VisitContainers`, Go's `%s` of a string slice: `[a b]`).
+/// must be one of the pod's (init, regular, ephemeral; "container X is not valid for pod P");
+/// none named is the only regular container, else a 400 naming every container (init, regular,
+/// ephemeral, as `podutil.VisitContainers`, Go's `%s` of a string slice: `[a b]`).
 pub(crate) fn default_container(pod: &crate::api::Pod, requested: &str) -> Result<String, String> {
     let name = &pod.metadata.name;
     let spec = &pod.spec;
-    let all: Vec<&str> = spec
-        .init_containers
-        .iter()
-        .chain(&spec.containers)
-        .map(|c| c.name.as_str())
-        .collect();
+    let all: Vec<&str> = spec.all_containers().map(|c| c.name.as_str()).collect();
     if !requested.is_empty() {
         return if all.contains(&requested) {
             Ok(requested.to_string())

@@ -3,6 +3,7 @@
 //! API outage that leaves pods alone, re-registration after the Node is deleted; API pods with
 //! status write-back, watch expiry and graceful deletion ending in the final DELETE; the offline
 //! checkpoint (restart while the API server is down, reconcile without restarts); mirror pods;
+//! an ephemeral container added to a running API pod (its target's PID namespace);
 //! the same driven by the real `kubectl` (tests/support/src/kubectl.rs).
 
 use nanolet_test_support as support;
@@ -273,6 +274,90 @@ fn api_pods_run_report_status_survive_watch_expiry_and_stop_on_delete() {
         "final DELETE with the UID precondition: {deletes:?}"
     );
     assert_eq!(api_phase(&api, "second"), "Running");
+}
+
+/// Ephemeral containers (kuberuntime computePodActions' EphemeralContainersToStart,
+/// startContainer's getTargetID -> CRI PID NamespaceMode TARGET): one added to a running API
+/// pod's spec (what the `ephemeralcontainers` subresource does: generation 2, same UID) starts
+/// in the pod's sandbox without restarting its container, sees its target's processes (PID 1
+/// of its namespace is the target's `sleep 3600`, not its own shell), reports
+/// `ephemeralContainerStatuses` to the API server, serves its log, and after it exited is not
+/// started again.
+#[test]
+fn an_ephemeral_container_joins_its_target_and_is_never_restarted() {
+    let ctd = Containerd::start();
+    let api = FakeApiServer::start(TOKEN);
+    let kc = ctd.tmp().join("kubeconfig");
+    api.write_kubeconfig(&kc, TOKEN);
+    let n = Nanolet::start(&ctd, &[format!("--kubeconfig={}", kc.display())]);
+    api.create_pod("prod", api_pod("web"));
+    let path = "/api/v1/namespaces/prod/pods/web";
+    wait_for(Duration::from_secs(60), || {
+        (api_phase(&api, "web") == "Running").then_some(())
+    })
+    .unwrap_or_else(|| panic!("pod never ran\n{}", log_excerpt(&n)));
+    let rt = ctd.runtime();
+    let before = container_ids(&rt, "web");
+    api.modify(path, |p| {
+        p["metadata"]["generation"] = serde_json::json!(2);
+        p["spec"]["ephemeralContainers"] = serde_json::json!([{
+            "name": "debugger", "image": "localhost/busybox:1.36",
+            "imagePullPolicy": "IfNotPresent", "targetContainerName": "c",
+            "terminationMessagePath": "/dev/termination-log",
+            "terminationMessagePolicy": "File",
+            "command": ["sh", "-c", "tr '\\0' ' ' < /proc/1/cmdline; echo; sleep 3"]
+        }]);
+    })
+    .expect("pod in the double");
+    let ephemeral = |api: &FakeApiServer| {
+        api.get(path)
+            .map(|p| p["status"]["ephemeralContainerStatuses"][0].clone())
+            .filter(|s| s["name"] == "debugger")
+    };
+    let terminated = wait_for(Duration::from_secs(60), || {
+        ephemeral(&api).filter(|s| !s["state"]["terminated"].is_null())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no terminated ephemeral status: {:?}\n{}",
+            api.get(path),
+            log_excerpt(&n)
+        )
+    });
+    assert_eq!(
+        terminated["state"]["terminated"]["exitCode"], 0,
+        "{terminated}"
+    );
+    assert_eq!(terminated["ready"], false);
+    assert!(terminated.get("started").is_none(), "{terminated}");
+    let log = n
+        .get("/api/v1/namespaces/prod/pods/web/log?container=debugger")
+        .unwrap_or_default();
+    assert_eq!(
+        log.trim(),
+        "sleep 3600",
+        "PID 1 of the ephemeral container's namespace is its target's process"
+    );
+    let after = container_ids(&rt, "web");
+    assert_eq!(after.len(), before.len() + 1, "{before:?} -> {after:?}");
+    assert!(
+        before.iter().all(|id| after.contains(id)),
+        "the target was kept"
+    );
+    assert_eq!(running_containers(&rt, "web"), 1, "only the target runs");
+    // A later change to the pod syncs it again: the exited ephemeral container stays exited.
+    api.modify(path, |p| {
+        p["metadata"]["labels"] = serde_json::json!({"touched": "yes"});
+    });
+    wait_for(Duration::from_secs(30), || {
+        local_pod(&n, "web").filter(|p| p["metadata"]["labels"]["touched"] == "yes")
+    })
+    .unwrap_or_else(|| panic!("label never synced\n{}", log_excerpt(&n)));
+    assert_eq!(container_ids(&rt, "web"), after, "nothing created again");
+    assert_eq!(
+        ephemeral(&api).map(|s| s["restartCount"].clone()),
+        Some(serde_json::json!(0))
+    );
 }
 
 fn running_containers(rt: &impl Runtime, pod: &str) -> usize {

@@ -186,14 +186,11 @@ fn still_running(store: &StatusStore, uid: &str, container: &str, restart_count:
     let Some(st) = &p.status else {
         return false;
     };
-    st.container_statuses
-        .iter()
-        .chain(&st.init_container_statuses)
-        .any(|c| {
-            c.name == container
-                && i64::from(c.restart_count) == restart_count
-                && c.state.running.is_some()
-        })
+    st.all_container_statuses().any(|c| {
+        c.name == container
+            && i64::from(c.restart_count) == restart_count
+            && c.state.running.is_some()
+    })
 }
 
 /// Writes the records of `lines` through `w` to `out`, one `write` and flush per record that
@@ -358,12 +355,10 @@ pub(super) fn pod_log(
         Ok(c) => c,
         Err(e) => return bad_request(&e.to_string()),
     };
-    let status = pod.status.as_ref().and_then(|st| {
-        st.container_statuses
-            .iter()
-            .chain(&st.init_container_statuses)
-            .find(|c| c.name == container)
-    });
+    let status = pod
+        .status
+        .as_ref()
+        .and_then(|st| st.all_container_statuses().find(|c| c.name == container));
     let restart_count = status.map_or(0, |c| i64::from(c.restart_count));
     let n = if previous {
         if restart_count == 0 {
@@ -462,13 +457,7 @@ fn log_container(
     name: &str,
     q: &BTreeMap<String, String>,
 ) -> Result<String, QueryError> {
-    let names: Vec<&str> = pod
-        .spec
-        .init_containers
-        .iter()
-        .chain(&pod.spec.containers)
-        .map(|c| c.name.as_str())
-        .collect();
+    let names: Vec<&str> = pod.spec.all_containers().map(|c| c.name.as_str()).collect();
     let container = match q.get("container").filter(|c| !c.is_empty()) {
         Some(c) => c.clone(),
         None if pod.spec.containers.len() == 1 => pod.spec.containers[0].name.clone(),
