@@ -20,7 +20,11 @@
 //! `POD/FIELD` matches a pattern of `docs/kubelet-differences.list`; the exit code is 1 when
 //! any is not. Not part of nanolet.
 //!
-//! Usage: `differential MANIFEST_DIR [--observe SECS] [--out DIR] [--only kubelet|nanolet]`
+//! `--timeline ci|full` records behaviour over time instead (crash-loop back-off, liveness
+//! restarts, a manifest edit and deletion, a containerd restart): `differential/timeline.rs`.
+//!
+//! Usage: `differential MANIFEST_DIR [--observe SECS] [--out DIR] [--only kubelet|nanolet]`,
+//! `differential --timeline ci|full [--out DIR] [--only kubelet|nanolet]`
 //! (the kubelet binary: `$KUBELET` or `scripts/upstream path kubelet`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,6 +44,9 @@ use nanolet_test_support::kubelet::{
 use nanolet_test_support::{Containerd, repo_root, wait_for};
 use serde_json::Value;
 
+#[path = "differential/timeline.rs"]
+mod timeline;
+
 /// The node name both agents run as (lowercase: the kubelet lowercases `--hostname-override`).
 const NODE: &str = "diffnode";
 
@@ -52,6 +59,8 @@ struct Args {
     observe: Duration,
     out: Option<PathBuf>,
     only: Option<String>,
+    /// `--timeline ci|full`: the scenarios over time instead of the manifests.
+    timeline: Option<timeline::Plan>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -61,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
         observe: Duration::from_secs(45),
         out: None,
         only: None,
+        timeline: None,
     };
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -70,11 +80,15 @@ fn parse_args() -> Result<Args, String> {
             }
             "--out" => a.out = Some(it.next().ok_or("--out needs a directory")?.into()),
             "--only" => a.only = Some(it.next().ok_or("--only needs kubelet|nanolet")?),
+            "--timeline" => {
+                let v = it.next().ok_or("--timeline needs ci|full")?;
+                a.timeline = Some(timeline::Plan::parse(&v).ok_or("--timeline: ci or full")?);
+            }
             s if s.starts_with('-') => return Err(format!("unknown option {s}")),
             s => a.manifests = PathBuf::from(s),
         }
     }
-    if a.manifests.as_os_str().is_empty() {
+    if a.manifests.as_os_str().is_empty() && a.timeline.is_none() {
         return Err("usage: differential MANIFEST_DIR [--observe SECS] [--out DIR]".into());
     }
     Ok(a)
@@ -88,7 +102,9 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let manifests: Vec<PathBuf> = {
+    let manifests: Vec<PathBuf> = if args.timeline.is_some() {
+        Vec::new()
+    } else {
         let mut v: Vec<PathBuf> = fs::read_dir(&args.manifests)
             .unwrap_or_else(|e| panic!("{}: {e}", args.manifests.display()))
             .flatten()
@@ -104,7 +120,7 @@ fn main() {
     let kubelet = std::env::var_os("KUBELET")
         .map(PathBuf::from)
         .unwrap_or_else(|| nanolet_test_support::runtime::upstream_path("kubelet").join("kubelet"));
-    let ctd = Containerd::start();
+    let mut ctd = Containerd::start();
     let started = Instant::now();
     let mut records: BTreeMap<&str, Record> = BTreeMap::new();
     for side in ["kubelet", "nanolet"] {
@@ -112,7 +128,10 @@ fn main() {
             continue;
         }
         let t = Instant::now();
-        let rec = run_side(&ctd, side, &kubelet, &manifests, args.observe);
+        let rec = match args.timeline {
+            Some(plan) => timeline::run_side(&mut ctd, side, &kubelet, plan),
+            None => run_side(&ctd, side, &kubelet, &manifests, args.observe),
+        };
         if let Some(out) = &args.out {
             // The agent's own log, for reading a difference's cause.
             let _ = fs::create_dir_all(out);
@@ -205,21 +224,16 @@ impl Agent {
     }
 }
 
-/// Runs one agent on the manifests, records what it made, then removes its pods.
-fn run_side(
-    ctd: &Containerd,
-    side: &str,
-    kubelet: &Path,
-    manifests: &[PathBuf],
-    observe: Duration,
-) -> Record {
+/// Starts one agent (its directory `<tmp>/<side>`, manifests in `manifests/` there) and waits
+/// until its `/pods` answers; returns it with its directory and manifest directory.
+fn start_agent(ctd: &Containerd, side: &str, kubelet: &Path) -> (Agent, PathBuf, PathBuf) {
     // The harness's nanolet lives in `<tmp>/nanolet` (its manifests, root and log dirs there);
     // the kubelet gets the same layout in `<tmp>/kubelet`.
     let dir = ctd.tmp().join(side);
     let mdir = dir.join("manifests");
     fs::create_dir_all(&mdir).expect("manifest dir");
     fs::set_permissions(&mdir, fs::Permissions::from_mode(0o755)).expect("mode");
-    let mut agent = match side {
+    let agent = match side {
         // scripts/differential runs this in a private mount namespace with copies over the
         // kernel settings, containerd inside it: the kubelet's volume mounts are seen.
         "kubelet" => Agent::Kubelet(Box::new(Kubelet::start(
@@ -238,6 +252,18 @@ fn run_side(
     if wait_for(Duration::from_secs(60), || agent.pods()).is_none() {
         panic!("{side}: /pods never answered:\n{}", agent.log_tail());
     }
+    (agent, dir, mdir)
+}
+
+/// Runs one agent on the manifests, records what it made, then removes its pods.
+fn run_side(
+    ctd: &Containerd,
+    side: &str,
+    kubelet: &Path,
+    manifests: &[PathBuf],
+    observe: Duration,
+) -> Record {
+    let (agent, dir, mdir) = start_agent(ctd, side, kubelet);
     for m in manifests {
         if let Some(name) = m.file_name() {
             fs::copy(m, mdir.join(name)).expect("copy manifest");
@@ -258,11 +284,29 @@ fn run_side(
     let rt = ctd.runtime();
     let pods = agent.pods().unwrap_or_default();
     let record = record_side(&rt, side, &dir, &pods);
+    let names: Vec<std::ffi::OsString> = manifests
+        .iter()
+        .filter_map(|m| m.file_name().map(Into::into))
+        .collect();
+    stop_side(ctd, side, agent, &dir, &mdir, &names, &pods);
+    record
+}
+
+/// Removes the manifests `names` from `mdir`, waits until the agent removed its pods, stops it
+/// and removes what is left: CRI objects, mounts below `dir`, the pods' cgroups.
+fn stop_side(
+    ctd: &Containerd,
+    side: &str,
+    mut agent: Agent,
+    dir: &Path,
+    mdir: &Path,
+    names: &[std::ffi::OsString],
+    pods: &[Value],
+) {
+    let rt = ctd.runtime();
     // Clean up: the manifests go, the agent removes its pods, then it stops.
-    for m in manifests {
-        if let Some(name) = m.file_name() {
-            let _ = fs::remove_file(mdir.join(name));
-        }
+    for name in names {
+        let _ = fs::remove_file(mdir.join(name));
     }
     let gone = wait_for(Duration::from_secs(60), || {
         let sandboxes = rt.list_pod_sandboxes().ok()?;
@@ -280,7 +324,7 @@ fn run_side(
         eprintln!("differential: kubelet log: {}", k.log.display());
     }
     remove_all_pods(&rt);
-    unmount_below(&dir);
+    unmount_below(dir);
     // Pod cgroups left behind (the agent was stopped before it removed them).
     let uids: Vec<String> = pods
         .iter()
@@ -297,7 +341,6 @@ fn run_side(
             }
         }
     }
-    record
 }
 
 fn unmount_below(dir: &Path) {
