@@ -157,16 +157,18 @@ if [ -n "$e2e_bin" ]; then
   #   agnhost:2.63.0    agnhost built from its source in the pinned module (bin/agnhost), at
   #                     /agnhost with the agnhost-2 link, /uploads, porter's localhost.crt/key, the
   #                     user-defined-in-image (1000) and group-defined-in-image (50000) of its
-  #                     Dockerfile; this host's curl and bash; sh, nc, wget and the rest from busybox
-  #                     instead of Alpine's packages. Also tagged 2.55 (AgnhostPrev: tests only
-  #                     need a second tag)
+  #                     Dockerfile; this host's curl, bash and dash (as /bin/sh); OpenBSD nc from
+  #                     E2E_DEBS; wget and the rest from busybox instead of Alpine's packages.
+  #                     Also tagged 2.55 (AgnhostPrev: tests only need a second tag)
   #   nonewprivs:1.4    bin/nonewprivs (nnp.go) setuid root at /usr/local/bin/nnp, Cmd nnp
   #   nonroot:1.5       the busybox layer with USER 1234
   #   glibc-dns-testing:2.0.0  the busybox layer with this host's (Debian's, glibc) hostname
   #                     and the libraries it loads, and an nsswitch.conf with `hosts: files
   #                     dns` (upstream: a Debian image): `hostname -f` resolves through glibc
   #                     as there (the HostnameOverride tests)
-  #   nginx             with NGINX_DEBS only, below
+  #   nginx             with nginx's packages in E2E_DEBS only, below
+  # E2E_DEBS: a directory of Debian packages fetched with `apt-get download` (scripts/conformance):
+  # nginx, nginx-common, netcat-openbsd; an image or tool whose package is missing is left out.
   e2e=registry.k8s.io/e2e-test-images
   for b in agnhost nonewprivs; do
     [ -x "$e2e_bin/$b" ] || { echo "build-images: $e2e_bin/$b missing (scripts/upstream path e2e-images)" >&2; exit 1; }
@@ -211,7 +213,23 @@ if [ -n "$e2e_bin" ]; then
   mkdir -p "$x/usr/bin" "$x/bin"
   cp "$curl_bin" "$x/usr/bin/curl"
   cp /bin/bash "$x/bin/bash"
-  { ldd "$curl_bin"; ldd /bin/bash; } | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
+  # nc: Alpine's netcat-openbsd upstream. busybox's nc has no -u; the Networking Granular
+  # Checks' node-pod udp test sends `echo hostName | nc -w 1 -u IP PORT` from a host-network
+  # agnhost. Debian's netcat-openbsd at /bin/nc, replacing busybox's applet link, with the
+  # libraries it loads. /bin/sh is this host's dash: Debian's busybox-static ash runs its own
+  # applet for every name it has (FEATURE_SH_STANDALONE) whatever PATH holds, so `sh -c "...
+  # nc ..."` would never reach /bin/nc; Alpine's ash (upstream's /bin/sh), like dash, looks
+  # commands up in PATH.
+  [ -x /bin/dash ] || { echo "build-images: /bin/dash missing" >&2; exit 1; }
+  cp /bin/dash "$x/bin/sh"
+  nc_bin=
+  for deb in "${E2E_DEBS:-/nonexistent}"/netcat-openbsd_*.deb; do
+    [ -f "$deb" ] || continue
+    dpkg-deb -x "$deb" "$work/nc-deb"
+    cp "$work/nc-deb/bin/nc.openbsd" "$x/bin/nc"
+    nc_bin=$x/bin/nc
+  done
+  { ldd "$curl_bin"; ldd /bin/bash; ldd /bin/dash; [ -z "$nc_bin" ] || ldd "$nc_bin"; } | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
     mkdir -p "$x$(dirname "$lib")"
     cp -L "$lib" "$x$lib"
   done
@@ -220,13 +238,14 @@ if [ -n "$e2e_bin" ]; then
   image "$e2e/agnhost" 2.55 '["pause"]' "$out/e2e-agnhost-prev.tar" '["/agnhost"]'
   extra_layers=()
   # nginx:1.15-4 and 1.27-0 (upstream: the official nginx image): Debian's nginx binary and
-  # configuration from the packages in NGINX_DEBS (nginx, nginx-common: `apt-get download`),
+  # configuration from the packages in E2E_DEBS (nginx, nginx-common: `apt-get download`),
   # the shared libraries it loads from this host (the same Debian), the www-data user, logs
   # to the container's stdout/stderr as the official image does, Cmd nginx -g 'daemon off;'.
-  if [ -n "${NGINX_DEBS:-}" ]; then
+  if compgen -G "${E2E_DEBS:-/nonexistent}/nginx_*.deb" >/dev/null &&
+    compgen -G "${E2E_DEBS:-/nonexistent}/nginx-common_*.deb" >/dev/null; then
     x="$work/nginx"
     mkdir -p "$x/etc" "$x/var/log/nginx" "$x/var/lib/nginx" "$x/var/www/html" "$x/run"
-    for deb in "$NGINX_DEBS"/nginx_*.deb "$NGINX_DEBS"/nginx-common_*.deb; do
+    for deb in "$E2E_DEBS"/nginx_*.deb "$E2E_DEBS"/nginx-common_*.deb; do
       dpkg-deb -x "$deb" "$work/nginx-debs"
     done
     mkdir -p "$x/usr/sbin"

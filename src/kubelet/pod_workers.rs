@@ -571,7 +571,7 @@ impl PodWorker {
         }
         for k in &acts.containers_to_kill {
             self.manager()
-                .kill_container(&k.id, &k.name, k.grace_override, &k.reason);
+                .kill_container(&k.id, &k.name, k.grace_override, &k.reason, None);
         }
         let mut sandbox = acts.sandbox_id.clone();
         let attempt = if acts.create_sandbox {

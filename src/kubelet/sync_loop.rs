@@ -2182,6 +2182,67 @@ mod tests {
         );
     }
 
+    /// kuberuntime_termination_order.go (killContainersWithSyncResult with a
+    /// terminationOrdering): every container's kill starts at once, so a sidecar's preStop
+    /// hook runs while the sidecars before it still run, and a sidecar stops only after the
+    /// regular containers and the next later sidecar have stopped (reverse order). e2e
+    /// "Restartable Init Container Lifecycle Hook ... should execute prestop http hook
+    /// properly" sends its hook through the first sidecar, which nanolet stopped together with
+    /// the hooked one.
+    #[test]
+    fn sidecars_stop_in_reverse_order_after_the_later_ones_pre_stop_hooks() {
+        let rt = fake();
+        let h = Harness::start(rt.clone());
+        let _release = ReleaseHangs(rt.clone());
+        let mut p = pod("u1", "side", "Always", &["main"]);
+        let mk = |n: &str| Container {
+            name: n.into(),
+            image: IMAGE.into(),
+            image_pull_policy: "IfNotPresent".into(),
+            restart_policy: Some("Always".to_string()),
+            ..Default::default()
+        };
+        let mut hooked = mk("hooked");
+        hooked.extra.insert(
+            "lifecycle".into(),
+            serde_json::json!({"preStop": {"exec": {"command": ["hook"]}}}),
+        );
+        p.spec.init_containers = vec![mk("proxy"), hooked];
+        h.desire(&[p], true);
+        h.wait("all running", |h| {
+            ["proxy", "hooked", "main"]
+                .iter()
+                .all(|n| h.rt.running(n).len() == 1)
+        });
+        let id = |n: &str| h.rt.running(n)[0].clone();
+        let (main, proxy, hooked) = (id("main"), id("proxy"), id("hooked"));
+        // The later sidecar is slow to stop: the earlier one waits for it.
+        rt.hang_stop("hooked");
+        h.rt.clear_calls();
+        h.desire(&[], true);
+        h.wait("main stopped, hooked stopping", |h| {
+            h.rt.hanging() == 1 && h.rt.count_calls(&format!("stop_container {main}")) == 1
+        });
+        assert_eq!(
+            h.rt.count_calls(&format!("stop_container {proxy}")),
+            0,
+            "the first sidecar stops only after the later one did: {:?}",
+            h.rt.calls()
+        );
+        rt.release_hangs();
+        h.wait("gone", |h| h.rt.container_count() == 0);
+        let calls = h.rt.calls();
+        let at = |c: String| {
+            calls
+                .iter()
+                .position(|x| *x == c)
+                .unwrap_or_else(|| panic!("no {c}: {calls:?}"))
+        };
+        assert!(at(format!("exec_sync {hooked}")) < at(format!("stop_container {hooked}")));
+        assert!(at(format!("stop_container {hooked}")) < at(format!("stop_container {proxy}")));
+        assert!(at(format!("stop_container {main}")) < at(format!("stop_container {proxy}")));
+    }
+
     #[test]
     fn pods_asking_for_isolation_the_node_lacks_are_rejected_before_any_sandbox() {
         // The harness's host has neither AppArmor nor SELinux (HostSecurity::default()).

@@ -22,6 +22,7 @@ use super::container_linux::container_resources;
 use super::labels::{ContainerType, container_annotations, container_labels};
 use super::manager::{MIN_GRACE_SECONDS, RuntimeManager};
 use super::state::PodRuntimeState;
+use super::termination_order::TerminationOrdering;
 
 /// Why a container's config could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -298,7 +299,7 @@ impl RuntimeManager<'_> {
             let timeout = Duration::from_secs(self.grace_seconds(None).max(30) as u64);
             if let Err(e) = self.run_hook(&post_start, c, &id, timeout) {
                 warn!(pod = %self.full_name, container = %name, "FailedPostStartHook: {e}");
-                self.kill_container(&id, name, None, "FailedPostStartHook");
+                self.kill_container(&id, name, None, "FailedPostStartHook", None);
             }
         }
         Ok(())
@@ -502,8 +503,16 @@ impl RuntimeManager<'_> {
     /// the probe's own (`grace_override`, for liveness/startup kills) or the pod's; the preStop
     /// hook runs within it, the container gets what is left (at least 2 s: the kubelet's
     /// one-off extension); then SIGTERM (or the image's STOPSIGNAL) and SIGKILL at the end,
-    /// through CRI StopContainer.
-    pub fn kill_container(&self, id: &str, name: &str, grace_override: Option<i64>, reason: &str) {
+    /// through CRI StopContainer. With `ordering` (a pod's kill), the container's turn comes
+    /// between the hook and the stop, within the grace period (`waitForTurn`).
+    pub fn kill_container(
+        &self,
+        id: &str,
+        name: &str,
+        grace_override: Option<i64>,
+        reason: &str,
+        ordering: Option<&TerminationOrdering>,
+    ) {
         self.record(
             name,
             EventType::Normal,
@@ -530,6 +539,11 @@ impl RuntimeManager<'_> {
                 grace -= started.elapsed().as_secs() as i64;
             }
         }
+        if let Some(o) = ordering.filter(|_| grace > 0) {
+            grace -= o
+                .wait_for_turn(name, Duration::from_secs(grace as u64))
+                .as_secs() as i64;
+        }
         // Always a minimal shutdown window (the kubelet's one-off 2 s).
         if grace < MIN_GRACE_SECONDS {
             grace = MIN_GRACE_SECONDS;
@@ -542,6 +556,9 @@ impl RuntimeManager<'_> {
             if !e.is_not_found() {
                 warn!(pod = %self.full_name, container = %name, error = %e, "stopping container failed");
             }
+        }
+        if let Some(o) = ordering {
+            o.container_stopped(name);
         }
     }
 

@@ -17,8 +17,8 @@ use crate::events::EventRecorder;
 use crate::images::manager::{CredentialSources, ImageManager};
 use crate::localstore::LocalStore;
 
-use super::labels::ContainerType;
 use super::state::PodRuntimeState;
+use super::termination_order::TerminationOrdering;
 
 /// The kubelet always gives containers at least this long to stop unless told otherwise
 /// (kuberuntime `minimumGracePeriodInSeconds`).
@@ -226,22 +226,33 @@ impl RuntimeManager<'_> {
         self.settings.env_context(self.pod, &self.state.pod_ip)
     }
 
-    /// Stop every container (regular and init first, sidecars last), then the sandboxes
-    /// (kuberuntime `killPodWithSyncResult`).
+    /// Stop every container, then the sandboxes (kuberuntime `killPodWithSyncResult`): all at
+    /// once, each running its preStop hook at once; with sidecars in the spec, a sidecar stops
+    /// only after the regular containers and the next later sidecar did
+    /// (`killContainersWithSyncResult` with a `terminationOrdering`).
     pub fn kill_pod(&self, state: &PodRuntimeState, grace_override: Option<i64>) {
         let running: Vec<_> = state.running().cloned().collect();
-        let (sidecars, main): (Vec<_>, Vec<_>) = running
-            .into_iter()
-            .partition(|c| c.kind == ContainerType::Sidecar.as_str());
-        for group in [main, sidecars] {
-            std::thread::scope(|s| {
-                for c in &group {
-                    s.spawn(move || {
-                        self.kill_container(&c.id, &c.name, grace_override, "Stopping container")
-                    });
-                }
-            });
-        }
+        let ordering = self
+            .pod
+            .spec
+            .init_containers
+            .iter()
+            .any(crate::api::helpers::is_sidecar)
+            .then(|| TerminationOrdering::new(self.pod, running.iter().map(|c| c.name.as_str())));
+        let ordering = ordering.as_ref();
+        std::thread::scope(|s| {
+            for c in &running {
+                s.spawn(move || {
+                    self.kill_container(
+                        &c.id,
+                        &c.name,
+                        grace_override,
+                        "Stopping container",
+                        ordering,
+                    )
+                });
+            }
+        });
         for sb in state.sandboxes.iter().filter(|s| s.ready) {
             if let Err(e) = self.runtime.stop_pod_sandbox(&sb.id) {
                 if !e.is_not_found() {
