@@ -151,8 +151,7 @@ if [ -n "$e2e_bin" ]; then
   # The images the Kubernetes e2e suite's node tests run (scripts/conformance), under the names
   # and tags of its test/utils/image/manifest.go (v1.36.3), so nothing is pulled. What each is
   # (docs/conformance.md, "Images"):
-  #   busybox:1.37.0-1  the busybox layer (upstream: busybox itself) with bash as /bin/sh
-  #                     (below), Cmd sh
+  #   busybox:1.37.0-1  the busybox layer (upstream: busybox itself), Cmd sh
   #   pause:3.10.2      the pause command above (upstream: a static /pause; tests only need a
   #                     container that runs until stopped)
   #   agnhost:2.63.0    agnhost built from its source in the pinned module (bin/agnhost), at
@@ -174,20 +173,7 @@ if [ -n "$e2e_bin" ]; then
   for b in agnhost nonewprivs; do
     [ -x "$e2e_bin/$b" ] || { echo "build-images: $e2e_bin/$b missing (scripts/upstream path e2e-images)" >&2; exit 1; }
   done
-  # busybox:1.37.0-1's shell: this host's bash (with its libraries) as /bin/sh. Upstream's
-  # busybox 1.37 ash passes environment variables whose names are not shell identifiers
-  # (`data-1`, `1-data-1`: the ConfigMap and Secret envFrom tests print them with `sh -c
-  # env`); Debian's busybox 1.35 ash and dash drop them, bash (also as `sh`) keeps them.
-  x="$work/busybox-sh"
-  mkdir -p "$x/bin"
-  cp /bin/bash "$x/bin/sh"
-  ldd /bin/bash | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
-    mkdir -p "$x$(dirname "$lib")"
-    cp -L "$lib" "$x$lib"
-  done
-  extra_layer "$x"
   image "$e2e/busybox" 1.37.0-1 '["sh"]' "$out/e2e-busybox.tar"
-  extra_layers=()
   image registry.k8s.io/pause 3.10.2 "$pause_cmd" "$out/e2e-pause.tar"
   image "$e2e/nonroot" 1.5 '["sh"]' "$out/e2e-nonroot.tar" "" 1234
   x="$work/glibc-dns"
