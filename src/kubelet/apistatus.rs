@@ -430,6 +430,7 @@ pub fn compute(
     }
     let (pod_ip, pod_ips) = pod_ips(pod, state, inputs, old, &phase);
 
+    let allocated = pod_allocated(pod);
     PodStatus {
         phase,
         conditions,
@@ -450,8 +451,8 @@ pub fn compute(
         init_container_statuses: init,
         container_statuses: regular,
         qos_class: qos_class(pod),
-        allocated_resources: pod_allocated(pod).requests,
-        resources: Some(pod_allocated(pod)).filter(|r| !r.is_empty()),
+        allocated_resources: allocated.requests.clone(),
+        resources: Some(allocated).filter(|r| !r.is_empty()),
         ephemeral_container_statuses: ephemeral,
         observed_generation: generation.max(old.observed_generation),
     }
