@@ -1007,13 +1007,7 @@ fn host_users_false_runs_in_its_own_user_namespace_where_the_runtime_supports_it
         ),
     );
     use nanolet::cri::Runtime;
-    let supported = ctd
-        .runtime()
-        .status(false)
-        .expect("CRI Status")
-        .handlers
-        .iter()
-        .any(|h| h.name.is_empty() && h.user_namespaces);
+    let supported = default_handler(&ctd).is_some_and(|h| h.user_namespaces);
     assert_eq!(
         supported,
         support::test_runtime().name == "2",
@@ -1071,6 +1065,18 @@ fn host_users_false_runs_in_its_own_user_namespace_where_the_runtime_supports_it
     );
 }
 
+/// The runtime's default handler as CRI `Status` reports it with its features (containerd 2);
+/// `None` where it reports no handlers (1.6, 1.7).
+fn default_handler(ctd: &Containerd) -> Option<nanolet::cri::RuntimeHandler> {
+    use nanolet::cri::Runtime;
+    ctd.runtime()
+        .status(false)
+        .expect("CRI Status")
+        .handlers
+        .into_iter()
+        .find(|h| h.name.is_empty())
+}
+
 /// Unmounts the test's tmpfs when dropped (also when the test fails).
 struct Unmount(std::path::PathBuf);
 
@@ -1110,14 +1116,7 @@ fn recursive_read_only_mounts_reach_the_runtime_or_the_container_is_refused() {
             ),
         ),
     );
-    use nanolet::cri::Runtime;
-    let supported = ctd
-        .runtime()
-        .status(false)
-        .expect("CRI Status")
-        .handlers
-        .iter()
-        .any(|h| h.name.is_empty() && h.recursive_read_only_mounts);
+    let supported = default_handler(&ctd).is_some_and(|h| h.recursive_read_only_mounts);
     assert_eq!(
         supported,
         support::test_runtime().name == "2",
