@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use crate::api::{Container, Pod};
-use crate::cri::{Runtime, RuntimeError};
+use crate::cri::{ErrorKind, Runtime, RuntimeError};
 use crate::events::{EventRecorder, EventType, container_ref};
 use crate::util::backoff::Backoff;
 
@@ -137,10 +137,12 @@ impl ImageManager {
                 );
                 Ok(())
             }
-            Err(e) if policy == "Always" && present => {
+            Err(e) if policy == "Always" && present && registry_unreachable(&e) => {
                 // An air-gapped box cannot reach the registry, but the image is here: use it.
+                // A registry that answered and refused (no credentials for this image, no such
+                // image) fails below, as in the kubelet.
                 warn!(pod = %full_name, container = %c.name, image, error = %e,
-                    "pulling image failed; using the local copy");
+                    "the registry cannot be reached; using the local copy");
                 Ok(())
             }
             Err(e) => {
@@ -161,10 +163,45 @@ impl ImageManager {
     }
 }
 
+/// Whether a failed pull says the registry could not be reached (an air-gapped or offline box:
+/// no route, no DNS, refused or timed-out connections, containerd's own timeout) rather than
+/// that it answered and refused. Only the first lets `imagePullPolicy: Always` fall back to a
+/// local copy (docs/kubelet-differences.md). A refusal (401/403: the pod's credentials cannot
+/// fetch this image; 404: no such image or tag) fails with `ErrImagePull` as in the kubelet,
+/// whose image manager pulls for `Always` whatever is present: `Always` keeps meaning "only
+/// with credentials that can fetch it", which the AlwaysPullImages admission plugin relies on
+/// to keep one tenant's private image, cached on the node, from another's pods.
+fn registry_unreachable(e: &RuntimeError) -> bool {
+    const REFUSED: &[&str] = &[
+        "401 Unauthorized",
+        "403 Forbidden",
+        "404 Not Found",
+        ": not found",
+        "unexpected status",
+    ];
+    const UNREACHABLE: &[&str] = &[
+        "no such host",
+        "server misbehaving",
+        "connection refused",
+        "connection reset by peer",
+        "network is unreachable",
+        "no route to host",
+        "i/o timeout",
+        "TLS handshake timeout",
+        "Client.Timeout exceeded",
+        "context deadline exceeded",
+    ];
+    if REFUSED.iter().any(|r| e.message.contains(r)) {
+        return false;
+    }
+    matches!(e.kind, ErrorKind::Unavailable | ErrorKind::DeadlineExceeded)
+        || UNREACHABLE.iter().any(|u| e.message.contains(u))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cri::ErrorKind;
+    use crate::cri::GrpcCode;
     use crate::cri::fake::FakeRuntime;
 
     fn pod_with(image: &str, policy: &str) -> Pod {
@@ -222,5 +259,42 @@ mod tests {
             Err(PullError::Pull { .. })
         ));
         assert!(events.list().iter().any(|e| e.reason == "Failed"));
+    }
+
+    /// The kubelet's image manager pulls for `imagePullPolicy: Always` whatever is present and
+    /// fails with ErrImagePull when the registry refuses (the e2e test "should not be able to
+    /// pull from private registry without secret"): a cached private image is not used by a
+    /// pod whose credentials cannot fetch it. Only an unreachable registry falls back.
+    #[test]
+    fn always_with_a_registry_that_refuses_fails_even_with_a_local_copy() {
+        let rt = FakeRuntime::new();
+        rt.add_image("localhost:5000/pause:testing");
+        let events = EventRecorder::new();
+        let pod = pod_with("localhost:5000/pause:testing", "Always");
+        rt.inject_status_error(
+            "pull_image",
+            GrpcCode::Unknown,
+            "failed to pull and unpack image \"localhost:5000/pause:testing\": failed to resolve \
+             reference \"localhost:5000/pause:testing\": pulling from host localhost:5000 failed \
+             with status code [manifests testing]: 401 Unauthorized",
+        );
+        assert!(matches!(
+            ensure(&rt, &pod, &events),
+            Err(PullError::Pull { .. })
+        ));
+        assert!(events.list().iter().any(|e| e.reason == "Failed"));
+
+        // The same image with the registry's host unresolvable: the local copy is used.
+        let pod2 = pod_with("localhost:5000/pause:testing", "Always");
+        let mut p2 = pod2;
+        p2.metadata.uid = "u2".into(); // its own back-off key
+        rt.inject_status_error(
+            "pull_image",
+            GrpcCode::Unknown,
+            "failed to pull and unpack image \"registry.example/app:1\": failed to resolve reference \
+             \"registry.example/app:1\": failed to do request: Head \"https://registry.example/v2/app/\
+             manifests/1\": dial tcp: lookup registry.example on 10.0.0.1:53: no such host",
+        );
+        assert!(ensure(&rt, &p2, &events).is_ok());
     }
 }
