@@ -151,7 +151,9 @@ if [ -n "$e2e_bin" ]; then
   # The images the Kubernetes e2e suite's node tests run (scripts/conformance), under the names
   # and tags of its test/utils/image/manifest.go (v1.36.3), so nothing is pulled. What each is
   # (docs/conformance.md, "Images"):
-  #   busybox:1.37.0-1  the busybox layer (upstream: busybox itself), Cmd sh
+  #   busybox:1.37.0-1  the busybox layer (upstream: busybox itself), Cmd sh. scripts/conformance
+  #                     sets BUSYBOX to upstream's busybox 1.37.0 (`scripts/upstream path
+  #                     busybox`), so every image here has the suite's busybox, not Debian's
   #   pause:3.10.2      the pause command above (upstream: a static /pause; tests only need a
   #                     container that runs until stopped)
   #   agnhost:2.63.0    agnhost built from its source in the pinned module (bin/agnhost), at
@@ -162,6 +164,7 @@ if [ -n "$e2e_bin" ]; then
   #                     Also tagged 2.55 (AgnhostPrev: tests only need a second tag)
   #   nonewprivs:1.4    bin/nonewprivs (nnp.go) setuid root at /usr/local/bin/nnp, Cmd nnp
   #   nonroot:1.5       the busybox layer with USER 1234
+  #   kitten:1.8        agnhost with the kitten image's two files (below)
   #   glibc-dns-testing:2.0.0  the busybox layer with this host's (Debian's, glibc) hostname
   #                     and the libraries it loads, and an nsswitch.conf with `hosts: files
   #                     dns` (upstream: a Debian image): `hostname -f` resolves through glibc
@@ -233,9 +236,34 @@ if [ -n "$e2e_bin" ]; then
     mkdir -p "$x$(dirname "$lib")"
     cp -L "$lib" "$x$lib"
   done
+  # /var/registry, which `agnhost fake-registry-server` serves (the private-registry tests:
+  # localhost:5000/pause:testing). Upstream's image build fills it with prepare_registry.sh
+  # (crane downloads images.txt's `pause 3.10.2 testing`); here the pause image built above, in
+  # the layout the server reads: manifests/<tag> holds the manifest's digest, manifests/ and
+  # blobs/ hold each object at sha256/<first two hex digits>/<hash>/data.
+  pause_dir="$work/registry.k8s.io/pause" reg="$x/var/registry/pause"
+  mf=$(grep -o '"digest":"sha256:[0-9a-f]*"' "$pause_dir/index.json" | head -n1 | sed 's/.*sha256:\([0-9a-f]*\)"/\1/')
+  [ -n "$mf" ] || { echo "build-images: no manifest in $pause_dir/index.json" >&2; exit 1; }
+  for b in "$pause_dir"/blobs/sha256/*; do
+    h=$(basename "$b") kind=blobs
+    [ "$h" = "$mf" ] && kind=manifests
+    mkdir -p "$reg/$kind/sha256/${h:0:2}/$h"
+    cp "$b" "$reg/$kind/sha256/${h:0:2}/$h/data"
+  done
+  echo "sha256:$mf" >"$reg/manifests/testing"
+  chmod -R a+rX "$x/var/registry"
   extra_layer "$x"
   image "$e2e/agnhost" 2.63.0 '["pause"]' "$out/e2e-agnhost.tar" '["/agnhost"]'
   image "$e2e/agnhost" 2.55 '["pause"]' "$out/e2e-agnhost-prev.tar" '["/agnhost"]'
+  # kitten:1.8 (the ImageVolume test's volume image): as upstream's test/images/kitten, agnhost
+  # with html/kitten.jpg and html/data.json from the pinned source at /, Cmd test-webserver.
+  # (Upstream's agnhost is Alpine, so its /etc/os-release names Alpine Linux; ours is not.)
+  x="$work/kitten"
+  mkdir -p "$x"
+  cp "$e2e_src/test/images/kitten/html/kitten.jpg" "$e2e_src/test/images/kitten/html/data.json" "$x/"
+  chmod 0644 "$x/kitten.jpg" "$x/data.json"
+  extra_layer "$x"
+  image "$e2e/kitten" 1.8 '["test-webserver"]' "$out/e2e-kitten.tar" '["/agnhost"]'
   extra_layers=()
   # nginx:1.15-4 and 1.27-0 (upstream: the official nginx image): Debian's nginx binary and
   # configuration from the packages in E2E_DEBS (nginx, nginx-common: `apt-get download`),

@@ -7,7 +7,8 @@
 # packaging tools (binutils, systemd for systemd-analyze and systemd-logind, lintian, init-system-helpers),
 # gnuplot-nox (the benchmark's PNG charts), dbus-daemon, dbus-bin, python3-dbus and
 # python3-gi (the graceful node shutdown test's private bus and stand-in logind), and kubectl
-# (tests/integration/api.rs and kubectl.rs); and the C toolchain the build needs (gcc, libc6-dev: see below).
+# (tests/integration/api.rs and kubectl.rs); make, bzip2 and docker-registry (scripts/upstream's
+# busybox and scripts/conformance's registry); and the C toolchain the build needs (gcc, libc6-dev: see below).
 #
 # `--demo` installs only what building nanolet and scripts/demo need (the C toolchain,
 # containerd, runc, the CNI plugins, busybox-static, iproute2, iptables, mount, tar, gzip,
@@ -110,6 +111,12 @@ if [ "$demo_only" -eq 0 ]; then
   # libseccomp-dev and pkg-config.
   need libseccomp-dev installed libseccomp-dev
   need pkg-config have pkg-config
+  # scripts/upstream builds the e2e images' busybox from its release tarball (make, bzip2;
+  # gcc and libc6-dev above); scripts/conformance runs a real registry for the suite's pulls
+  # (Debian's docker-registry: the distribution project's registry).
+  need make have make
+  need bzip2 have bzip2
+  need docker-registry have docker-registry
   go_ok || need_go=1
 fi
 
