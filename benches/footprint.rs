@@ -2202,6 +2202,8 @@ impl Agent for support::kubelet::Kubelet {
 struct PeerFigures {
     start_ms: Samples,
     cri_calls_per_start: Option<f64>,
+    /// The same calls by `operation_type` (the CRI verb), per pod start.
+    cri_calls_by_verb: BTreeMap<String, f64>,
     batch_ms: Option<f64>,
     crash_ms: Samples,
     idle_cpu_pct: Option<f64>,
@@ -2240,11 +2242,19 @@ fn measure_agent(
         names.push(name);
     }
     let m1 = a.metrics();
-    let ops: f64 = m1
-        .iter()
-        .filter(|(k, _)| k.starts_with("kubelet_runtime_operations_total{"))
-        .map(|(k, v)| v - m0.get(k).unwrap_or(&0.0))
-        .sum();
+    let key = "kubelet_runtime_operations_total{operation_type=\"";
+    let mut ops = 0.0;
+    for (k, v) in &m1 {
+        let Some(rest) = k.strip_prefix(key) else {
+            continue;
+        };
+        let d = v - m0.get(k).unwrap_or(&0.0);
+        ops += d;
+        let verb = rest.split('"').next().unwrap_or(rest).to_string();
+        if opts.n > 0 && d > 0.0 {
+            *f.cri_calls_by_verb.entry(verb).or_default() += d / opts.n as f64;
+        }
+    }
     f.cri_calls_per_start = (!m1.is_empty() && opts.n > 0).then(|| ops / opts.n as f64);
     let wave: Vec<String> = (0..batch).map(|i| format!("peer-batch{i}")).collect();
     let t0 = Instant::now();
@@ -2333,6 +2343,19 @@ fn measure_agent(
     f
 }
 
+/// `NANOLET_BENCH_KEEP_LOGS=DIR`: an agent's log copied to DIR/NAME before the run's temporary
+/// directory goes (`RUST_LOG` sets nanolet's level), to read what a figure came from.
+fn keep_log(log: &Path, name: &str) {
+    let Some(dir) = std::env::var_os("NANOLET_BENCH_KEEP_LOGS") else {
+        return;
+    };
+    let to = Path::new(&dir).join(name);
+    match fs::create_dir_all(&dir).and_then(|()| fs::copy(log, &to)) {
+        Ok(_) => println!("footprint: kept {}", to.display()),
+        Err(e) => println!("footprint: cannot keep {}: {e}", log.display()),
+    }
+}
+
 fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) {
     let rt = ctd.runtime();
     let batch = if opts.quick { 10 } else { 50 };
@@ -2341,6 +2364,10 @@ fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
     let nl = NanoletProc::start_in(ctd, bin, "peer-nanolet", &[]);
     let n_fig = measure_agent(&nl, &rt, opts, batch, idle_pods);
     drop(nl);
+    keep_log(
+        &ctd.tmp().join("peer-nanolet/nanolet.log"),
+        "peer-nanolet.log",
+    );
     support::kubelet::remove_all_pods(&rt);
     let kubelet_bin = support::kubelet::binary();
     let version = Command::new(&kubelet_bin)
@@ -2358,6 +2385,7 @@ fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
     );
     let k_fig = measure_agent(&k, &rt, opts, batch, idle_pods);
     drop(k);
+    keep_log(&dir.join("kubelet.log"), "peer-kubelet.log");
     support::kubelet::remove_all_pods(&rt);
 
     let p50 = |v: &Samples| stats(v).map(|s| s.p50);
@@ -2415,6 +2443,34 @@ fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
         j.insert(label.clone(), json!({"nanolet": n, "kubelet": k}));
     }
     j.insert("kubelet_version".into(), json!(version));
+    // Each pod's crash -> restart, in the order the pods crashed (pod i exits 2 + 0.3 i s after
+    // it starts): a p50 hides whether the late ones or all of them were slow.
+    let samples = |v: &Samples| -> Vec<String> { v.iter().map(|x| cell(*x)).collect() };
+    j.insert(
+        "crash_restart_samples_ms".into(),
+        json!({"nanolet": n_fig.crash_ms, "kubelet": k_fig.crash_ms}),
+    );
+    let mut verbs: Vec<&String> = n_fig
+        .cri_calls_by_verb
+        .keys()
+        .chain(k_fig.cri_calls_by_verb.keys())
+        .collect();
+    verbs.sort();
+    verbs.dedup();
+    let by = |f: &PeerFigures, v: &str| f.cri_calls_by_verb.get(v).copied().unwrap_or(0.0);
+    let lines: Vec<String> = verbs
+        .iter()
+        .map(|v| format!("{v} {:.1}/{:.1}", by(&n_fig, v), by(&k_fig, v)))
+        .collect();
+    println!(
+        "CRI calls per pod start by verb, nanolet/kubelet: {}",
+        lines.join(", ")
+    );
+    println!(
+        "crash -> restart per pod, ms: nanolet [{}]; kubelet [{}]",
+        samples(&n_fig.crash_ms).join(", "),
+        samples(&k_fig.crash_ms).join(", ")
+    );
     report.json.insert("kubelet_peer".into(), Value::Object(j));
     report.table(
         &format!(
