@@ -2438,10 +2438,26 @@ fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
     ];
     let mut rows = Vec::new();
     let mut j = serde_json::Map::new();
-    for (label, n, k) in &rows_data {
+    // results/bench-kubelet.dat (scripts/bench-charts.gp: bench-kubelet.png, the ratios).
+    let short = [
+        "start",
+        "batch",
+        "crash->restart",
+        "idle CPU",
+        "VmRSS",
+        "CRI calls/start",
+    ];
+    let mut dat = String::from("# measure nanolet kubelet nanolet/kubelet\n");
+    for (i, (label, n, k)) in rows_data.iter().enumerate() {
         rows.push(vec![label.clone(), cell(*n), cell(*k), ratio(*n, *k)]);
         j.insert(label.clone(), json!({"nanolet": n, "kubelet": k}));
+        if let (Some(n), Some(k)) = (n, k) {
+            if *k > 0.0 {
+                let _ = writeln!(dat, "\"{}\" {n:.3} {k:.3} {:.3}", short[i], n / k);
+            }
+        }
     }
+    report.dat.insert("bench-kubelet".into(), dat);
     j.insert("kubelet_version".into(), json!(version));
     // Each pod's crash -> restart, in the order the pods crashed (pod i exits 2 + 0.3 i s after
     // it starts): a p50 hides whether the late ones or all of them were slow.

@@ -52,3 +52,19 @@ if (system('test -s '.f.' && echo 1') eq "1") {
     plot f using 1:2 with linespoints title 'nanolet'
   }
 }
+
+f = dir.'/bench-kubelet.dat'
+if (system('test -s '.f.' && echo 1') eq "1") {
+  set output dir.'/bench-kubelet.png'
+  set title 'nanolet / the real kubelet, same containerd and manifests (below 1: nanolet less)'
+  set style data histograms
+  set style histogram clustered gap 1
+  set style fill solid 0.8 border -1
+  unset xlabel
+  set xrange [*:*]
+  set logscale y
+  set yrange [0.01:10]
+  set ylabel 'nanolet / kubelet (log scale)'
+  plot f using 4:xtic(1) title 'nanolet / kubelet', 1 with lines dashtype 2 title 'the kubelet'
+  unset logscale y
+}
