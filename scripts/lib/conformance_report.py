@@ -1,8 +1,10 @@
 """scripts/conformance's results: ginkgo's JSON report -> the count line and docs/conformance.md.
 
-Usage: conformance_report.py REPORT_JSON SKIPS_FILE FOCUS SUITE_SECONDS PROCS OUT_MD
+Usage: conformance_report.py REPORT_JSON SKIPS_FILE FOCUS SUITE_SECONDS PROCS OUT_MD [KNOWN_FILE]
 
 SKIPS_FILE: one "test name|reason" a line (scripts/conformance's SKIPS). OUT_MD "-": no file.
+KNOWN_FILE: one "start of a test name|cause and what fixing it needs" a line (scripts/conformance's
+KNOWN): a failure whose name starts so gets that text after its own reason; it still fails.
 Prints "N passed, M failed, K skipped" last. Exit status 0 (the counts are the result).
 """
 
@@ -27,6 +29,13 @@ def main():
             if "|" in line:
                 name, reason = line.split("|", 1)
                 skips[name] = reason
+    known = []
+    if len(sys.argv) > 7:
+        with open(sys.argv[7]) as f:
+            for line in f:
+                line = line.rstrip("\n")
+                if "|" in line:
+                    known.append(tuple(line.split("|", 1)))
     focus_re = re.compile(focus)
     rows = []
     for suite in suites:
@@ -48,7 +57,11 @@ def main():
             elif state == "pending":
                 continue
             else:
-                rows.append((name, "failed", state + ": " + one_line(msg), secs_))
+                why = state + ": " + one_line(msg)
+                for prefix, cause in known:
+                    if name.startswith(prefix):
+                        why += " **Known cause:** " + cause
+                rows.append((name, "failed", why, secs_))
     rows.sort()
     n = {k: sum(1 for r in rows if r[1] == k) for k in ("passed", "failed", "skipped")}
     line = f"{n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped"
