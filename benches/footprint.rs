@@ -749,21 +749,33 @@ fn thread_table(
         ],
         cells,
     );
-    let key = "kubelet_runtime_operations_total{operation_type=\"";
-    let mut ops: Vec<Vec<String>> = ops1
-        .iter()
-        .filter_map(|(k, v)| {
-            let op = k.strip_prefix(key)?.strip_suffix("\"}")?;
-            let d = v - ops0.get(k).unwrap_or(&0.0);
-            (d > 0.0).then(|| vec![op.to_string(), format!("{:.1}", d * per_min)])
-        })
+    let ops: Vec<Vec<String>> = cri_calls_by_verb(ops0, ops1)
+        .into_iter()
+        .map(|(op, d)| vec![op, format!("{:.1}", d * per_min)])
         .collect();
-    ops.sort();
     report.table(
         &format!("CRI calls per minute by method at {pods} pods"),
         &["operation", "calls/min"],
         ops,
     );
+}
+
+/// The CRI calls made between two scrapes of `/metrics`, by `operation_type` (the verb) of
+/// `kubelet_runtime_operations_total`, which nanolet and the kubelet both export; verbs with
+/// no call left out.
+fn cri_calls_by_verb(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    let key = "kubelet_runtime_operations_total{operation_type=\"";
+    after
+        .iter()
+        .filter_map(|(k, v)| {
+            let op = k.strip_prefix(key)?.split('"').next()?;
+            let d = v - before.get(k).unwrap_or(&0.0);
+            (d > 0.0).then(|| (op.to_string(), d))
+        })
+        .collect()
 }
 
 /// Where a process's resident memory is, from /proc/PID/smaps, KiB: the executable's own
@@ -2242,20 +2254,14 @@ fn measure_agent(
         names.push(name);
     }
     let m1 = a.metrics();
-    let key = "kubelet_runtime_operations_total{operation_type=\"";
-    let mut ops = 0.0;
-    for (k, v) in &m1 {
-        let Some(rest) = k.strip_prefix(key) else {
-            continue;
-        };
-        let d = v - m0.get(k).unwrap_or(&0.0);
-        ops += d;
-        let verb = rest.split('"').next().unwrap_or(rest).to_string();
-        if opts.n > 0 && d > 0.0 {
-            *f.cri_calls_by_verb.entry(verb).or_default() += d / opts.n as f64;
-        }
+    if !m1.is_empty() && opts.n > 0 {
+        let per_start = |d: f64| d / opts.n as f64;
+        f.cri_calls_by_verb = cri_calls_by_verb(&m0, &m1)
+            .into_iter()
+            .map(|(verb, d)| (verb, per_start(d)))
+            .collect();
+        f.cri_calls_per_start = Some(f.cri_calls_by_verb.values().sum());
     }
-    f.cri_calls_per_start = (!m1.is_empty() && opts.n > 0).then(|| ops / opts.n as f64);
     let wave: Vec<String> = (0..batch).map(|i| format!("peer-batch{i}")).collect();
     let t0 = Instant::now();
     for nm in &wave {
@@ -2395,17 +2401,20 @@ fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
         _ => "n/a".into(),
     };
     let kib = |v: Option<u64>| v.map(|x| x as f64 / 1024.0);
-    let rows_data: [(String, Option<f64>, Option<f64>); 6] = [
+    // (label, its short name in results/bench-kubelet.dat, nanolet, kubelet)
+    let rows_data: [(String, &str, Option<f64>, Option<f64>); 6] = [
         (
             format!(
                 "single pod start, p50 of {} (manifest -> Running in CRI), ms",
                 opts.n
             ),
+            "start",
             p50(&n_fig.start_ms),
             p50(&k_fig.start_ms),
         ),
         (
             format!("{batch} pods written at once -> all Running, ms"),
+            "batch",
             n_fig.batch_ms,
             k_fig.batch_ms,
         ),
@@ -2414,6 +2423,7 @@ fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
                 "crash -> restart (exit -> replacement started), p50 of {}, ms",
                 opts.n
             ),
+            "crash->restart",
             p50(&n_fig.crash_ms),
             p50(&k_fig.crash_ms),
         ),
@@ -2422,16 +2432,19 @@ fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
                 "idle CPU with {idle_pods} pods, % of one core over {} s",
                 opts.window
             ),
+            "idle CPU",
             n_fig.idle_cpu_pct,
             k_fig.idle_cpu_pct,
         ),
         (
             format!("VmRSS with {idle_pods} pods, MiB"),
+            "VmRSS",
             kib(n_fig.idle_rss_kib),
             kib(k_fig.idle_rss_kib),
         ),
         (
             "CRI calls per pod start (kubelet_runtime_operations_total, all verbs)".into(),
+            "CRI calls/start",
             n_fig.cri_calls_per_start,
             k_fig.cri_calls_per_start,
         ),
@@ -2439,21 +2452,13 @@ fn kubelet_peer(report: &mut Report, ctd: &Containerd, bin: &Path, opts: &Opts) 
     let mut rows = Vec::new();
     let mut j = serde_json::Map::new();
     // results/bench-kubelet.dat (scripts/bench-charts.gp: bench-kubelet.png, the ratios).
-    let short = [
-        "start",
-        "batch",
-        "crash->restart",
-        "idle CPU",
-        "VmRSS",
-        "CRI calls/start",
-    ];
     let mut dat = String::from("# measure nanolet kubelet nanolet/kubelet\n");
-    for (i, (label, n, k)) in rows_data.iter().enumerate() {
+    for (label, short, n, k) in &rows_data {
         rows.push(vec![label.clone(), cell(*n), cell(*k), ratio(*n, *k)]);
         j.insert(label.clone(), json!({"nanolet": n, "kubelet": k}));
         if let (Some(n), Some(k)) = (n, k) {
             if *k > 0.0 {
-                let _ = writeln!(dat, "\"{}\" {n:.3} {k:.3} {:.3}", short[i], n / k);
+                let _ = writeln!(dat, "\"{short}\" {n:.3} {k:.3} {:.3}", n / k);
             }
         }
     }

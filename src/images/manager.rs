@@ -285,8 +285,7 @@ mod tests {
         assert!(events.list().iter().any(|e| e.reason == "Failed"));
 
         // The same image with the registry's host unresolvable: the local copy is used.
-        let pod2 = pod_with("localhost:5000/pause:testing", "Always");
-        let mut p2 = pod2;
+        let mut p2 = pod_with("localhost:5000/pause:testing", "Always");
         p2.metadata.uid = "u2".into(); // its own back-off key
         rt.inject_status_error(
             "pull_image",
